@@ -1,0 +1,43 @@
+"""Injected failures, per model runner and image arm: each must fail the way the contract says, leave nothing
+behind, and leave the artifact restorable. Expectations per behaviour (head / base) are in
+``vsnap_qual.faults.EXPECTATIONS``; the observed outcome is recorded either way.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vsnap_qual import faults
+from vsnap_qual.faults import EXPECTATIONS, FAULTS
+from vsnap_qual.steps import LaneRun, StepFailed
+
+pytestmark = pytest.mark.fault
+
+
+class TestFaults:
+    def test_fault_artifact(self, fault_lane: LaneRun, request: pytest.FixtureRequest) -> None:
+        """The fault lane's own artifact, created with a short VLLM_SNAPSHOT_TIMEOUT_S, and a pristine copy."""
+        with fault_lane.step("fault-artifact", request.node.nodeid) as record:
+            faults.prepare_artifact(fault_lane, record)
+
+    @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
+    def test_fault(self, fault_lane: LaneRun, fault: faults.Fault, request: pytest.FixtureRequest) -> None:
+        """Inject one failure; judge exit code, HTTP, error.json phase, mutation, cleanup and the next restore."""
+        expect = EXPECTATIONS[fault_lane.lane.expect][fault.id]
+        with fault_lane.step(
+            f"fault:{fault.id}", request.node.nodeid, requires=("fault-artifact",)
+        ) as record:
+            observed = faults.run_fault(fault_lane, fault, record)
+            problems = faults.judge(fault, expect, observed, record["results"])
+            record["results"].update(
+                fault=fault.id,
+                title=fault.title,
+                expect=fault_lane.lane.expect,
+                expected=faults.asdict(expect),
+                observed=faults.observation_dict(observed),
+                mismatches=problems,
+            )
+            if problems:
+                raise StepFailed(
+                    f"{fault.title} ({fault_lane.lane.expect} expectations): " + "; ".join(problems)
+                )

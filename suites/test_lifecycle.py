@@ -1,0 +1,56 @@
+"""The snapshot lifecycle qualification, per model runner and image arm, in the order a maintainer runs it.
+
+ordinary ``vllm serve`` reference → ``snapshot create`` → ``inspect`` → ``restore`` → container restart →
+``restore`` again → overlay verification. Each step is one test; a step whose prerequisite failed is skipped
+with that failure named.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vsnap_qual import steps
+from vsnap_qual.steps import LaneRun
+
+
+class TestLifecycle:
+    def test_ordinary_reference(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """An ordinary ``vllm serve``: canary outputs, parameter digests and KV capacity to compare against."""
+        with lane_run.step("ordinary", request.node.nodeid) as record:
+            steps.ordinary_reference(lane_run, record)
+
+    def test_create(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """``vllm snapshot create`` offline, with the same engine arguments; the captured tree is gone after."""
+        with lane_run.step("create", request.node.nodeid) as record:
+            steps.create(lane_run, record)
+
+    def test_inspect(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """``vllm snapshot inspect``: every field the upstream e2e checks, and the output's sha256."""
+        gpu = lane_run.config.gpus if lane_run.config.gpus.startswith("GPU-") else None
+        with lane_run.step("inspect", request.node.nodeid, requires=("create",)) as record:
+            steps.inspect(lane_run, record, gpu)
+
+    def test_restore_1(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """First restore: exit 0, listener up, canary and digests equal to the ordinary reference."""
+        with lane_run.step("restore-1", request.node.nodeid, requires=("ordinary", "inspect")) as record:
+            steps.restore(lane_run, record, 1)
+
+    def test_container_restart(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """Stop and start the same container: the restored server is gone, inspect output unchanged."""
+        with lane_run.step("restart", request.node.nodeid, requires=("inspect",)) as record:
+            steps.restart(lane_run, record)
+
+    def test_restore_2(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """Second restore after the restart: the same checks, then stop and audit cleanup."""
+        with lane_run.step("restore-2", request.node.nodeid, requires=("ordinary", "restart")) as record:
+            try:
+                steps.restore(lane_run, record, 2)
+            finally:
+                steps.stop_restored(lane_run, record)
+
+    def test_overlay_verified(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """Every overlaid file is the one the engine processes imported (skipped without an overlay)."""
+        if not lane_run.overlay:
+            pytest.skip(f"{lane_run.lane.name}: no overlay on this arm")
+        with lane_run.step("overlay", request.node.nodeid) as record:
+            steps.overlay_verification(lane_run, record)

@@ -1,0 +1,86 @@
+"""Bad input gets one clear message naming the option and the fix, exit code 4, and starts no container."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+import pytest
+
+from vsnap_qual import runtime
+
+REV = "0" * 40
+SUITE = """
+def test_uses_a_lane(lane_run):
+    pass
+"""
+
+
+@pytest.fixture
+def bad_inputs(tmp_path):
+    """(id, extra args, extra env, expected message fragment) for each bad input."""
+    malformed = tmp_path / "prompts.json"
+    malformed.write_text('["ok", ')
+    not_vllm = tmp_path / "not-vllm"
+    not_vllm.mkdir()
+    unchanged = tmp_path / "unchanged"
+    (unchanged / "vllm").mkdir(parents=True)
+    (unchanged / "vllm" / "a.py").write_text("a = 1\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(unchanged), *args], check=True, capture_output=True)
+    cache = tmp_path / "hf"
+    snap = cache / "hub" / "models--org--m" / "snapshots" / REV
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001.safetensors"}}))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    return [
+        ("revision", ["--vsnap-revision=main"], {}, "--vsnap-revision: 'main' is not an immutable revision"),
+        ("runner", ["--vsnap-runners=v3"], {}, "--vsnap-runners: unknown runner v3"),
+        ("gpus", ["--vsnap-gpus=gpu0"], {}, "--vsnap-gpus: 'gpu0'"),
+        ("utilization", ["--vsnap-gpu-memory-utilization=2"], {}, "--vsnap-gpu-memory-utilization: 2.0 must be"),
+        ("prompts", [f"--vsnap-prompts={malformed}"], {}, "--vsnap-prompts: prompts file"),
+        ("engine-args", ["--vsnap-engine-args=--port 9"], {}, "--vsnap-engine-args: --port is set by the harness"),
+        ("timeouts", ["--vsnap-timeouts=serve=-1"], {}, "--vsnap-timeouts:"),
+        ("env-dtype", [], {"VSNAP_DTYPE": "int8"}, "(value from environment VSNAP_DTYPE)"),
+        ("report-dir", [f"--vsnap-report-dir={blocker}/reports"], {}, "--vsnap-report-dir:"),
+        ("model-cache", [f"--vsnap-model-cache={cache}"], {}, "model-00001.safetensors (listed by the index) missing"),
+        ("overlay-not-vllm", [f"--vsnap-overlay={not_vllm}"], {}, "no vllm/ package directory"),
+        ("overlay-unchanged", [f"--vsnap-overlay={unchanged}"], {}, "no vllm/**.py file changed"),
+        ("docker-unreachable", [], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, "Docker engine unreachable"),
+        ("gpus-without-runtime", ["--vsnap-gpus=all"], {}, "--vsnap-gpus=all: Docker has no NVIDIA runtime"),
+        ("image-missing", ["--vsnap-image=vsnap-no-such-image:never"], {}, "--vsnap-image: image "
+                                                                           "'vsnap-no-such-image:never' is not present"),
+    ]
+
+
+def _labelled(client) -> set[str]:
+    return {c.id for c in client.containers.list(all=True, filters={"label": runtime.LABEL_SESSION})}
+
+
+def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, docker_client, monkeypatch, tmp_path):
+    if runtime.nvidia_runtime_present(docker_client):
+        bad_inputs = [b for b in bad_inputs if b[0] != "gpus-without-runtime"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        busy_port = busy.getsockname()[1]
+        bad_inputs.append(("port-busy", [f"--vsnap-port-base={busy_port}"], {}, f"port {busy_port} is in use"))
+        pytester.makepyfile(test_suite=SUITE)
+        before = _labelled(docker_client)
+        assert len(bad_inputs) >= 12
+        for name, args, env, fragment in bad_inputs:
+            with monkeypatch.context() as m:
+                for key, value in env.items():
+                    m.setenv(key, value)
+                result = pytester.runpytest_subprocess(
+                    "-p", "vsnap_qual", "--vsnap-image=busybox-not-needed:x", "--vsnap-model=org/m",
+                    f"--vsnap-revision={REV}", f"--vsnap-report-dir={tmp_path / name}", *args,
+                )
+            text = result.stdout.str() + result.stderr.str()
+            assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{name}: exit {result.ret}\n{text[-2000:]}"
+            assert fragment in text, f"{name}: message lacks {fragment!r}:\n{text[-2000:]}"
+            assert "Traceback" not in text, f"{name}: a traceback instead of a message"
+        assert _labelled(docker_client) == before, "a bad input started a labelled container"

@@ -1,0 +1,53 @@
+"""The expectation table decides pass or fail from observations; these are pure-logic checks of it."""
+
+from __future__ import annotations
+
+from vsnap_qual import faults
+from vsnap_qual.faults import EXPECTATIONS, FAULTS_BY_ID, Observation
+
+GOOD_FOLLOWUP = {"exit_code": 0, "canary_ok": True}
+CLEAN = {"ok": True}
+
+
+def _results(**extra):
+    return {"cleanup": CLEAN, "followup_restore": GOOD_FOLLOWUP, **extra}
+
+
+def test_every_fault_has_an_expectation_for_both_behaviours():
+    for behaviour in ("head", "base"):
+        assert set(EXPECTATIONS[behaviour]) == set(FAULTS_BY_ID)
+    assert len(FAULTS_BY_ID) >= 10
+
+
+def test_head_recovery_failure_passes_when_observed_as_the_contract_says():
+    fault = FAULTS_BY_ID["wake-raise"]
+    obs = Observation(exit_code=1, error_json={"phase": "recovery: restore memory"},
+                      phase="recovery: restore memory", fired=True)
+    assert faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results()) == []
+
+
+def test_a_fault_that_never_fired_is_an_ineffective_injection():
+    fault = FAULTS_BY_ID["canary-perturb"]
+    obs = Observation(exit_code=0, fired=False)
+    problems = faults.judge(fault, EXPECTATIONS["head"]["canary-perturb"], obs, _results())
+    assert any("ineffective injection" in p for p in problems)
+
+
+def test_http_bound_before_the_check_fails_head_and_says_so():
+    fault = FAULTS_BY_ID["canary-perturb"]
+    obs = Observation(exit_code=1, http_bound=True, http_bound_by=["host connect poll"], fired=True,
+                      stderr_tail="snapshot oracle mismatch")
+    head = faults.judge(fault, EXPECTATIONS["head"]["canary-perturb"], obs, _results())
+    assert any("HTTP was bound" in p for p in head)
+    assert any("error.json missing" in p for p in head)
+    assert faults.judge(fault, EXPECTATIONS["base"]["canary-perturb"], obs, _results()) == []
+
+
+def test_mutation_leftovers_and_broken_followup_are_named():
+    fault = FAULTS_BY_ID["identity-drift"]
+    obs = Observation(exit_code=1, fired=True, artifact_unchanged=False, stderr_tail="snapshot mismatch: environment")
+    results = {"cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
+               "followup_restore": {"exit_code": 1, "canary_ok": False}}
+    problems = faults.judge(fault, EXPECTATIONS["head"]["identity-drift"], obs, results)
+    text = " | ".join(problems)
+    assert "mutated" in text and "cleanup incomplete" in text and "no longer restores" in text

@@ -1,0 +1,5 @@
+"""vsnap-qual: qualify vLLM initialized-engine snapshots from pytest."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

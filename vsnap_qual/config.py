@@ -1,0 +1,179 @@
+"""The validated configuration of one qualification run (pure: no Docker, no network)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vsnap_qual.options import DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, RUNNERS, SECRET_ENV_NAMES
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One container's worth of qualification: a model runner on one image arm."""
+
+    runner: str  # "v1" | "v2"
+    arm: str  # "head" (image under test + overlay) | "base" (unmodified base image)
+    image: str
+    expect: str  # behaviour expected of this arm's image: "head" | "base"
+    overlaid: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.runner}-{self.arm}"
+
+    @property
+    def v2_flag(self) -> str:
+        return RUNNERS[self.runner]
+
+    @property
+    def port_offset(self) -> int:
+        """Where this lane's ports start above ``--vsnap-port-base`` (ten ports a lane)."""
+        return 10 * (list(RUNNERS).index(self.runner) + (2 if self.arm == "base" else 0))
+
+
+PORT_NAMES: tuple[str, ...] = ("ordinary", "restore-1", "restore-2", "fault")
+
+
+@dataclass(frozen=True)
+class QualConfig:
+    """Everything the run needs, validated before any container starts."""
+
+    image: str
+    model: str
+    revision: str
+    tokenizer_revision: str
+    dtype: str
+    max_model_len: int
+    gpu_memory_utilization: float
+    runners: tuple[str, ...]
+    prompts: tuple[str, ...]
+    logprob_tolerance: float
+    gpus: str
+    privileges: str
+    port_base: int
+    timeouts: dict[str, float]
+    report_dir: Path
+    run_id: str
+    expect: str
+    base_expect: str
+    fault_timeout: float
+    base_image: str | None = None
+    overlay: Path | None = None
+    overlay_ref: str = "HEAD"
+    overlay_files: tuple[str, ...] = ()
+    engine_args: tuple[str, ...] = ()
+    model_cache: Path | None = None
+    secret_names: tuple[str, ...] = SECRET_ENV_NAMES
+    doctor: bool = False
+    annotate: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lanes(self) -> tuple[Lane, ...]:
+        lanes = [Lane(r, "head", self.image, self.expect, self.overlay is not None) for r in self.runners]
+        if self.base_image:
+            lanes += [Lane(r, "base", self.base_image, self.base_expect, False) for r in self.runners]
+        return tuple(lanes)
+
+    def engine_argv(self) -> list[str]:
+        """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``."""
+        return [
+            self.model,
+            "--revision",
+            self.revision,
+            "--tokenizer-revision",
+            self.tokenizer_revision,
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--gpu-memory-utilization",
+            str(self.gpu_memory_utilization),
+            "--worker-extension-cls",
+            "vsnap_probe.digest.DigestExtension",
+            *self.engine_args,
+        ]
+
+    def fixed_ports(self, lane: Lane) -> dict[str, int] | None:
+        """The lane's ports when ``--vsnap-port-base`` is set; None means pick free ports."""
+        if not self.port_base:
+            return None
+        return {name: self.port_base + lane.port_offset + i for i, name in enumerate(PORT_NAMES)}
+
+    def secret_values(self) -> list[str]:
+        """Values (from this process's environment) that must never reach an artefact."""
+        return [v for n in self.secret_names if (v := os.environ.get(n)) and len(v) >= 4]
+
+    def public_options(self) -> dict[str, Any]:
+        """Options as recorded in the evidence (paths and tuples made JSON-friendly)."""
+        out: dict[str, Any] = {}
+        for key, value in self.__dict__.items():
+            if key == "extra":
+                continue
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[key] = value
+        return out
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
+    """Cross-field validation and defaults. Raises ``pytest.UsageError`` naming the option and the fix."""
+    missing = [f"--vsnap-{n}" for n in ("image", "model", "revision") if not parsed.get("vsnap_" + n)]
+    if missing:
+        raise pytest.UsageError(
+            f"{', '.join(missing)} must be set (command line, VSNAP_* environment or the pytest ini file); "
+            "e.g. --vsnap-image=vllm/vllm-openai:nightly --vsnap-model=Qwen/Qwen3-0.6B --vsnap-revision=<40 hex>"
+        )
+    if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
+        raise pytest.UsageError(
+            "--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files"
+        )
+    run_id = run_id or new_run_id()
+    report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
+    if not report_dir.is_absolute():
+        report_dir = (rootdir / report_dir).resolve()
+    secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
+    return QualConfig(
+        image=parsed["vsnap_image"],
+        base_image=parsed.get("vsnap_base_image"),
+        model=parsed["vsnap_model"],
+        revision=parsed["vsnap_revision"],
+        tokenizer_revision=parsed.get("vsnap_tokenizer_revision") or parsed["vsnap_revision"],
+        dtype=parsed["vsnap_dtype"],
+        max_model_len=parsed["vsnap_max_model_len"],
+        gpu_memory_utilization=parsed["vsnap_gpu_memory_utilization"],
+        runners=parsed["vsnap_runners"],
+        prompts=parsed.get("vsnap_prompts") or DEFAULT_PROMPTS,
+        logprob_tolerance=parsed["vsnap_logprob_tolerance"],
+        gpus=parsed["vsnap_gpus"],
+        privileges=parsed["vsnap_privileges"],
+        port_base=parsed["vsnap_port_base"],
+        timeouts=parsed.get("vsnap_timeouts") or dict(DEFAULT_TIMEOUTS),
+        report_dir=report_dir,
+        run_id=run_id,
+        expect=parsed["vsnap_expect"],
+        base_expect=parsed["vsnap_base_expect"],
+        fault_timeout=parsed["vsnap_fault_timeout"],
+        overlay=parsed.get("vsnap_overlay"),
+        overlay_ref=parsed.get("vsnap_overlay_ref") or "HEAD",
+        overlay_files=parsed.get("vsnap_overlay_files") or (),
+        engine_args=parsed.get("vsnap_engine_args") or (),
+        model_cache=parsed.get("vsnap_model_cache"),
+        secret_names=secret_names,
+        doctor=bool(parsed.get("vsnap_doctor")),
+        annotate=bool(parsed.get("vsnap_annotate")),
+    )

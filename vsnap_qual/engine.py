@@ -1,0 +1,227 @@
+"""Talking to a running engine over its public HTTP API: canary, digests, KV capacity, listener watch."""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import requests
+
+KV_LOG = re.compile(r"(?:GPU|CPU) KV cache size: ([0-9,]+) tokens")
+METRIC_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+class EngineError(RuntimeError):
+    """The engine answered, but not as the contract says it must."""
+
+
+@dataclass(frozen=True)
+class CanaryOutput:
+    """One greedy one-token completion: vLLM's oracle shape (token ids, text, sampled-token logprob)."""
+
+    prompt: str
+    token_ids: list[int]
+    text: str
+    logprob: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def completion(
+    port: int, model: str, prompt: str, host: str = "127.0.0.1", timeout: float = 120.0
+) -> CanaryOutput:
+    """The snapshot canary request of the contract (§3.3 step 7) for any prompt."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "min_tokens": 1,
+        "max_tokens": 1,
+        "temperature": 0,
+        "seed": 0,
+        "logprobs": 0,
+        "return_token_ids": True,
+    }
+    response = requests.post(f"http://{host}:{port}/v1/completions", json=body, timeout=timeout)
+    if response.status_code != 200:
+        raise EngineError(
+            f"completion for {prompt!r} returned HTTP {response.status_code}: {response.text[:300]}"
+        )
+    choice = response.json()["choices"][0]
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+    token_ids = choice.get("token_ids")
+    if not isinstance(token_ids, list) or len(token_ids) != 1 or len(logprobs) != 1:
+        raise EngineError(
+            f"completion for {prompt!r} must return exactly one token with one logprob: {choice}"
+        )
+    value = logprobs[0]
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise EngineError(f"completion for {prompt!r} returned a non-finite logprob {value!r}")
+    return CanaryOutput(prompt, [int(t) for t in token_ids], str(choice.get("text", "")), float(value))
+
+
+def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> dict[str, Any]:
+    """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), plus whether it was bit-exact."""
+    delta = actual.logprob - expected.logprob
+    ids_equal = expected.token_ids == actual.token_ids
+    text_equal = expected.text == actual.text
+    return {
+        "prompt": expected.prompt,
+        "expected": expected.as_dict(),
+        "actual": actual.as_dict(),
+        "token_ids_equal": ids_equal,
+        "text_equal": text_equal,
+        "logprob_delta": delta,
+        "bit_exact": ids_equal and text_equal and delta == 0.0,
+        "ok": ids_equal and text_equal and abs(delta) <= tolerance,
+    }
+
+
+def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) -> dict[str, dict[str, Any]]:
+    """Per-parameter digests from the probe's worker extension, through ``/collective_rpc`` (dev mode)."""
+    response = requests.post(
+        f"http://{host}:{port}/collective_rpc", json={"method": "vsnap_param_digests"}, timeout=timeout
+    )
+    if response.status_code == 404:
+        raise EngineError(
+            "/collective_rpc is missing: the engine was not started with VLLM_SERVER_DEV_MODE=1"
+        )
+    if response.status_code != 200:
+        raise EngineError(
+            f"/collective_rpc vsnap_param_digests returned HTTP {response.status_code}: {response.text[:300]}"
+        )
+    results = response.json().get("results")
+    if not isinstance(results, list) or not results or not isinstance(results[0], dict):
+        raise EngineError(f"/collective_rpc returned no per-worker digests: {str(results)[:300]}")
+    digests: dict[str, dict[str, Any]] = {}
+    for rank, worker in enumerate(results):
+        for name, info in worker.items():
+            digests[name if rank == 0 else f"rank{rank}:{name}"] = dict(info)
+    return digests
+
+
+def compare_digests(
+    reference: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Which parameters kept their bytes; unobservable ones are named, never counted as unchanged."""
+    changed, missing, unobservable = [], [], []
+    unchanged = 0
+    for name, ref in reference.items():
+        got = actual.get(name)
+        if got is None:
+            missing.append(name)
+        elif ref.get("sha256") is None or got.get("sha256") is None:
+            unobservable.append(name)
+        elif ref["sha256"] == got["sha256"]:
+            unchanged += 1
+        else:
+            changed.append(name)
+    extra = sorted(set(actual) - set(reference))
+    return {
+        "total": len(reference),
+        "unchanged": unchanged,
+        "changed": changed,
+        "missing": missing,
+        "unobservable": unobservable,
+        "extra": extra,
+        "ok": not changed and not missing and not extra and unchanged == len(reference) - len(unobservable),
+    }
+
+
+def kv_from_metrics(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> int | None:
+    """KV capacity in tokens from ``vllm:cache_config_info``; None when the gauge carries no capacity."""
+    try:
+        response = requests.get(f"http://{host}:{port}/metrics", timeout=timeout)
+    except requests.RequestException:
+        return None
+    if response.status_code != 200:
+        return None
+    match = METRIC_CACHE_INFO.search(response.text)
+    if not match:
+        return None
+    labels = dict(LABEL.findall(match.group("labels")))
+    if labels.get("kv_cache_size_tokens", "None").isdigit():
+        return int(labels["kv_cache_size_tokens"])
+    blocks, size = labels.get("num_gpu_blocks", "None"), labels.get("block_size", "None")
+    if blocks.isdigit() and size.isdigit():
+        return int(blocks) * int(size)
+    return None
+
+
+def kv_from_log(text: str) -> int | None:
+    """The first ``GPU|CPU KV cache size: N tokens`` figure of a log (vLLM logs it once per engine)."""
+    match = KV_LOG.search(text)
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.05) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def health_ok(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        return requests.get(f"http://{host}:{port}/health", timeout=2.0).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+class ListenerWatch:
+    """Connect-polls a port from the host every ``interval`` seconds; remembers when it first accepted."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", interval: float = 0.01) -> None:
+        self.port, self.host, self.interval = port, host, interval
+        self.first_bound: float | None = None
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.polls += 1
+            if self.first_bound is None and port_open(self.port, self.host, timeout=self.interval):
+                self.first_bound = time.time()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> ListenerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+    @property
+    def bound(self) -> bool:
+        return self.first_bound is not None
+
+
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.01,
+    abort: Callable[[], str | None] | None = None,
+) -> float:
+    """Poll until ``predicate`` holds; return the time it did. ``abort`` may end the wait with a reason."""
+    deadline = time.time() + timeout
+    last_abort_check = 0.0
+    while time.time() < deadline:
+        if predicate():
+            return time.time()
+        if abort and time.time() - last_abort_check > 1.0:
+            last_abort_check = time.time()
+            reason = abort()
+            if reason:
+                raise EngineError(reason)
+        time.sleep(interval)
+    raise EngineError(f"not ready within {timeout:.0f} s")

@@ -1,0 +1,106 @@
+"""The evidence store: one JSONL file appended as the run goes (docs/design.md §4).
+
+Each record is written with an exclusive ``flock`` and fsynced, so pytest-xdist workers can share the file and
+a killed run still leaves everything gathered up to the kill. Secret values are replaced by ``***`` before a
+record reaches the disk.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+EVIDENCE_FILE = "evidence.jsonl"
+REDACTED = "***"
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Redactor:
+    """Replaces every occurrence of the given secret values in strings, recursively."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        for secret in self._secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+
+    def __call__(self, value: Any) -> Any:
+        if not self._secrets:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(str(k)): self(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        return value
+
+
+class EvidenceStore:
+    """Append-only JSONL evidence under ``report_dir``; logs live beside it under ``logs/``."""
+
+    def __init__(self, report_dir: Path, redactor: Redactor | None = None) -> None:
+        self.report_dir = report_dir
+        self.path = report_dir / EVIDENCE_FILE
+        self.logs_dir = report_dir / "logs"
+        self.redact = redactor or Redactor(())
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+
+    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+        record = self.redact({"kind": kind, "time": utc_now(), **fields})
+        line = json.dumps(record, sort_keys=False, default=str) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        return record
+
+    def log_path(self, lane: str, step: str, suffix: str = "log") -> Path:
+        """A fresh path for one step's log, e.g. ``logs/v1-head/create.log``."""
+        directory = self.logs_dir / lane
+        directory.mkdir(parents=True, exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
+        path = directory / f"{safe}.{suffix}"
+        n = 2
+        while path.exists():
+            path = directory / f"{safe}-{n}.{suffix}"
+            n += 1
+        return path
+
+    def write_text(self, path: Path, text: str) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.redact.text(text), encoding="utf-8")
+        return path
+
+    def relative(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.report_dir))
+        except ValueError:
+            return str(path)
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the records of an evidence file; a torn last line (killed writer) is skipped."""
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue

@@ -1,0 +1,488 @@
+"""Injected failures: the catalogue, how each is injected, what is observed, and what each arm must show.
+
+Hooks inside the engine are armed through ``$VSNAP_CONTROL_DIR/faults/armed.json`` (read by the probe plugin
+when the hooked worker method runs; the environment is frozen into the snapshot at create, so it cannot carry
+a trigger). The other faults act on what the contract checks: the environment, a captured PID, the port, the
+artifact's files. Every fault records whether it fired; a fault that did not fire fails as an ineffective
+injection. The suite records observations; :data:`EXPECTATIONS` decides pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vsnap_qual import engine
+from vsnap_qual.runtime import ExecResult
+from vsnap_qual.steps import ARTIFACT, CONTROL, WORK, LaneRun, check
+
+BACKUP = f"{WORK}/artifact.pristine"
+VLLM_CANARY_PROMPT = "The capital of France is"  # vLLM's own snapshot canary prompt (contract §3.5)
+MUTABLE = ("release.json", "restored.pid", "child.log", "error.json")  # files restore itself may rewrite
+ANY = "any"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one fault must produce on one behaviour (``head`` or ``base``)."""
+
+    exit_code: int | str  # an exact code, "nonzero" or "any"
+    http_bound: bool | None  # None: not judged (the fault itself holds the port)
+    error_phase: str | None  # error.json phase; "absent" = must not exist; None = not judged
+    artifact_unchanged: bool | None  # the check comes before mutation
+    fires: bool = True
+    message: str | None = None  # a substring of stderr
+    followup_restore: bool = True
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected failure."""
+
+    id: str
+    title: str
+    kind: str  # hook | env | pid | port | manifest | image | signal | create
+    hook_point: str | None = None
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault("wake-raise", "recovery failure after memory wake", "hook", "wake-raise"),
+    Fault("communicators-raise", "failure while restoring communicators", "hook", "communicators-raise"),
+    Fault(
+        "canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook", "canary-perturb"
+    ),
+    Fault(
+        "recovery-deadline",
+        "recovery stalls past VLLM_SNAPSHOT_TIMEOUT_S frozen at create",
+        "hook",
+        "wake-stall",
+    ),
+    Fault("cancel-sigint", "SIGINT to vllm snapshot restore while recovery runs", "signal", "wake-stall"),
+    Fault("cancel-sigterm", "SIGTERM to vllm snapshot restore while recovery runs", "signal", "wake-stall"),
+    Fault("create-partial-sleep", "sleep fails part-way during create", "create", "sleep-raise"),
+    Fault("identity-drift", "an extra VLLM_* variable at restore", "env"),
+    Fault("pid-occupied", "a captured PID is already occupied", "pid"),
+    Fault("port-in-use", "the restore port is already in use", "port"),
+    Fault("manifest-field", "a manifest field changed (schema_version 1 → 2)", "manifest"),
+    Fault("image-truncated", "an images/ file truncated", "image"),
+)
+FAULTS_BY_ID = {f.id: f for f in FAULTS}
+
+
+def _before_mutation(message: str) -> Expect:
+    """A check the contract places before any mutation: exit 1, no HTTP, artifact byte-identical."""
+    return Expect(1, False, None, True, message=message)
+
+
+EXPECTATIONS: dict[str, dict[str, Expect]] = {
+    # head: private canary before HTTP bind, error.json with the failing phase (the change under test)
+    "head": {
+        "wake-raise": Expect(1, False, "recovery: restore memory", None),
+        "communicators-raise": Expect(1, False, "recovery: restore communicators", None),
+        "canary-perturb": Expect(1, False, "recovery: canary", None),
+        "recovery-deadline": Expect(1, False, "recovery: restore memory", None),
+        "cancel-sigint": Expect("nonzero", False, None, None),
+        "cancel-sigterm": Expect("nonzero", False, None, None),
+        "create-partial-sleep": Expect(1, None, None, None, message="snapshot child exited before ready"),
+        "identity-drift": _before_mutation("snapshot mismatch"),
+        "pid-occupied": _before_mutation("captured PID is already occupied"),
+        "port-in-use": Expect(1, None, None, None, message="already in use"),
+        "manifest-field": _before_mutation("invalid snapshot manifest"),
+        "image-truncated": Expect(1, False, None, None),
+    },
+    # base: as released (vllm 0.33.0) — HTTP bound before the public canary, no error.json, no checkpoint hooks
+    "base": {
+        "wake-raise": Expect(1, False, "absent", None),
+        "communicators-raise": Expect(0, True, "absent", None, fires=False),
+        "canary-perturb": Expect(1, True, "absent", None, message="snapshot oracle mismatch"),
+        "recovery-deadline": Expect(0, True, "absent", None),
+        "cancel-sigint": Expect("nonzero", False, None, None),
+        "cancel-sigterm": Expect("nonzero", False, None, None),
+        "create-partial-sleep": Expect(1, None, None, None, message="snapshot child exited before ready"),
+        "identity-drift": _before_mutation("snapshot mismatch"),
+        "pid-occupied": _before_mutation("captured PID is already occupied"),
+        "port-in-use": Expect(1, None, None, None, message="already in use"),
+        "manifest-field": _before_mutation("invalid snapshot manifest"),
+        "image-truncated": Expect(1, False, None, None),
+    },
+}
+
+
+@dataclass
+class Observation:
+    """What one injected failure actually did."""
+
+    exit_code: int | None = None
+    http_bound: bool = False
+    http_bound_by: list[str] = field(default_factory=list)
+    error_json: dict[str, Any] | None = None
+    phase: str | None = None
+    fired: bool = False
+    fired_records: list[dict[str, Any]] = field(default_factory=list)
+    artifact_unchanged: bool | None = None
+    stderr_tail: str = ""
+    seconds: float = 0.0
+
+
+# ---- the fault lane's own artifact -------------------------------------------------------------------------
+def prepare_artifact(run: LaneRun, rec: dict[str, Any]) -> None:
+    """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S`` and keep a pristine copy."""
+    run.box.sh(f"rm -rf {ARTIFACT} {BACKUP}", 60)
+    env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{run.config.fault_timeout:g}"}
+    result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env)
+    check(result.exit_code == 0, f"fault-lane create exited {result.exit_code}:\n{result.tail()}")
+    run.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
+    copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
+    check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
+    rec["results"].update(snapshot_timeout_s=run.config.fault_timeout, manifest=run.manifest)
+
+
+def reset_artifact(run: LaneRun) -> None:
+    """Put the pristine artifact back at the same path (restore pins the artifact path)."""
+    result = run.box.sh(f"rm -rf {ARTIFACT} && cp -a {BACKUP} {ARTIFACT}", 300)
+    check(result.exit_code == 0, f"cannot reset the artifact: {result.tail()}")
+
+
+# ---- arming and observing ----------------------------------------------------------------------------------
+def arm(run: LaneRun, point: str, stall_s: float | None = None) -> None:
+    assert run.control_host is not None
+    faults = run.control_host / "faults"
+    for old in faults.glob("fired-*.json"):
+        old.unlink()
+    tmp = faults / "armed.json.tmp"
+    tmp.write_text(json.dumps({"point": point, "stall_s": stall_s}))
+    tmp.replace(faults / "armed.json")
+
+
+def disarm(run: LaneRun) -> None:
+    assert run.control_host is not None
+    (run.control_host / "faults" / "armed.json").unlink(missing_ok=True)
+
+
+def fired_records(run: LaneRun) -> list[dict[str, Any]]:
+    assert run.control_host is not None
+    records = []
+    for path in sorted((run.control_host / "faults").glob("fired-*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+class ListenerScan:
+    """An in-container scanner of ``/proc/net/tcp*`` for a LISTEN socket on the port, every 10 ms."""
+
+    def __init__(self, run: LaneRun, port: int) -> None:
+        self.run, self.port = run, port
+        self.marker = f"{CONTROL}/faults/listen-{port}"
+        self.pid: int | None = None
+
+    def __enter__(self) -> ListenerScan:
+        assert self.run.control_host is not None
+        (self.run.control_host / "faults" / f"listen-{self.port}").unlink(missing_ok=True)
+        code = (
+            "import time,sys\n"
+            f"needle=':{self.port:04X} '\n"
+            "while True:\n"
+            "    for f in ('/proc/net/tcp','/proc/net/tcp6'):\n"
+            "        try:\n"
+            "            rows=open(f).read().splitlines()[1:]\n"
+            "        except OSError:\n"
+            "            continue\n"
+            "        if any(needle in r.split()[1]+' ' and r.split()[3]=='0A' for r in rows):\n"
+            f"            open({self.marker!r},'a').write(repr(time.time())+'\\n'); sys.exit(0)\n"
+            "    time.sleep(0.01)\n"
+        )
+        self.pid = self.run.box.spawn(["python3", "-c", code], f"{CONTROL}/faults/scan-{self.port}.log")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pid:
+            self.run.box.sh(f"kill -KILL {self.pid} 2>/dev/null; true", 15)
+
+    @property
+    def bound(self) -> bool:
+        assert self.run.control_host is not None
+        return (self.run.control_host / "faults" / f"listen-{self.port}").exists()
+
+
+def new_processes(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[dict[str, Any]]:
+    return [p for p in run.box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
+
+
+def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> None:
+    leftovers = [p["pid"] for p in new_processes(run, baseline, ignore)]
+    if leftovers:
+        run.box.sh("kill -KILL " + " ".join(map(str, leftovers)) + " 2>/dev/null; true", 15)
+
+
+def occupy_pid(run: LaneRun, pid: int) -> int | None:
+    """Start a sleeper at exactly ``pid`` (ns_last_pid); return its PID, or None when it could not."""
+    script = (
+        f"for i in 1 2 3 4 5 6 7 8; do echo {pid - 1} > /proc/sys/kernel/ns_last_pid 2>/dev/null || exit 3; "
+        f"sleep 600 </dev/null >/dev/null 2>&1 & p=$!; if [ $p -eq {pid} ]; then echo $p; exit 0; fi; "
+        "kill $p; done; exit 4"
+    )
+    if run.pid_alive(pid):
+        return pid  # already occupied by something else: the fault condition holds as it is
+    result = run.box.sh(script, 30)
+    text = result.stdout.strip()
+    return int(text) if result.exit_code == 0 and text.isdigit() else None
+
+
+def block_port(run: LaneRun, port: int) -> int:
+    code = (
+        "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(1); time.sleep(900)"
+    )
+    pid = run.box.spawn(["python3", "-c", code], f"{CONTROL}/faults/blocker-{port}.log")
+    engine.wait_until(lambda: engine.port_open(port), 10.0)
+    return pid
+
+
+def corrupt_manifest(run: LaneRun) -> None:
+    script = (
+        "import json,os,sys\n"
+        f"p={ARTIFACT + '/manifest.json'!r}\n"
+        "m=json.load(open(p)); m['schema_version']=2\n"
+        "fd=os.open(p, os.O_WRONLY|os.O_TRUNC); os.write(fd, json.dumps(m, sort_keys=True, separators=(',',':'))"
+        ".encode()); os.close(fd)\n"
+    )
+    result = run.box.exec(["python3", "-c", script], 30)
+    check(result.exit_code == 0, f"could not change the manifest: {result.tail()}")
+
+
+def truncate_image(run: LaneRun) -> str:
+    script = (
+        f"f=$(find {ARTIFACT}/images -type f ! -name '*.log' -printf '%s %p\\n' | sort -rn | head -1 | "
+        'cut -d\' \' -f2-); [ -n "$f" ] || exit 3; s=$(stat -c %s "$f"); truncate -s $((s/2)) "$f"; '
+        'echo "$f"'
+    )
+    result = run.box.sh(script, 30)
+    check(result.exit_code == 0, f"no images/ file to truncate: {result.tail()}")
+    return result.stdout.strip()
+
+
+def _signal_when_fired(
+    run: LaneRun, signame: str, done: threading.Event, sent: list[str], limit: float
+) -> None:
+    deadline = time.time() + limit
+    while time.time() < deadline and not done.is_set():
+        if fired_records(run):
+            time.sleep(0.3)
+            pattern = shlex.quote(f"^timeout .*vllm snapshot restore {ARTIFACT}")
+            result = run.box.sh(f"pkill -{signame} -f {pattern}", 15)
+            sent.append(f"SIG{signame} exit {result.exit_code}")
+            return
+        time.sleep(0.05)
+
+
+def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
+    """Inject one fault, observe everything the contract says about it, then clean up and restore again."""
+    obs = Observation()
+    port = run.ports["fault"]
+    reset_artifact(run)
+    baseline = {p["pid"] for p in run.box.processes()}
+    ignore: set[int] = set()
+    env: dict[str, str] = {}
+    stall = run.config.fault_timeout + 10.0
+    injected: dict[str, Any] = {}
+    try:
+        if fault.kind in ("hook", "signal", "create"):
+            assert fault.hook_point is not None
+            arm(run, fault.hook_point, stall if fault.hook_point == "wake-stall" else None)
+        elif fault.kind == "env":
+            env["VLLM_VSNAP_QUAL_DRIFT"] = "1"
+            injected["env"] = "VLLM_VSNAP_QUAL_DRIFT=1"
+        elif fault.kind == "pid":
+            target = int(run.manifest["process_tree"][0])
+            holder = occupy_pid(run, target)
+            injected["pid"] = target
+            injected["occupied"] = holder == target
+            if holder:
+                ignore.add(holder)
+        elif fault.kind == "port":
+            ignore.add(block_port(run, port))
+            injected["port"] = port
+        elif fault.kind == "manifest":
+            corrupt_manifest(run)
+            injected["manifest"] = "schema_version=2"
+        elif fault.kind == "image":
+            injected["truncated"] = truncate_image(run)
+        before = run.artifact_digest(exclude=MUTABLE)
+
+        if fault.kind == "create":
+            create_dir = f"{WORK}/fault-create"
+            run.box.sh(f"rm -rf {create_dir}", 60)
+            argv = [*run.config.engine_argv(), "--snapshot-dir", create_dir]
+            result = run.snapshot(rec, "create", *argv, timeout_key="create", name="create-faulted")
+            injected["target_removed"] = run.box.sh(f"test -e {create_dir}", 10).exit_code != 0
+        else:
+            with engine.ListenerWatch(port) as watch, ListenerScan(run, port) as scan:
+                ignore.add(scan.pid or 0)
+                done, sent = threading.Event(), list[str]()
+                signaller = None
+                if fault.kind == "signal":
+                    signame = "INT" if fault.id == "cancel-sigint" else "TERM"
+                    signaller = threading.Thread(
+                        target=_signal_when_fired,
+                        args=(run, signame, done, sent, run.config.timeouts["restore"]),
+                        daemon=True,
+                    )
+                    signaller.start()
+                result = run.snapshot(
+                    rec,
+                    "restore",
+                    ARTIFACT,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    timeout_key="restore",
+                    env=env,
+                    name="restore-faulted",
+                )
+                done.set()
+                if signaller:
+                    signaller.join(5)
+                    injected["signal"] = sent
+                time.sleep(0.1)
+                if fault.kind != "port":
+                    obs.http_bound_by = [
+                        n
+                        for n, b in (
+                            ("host connect poll", watch.bound),
+                            ("container listener scan", scan.bound),
+                        )
+                        if b
+                    ]
+                    obs.http_bound = bool(obs.http_bound_by)
+                rec["results"]["watch_polls"] = watch.polls
+        obs.exit_code = result.exit_code
+        obs.stderr_tail = result.tail(40)
+        obs.seconds = round(result.seconds, 3)
+        text = run.box.read_text(f"{ARTIFACT}/error.json")
+        if text.strip():
+            try:
+                obs.error_json = json.loads(text)
+                obs.phase = obs.error_json.get("phase")
+            except ValueError:
+                obs.error_json = {"unparsable": text[:500]}
+        obs.fired_records = fired_records(run)
+        obs.fired = _fired(fault, obs, injected)
+        if fault.kind != "create":
+            obs.artifact_unchanged = run.artifact_digest(exclude=MUTABLE) == before
+    finally:
+        disarm(run)
+    # vLLM's own cleanup, observed before the harness removes anything
+    time.sleep(0.5)
+    left = new_processes(run, baseline, ignore)
+    audit = run.cleanup_audit([p["pid"] for p in left], [port] if fault.kind != "port" else [])
+    audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
+    kill_leftovers(run, baseline, set())
+    rec["results"].update(injected=injected, cleanup=audit)
+    rec["results"]["followup_restore"] = followup_restore(run)
+    return obs
+
+
+def _fired(fault: Fault, obs: Observation, injected: dict[str, Any]) -> bool:
+    if fault.kind in ("hook", "create"):
+        return bool(obs.fired_records)
+    if fault.kind == "signal":
+        return bool(obs.fired_records) and bool(injected.get("signal"))
+    if fault.kind == "pid":
+        return bool(injected.get("occupied"))
+    if fault.kind == "env":
+        return "environment" in obs.stderr_tail or "snapshot mismatch" in obs.stderr_tail
+    return True  # port, manifest, image: the injection is verified when it is made
+
+
+def followup_restore(run: LaneRun) -> dict[str, Any]:
+    """After a fault: the (pristine) artifact must still restore and answer vLLM's canary with its oracle."""
+    reset_artifact(run)
+    port = run.ports["fault"]
+    baseline = {p["pid"] for p in run.box.processes()}
+    result: ExecResult = run.box.exec(
+        ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)],
+        run.config.timeouts["restore"],
+    )
+    outcome: dict[str, Any] = {"exit_code": result.exit_code, "seconds": round(result.seconds, 3)}
+    if result.exit_code == 0:
+        try:
+            got = engine.completion(port, run.served_model, VLLM_CANARY_PROMPT)
+            outcome["canary"] = got.as_dict()
+            outcome["canary_ok"] = (
+                got.token_ids == run.manifest.get("oracle_token_ids")
+                and got.text == run.manifest.get("oracle_text")
+                and abs(got.logprob - float(run.manifest["oracle_sampled_token_logprob"]))
+                <= run.config.logprob_tolerance
+            )
+        except (engine.EngineError, OSError) as exc:
+            outcome["canary_ok"] = False
+            outcome["error"] = str(exc)
+    else:
+        outcome["canary_ok"] = False
+        outcome["stderr_tail"] = result.tail(15)
+    kill_leftovers(run, baseline, set())
+    time.sleep(0.3)
+    left = new_processes(run, baseline, set())
+    outcome["cleanup_ok"] = not left and not engine.port_open(port)
+    return outcome
+
+
+def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any]) -> list[str]:
+    """Every way the observation differs from the expectation, in words a reviewer can act on."""
+    problems = []
+    if expect.fires and not obs.fired:
+        problems.append(
+            f"ineffective injection: fault {fault.id} never fired (the hook or condition did not "
+            "take effect), so nothing was tested"
+        )
+    if not expect.fires and obs.fired:
+        problems.append(f"fault {fault.id} fired, but this behaviour has no such hook")
+    code = obs.exit_code
+    if expect.exit_code == "nonzero":
+        if not code:
+            problems.append(f"exit code {code}, expected non-zero")
+    elif expect.exit_code != ANY and code != expect.exit_code:
+        problems.append(f"exit code {code}, expected {expect.exit_code}")
+    if expect.http_bound is False and obs.http_bound:
+        problems.append(
+            "HTTP was bound during the failed restore (seen by "
+            + ", ".join(obs.http_bound_by)
+            + "): the output check did not complete before serving"
+        )
+    if expect.http_bound is True and not obs.http_bound:
+        problems.append("HTTP was never bound, but this behaviour binds before its public canary")
+    if expect.error_phase == "absent" and obs.error_json is not None:
+        problems.append(f"error.json present ({obs.error_json}), expected none for this behaviour")
+    elif expect.error_phase not in (None, "absent"):
+        if obs.error_json is None:
+            problems.append(f"error.json missing, expected phase {expect.error_phase!r}")
+        elif obs.phase != expect.error_phase:
+            problems.append(f"error.json phase {obs.phase!r}, expected {expect.error_phase!r}")
+    if expect.artifact_unchanged and obs.artifact_unchanged is False:
+        problems.append("the artifact was mutated although the check must come before mutation")
+    if expect.message and expect.message not in obs.stderr_tail:
+        problems.append(f"stderr does not say {expect.message!r}")
+    if fault.kind == "create" and not results.get("injected", {}).get("target_removed", False):
+        problems.append("the failed create left its target directory behind")
+    cleanup = results.get("cleanup", {})
+    if not cleanup.get("ok", False):
+        problems.append(
+            f"cleanup incomplete after the failure: leftover {cleanup.get('leftover_processes')}, "
+            f"ports open {cleanup.get('ports_open')}, link remaps equal {cleanup.get('link_remaps_equal')}"
+        )
+    follow = results.get("followup_restore", {})
+    if expect.followup_restore and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
+        problems.append(f"the artifact no longer restores after the failure: {follow}")
+    return problems
+
+
+def observation_dict(obs: Observation) -> dict[str, Any]:
+    return asdict(obs)

