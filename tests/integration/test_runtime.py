@@ -1,0 +1,88 @@
+"""The container runtime against the real Docker engine (no fakes): exec codes, deadlines, restart, sweep."""
+
+from __future__ import annotations
+
+import time
+
+import docker.errors
+import pytest
+
+from vsnap_qual import runtime
+from vsnap_qual.runtime import ContainerSpec, EngineContainer
+
+BASE_IMAGE = "vsnap-debian:bookworm"
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def box(docker_client):
+    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    spec = ContainerSpec(image_id=image.id, name=f"vsnap-test-runtime-{int(time.time())}",
+                         labels={runtime.LABEL_SESSION: "test-runtime", runtime.LABEL_OWNER: runtime.owner_label()},
+                         environment={"VLLM_USE_V2_MODEL_RUNNER": "1"}, privileges="host-namespaces")
+    container = EngineContainer.start(docker_client, spec)
+    yield container
+    container.remove()
+
+
+def test_exec_returns_real_exit_codes_and_output(box, tmp_path):
+    log = tmp_path / "step.log"
+    result = box.exec(["sh", "-c", "echo out; echo err >&2; exit 7"], 30, log=log)
+    assert result.exit_code == 7
+    assert result.stdout == "out\n" and result.stderr == "err\n"
+    assert "out" in log.read_text() and "err" in log.read_text()
+    assert box.exec(["printenv", "VLLM_USE_V2_MODEL_RUNNER"], 10).stdout.strip() == "1"
+    assert box.exec(["printenv", "EXTRA"], 10, env={"EXTRA": "x"}).stdout.strip() == "x"
+
+
+def test_exec_is_bounded_inside_the_container(box):
+    started = time.time()
+    result = box.exec(["sleep", "30"], 2)
+    assert result.timed_out and result.exit_code == 124
+    assert time.time() - started < 10
+
+
+def test_spawn_keeps_running_after_the_exec_returns(box):
+    pid = box.spawn(["sleep", "300"], "/tmp/sleeper.log")
+    assert any(p["pid"] == pid for p in box.processes())
+    assert box.exec(["kill", "-0", str(pid)], 10).exit_code == 0
+    box.exec(["kill", str(pid)], 10)
+
+
+def test_files_are_read_back_and_missing_files_are_none(box):
+    box.sh("printf 'abc' > /tmp/f", 10)
+    assert box.read_bytes("/tmp/f") == b"abc"
+    assert box.read_bytes("/tmp/does-not-exist") is None
+
+
+def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(box):
+    box.sh("echo kept > /root/marker", 10)
+    pid = box.spawn(["sleep", "300"], "/tmp/s2.log")
+    before = box.id
+    box.restart(stop_timeout=5)
+    assert box.id == before and box.running
+    assert box.read_text("/root/marker") == "kept\n"
+    assert all(p["pid"] != pid for p in box.processes())
+
+
+def test_sweep_removes_containers_of_dead_owners_only(docker_client):
+    image = docker_client.images.get(BASE_IMAGE)
+    labels = {runtime.LABEL_SESSION: "test-sweep"}
+    dead = docker_client.containers.create(image.id, ["sleep", "1"], labels={**labels,
+                                           runtime.LABEL_OWNER: f"{__import__('socket').gethostname()}:999999999"})
+    alive = docker_client.containers.create(image.id, ["sleep", "1"], labels={**labels,
+                                            runtime.LABEL_OWNER: runtime.owner_label()})
+    try:
+        removed = runtime.sweep(docker_client)
+        assert dead.name in removed and alive.name not in removed
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(dead.id)
+        assert runtime.sweep(docker_client, "test-sweep") == [alive.name]
+    finally:
+        for c in (dead, alive):
+            runtime.remove_container(c)
+
+
+def test_missing_image_is_not_pulled_silently(docker_client):
+    with pytest.raises(runtime.RuntimeFailure, match="is not present locally and could not be pulled"):
+        runtime.resolve_image(docker_client, "vsnap-no-such-image:never", pull_timeout=30)
