@@ -24,9 +24,7 @@ class TestFaults:
     def test_fault(self, fault_lane: LaneRun, fault: faults.Fault, request: pytest.FixtureRequest) -> None:
         """Inject one failure; judge exit code, HTTP, error.json phase, mutation, cleanup and the next restore."""
         expect = EXPECTATIONS[fault_lane.lane.expect][fault.id]
-        with fault_lane.step(
-            f"fault:{fault.id}", request.node.nodeid, requires=("fault-artifact",)
-        ) as record:
+        with fault_lane.step(f"fault:{fault.id}", request.node.nodeid, requires=("fault-artifact",)) as record:
             observed = faults.run_fault(fault_lane, fault, record)
             problems = faults.judge(fault, expect, observed, record["results"])
             record["results"].update(
@@ -38,6 +36,4 @@ class TestFaults:
                 mismatches=problems,
             )
             if problems:
-                raise StepFailed(
-                    f"{fault.title} ({fault_lane.lane.expect} expectations): " + "; ".join(problems)
-                )
+                raise StepFailed(f"{fault.title} ({fault_lane.lane.expect} expectations): " + "; ".join(problems))

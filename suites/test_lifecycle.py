@@ -19,6 +19,13 @@ class TestLifecycle:
         with lane_run.step("ordinary", request.node.nodeid) as record:
             steps.ordinary_reference(lane_run, record)
 
+    def test_agrees_with_base_image(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """Base arm only: its ordinary outputs and parameter bytes equal the image under test's."""
+        if lane_run.lane.arm != "base":
+            pytest.skip(f"{lane_run.lane.name}: compared from the base arm")
+        with lane_run.step("vs-head", request.node.nodeid, requires=("ordinary",)) as record:
+            steps.compare_arms(lane_run, record)
+
     def test_create(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """``vllm snapshot create`` offline, with the same engine arguments; the captured tree is gone after."""
         with lane_run.step("create", request.node.nodeid) as record:

@@ -16,13 +16,3 @@ def docker_client():
         return runtime.connect()
     except runtime.RuntimeFailure as exc:
         pytest.fail(f"Docker engine needed by this test is unreachable: {exc}")
-
-
-def image_present(client, ref: str) -> bool:
-    import docker.errors
-
-    try:
-        client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return False
-    return True

@@ -71,6 +71,7 @@ class QualConfig:
     engine_args: tuple[str, ...] = ()
     model_cache: Path | None = None
     secret_names: tuple[str, ...] = SECRET_ENV_NAMES
+    probe_dir: Path | None = None
     doctor: bool = False
     annotate: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -139,9 +140,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             "e.g. --vsnap-image=vllm/vllm-openai:nightly --vsnap-model=Qwen/Qwen3-0.6B --vsnap-revision=<40 hex>"
         )
     if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
-        raise pytest.UsageError(
-            "--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files"
-        )
+        raise pytest.UsageError("--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files")
     run_id = run_id or new_run_id()
     report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
     if not report_dir.is_absolute():
@@ -174,6 +173,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         engine_args=parsed.get("vsnap_engine_args") or (),
         model_cache=parsed.get("vsnap_model_cache"),
         secret_names=secret_names,
+        probe_dir=parsed.get("vsnap_probe_dir"),
         doctor=bool(parsed.get("vsnap_doctor")),
         annotate=bool(parsed.get("vsnap_annotate")),
     )

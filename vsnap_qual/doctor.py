@@ -91,21 +91,41 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
     cache = opts.get("vsnap_model_cache")
     if cache and opts.get("vsnap_model") and opts.get("vsnap_revision"):
         problems = model_cache_problems(Path(cache), opts["vsnap_model"], opts["vsnap_revision"])
-        add(CheckResult("model cache", "FAIL" if problems else "PASS",
-                        "; ".join(problems) or f"{opts['vsnap_model']} complete at {opts['vsnap_revision'][:12]}",
-                        f"huggingface-cli download {opts['vsnap_model']} --revision {opts['vsnap_revision']}"))
+        add(
+            CheckResult(
+                "model cache",
+                "FAIL" if problems else "PASS",
+                "; ".join(problems) or f"{opts['vsnap_model']} complete at {opts['vsnap_revision'][:12]}",
+                f"huggingface-cli download {opts['vsnap_model']} --revision {opts['vsnap_revision']}",
+            )
+        )
     else:
-        add(CheckResult("model cache", "SKIP", "no --vsnap-model-cache: the image's own HF_HOME is used",
-                        required=False))
+        add(
+            CheckResult(
+                "model cache", "SKIP", "no --vsnap-model-cache: the image's own HF_HOME is used", required=False
+            )
+        )
     root = client.info().get("DockerRootDir", "/var/lib/docker")
     free_gib = shutil.disk_usage(root if Path(root).exists() else "/").free / 2**30
-    add(CheckResult("disk for artifacts", "PASS" if free_gib >= 10 else "FAIL", f"{free_gib:.0f} GiB free under {root}",
-                    "free at least 10 GiB (the e2e requires it for the artifact)"))
+    add(
+        CheckResult(
+            "disk for artifacts",
+            "PASS" if free_gib >= 10 else "FAIL",
+            f"{free_gib:.0f} GiB free under {root}",
+            "free at least 10 GiB (the e2e requires it for the artifact)",
+        )
+    )
     base = int(opts.get("vsnap_port_base") or 0)
     if base:
         busy = [p for p in range(base, base + 40) if not runtime.port_is_free(p)]
-        add(CheckResult("ports", "FAIL" if busy else "PASS", f"busy: {busy}" if busy else f"{base}..{base + 39} free",
-                        "choose another --vsnap-port-base, or 0"))
+        add(
+            CheckResult(
+                "ports",
+                "FAIL" if busy else "PASS",
+                f"busy: {busy}" if busy else f"{base}..{base + 39} free",
+                "choose another --vsnap-port-base, or 0",
+            )
+        )
     else:
         add(CheckResult("ports", "PASS", "free ports are picked per lane (--vsnap-port-base=0)"))
     return out
@@ -115,27 +135,50 @@ def _gpu_runtime(has_nvidia: bool, want_gpu: bool) -> CheckResult:
     if has_nvidia:
         return CheckResult("nvidia container runtime", "PASS", "nvidia runtime or CDI spec present")
     if want_gpu:
-        return CheckResult("nvidia container runtime", "FAIL", "no nvidia runtime or CDI spec in Docker",
-                           "install the NVIDIA Container Toolkit and restart Docker")
-    return CheckResult("nvidia container runtime", "SKIP", "no GPU on this host: only CPU-only engine images can be qualified here", required=False)
+        return CheckResult(
+            "nvidia container runtime",
+            "FAIL",
+            "no nvidia runtime or CDI spec in Docker",
+            "install the NVIDIA Container Toolkit and restart Docker",
+        )
+    return CheckResult(
+        "nvidia container runtime",
+        "SKIP",
+        "no GPU on this host: only CPU-only engine images can be qualified here",
+        required=False,
+    )
 
 
 def _gpu_checks(want_gpu: bool) -> list[CheckResult]:
-    listing = _smi(["--query-gpu=name,uuid,mig.mode.current,driver_version,memory.total",
-                    "--format=csv,noheader"])
+    listing = _smi(["--query-gpu=name,uuid,mig.mode.current,driver_version,memory.total", "--format=csv,noheader"])
     if listing is None:
         status = "FAIL" if want_gpu else "SKIP"
-        return [CheckResult("GPUs", status, "nvidia-smi not found or failing on the host",
-                            "install the NVIDIA driver", required=want_gpu)]
+        return [
+            CheckResult(
+                "GPUs",
+                status,
+                "nvidia-smi not found or failing on the host",
+                "install the NVIDIA driver",
+                required=want_gpu,
+            )
+        ]
     rows = [r.strip() for r in listing.splitlines() if r.strip()]
     mig = [r for r in rows if ", Enabled," in r]
     apps = (_smi(["--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]) or "").strip()
     return [
         CheckResult("GPUs", "PASS" if rows else "FAIL", "; ".join(rows) or "none visible", "check the driver"),
-        CheckResult("MIG disabled", "FAIL" if mig else "PASS", f"MIG enabled on {mig}" if mig else "no MIG",
-                    "disable MIG: snapshots need a whole GPU"),
-        CheckResult("GPU idle", "FAIL" if apps else "PASS", f"compute apps: {apps}" if apps else "no compute apps",
-                    "stop the processes using the GPU (CRIU restores original PIDs and memory)"),
+        CheckResult(
+            "MIG disabled",
+            "FAIL" if mig else "PASS",
+            f"MIG enabled on {mig}" if mig else "no MIG",
+            "disable MIG: snapshots need a whole GPU",
+        ),
+        CheckResult(
+            "GPU idle",
+            "FAIL" if apps else "PASS",
+            f"compute apps: {apps}" if apps else "no compute apps",
+            "stop the processes using the GPU (CRIU restores original PIDs and memory)",
+        ),
     ]
 
 
@@ -144,9 +187,11 @@ def _io_uring(want_gpu: bool) -> CheckResult:
     value = path.read_text().strip() if path.exists() else "absent"
     ok = value == "2"
     return CheckResult(
-        "kernel.io_uring_disabled", "PASS" if ok else ("FAIL" if want_gpu else "SKIP"),
+        "kernel.io_uring_disabled",
+        "PASS" if ok else ("FAIL" if want_gpu else "SKIP"),
         f"= {value} (root in the container bypasses 1; snapshot create rejects io_uring fds)",
-        "sudo sysctl -w kernel.io_uring_disabled=2", required=want_gpu,
+        "sudo sysctl -w kernel.io_uring_disabled=2",
+        required=want_gpu,
     )
 
 
@@ -156,41 +201,82 @@ def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[Che
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:
-        return [CheckResult(label, "FAIL", f"{ref} is not present locally",
-                            "docker login && docker pull it, or `make reference` for the reference engine")]
+        return [
+            CheckResult(
+                label,
+                "FAIL",
+                f"{ref} is not present locally",
+                "docker login && docker pull it, or `make reference` for the reference engine",
+            )
+        ]
     platform = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
     labels = image.labels or {}
     revision = labels.get("org.opencontainers.image.revision") or "unlabelled"
     build = labels.get("ai.vllm.build.commit") or "unlabelled"
     results = [
         CheckResult(label, "PASS", f"{ref} = {image.id[:19]}"),
-        CheckResult(f"{label} platform", "PASS" if platform == "linux/amd64" else "FAIL", platform,
-                    "snapshots ship only in linux/amd64 CUDA 13 images"),
-        CheckResult(f"{label} revision labels", "PASS" if revision == build or build == "unlabelled" else "FAIL",
-                    f"org.opencontainers.image.revision={revision}, ai.vllm.build.commit={build}",
-                    "the two labels must name the same vLLM commit", required=False),
+        CheckResult(
+            f"{label} platform",
+            "PASS" if platform == "linux/amd64" else "FAIL",
+            platform,
+            "snapshots ship only in linux/amd64 CUDA 13 images",
+        ),
+        CheckResult(
+            f"{label} revision labels",
+            "PASS" if revision == build or build == "unlabelled" else "FAIL",
+            f"org.opencontainers.image.revision={revision}, ai.vllm.build.commit={build}",
+            "the two labels must name the same vLLM commit",
+            required=False,
+        ),
     ]
     try:
-        raw = client.containers.run(image.id, ["python3", "-c", IMAGE_SCRIPT], entrypoint=[], remove=True,
-                                    network_mode="none", labels={runtime.LABEL_OWNER: runtime.owner_label(),
-                                                                 "ai.vsnap.doctor": "1"})
+        raw = client.containers.run(
+            image.id,
+            ["python3", "-c", IMAGE_SCRIPT],
+            entrypoint=[],
+            remove=True,
+            network_mode="none",
+            labels={runtime.LABEL_OWNER: runtime.owner_label(), "ai.vsnap.doctor": "1"},
+        )
         inside = json.loads(raw.decode().strip().splitlines()[-1])
     except (docker.errors.DockerException, ValueError, IndexError) as exc:
-        return [*results, CheckResult(f"{label} contents", "FAIL", f"cannot run python3 in the image: {exc}",
-                                      "the image must have python3 and vllm")]
-    results.append(CheckResult(f"{label} vllm", "PASS" if inside.get("vllm") else "FAIL",
-                               f"vllm {inside.get('vllm')}", "the image must have vllm installed"))
+        return [
+            *results,
+            CheckResult(
+                f"{label} contents",
+                "FAIL",
+                f"cannot run python3 in the image: {exc}",
+                "the image must have python3 and vllm",
+            ),
+        ]
+    results.append(
+        CheckResult(
+            f"{label} vllm",
+            "PASS" if inside.get("vllm") else "FAIL",
+            f"vllm {inside.get('vllm')}",
+            "the image must have vllm installed",
+        )
+    )
     checks: list[tuple[str, bool, str, str]] = [
         ("criu", bool(inside.get("criu")), str(inside.get("criu")), "use an image with the snapshot runtime"),
-        ("cuda-checkpoint", bool(inside.get("cuda_checkpoint")), str(inside.get("cuda_checkpoint")),
-         "only CUDA 13 x86-64 official images ship it"),
-        ("CRIU_CUDA_PLUGIN_DIR/cuda_plugin.so", bool(inside.get("cuda_plugin")),
-         f"CRIU_CUDA_PLUGIN_DIR={inside.get('criu_cuda_plugin_dir')}", "set CRIU_CUDA_PLUGIN_DIR in the image"),
+        (
+            "cuda-checkpoint",
+            bool(inside.get("cuda_checkpoint")),
+            str(inside.get("cuda_checkpoint")),
+            "only CUDA 13 x86-64 official images ship it",
+        ),
+        (
+            "CRIU_CUDA_PLUGIN_DIR/cuda_plugin.so",
+            bool(inside.get("cuda_plugin")),
+            f"CRIU_CUDA_PLUGIN_DIR={inside.get('criu_cuda_plugin_dir')}",
+            "set CRIU_CUDA_PLUGIN_DIR in the image",
+        ),
     ]
     for name, ok, detail, fix in checks:
         status = "PASS" if ok else ("FAIL" if want_gpu else "SKIP")
-        results.append(CheckResult(f"{label} {name}", status, detail if ok else f"missing ({detail})", fix,
-                                   required=want_gpu))
+        results.append(
+            CheckResult(f"{label} {name}", status, detail if ok else f"missing ({detail})", fix, required=want_gpu)
+        )
     return results
 
 

@@ -35,9 +35,7 @@ class CanaryOutput:
         return asdict(self)
 
 
-def completion(
-    port: int, model: str, prompt: str, host: str = "127.0.0.1", timeout: float = 120.0
-) -> CanaryOutput:
+def completion(port: int, model: str, prompt: str, host: str = "127.0.0.1", timeout: float = 120.0) -> CanaryOutput:
     """The snapshot canary request of the contract (§3.3 step 7) for any prompt."""
     body = {
         "model": model,
@@ -51,16 +49,12 @@ def completion(
     }
     response = requests.post(f"http://{host}:{port}/v1/completions", json=body, timeout=timeout)
     if response.status_code != 200:
-        raise EngineError(
-            f"completion for {prompt!r} returned HTTP {response.status_code}: {response.text[:300]}"
-        )
+        raise EngineError(f"completion for {prompt!r} returned HTTP {response.status_code}: {response.text[:300]}")
     choice = response.json()["choices"][0]
     logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
     token_ids = choice.get("token_ids")
     if not isinstance(token_ids, list) or len(token_ids) != 1 or len(logprobs) != 1:
-        raise EngineError(
-            f"completion for {prompt!r} must return exactly one token with one logprob: {choice}"
-        )
+        raise EngineError(f"completion for {prompt!r} must return exactly one token with one logprob: {choice}")
     value = logprobs[0]
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         raise EngineError(f"completion for {prompt!r} returned a non-finite logprob {value!r}")
@@ -90,9 +84,7 @@ def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) ->
         f"http://{host}:{port}/collective_rpc", json={"method": "vsnap_param_digests"}, timeout=timeout
     )
     if response.status_code == 404:
-        raise EngineError(
-            "/collective_rpc is missing: the engine was not started with VLLM_SERVER_DEV_MODE=1"
-        )
+        raise EngineError("/collective_rpc is missing: the engine was not started with VLLM_SERVER_DEV_MODE=1")
     if response.status_code != 200:
         raise EngineError(
             f"/collective_rpc vsnap_param_digests returned HTTP {response.status_code}: {response.text[:300]}"
@@ -107,9 +99,7 @@ def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) ->
     return digests
 
 
-def compare_digests(
-    reference: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]
-) -> dict[str, Any]:
+def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Which parameters kept their bytes; unobservable ones are named, never counted as unchanged."""
     changed, missing, unobservable = [], [], []
     unchanged = 0

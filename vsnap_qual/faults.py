@@ -55,9 +55,7 @@ class Fault:
 FAULTS: tuple[Fault, ...] = (
     Fault("wake-raise", "recovery failure after memory wake", "hook", "wake-raise"),
     Fault("communicators-raise", "failure while restoring communicators", "hook", "communicators-raise"),
-    Fault(
-        "canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook", "canary-perturb"
-    ),
+    Fault("canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook", "canary-perturb"),
     Fault(
         "recovery-deadline",
         "recovery stalls past VLLM_SNAPSHOT_TIMEOUT_S frozen at create",
@@ -301,9 +299,7 @@ def truncate_image(run: LaneRun) -> str:
     return result.stdout.strip()
 
 
-def _signal_when_fired(
-    run: LaneRun, signame: str, done: threading.Event, sent: list[str], limit: float
-) -> None:
+def _signal_when_fired(run: LaneRun, signame: str, done: threading.Event, sent: list[str], limit: float) -> None:
     deadline = time.time() + limit
     while time.time() < deadline and not done.is_set():
         if fired_records(run):
@@ -449,7 +445,7 @@ def followup_restore(run: LaneRun) -> dict[str, Any]:
     outcome: dict[str, Any] = {"exit_code": result.exit_code, "seconds": round(result.seconds, 3)}
     if result.exit_code == 0:
         try:
-            got = engine.completion(port, run.served_model, VLLM_CANARY_PROMPT)
+            got = engine.completion(port, run.served_model, VLLM_CANARY_PROMPT, timeout=run.config.timeouts["http"])
             outcome["canary"] = got.as_dict()
             outcome["canary_ok"] = (
                 got.token_ids == run.manifest.get("oracle_token_ids")

@@ -37,6 +37,7 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "restore": 900.0,
     "stop": 60.0,
     "exec": 120.0,
+    "http": 120.0,
 }
 SECRET_ENV_NAMES: tuple[str, ...] = (
     "HF_TOKEN",
@@ -56,9 +57,7 @@ def parse_str(value: str) -> str:
 def parse_image(value: str) -> str:
     value = parse_str(value)
     if any(c.isspace() for c in value):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an image reference (e.g. vllm/vllm-openai:nightly)"
-        )
+        raise argparse.ArgumentTypeError(f"{value!r} is not an image reference (e.g. vllm/vllm-openai:nightly)")
     return value
 
 
@@ -162,9 +161,7 @@ PRIVILEGES: dict[str, str] = {
 def parse_privileges(value: str) -> str:
     value = value.strip()
     if value not in PRIVILEGES:
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in PRIVILEGES.items())
-        )
+        raise argparse.ArgumentTypeError(f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in PRIVILEGES.items()))
     return value
 
 
@@ -296,18 +293,12 @@ class OptionSpec:
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("image", parse_image, "", "engine image under test (e.g. vllm/vllm-openai:nightly-<sha>)"),
     OptionSpec("base-image", parse_image, "", "unmodified base image: a second comparison arm, no overlay"),
-    OptionSpec(
-        "overlay", parse_optional_dir, "", "vLLM checkout whose changed vllm/**.py files are overlaid"
-    ),
-    OptionSpec(
-        "overlay-ref", parse_str, "HEAD", "git base ref of the overlay checkout: files changed since it"
-    ),
+    OptionSpec("overlay", parse_optional_dir, "", "vLLM checkout whose changed vllm/**.py files are overlaid"),
+    OptionSpec("overlay-ref", parse_str, "HEAD", "git base ref of the overlay checkout: files changed since it"),
     OptionSpec("overlay-files", parse_file_list, "", "explicit overlay files (comma-separated, under vllm/)"),
     OptionSpec("model", parse_str, "", "model id as on the Hugging Face hub (e.g. Qwen/Qwen3-0.6B)"),
     OptionSpec("revision", parse_revision, "", "40-hex model revision (snapshot create requires one)"),
-    OptionSpec(
-        "tokenizer-revision", parse_optional_revision, "", "40-hex tokenizer revision (default: revision)"
-    ),
+    OptionSpec("tokenizer-revision", parse_optional_revision, "", "40-hex tokenizer revision (default: revision)"),
     OptionSpec("dtype", parse_dtype, "float16", "--dtype for serve and create"),
     OptionSpec("max-model-len", parse_positive_int, "512", "--max-model-len for serve and create"),
     OptionSpec("gpu-memory-utilization", parse_fraction, "0.5", "--gpu-memory-utilization"),
@@ -315,17 +306,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("runners", parse_runners, "v1,v2", "model runners to qualify: v1 and/or v2"),
     OptionSpec("prompts", parse_prompts, "", "file of canary prompts (JSON list or one per line)"),
     OptionSpec("logprob-tolerance", parse_tolerance, "0.001", "max |Δ logprob| vs the ordinary reference"),
-    OptionSpec(
-        "model-cache", parse_optional_dir, "", "host HF cache (HF_HOME or its hub/), mounted read-only"
-    ),
+    OptionSpec("model-cache", parse_optional_dir, "", "host HF cache (HF_HOME or its hub/), mounted read-only"),
     OptionSpec("gpus", parse_gpus, "auto", "GPUs for the engine: auto, all, none, or one GPU UUID"),
     OptionSpec("privileges", parse_privileges, "privileged", "privileged, host-namespaces or isolated"),
     OptionSpec("port-base", parse_port_base, "0", "first host port to use; 0 picks free ports"),
-    OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900"),
+    OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900,http=120"),
     OptionSpec("report-dir", parse_optional_path, "", "report directory (default reports/<run id>)"),
     OptionSpec("expect", parse_expect, "head", "behaviour expected of --vsnap-image: head or base"),
     OptionSpec("base-expect", parse_expect, "base", "behaviour expected of --vsnap-base-image"),
     OptionSpec("fault-timeout", parse_seconds, "300", "VLLM_SNAPSHOT_TIMEOUT_S for the fault artifact"),
+    OptionSpec("probe-dir", parse_optional_dir, "", "probe package to mount instead of the built-in one"),
     OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),
     OptionSpec("doctor", parse_bool, "false", "run the doctor checks before the suites", flag=True),
     OptionSpec("annotate", parse_bool, "false", "run buildkite-agent annotate with summary.md", flag=True),
@@ -340,9 +330,7 @@ def add_options(parser: pytest.Parser) -> None:
         shown = spec.default or "unset"
         help_text = f"{spec.help} [env {spec.env}, ini {spec.dest}; default: {shown}]"
         if spec.flag:
-            group.addoption(
-                spec.cli, dest=spec.dest, action="store_const", const="true", default=None, help=help_text
-            )
+            group.addoption(spec.cli, dest=spec.dest, action="store_const", const="true", default=None, help=help_text)
         else:
             group.addoption(
                 spec.cli,

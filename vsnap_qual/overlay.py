@@ -60,9 +60,7 @@ def changed_files(checkout: Path, ref: str) -> list[str]:
 def collect(checkout: Path, ref: str, explicit: tuple[str, ...] = ()) -> list[OverlayFile]:
     """The overlay files of a checkout: the explicit list, else every changed file since ``ref``."""
     if not (checkout / "vllm").is_dir():
-        raise OverlayError(
-            f"{checkout} has no vllm/ package directory: point --vsnap-overlay at a vLLM checkout"
-        )
+        raise OverlayError(f"{checkout} has no vllm/ package directory: point --vsnap-overlay at a vLLM checkout")
     names = list(explicit) if explicit else changed_files(checkout, ref)
     if not names:
         raise OverlayError(

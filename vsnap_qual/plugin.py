@@ -26,6 +26,7 @@ from vsnap_qual.steps import LaneRun
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
+PEERS_KEY = pytest.StashKey[dict[str, dict[str, object]]]()  # lane name -> its ordinary reference results
 PREFLIGHT_FILE = "preflight.json"
 
 
@@ -119,7 +120,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every test asking for ``lane`` runs once per runner × arm, grouped so one xdist worker owns a lane."""
+    """Every test asking for ``lane`` runs once per runner × arm; one xdist worker owns a runner (both arms, in
+    order head then base, so the base arm can be compared with the head arm)."""
     if "lane" not in metafunc.fixturenames:
         return
     qual = metafunc.config.stash.get(CONFIG_KEY, None)
@@ -230,7 +232,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     store.append("session_end", ended=utc_now(), exitstatus=int(exitstatus), complete=True)
     from vsnap_qual.report import write_reports
 
-    paths = write_reports(qual.report_dir, github_step_summary=True, annotate=qual.annotate)
+    paths = write_reports(qual.report_dir, github_step_summary=True, annotate=qual.annotate,
+                          extra_secret_names=qual.secret_names)
     config.stash[REPORT_PATHS_KEY] = paths
 
 
@@ -242,8 +245,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     paths = config.stash.get(REPORT_PATHS_KEY, None)
     if qual is None or paths is None:
         return
-    from vsnap_qual.report.terminal import summary_lines
+    from vsnap_qual.report.terminal import terminal_summary_lines
 
     terminalreporter.section("vsnap-qual")
-    for line in summary_lines(qual.report_dir / "results.json"):
+    for line in terminal_summary_lines(paths.results, paths):
         terminalreporter.write_line(line)
+    for note in paths.notes:
+        terminalreporter.write_line(f"note: {note}")

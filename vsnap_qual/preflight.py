@@ -43,8 +43,7 @@ class PreflightResult:
                 "images": self.images,
                 "packages": self.packages,
                 "overlay": [
-                    {"relative": f.relative, "host_path": str(f.host_path), "sha256": f.sha256}
-                    for f in self.overlay
+                    {"relative": f.relative, "host_path": str(f.host_path), "sha256": f.sha256} for f in self.overlay
                 ],
             }
         )
@@ -88,9 +87,7 @@ def model_cache_problems(cache: Path, model: str, revision: str) -> list[str]:
         except (ValueError, KeyError):
             listed = set()
             problems.append("model.safetensors.index.json is unreadable")
-        problems += [
-            f"{name} (listed by the index) missing" for name in sorted(listed) if not (snap / name).exists()
-        ]
+        problems += [f"{name} (listed by the index) missing" for name in sorted(listed) if not (snap / name).exists()]
     elif not any(p.name.endswith(WEIGHT_SUFFIXES) for p in snap.iterdir()):
         problems.append("no weight file (*.safetensors/*.bin)")
     if not any((snap / name).exists() for name in TOKENIZER_FILES):
@@ -124,9 +121,7 @@ def probe_package(client: DockerClient, image_id: str, session: str, timeout: fl
     return dict(info)
 
 
-def overlay_targets_exist(
-    client: Any, image_id: str, package_dir: str, files: list[OverlayFile]
-) -> list[str]:
+def overlay_targets_exist(client: Any, image_id: str, package_dir: str, files: list[OverlayFile]) -> list[str]:
     """Overlay files whose package directory does not exist in the image (created, never started)."""
     container = client.containers.create(image_id, entrypoint=["true"], labels={"ai.vsnap.probe": "1"})
     missing = []
@@ -147,9 +142,7 @@ def run_preflight(config: QualConfig) -> PreflightResult:
     check_report_dir(config.report_dir)
     for port in _fixed_ports(config):
         if not runtime.port_is_free(port):
-            raise PreflightError(
-                f"--vsnap-port-base: port {port} is in use; pick another base or 0 (free ports)"
-            )
+            raise PreflightError(f"--vsnap-port-base: port {port} is in use; pick another base or 0 (free ports)")
     if config.model_cache is not None:
         revisions = dict.fromkeys((config.revision, config.tokenizer_revision))
         problems = [p for r in revisions for p in model_cache_problems(config.model_cache, config.model, r)]

@@ -78,9 +78,7 @@ def resolve_image(client: DockerClient, ref: str, pull_timeout: float = 900.0) -
     worker.start()
     worker.join(pull_timeout)
     if worker.is_alive():
-        raise RuntimeFailure(
-            f"image {ref!r} is not local and pulling it did not finish in {pull_timeout:.0f} s"
-        )
+        raise RuntimeFailure(f"image {ref!r} is not local and pulling it did not finish in {pull_timeout:.0f} s")
     if "error" in outcome:
         err = outcome["error"]
         detail = getattr(err, "explanation", None) or str(err)
@@ -179,16 +177,15 @@ class EngineContainer:
             "stop_signal": "SIGKILL",  # sleep ignores nothing useful; the engine tree is reaped by the kill
         }
         if spec.privileges in ("privileged", "host-namespaces"):
-            kwargs.update(privileged=spec.privileges == "privileged", pid_mode="host", ipc_mode="host",
-                          network_mode="host")
+            kwargs.update(
+                privileged=spec.privileges == "privileged", pid_mode="host", ipc_mode="host", network_mode="host"
+            )
         else:
             kwargs["ports"] = {f"{p}/tcp": ("127.0.0.1", p) for p in spec.ports}
         if spec.gpus == "all":
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         elif spec.gpus.startswith("GPU-"):
-            kwargs["device_requests"] = [
-                docker.types.DeviceRequest(device_ids=[spec.gpus], capabilities=[["gpu"]])
-            ]
+            kwargs["device_requests"] = [docker.types.DeviceRequest(device_ids=[spec.gpus], capabilities=[["gpu"]])]
         try:
             container = client.containers.create(**kwargs)
             container.start()
@@ -196,8 +193,10 @@ class EngineContainer:
         except docker.errors.DockerException as exc:
             hint = ""
             if "apply caps" in str(exc) or "operation not permitted" in str(exc):
-                hint = (" — this Docker host refuses privileged containers; rerun with "
-                        "--vsnap-privileges=host-namespaces (no CRIU) or on a host that allows them")
+                hint = (
+                    " — this Docker host refuses privileged containers; rerun with "
+                    "--vsnap-privileges=host-namespaces (no CRIU) or on a host that allows them"
+                )
             with contextlib.suppress(Exception):
                 remove_container(client.containers.get(spec.name))
             raise RuntimeFailure(f"could not start container {spec.name}: {exc}{hint}") from None
@@ -232,9 +231,9 @@ class EngineContainer:
         wrapped = ["timeout", "--signal=TERM", "--kill-after=10", f"{max(timeout, 1.0):.0f}s", *argv]
         api = self.client.api
         started = time.time()
-        exec_id = api.exec_create(
-            self.id, wrapped, environment=dict(env or {}), user="0", stdout=True, stderr=True
-        )["Id"]
+        exec_id = api.exec_create(self.id, wrapped, environment=dict(env or {}), user="0", stdout=True, stderr=True)[
+            "Id"
+        ]
         out: list[bytes] = []
         err: list[bytes] = []
         handle = log.open("ab") if log else None

@@ -92,6 +92,7 @@ class LaneRun:
     server: ServerHandle | None = None
     kv_snapshot: int | None = None
     last_logs: list[str] = field(default_factory=list)  # report-relative paths, newest last
+    peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # lane name -> ordinary results (same worker)
 
     # ---- bookkeeping -------------------------------------------------------------------------------------
     @property
@@ -178,7 +179,7 @@ class LaneRun:
     def mounts(self) -> list[docker.types.Mount]:
         assert self.control_host is not None
         mounts = [
-            docker.types.Mount("/vsnap/probe", str(PROBE_DIR), type="bind", read_only=True),
+            docker.types.Mount("/vsnap/probe", str(self.config.probe_dir or PROBE_DIR), type="bind", read_only=True),
             docker.types.Mount(CONTROL, str(self.control_host), type="bind", read_only=False),
         ]
         cache = self.config.model_cache
@@ -203,7 +204,9 @@ class LaneRun:
             (self.control_host / sub).mkdir(parents=True, exist_ok=True)
         modules = [f.module for f in self.overlay] if self.lane.overlaid else []
         (self.control_host / "overlay.json").write_text(json.dumps({"modules": modules}))
-        self.ports = self.config.fixed_ports(self.lane) or dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=False))
+        self.ports = self.config.fixed_ports(self.lane) or dict(
+            zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=False)
+        )
         spec = ContainerSpec(
             image_id=image.id,
             name=f"vsnap-{self.session_id}-{self.lane.name}-{self.purpose}",
@@ -222,8 +225,7 @@ class LaneRun:
         gpu = None
         if gpus != "none":
             smi = self.box.sh(
-                "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total "
-                "--format=csv,noheader 2>/dev/null",
+                "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader 2>/dev/null",
                 30,
             )
             gpu = smi.stdout.strip() or None
@@ -305,9 +307,7 @@ class LaneRun:
                 return f"vllm serve exited before it was ready; log tail:\n{tail}"
 
             try:
-                ready = engine.wait_until(
-                    lambda: engine.health_ok(port), self.config.timeouts["serve"], abort=died
-                )
+                ready = engine.wait_until(lambda: engine.health_ok(port), self.config.timeouts["serve"], abort=died)
             except engine.EngineError as exc:
                 self.server = handle
                 raise StepFailed(str(exc)) from None
@@ -321,7 +321,8 @@ class LaneRun:
 
     # ---- observations ---------------------------------------------------------------------------------------
     def canaries(self, port: int) -> list[CanaryOutput]:
-        return [engine.completion(port, self.served_model, p) for p in self.config.prompts]
+        timeout = self.config.timeouts["http"]
+        return [engine.completion(port, self.served_model, p, timeout=timeout) for p in self.config.prompts]
 
     def kv_from_server(self, port: int, log_text: str) -> tuple[int | None, str]:
         tokens = engine.kv_from_metrics(port)
@@ -365,9 +366,7 @@ class LaneRun:
 
     def probe_loaded_pids(self) -> list[int]:
         assert self.control_host is not None
-        return sorted(
-            int(p.stem.split("-", 1)[1]) for p in (self.control_host / "probe").glob("loaded-*.json")
-        )
+        return sorted(int(p.stem.split("-", 1)[1]) for p in (self.control_host / "probe").glob("loaded-*.json"))
 
     def cleanup_audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
         """After a stop: recorded PIDs gone, ports closed, GPU idle, link-remap inventory at its baseline."""
@@ -395,10 +394,7 @@ class LaneRun:
             "link_remaps_equal": remaps == self.link_remaps_baseline,
         }
         audit["ok"] = bool(
-            audit["pids_gone"]
-            and audit["ports_closed"]
-            and gpu_idle is not False
-            and audit["link_remaps_equal"]
+            audit["pids_gone"] and audit["ports_closed"] and gpu_idle is not False and audit["link_remaps_equal"]
         )
         return audit
 
@@ -414,9 +410,7 @@ class LaneRun:
     ) -> ExecResult:
         argv = ["vllm", "snapshot", action, *args]
         record["argv"] = argv
-        result = self.box.exec(
-            argv, self.config.timeouts[timeout_key], env=env, log=self.log(record, name or action)
-        )
+        result = self.box.exec(argv, self.config.timeouts[timeout_key], env=env, log=self.log(record, name or action))
         record["exit_code"] = result.exit_code
         record["engine_seconds"] = round(result.seconds, 3)
         return result
@@ -494,9 +488,7 @@ def inspect_checks(manifest: dict[str, Any], run: LaneRun, gpu_uuid: str | None)
     logprob = manifest.get("oracle_sampled_token_logprob")
     add("oracle_logprob_finite_float", isinstance(logprob, float) and math.isfinite(logprob), logprob)
     size = manifest.get("artifact_bytes")
-    add(
-        "artifact_bytes_positive_int", isinstance(size, int) and not isinstance(size, bool) and size > 0, size
-    )
+    add("artifact_bytes_positive_int", isinstance(size, int) and not isinstance(size, bool) and size > 0, size)
     tree = manifest.get("process_tree") or []
     add(
         "process_tree",
@@ -533,13 +525,14 @@ def ordinary_reference(run: LaneRun, rec: dict[str, Any]) -> None:
     handle = run.serve(rec)
     try:
         canary = run.canaries(handle.port)
-        digests = engine.param_digests(handle.port)
+        digests = engine.param_digests(handle.port, timeout=run.config.timeouts["http"])
         log_text = (run.control_host / rec["logs"][0]).read_text(errors="replace") if run.control_host else ""
         kv, source = run.kv_from_server(handle.port, log_text)
     finally:
         run.stop_server(handle)
     audit = run.cleanup_audit(handle.pids, [handle.port])
     run.ordinary = {"canary": [c.as_dict() for c in canary], "digests": digests, "kv_tokens": kv}
+    run.peers[run.lane.name] = run.ordinary
     rec["results"].update(
         canary=run.ordinary["canary"],
         digests=digests,
@@ -609,8 +602,7 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
         error_json = run.box.read_text(f"{ARTIFACT}/error.json")
         rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None
         raise StepFailed(
-            f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}"
-            f"\n{result.tail()}"
+            f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}\n{result.tail()}"
         )
     root = run.restored_root()
     check(root is not None, "restore exited 0 but restored.pid is missing")
@@ -620,8 +612,10 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
     check(watch.bound or engine.port_open(port), f"restore exited 0 but nothing listens on port {port}")
     canary = run.canaries(port)
     expected = [CanaryOutput(**c) for c in run.ordinary["canary"]]
-    compare = [engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, canary, strict=False)]
-    digests = engine.param_digests(port)
+    compare = [
+        engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, canary, strict=False)
+    ]
+    digests = engine.param_digests(port, timeout=run.config.timeouts["http"])
     digest_compare = engine.compare_digests(run.ordinary["digests"], digests)
     kv = engine.kv_from_metrics(port)
     kv_source = "metrics"
@@ -726,6 +720,36 @@ def overlay_verification(run: LaneRun, rec: dict[str, Any]) -> None:
             for f in bad
         ),
     )
+
+
+def compare_arms(run: LaneRun, rec: dict[str, Any]) -> None:
+    """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
+    head = run.peers.get(f"{run.lane.runner}-head")
+    if not head:
+        pytest.skip(f"{run.lane.name}: the head arm's ordinary reference is not available to compare with")
+    expected = [CanaryOutput(**c) for c in head["canary"]]
+    actual = [CanaryOutput(**c) for c in run.ordinary["canary"]]
+    compare = [engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, actual, strict=True)]
+    digests = engine.compare_digests(head["digests"], run.ordinary["digests"])
+    rec["results"].update(
+        canary_compare=compare,
+        digest_compare=digests,
+        kv_head=head.get("kv_tokens"),
+        kv_base=run.ordinary.get("kv_tokens"),
+    )
+    problems = [
+        f"{c['prompt']!r}: image {c['expected']['token_ids']} {c['expected']['text']!r} "
+        f"{c['expected']['logprob']:.6f} vs base {c['actual']['token_ids']} {c['actual']['text']!r} "
+        f"{c['actual']['logprob']:.6f}"
+        for c in compare
+        if not c["ok"]
+    ]
+    if not digests["ok"]:
+        problems.append(
+            f"{digests['unchanged']}/{digests['total']} digests equal; differ: {digests['changed'][:10]} "
+            f"missing: {digests['missing'][:10]}"
+        )
+    check(not problems, "the image under test and the base image disagree: " + "; ".join(problems))
 
 
 def _audit_problems(audit: dict[str, Any]) -> str:

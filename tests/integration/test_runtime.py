@@ -17,9 +17,13 @@ pytestmark = pytest.mark.docker
 @pytest.fixture(scope="module")
 def box(docker_client):
     image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
-    spec = ContainerSpec(image_id=image.id, name=f"vsnap-test-runtime-{int(time.time())}",
-                         labels={runtime.LABEL_SESSION: "test-runtime", runtime.LABEL_OWNER: runtime.owner_label()},
-                         environment={"VLLM_USE_V2_MODEL_RUNNER": "1"}, privileges="host-namespaces")
+    spec = ContainerSpec(
+        image_id=image.id,
+        name=f"vsnap-test-runtime-{int(time.time())}",
+        labels={runtime.LABEL_SESSION: "test-runtime", runtime.LABEL_OWNER: runtime.owner_label()},
+        environment={"VLLM_USE_V2_MODEL_RUNNER": "1"},
+        privileges="host-namespaces",
+    )
     container = EngineContainer.start(docker_client, spec)
     yield container
     container.remove()
@@ -68,10 +72,14 @@ def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(bo
 def test_sweep_removes_containers_of_dead_owners_only(docker_client):
     image = docker_client.images.get(BASE_IMAGE)
     labels = {runtime.LABEL_SESSION: "test-sweep"}
-    dead = docker_client.containers.create(image.id, ["sleep", "1"], labels={**labels,
-                                           runtime.LABEL_OWNER: f"{__import__('socket').gethostname()}:999999999"})
-    alive = docker_client.containers.create(image.id, ["sleep", "1"], labels={**labels,
-                                            runtime.LABEL_OWNER: runtime.owner_label()})
+    dead = docker_client.containers.create(
+        image.id,
+        ["sleep", "1"],
+        labels={**labels, runtime.LABEL_OWNER: f"{__import__('socket').gethostname()}:999999999"},
+    )
+    alive = docker_client.containers.create(
+        image.id, ["sleep", "1"], labels={**labels, runtime.LABEL_OWNER: runtime.owner_label()}
+    )
     try:
         removed = runtime.sweep(docker_client)
         assert dead.name in removed and alive.name not in removed

@@ -1,0 +1,106 @@
+"""Harness performance, side by side in one run (ratios, never timed tests):
+
+1. harness overhead = wall time of the lifecycle suite / sum of the in-container step times (goal ≤ 1.10);
+2. readiness-notice latency = time from the listener binding to the harness noticing ready (goal ≤ 100 ms);
+3. parallel speed-up = wall time with ``-n 2`` / serial wall time, for two runners (goal ≤ 0.6);
+4. peak RSS of the pytest process (and its xdist workers).
+
+Run: ``python bench/bench_harness.py [--image vsnap-reference:head]`` (``make bench`` runs every benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_suite(report: Path, *args: str) -> tuple[float, int]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "suites/",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not fault",
+        f"--vsnap-report-dir={report}",
+        *args,
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-3000:])
+    return wall, done.returncode
+
+
+def steps(report: Path) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in (report / "evidence.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in records if r["kind"] == "step"]
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    with contextlib.suppress(OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    return f"{platform.node()}: {os.cpu_count()} cores, {cpu}, Linux {platform.release()}, " + (
+        f"Python {platform.python_version()}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--image", default="", help="image under test (default: suites/pytest.ini)")
+    args = parser.parse_args()
+    extra = [f"--vsnap-image={args.image}"] if args.image else []
+    with tempfile.TemporaryDirectory() as tmp:
+        serial_dir, parallel_dir = Path(tmp) / "serial", Path(tmp) / "parallel"
+        serial_wall, serial_rc = run_suite(serial_dir, "--vsnap-runners=v1,v2", *extra)
+        parallel_wall, parallel_rc = run_suite(parallel_dir, "--vsnap-runners=v1,v2", "-n", "2", *extra)
+        serial_steps = steps(serial_dir)
+        engine = sum(s.get("engine_seconds") or 0.0 for s in serial_steps)
+        notices = [
+            s["results"]["notice_latency_s"]
+            for s in serial_steps + steps(parallel_dir)
+            if "notice_latency_s" in (s.get("results") or {})
+        ]
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"machine: {machine()}")
+    print(f"suite exit codes: serial {serial_rc}, -n 2 {parallel_rc}")
+    print(
+        f"1. harness overhead (serial wall {serial_wall:.1f} s / in-container step time {engine:.1f} s): "
+        f"{serial_wall / engine:.3f}  (goal <= 1.10)"
+        if engine
+        else "1. harness overhead: no step times"
+    )
+    if notices:
+        print(
+            f"2. readiness-notice latency: median {statistics.median(notices) * 1000:.1f} ms, "
+            f"max {max(notices) * 1000:.1f} ms over n={len(notices)}  (goal <= 100 ms)"
+        )
+    print(
+        f"3. -n 2 / serial wall time for two runners: {parallel_wall:.1f} / {serial_wall:.1f} = "
+        f"{parallel_wall / serial_wall:.3f}  (goal <= 0.6)"
+    )
+    print(f"4. peak RSS of a pytest process (largest child): {peak_mib:.0f} MiB")
+    return 0 if serial_rc == 0 and parallel_rc == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,21 @@
+"""Fixtures of the Docker integration tests."""
+
+from __future__ import annotations
+
+import pytest
+from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
+
+
+@pytest.fixture(scope="session")
+def reference_images(docker_client) -> None:
+    """The reference engine images must exist (`make reference` builds them; `make test` does first)."""
+    import docker.errors
+
+    missing = []
+    for ref in (REFERENCE_HEAD, REFERENCE_BASE):
+        try:
+            docker_client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            missing.append(ref)
+    if missing:
+        pytest.fail(f"images {missing} are missing: run `make reference` (make test does) before these tests")

@@ -1,0 +1,79 @@
+"""Running the qualification suites, as a user would, against locally built images."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_HEAD = "vsnap-reference:head"
+REFERENCE_BASE = "vsnap-reference:base"
+
+
+@dataclass
+class SuiteRun:
+    """One `pytest suites/ ...` run in a subprocess and what it left in its report directory."""
+
+    returncode: int
+    output: str
+    report_dir: Path
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        from vsnap_qual.evidence import read_records
+
+        path = self.report_dir / "evidence.jsonl"
+        return list(read_records(path)) if path.exists() else []
+
+    def steps(self, **match: Any) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == "step" and all(r.get(k) == v for k, v in match.items())]
+
+    def step(self, **match: Any) -> dict[str, Any]:
+        found = self.steps(**match)
+        assert len(found) == 1, f"expected one step matching {match}, found {len(found)}:\n{self.output[-3000:]}"
+        return found[0]
+
+    @property
+    def results(self) -> dict[str, Any]:
+        return json.loads((self.report_dir / "results.json").read_text())
+
+
+def run_suite(
+    report_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 2400, suite: str = "suites/"
+) -> SuiteRun:
+    """Run the qualification suites exactly as a user would (subprocess, from the repository root)."""
+    cmd = [sys.executable, "-m", "pytest", suite, "-p", "no:cacheprovider", f"--vsnap-report-dir={report_dir}", *args]
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+    return SuiteRun(done.returncode, done.stdout + done.stderr, report_dir)
+
+
+def labelled_containers(client, session: str | None = None) -> list[str]:
+    from vsnap_qual import runtime
+
+    label = f"{runtime.LABEL_SESSION}={session}" if session else runtime.LABEL_SESSION
+    return [c.name for c in client.containers.list(all=True, filters={"label": label})]
+
+
+def image_file(client, image: str, module: str) -> str:
+    """The source of one module of the image's installed vllm package (read without importing it)."""
+    code = f"import importlib.util; s = importlib.util.find_spec({module!r}); print(open(s.origin).read(), end='')"
+    return client.containers.run(
+        image, ["python3", "-c", code], entrypoint=[], remove=True, network_mode="none"
+    ).decode()
+
+
+def make_overlay(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A minimal 'vLLM checkout' holding the given vllm/**.py files."""
+    checkout = tmp_path / "vllm-checkout"
+    for relative, text in files.items():
+        path = checkout / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return checkout

@@ -1,0 +1,147 @@
+"""The whole qualification, run as a user runs it, against the reference engine images (real Docker).
+
+One full run (both runners × image and base arms, lifecycle and faults, a harmless overlay, a secret in the
+environment) is shared by the assertions below; the other tests run what they need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD, image_file, labelled_containers, make_overlay, run_suite
+
+pytestmark = pytest.mark.docker
+SECRET = "secret-value-123"
+OVERLAID = "vllm/snapshot/server.py"
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, docker_client, reference_images):
+    tmp = tmp_path_factory.mktemp("full")
+    source = image_file(docker_client, REFERENCE_HEAD, "vllm.snapshot.server")
+    checkout = make_overlay(tmp, {OVERLAID: source + "\n# vsnap-qual: a harmless overlay (comment only)\n"})
+    run = run_suite(
+        tmp / "report",
+        "-n",
+        "2",
+        f"--vsnap-base-image={REFERENCE_BASE}",
+        f"--vsnap-overlay={checkout}",
+        f"--vsnap-overlay-files={OVERLAID}",
+        env={
+            "HF_TOKEN": SECRET,
+            "VSNAP_SECRETS": "VSNAP_TEST_EXTRA_SECRET",
+            "VSNAP_TEST_EXTRA_SECRET": "another-secret-456",
+        },
+    )
+    run.overlay_sha256 = hashlib.sha256((checkout / OVERLAID).read_bytes()).hexdigest()  # type: ignore[attr-defined]
+    return run
+
+
+def test_every_step_and_fault_passes_on_both_runners_and_arms(full_run):
+    assert full_run.returncode == 0, full_run.output[-6000:]
+    for runner in ("v1", "v2"):
+        for arm in ("head", "base"):
+            lane = f"{runner}-{arm}"
+            for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2"):
+                assert full_run.step(lane=lane, step=step)["outcome"] == "passed", (lane, step)
+            faults = [s for s in full_run.steps(lane=lane) if s["step"].startswith("fault:")]
+            assert len(faults) >= 10 and all(f["outcome"] == "passed" for f in faults), (lane, faults)
+
+
+def test_restores_match_the_ordinary_reference(full_run):
+    for runner in ("v1", "v2"):
+        ordinary = full_run.step(lane=f"{runner}-head", step="ordinary")["results"]
+        assert len(ordinary["canary"]) == 5
+        assert ordinary["kv_tokens"] and ordinary["kv_tokens"] > 0
+        total = len(ordinary["digests"])
+        assert total > 0 and all(d["sha256"] for d in ordinary["digests"].values())
+        for n in (1, 2):
+            restore = full_run.step(lane=f"{runner}-head", step=f"restore-{n}")["results"]
+            assert len(restore["canary_compare"]) == 5 and all(c["ok"] for c in restore["canary_compare"])
+            assert restore["digest_compare"]["unchanged"] == total == restore["digest_compare"]["total"]
+            assert restore["kv_tokens"] > 0 and restore["kv_ordinary"] == ordinary["kv_tokens"]
+        restart = full_run.step(lane=f"{runner}-head", step="restart")["results"]
+        assert restart["sha256_before"] == restart["sha256_after"]
+        assert restart["container_id_before"] == restart["container_id_after"]
+    v1 = full_run.step(lane="v1-head", step="ordinary")["results"]["kv_tokens"]
+    v2 = full_run.step(lane="v2-head", step="ordinary")["results"]["kv_tokens"]
+    assert v1 != v2, "the two model runners size the KV cache differently"
+
+
+def test_overlay_is_verified_in_the_running_engine(full_run):
+    for runner in ("v1", "v2"):
+        files = full_run.step(lane=f"{runner}-head", step="overlay")["results"]["files"]
+        assert [f["relative"] for f in files] == [OVERLAID]
+        item = files[0]
+        assert item["ok"] and item["host_sha256"] == full_run.overlay_sha256
+        assert item["imported"], "no engine process reported importing the overlaid module"
+        assert all(i["sha256"] == full_run.overlay_sha256 for i in item["imported"])
+
+
+def test_reports_exist_and_hold_no_secret(full_run):
+    for name in ("results.json", "report.html", "summary.md", "evidence.jsonl"):
+        assert (full_run.report_dir / name).is_file(), name
+    assert full_run.results["verdict"]
+    for path in full_run.report_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert SECRET.encode() not in data and b"another-secret-456" not in data, path
+
+
+def test_nothing_is_left_behind(full_run, docker_client):
+    assert labelled_containers(docker_client) == []
+
+
+def test_base_image_fails_head_expectations_where_it_binds_http_first(tmp_path, reference_images):
+    run = run_suite(
+        tmp_path / "report",
+        "-m",
+        "fault",
+        "--vsnap-runners=v1",
+        f"--vsnap-image={REFERENCE_BASE}",
+        "--vsnap-expect=head",
+        "-k",
+        "fault_artifact or canary-perturb or wake-raise",
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    perturb = run.step(lane="v1-head", step="fault:canary-perturb")
+    assert perturb["outcome"] == "failed"
+    assert "HTTP was bound during the failed restore" in perturb["message"]
+    assert perturb["results"]["observed"]["http_bound"] is True
+    base_ok = run_suite(
+        tmp_path / "report2",
+        "-m",
+        "fault",
+        "--vsnap-runners=v1",
+        f"--vsnap-image={REFERENCE_BASE}",
+        "--vsnap-expect=base",
+        "-k",
+        "fault_artifact or canary-perturb or wake-raise",
+    )
+    assert base_ok.returncode == 0, base_ok.output[-4000:]
+
+
+def test_a_disabled_hook_fails_as_an_ineffective_injection(tmp_path, reference_images):
+    import shutil
+
+    from vsnap_qual.steps import PROBE_DIR
+
+    probe = tmp_path / "probe"
+    shutil.copytree(PROBE_DIR, probe)
+    faults_py = probe / "vsnap_probe" / "faults.py"
+    text = faults_py.read_text()
+    assert '"wake-raise"' in text
+    faults_py.write_text(text.replace('"wake-raise"', '"wake-raise-disabled"'))
+    run = run_suite(
+        tmp_path / "report",
+        "-m",
+        "fault",
+        "--vsnap-runners=v1",
+        f"--vsnap-probe-dir={probe}",
+        "-k",
+        "fault_artifact or wake-raise",
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    step = run.step(lane="v1-head", step="fault:wake-raise")
+    assert step["outcome"] == "failed" and "ineffective injection" in step["message"]
