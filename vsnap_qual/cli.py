@@ -33,7 +33,9 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="results.json, evidence.jsonl, or a report directory holding one of them",
     )
-    parser.add_argument("--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)"
+    )
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -103,15 +105,32 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 
 #: name → subcommand; ``build_parser`` adds them in this order.
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Takes the --vsnap-* options of the pytest plugin (docs/options.md) and VSNAP_* variables."
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from vsnap_qual import doctor
+
+    return doctor.main(list(getattr(args, "passthrough", [])))
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "report": Subcommand("re-render report.html, summary.md and results.json", _report_arguments, _run_report),
+    "report": Subcommand(
+        "re-render report.html, summary.md and results.json", _report_arguments, _run_report
+    ),
     "compare": Subcommand("show what changed between two runs", _compare_arguments, _run_compare),
+    "doctor": Subcommand(
+        "check the host and the image (--vsnap-* options, as for pytest)", _doctor_arguments, _run_doctor
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``vsnap-qual`` argument parser with one subparser per entry of ``SUBCOMMANDS``."""
-    parser = argparse.ArgumentParser(prog="vsnap-qual", description="vLLM snapshot qualification: reports and tools")
+    parser = argparse.ArgumentParser(
+        prog="vsnap-qual", description="vLLM snapshot qualification: reports and tools"
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, subcommand in SUBCOMMANDS.items():
@@ -122,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vsnap-qual`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "doctor":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.passthrough = rest
     return SUBCOMMANDS[args.command].run(args)
 
 

@@ -72,6 +72,7 @@ class QualConfig:
     model_cache: Path | None = None
     secret_names: tuple[str, ...] = SECRET_ENV_NAMES
     probe_dir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
     doctor: bool = False
     annotate: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -174,6 +175,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         model_cache=parsed.get("vsnap_model_cache"),
         secret_names=secret_names,
         probe_dir=parsed.get("vsnap_probe_dir"),
+        env=parsed.get("vsnap_env") or {},
         doctor=bool(parsed.get("vsnap_doctor")),
         annotate=bool(parsed.get("vsnap_annotate")),
     )

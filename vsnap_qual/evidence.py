@@ -11,39 +11,19 @@ import datetime as dt
 import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual.report.redact import Redactor
+
+__all__ = ["EVIDENCE_FILE", "EvidenceStore", "Redactor", "read_records", "utc_now"]
+
 EVIDENCE_FILE = "evidence.jsonl"
-REDACTED = "***"
 
 
 def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-class Redactor:
-    """Replaces every occurrence of the given secret values in strings, recursively."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
-
-    def text(self, value: str) -> str:
-        for secret in self._secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-
-    def __call__(self, value: Any) -> Any:
-        if not self._secrets:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(str(k)): self(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self(v) for v in value]
-        return value
 
 
 class EvidenceStore:

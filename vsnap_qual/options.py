@@ -258,6 +258,19 @@ def parse_names(value: str) -> tuple[str, ...]:
     return names
 
 
+def parse_env(value: str) -> dict[str, str]:
+    """``NAME=VALUE,NAME2=VALUE2``: extra environment for every exec of a lane (create and restore alike)."""
+    env: dict[str, str] = {}
+    for part in (p.strip() for p in value.split(",") if p.strip()):
+        name, sep, val = part.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise argparse.ArgumentTypeError(f"{part!r}: write NAME=VALUE pairs separated by commas")
+        if name == "VLLM_USE_V2_MODEL_RUNNER":
+            raise argparse.ArgumentTypeError("VLLM_USE_V2_MODEL_RUNNER is set per runner; use --vsnap-runners")
+        env[name] = val
+    return env
+
+
 def parse_bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -303,6 +316,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("max-model-len", parse_positive_int, "512", "--max-model-len for serve and create"),
     OptionSpec("gpu-memory-utilization", parse_fraction, "0.5", "--gpu-memory-utilization"),
     OptionSpec("engine-args", parse_engine_args, "", "extra engine arguments, shell-quoted"),
+    OptionSpec("env", parse_env, "", "extra engine environment NAME=VALUE,... (same at create and restore)"),
     OptionSpec("runners", parse_runners, "v1,v2", "model runners to qualify: v1 and/or v2"),
     OptionSpec("prompts", parse_prompts, "", "file of canary prompts (JSON list or one per line)"),
     OptionSpec("logprob-tolerance", parse_tolerance, "0.001", "max |Δ logprob| vs the ordinary reference"),

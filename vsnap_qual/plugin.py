@@ -91,6 +91,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     store = config.stash[STORE_KEY]
     if _is_controller(config):
+        if qual.doctor:
+            _doctor_or_usage_error(config)
         try:
             result = run_preflight(qual)
         except PreflightError as exc:
@@ -117,6 +119,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     else:
         result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
     config.stash[PREFLIGHT_KEY] = result
+
+
+def _doctor_or_usage_error(config: pytest.Config) -> None:
+    """``--vsnap-doctor``: the doctor's checks first; a failed required check stops the run before any lane."""
+    from vsnap_qual import doctor
+
+    results = doctor.run_checks(options.resolve(config))
+    failed = [r for r in results if r.status == "FAIL" and r.required]
+    if failed:
+        raise pytest.UsageError("vsnap-qual doctor: " + "; ".join(r.line() for r in failed))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

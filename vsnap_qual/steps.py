@@ -174,6 +174,7 @@ class LaneRun:
         }
         if self.config.model_cache is not None:
             env["HF_HOME"] = "/vsnap/hf"
+        env.update(self.config.env)
         return env
 
     def mounts(self) -> list[docker.types.Mount]:

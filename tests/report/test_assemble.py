@@ -1,0 +1,95 @@
+"""results.json assembly from evidence.jsonl: shape, verdict, incomplete (killed) runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import MakeRun, RunSpec
+
+from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, option_value, read_evidence
+
+
+def test_complete_run_has_the_documented_shape(report_dir: Path) -> None:
+    results = assemble_file(report_dir / "evidence.jsonl")
+    assert results["schema"] == SCHEMA
+    assert set(results) >= {
+        "schema",
+        "generated",
+        "run",
+        "verdict",
+        "runners",
+        "arms",
+        "lanes",
+        "steps",
+        "evidence",
+    }
+    assert results["runners"] == ["v1", "v2"]
+    assert results["arms"] == ["head", "base"]
+    assert [(lane["runner"], lane["arm"]) for lane in results["lanes"]] == [
+        ("v1", "head"),
+        ("v1", "base"),
+        ("v2", "head"),
+        ("v2", "base"),
+    ]
+    assert all(lane["environment"]["versions"]["vllm"] for lane in results["lanes"])
+    # head: 7 lifecycle steps + 6 faults; base: 6 lifecycle steps (no overlay); per runner.
+    assert len(results["steps"]) == 2 * (7 + 6 + 6)
+    assert results["run"]["complete"] is True
+    assert results["run"]["exitstatus"] == 1
+    assert results["evidence"]["kinds"]["step"] == 38
+    assert option_value(results, "logprob-tolerance") == 0.001
+    assert option_value(results, "vsnap_logprob_tolerance") == 0.001
+
+
+def test_verdict_names_the_failed_step(report_dir: Path) -> None:
+    verdict = assemble_file(report_dir / "evidence.jsonl")["verdict"]
+    assert verdict["status"] == "fail"
+    assert verdict["failed"] == ["v2/head/restore-2"]
+    assert verdict["counts"] == {"passed": 37, "failed": 1, "skipped": 0}
+
+
+def test_passing_run(make_run: MakeRun) -> None:
+    directory = make_run("ok", RunSpec(changed_digests=()))
+    verdict = assemble_file(directory / "evidence.jsonl")["verdict"]
+    assert verdict["status"] == "pass", verdict
+    assert verdict["reasons"] == []
+
+
+def test_killed_run_is_incomplete_and_names_the_last_step(make_run: MakeRun) -> None:
+    directory = make_run("killed", RunSpec(changed_digests=(), complete=False, stop_after_steps=10))
+    results = assemble_file(directory / "evidence.jsonl")
+    assert results["run"]["complete"] is False
+    assert results["verdict"]["status"] == "incomplete"
+    assert results["run"]["last_step"]["label"] == "v1/head/fault:canary-perturb"
+    assert any("v1/head/fault:canary-perturb" in r for r in results["verdict"]["reasons"])
+
+
+def test_torn_last_line_is_counted_not_fatal(make_run: MakeRun) -> None:
+    directory = make_run("torn", RunSpec(complete=False, stop_after_steps=3))
+    evidence = directory / "evidence.jsonl"
+    with evidence.open("a") as handle:
+        handle.write('{"kind": "step", "runner": "v1", "arm": "he')  # SIGKILL mid-write
+    parsed = read_evidence(evidence)
+    assert parsed.malformed_lines == 1
+    results = assemble_file(evidence)
+    assert results["evidence"]["malformed_lines"] == 1
+    assert results["run"]["last_step"]["label"] == "v1/head/create"
+
+
+def test_empty_evidence_is_incomplete(tmp_path: Path) -> None:
+    (tmp_path / "evidence.jsonl").write_text("")
+    results = assemble_file(tmp_path / "evidence.jsonl")
+    assert results["verdict"]["status"] == "incomplete"
+    assert "no step was recorded" in " ".join(results["verdict"]["reasons"])
+
+
+def test_load_results_checks_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"schema": "something-else"}))
+    with pytest.raises(ValueError, match="not a vsnap-qual results file"):
+        load_results(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="is not JSON"):
+        load_results(path)

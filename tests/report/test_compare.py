@@ -1,0 +1,156 @@
+"""The pandas comparisons every view renders from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import MakeRun, RunSpec
+
+from vsnap_qual.report.assemble import assemble_file
+from vsnap_qual.report.compare import (
+    canary_frame,
+    cleanup_frame,
+    compare_all,
+    digest_frame,
+    digest_summary,
+    fault_frame,
+    kv_frame,
+    readiness_frame,
+    records,
+    step_matrix,
+    timing_frame,
+)
+
+
+def _results(directory: Path) -> dict[str, Any]:
+    return assemble_file(directory / "evidence.jsonl")
+
+
+def test_digest_table_columns_and_changed_first(report_dir: Path) -> None:
+    frame = digest_frame(_results(report_dir), "v2")
+    assert list(frame.columns[:4]) == ["ordinary", "restore-1", "restore-2", "base"]
+    assert len(frame) == 30
+    assert frame.index[0] == "model.norm.weight"
+    assert frame.iloc[0]["status"] == "changed"
+    assert frame.iloc[0]["changed_in"] == "restore-2"
+    assert (frame.iloc[1:]["status"] == "unchanged").all()
+
+
+def test_digest_summary_text(report_dir: Path) -> None:
+    summary = {r["runner"]: r for r in records(digest_summary(_results(report_dir)))}
+    assert summary["v1"]["text"] == "30/30 unchanged" and summary["v1"]["ok"]
+    assert summary["v2"]["text"] == "29/30 unchanged (1 changed)" and not summary["v2"]["ok"]
+    assert summary["v2"]["changed_names"] == ["model.norm.weight"]
+
+
+def test_unobservable_and_missing_parameters(report_dir: Path) -> None:
+    results = _results(report_dir)
+    for step in results["steps"]:
+        if step["runner"] == "v1" and step["step"] == "restore-1" and step["arm"] == "head":
+            step["results"]["digests"]["lm_head.weight"]["sha256"] = None
+            del step["results"]["digests"]["model.embed_tokens.weight"]
+    frame = digest_frame(results, "v1")
+    assert frame.loc["lm_head.weight", "status"] == "unobservable"
+    assert frame.loc["model.embed_tokens.weight", "status"] == "missing"
+    assert list(frame["status"][:2]) == ["missing", "unobservable"]
+
+
+def test_digest_summary_falls_back_to_digest_compare(report_dir: Path) -> None:
+    results = _results(report_dir)
+    for step in results["steps"]:
+        step.get("results", {}).pop("digests", None)
+    summary = {r["runner"]: r for r in records(digest_summary(results))}
+    assert summary["v2"]["changed_names"] == ["model.norm.weight"]
+    assert summary["v2"]["text"] == "29/30 unchanged (1 changed)"
+
+
+def test_canary_statuses(report_dir: Path) -> None:
+    frame = canary_frame(_results(report_dir))
+    # 2 runners × 2 arms × 3 steps × 5 prompts
+    assert len(frame) == 60
+    row = frame[
+        (frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1") & (frame["index"] == 2)
+    ]
+    assert row.iloc[0]["status"] == "within tolerance"
+    assert abs(row.iloc[0]["delta"] - 0.0004) < 1e-9
+    assert (frame[frame.step == "ordinary"]["status"] == "reference").all()
+    assert set(frame[frame.step != "ordinary"]["status"]) == {"bit-exact", "within tolerance"}
+
+
+def test_canary_computed_without_canary_compare(report_dir: Path) -> None:
+    results = _results(report_dir)
+    for step in results["steps"]:
+        step.get("results", {}).pop("canary_compare", None)
+    frame = canary_frame(results)
+    restored = frame[frame.step != "ordinary"]
+    assert (restored["status"] == "bit-exact").sum() == 39
+    assert (restored["status"] == "within tolerance").sum() == 1
+
+
+def test_token_flip_is_a_mismatch(make_run: MakeRun) -> None:
+    results = _results(make_run("flip", RunSpec(canary_token_flips=(("v2", "restore-1", 0),))))
+    frame = canary_frame(results)
+    bad = frame[~frame["ok"]]
+    assert list(zip(bad.runner, bad.step, bad["index"], strict=True)) == [("v2", "restore-1", 0)]
+    assert bad.iloc[0]["status"] == "mismatch"
+
+
+def test_kv_delta_tokens_and_percent(report_dir: Path) -> None:
+    rows = {(r["runner"], r["arm"]): r for r in records(kv_frame(_results(report_dir)))}
+    v2 = rows[("v2", "head")]
+    assert (v2["ordinary"], v2["snapshot"], v2["delta"]) == (63_104, 63_088, -16)
+    assert abs(v2["delta_pct"] - (-16 / 63_104 * 100)) < 1e-9
+
+
+def test_timings_median_and_n_for_repeated_steps(report_dir: Path) -> None:
+    evidence = report_dir / "evidence.jsonl"
+    lines = evidence.read_text().splitlines()
+    restore = next(json.loads(line) for line in lines if '"step": "restore-1"' in line)
+    restore["seconds"] = 30.0
+    lines.insert(-1, json.dumps(restore))
+    evidence.write_text("\n".join(lines) + "\n")
+    frame = timing_frame(assemble_file(evidence))
+    row = frame[(frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1")].iloc[0]
+    assert (row["n"], row["median"], row["max"]) == (2, 19.5, 30.0)
+    ready = {(r["runner"], r["arm"]): r for r in records(readiness_frame(assemble_file(evidence)))}
+    assert ready[("v1", "head")]["restore_n"] == 3
+    assert ready[("v1", "head")]["speedup"] > 1
+
+
+def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
+    results = _results(report_dir)
+    faults = fault_frame(results)
+    assert len(faults) == 12
+    assert set(faults["fault"]) == {
+        "wake-raise",
+        "communicators-raise",
+        "canary-perturb",
+        "wake-stall",
+        "sleep-raise",
+        "reload-raise",
+    }
+    assert (faults["http_bound"] == False).all()  # noqa: E712
+    cleanup = cleanup_frame(results)
+    assert len(cleanup) == 24 and cleanup["ok"].all()
+    matrix = {r["lane"]: r for r in records(step_matrix(results))}
+    assert matrix["v2/head"]["restore-2"] == "failed"
+    assert matrix["v1/base"]["overlay"] is None
+    assert matrix["v1/head"]["faults"] == "6/6"
+
+
+def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:
+    results = _results(report_dir)
+    results["steps"].append(
+        {"runner": "v1", "arm": "base", "step": "vs-head", "outcome": "failed", "results": {}}
+    )
+    matrix = step_matrix(results)
+    assert list(matrix.columns)[-3:] == ["vs-head", "faults", "faults_ok"]
+    assert records(matrix)[1]["vs-head"] == "failed"
+
+
+def test_compare_all_on_an_empty_run(tmp_path: Path) -> None:
+    (tmp_path / "evidence.jsonl").write_text("")
+    comparisons = compare_all(assemble_file(tmp_path / "evidence.jsonl"))
+    assert comparisons.digests.empty and comparisons.canary.empty and comparisons.faults.empty

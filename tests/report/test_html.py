@@ -1,0 +1,109 @@
+"""report.html: self-contained, no script, every section rendered."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import MakeRun, RunSpec
+
+from vsnap_qual.report import write_reports
+from vsnap_qual.report.assemble import assemble_file
+from vsnap_qual.report.html import MAX_LOG_TAILS, render_html
+
+SECTIONS = (
+    "verdict",
+    "environment",
+    "overlay",
+    "matrix",
+    "canary",
+    "digests",
+    "kv",
+    "timings",
+    "faults",
+    "cleanup",
+    "logs",
+)
+
+
+def test_html_is_self_contained(report_dir: Path) -> None:
+    html = write_reports(report_dir, github_step_summary=False).report_html.read_text()
+    assert "<script" not in html.lower()
+    assert not re.search(r"https?://", html)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(//|[a-z]+:)""", html, re.IGNORECASE)
+    assert "@import" not in html and "url(" not in html
+    assert "<style>" in html and "<svg" in html
+
+
+def test_every_section_in_order_verdict_first(report_dir: Path) -> None:
+    html = write_reports(report_dir, github_step_summary=False).report_html.read_text()
+    positions = [html.index(f'<section id="{name}">') for name in SECTIONS]
+    assert positions == sorted(positions)
+    verdict = html[positions[0] : positions[1]]
+    assert "FAIL" in verdict and "v2/head/restore-2" in verdict
+
+
+def test_sections_show_the_evidence(report_dir: Path) -> None:
+    html = write_reports(report_dir, github_step_summary=False).report_html.read_text()
+    assert "29/30 unchanged (1 changed)" in html
+    assert '<tr class="changed"><td class="mono">model.norm.weight</td>' in html
+    assert "within tolerance" in html and "+4.0e−04" in html
+    assert "63,104" in html and "−16" in html
+    assert "communicators-raise" in html and "0.33.1.dev42+g593df82f" in html
+    assert "vllm.snapshot.engine" in html
+    # The failed step's log tail is inline and its file is linked relative to the report.
+    assert 'href="logs/v2-head/restore-2.log"' in html
+    assert "INFO 029 restore-2 v2/head" in html
+
+
+def test_autoescape(report_dir: Path) -> None:
+    html = write_reports(report_dir, github_step_summary=False).report_html.read_text()
+    assert "&lt;quickly&gt; &amp; &#34;exactly&#34;" in html
+    assert "<quickly>" not in html
+
+
+def test_incomplete_run_is_marked(make_run: MakeRun) -> None:
+    directory = make_run("killed", RunSpec(complete=False, stop_after_steps=5))
+    html = write_reports(directory, github_step_summary=False).report_html.read_text()
+    assert "INCOMPLETE" in html
+    assert "v1/head/restore-1" in html and "did not record a <code>session_end</code>" in html
+
+
+def test_failed_log_shows_the_last_traceback_before_the_tail(report_dir: Path) -> None:
+    log = report_dir / "logs" / "v2-head" / "restore-2.log"
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1', "RuntimeError: root cause here"]
+    log.write_text("\n".join(lines + [f"shutdown noise {i}" for i in range(200)]) + "\n")
+    html = write_reports(report_dir, github_step_summary=False).report_html.read_text()
+    assert "Last traceback in the log:" in html and "RuntimeError: root cause here" in html
+    assert "shutdown noise 199" in html and "shutdown noise 100" not in html
+
+
+def test_inline_log_tails_are_bounded_when_everything_fails(make_run: MakeRun) -> None:
+    failing = tuple(
+        ("v1", "head", step)
+        for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2")
+    )
+    failing += tuple(
+        ("v2", arm, step) for arm in ("head", "base") for step in ("ordinary", "create", "inspect")
+    )
+    directory = make_run("all-fail", RunSpec(failed_steps=failing))
+    html = write_reports(directory, github_step_summary=False).report_html.read_text()
+    assert html.count('<pre class="log">') == MAX_LOG_TAILS
+    assert "more failed log(s) are linked below" in html
+
+
+def test_log_paths_outside_the_report_dir_are_not_read(report_dir: Path, tmp_path: Path) -> None:
+    results = assemble_file(report_dir / "evidence.jsonl")
+    outside = tmp_path / "outside.log"
+    outside.write_text("do-not-read-me\n")
+    for step in results["steps"]:
+        if step["outcome"] == "failed":
+            step["logs"] = ["../outside.log"]
+    html = render_html(results, log_root=report_dir, out_dir=report_dir)
+    assert "do-not-read-me" not in html and "outside the report directory" in html
+
+
+def test_render_without_evidence_sections(tmp_path: Path) -> None:
+    (tmp_path / "evidence.jsonl").write_text("")
+    html = render_html(assemble_file(tmp_path / "evidence.jsonl"), log_root=tmp_path)
+    assert "No step was recorded." in html and "No digests were recorded." in html

@@ -1,0 +1,77 @@
+"""compare old.json new.json: what changed between two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import MakeRun, RunSpec
+
+from vsnap_qual.cli import main
+from vsnap_qual.report import write_reports
+from vsnap_qual.report.rundiff import diff_runs, format_markdown, format_text
+
+BREAKING = RunSpec(
+    changed_digests=(("v1", "restore-1", "model.layers.1.mlp.down_proj.weight"),),
+    canary_token_flips=(("v1", "restore-1", 0),),
+    kv={
+        ("v1", "head"): (61_440, 61_200),
+        ("v1", "base"): (61_440, 61_296),
+        ("v2", "head"): (63_104, 63_088),
+        ("v2", "base"): (63_104, 63_088),
+    },
+    step_seconds_scale=1.5,
+)
+
+
+@pytest.fixture
+def two_runs(make_run: MakeRun) -> tuple[Path, Path]:
+    old = make_run("old", RunSpec(changed_digests=()))
+    new = make_run("new", BREAKING)
+    write_reports(old, github_step_summary=False)
+    write_reports(new, github_step_summary=False)
+    return old / "results.json", new / "results.json"
+
+
+def test_diff_names_changed_digests_and_canaries(two_runs: tuple[Path, Path]) -> None:
+    from vsnap_qual.report.assemble import load_results
+
+    diff = diff_runs(load_results(two_runs[0]), load_results(two_runs[1]))
+    assert diff.changed
+    assert [c.key for c in diff.steps] == ["v1/head/restore-1"]
+    assert diff.steps[0].old == "passed" and diff.steps[0].new == "failed"
+    assert [c.key for c in diff.digests] == ["v1 model.layers.1.mlp.down_proj.weight"]
+    assert diff.digests[0].new == "changed (restore-1)"
+    assert [c.key for c in diff.canary] == ["v1/head/restore-1 'The capital of France is'"]
+    assert "mismatch" in diff.canary[0].new
+    assert [c.key for c in diff.kv] == ["v1/head"] and "−96" in diff.kv[0].note
+    assert any(c.key == "v1/head/create" and c.note == "+50%" for c in diff.timings)
+    text = format_text(diff)
+    assert "model.layers.1.mlp.down_proj.weight" in text and "The capital of France is" in text
+    markdown = format_markdown(diff)
+    assert "### Parameter digests whose status changed (1)" in markdown
+    assert "| v1 model.layers.1.mlp.down_proj.weight | unchanged | changed (restore-1) |" in markdown
+
+
+def test_identical_runs_have_no_change(two_runs: tuple[Path, Path]) -> None:
+    from vsnap_qual.report.assemble import load_results
+
+    old = load_results(two_runs[0])
+    diff = diff_runs(old, old)
+    assert not diff.changed
+    assert all(c.note == "+0%" and "restore ready" in c.key for c in diff.timings)
+    assert "No change" in format_text(diff)
+
+
+def test_cli_compare(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(two_runs[0]), str(two_runs[1])]) == 0
+    out = capsys.readouterr().out
+    assert "Steps that flipped (1):" in out and "model.layers.1.mlp.down_proj.weight" in out
+    # Directories and Markdown work too.
+    assert main(["compare", str(two_runs[0].parent), str(two_runs[1].parent), "--markdown"]) == 0
+    assert capsys.readouterr().out.startswith("## vsnap-qual compare")
+
+
+def test_cli_compare_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")]) == 1
+    assert "does not exist" in capsys.readouterr().err

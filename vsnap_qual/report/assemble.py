@@ -1,0 +1,254 @@
+"""Assemble ``results.json`` (schema ``vsnap-qual/results@1``) from the run's ``evidence.jsonl``.
+
+The evidence file is the only input (docs/design.md §4). A run that was killed has no ``session_end`` record;
+its results are marked incomplete and name the last step that reached the evidence file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "vsnap-qual/results@1"
+EVIDENCE_FILE = "evidence.jsonl"
+RESULTS_FILE = "results.json"
+
+#: The lifecycle steps in the order a lane runs them; fault steps (``fault:<id>``) follow.
+CORE_STEPS: tuple[str, ...] = (
+    "overlay",
+    "ordinary",
+    "create",
+    "inspect",
+    "restore-1",
+    "restart",
+    "restore-2",
+)
+_ARM_ORDER = ("head", "base")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The parsed lines of an evidence file."""
+
+    records: list[dict[str, Any]]
+    malformed_lines: int = 0
+
+
+def read_evidence(path: Path) -> Evidence:
+    """Parse ``evidence.jsonl``; a torn last line (the run was killed mid-write) is counted, not fatal."""
+    records: list[dict[str, Any]] = []
+    malformed = 0
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                malformed += 1
+                continue
+            if isinstance(record, dict) and isinstance(record.get("kind"), str):
+                records.append(record)
+            else:
+                malformed += 1
+    return Evidence(records, malformed)
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if the evidence holds an object there, else ``{}``: odd evidence never crashes a report."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` when the evidence holds an array there, else ``[]``."""
+    return value if isinstance(value, list) else []
+
+
+def is_fault_step(step: str) -> bool:
+    """True for ``fault:<id>`` steps."""
+    return step.startswith("fault:")
+
+
+def step_label(record: Mapping[str, Any]) -> str:
+    """``runner/arm/step``, the name a step goes by in every view."""
+    return f"{record.get('runner', '?')}/{record.get('arm', '?')}/{record.get('step', '?')}"
+
+
+def option_value(results: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The run's value of option ``name`` (``logprob-tolerance``), however the session record spelled it."""
+    wanted = _option_key(name)
+    for key, value in (results.get("run", {}).get("options") or {}).items():
+        if _option_key(str(key)) == wanted:
+            return value
+    return default
+
+
+def _option_key(name: str) -> str:
+    key = name.strip().lower().lstrip("-").replace("_", "-")
+    for prefix in ("vsnap-",):
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+    return key
+
+
+def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
+    seen = list(dict.fromkeys(values))
+    first = [v for v in preferred if v in seen]
+    return first + [v for v in seen if v not in first]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict[str, Any]:
+    """Build the results dictionary (schema ``vsnap-qual/results@1``) from parsed evidence."""
+    session: dict[str, Any] = {}
+    session_end: dict[str, Any] | None = None
+    environments: dict[tuple[str, str], dict[str, Any]] = {}
+    steps: list[dict[str, Any]] = []
+    kinds: Counter[str] = Counter()
+    last_time: str | None = None
+    for record in evidence.records:
+        kind = record["kind"]
+        kinds[kind] += 1
+        last_time = record.get("time") or last_time
+        if kind == "session":
+            session = record
+        elif kind == "session_end":
+            session_end = record
+        elif kind == "environment":
+            environments[(str(record.get("runner")), str(record.get("arm")))] = record
+        elif kind == "step":
+            steps.append({k: v for k, v in record.items() if k != "kind"})
+
+    options = as_dict(session.get("options"))
+    configured = options.get("runners") or options.get("vsnap_runners") or []
+    if isinstance(configured, str):
+        configured = configured.split(",")
+    # The configured order (v1 before v2) wins over the order the lanes happened to finish in.
+    configured_runners = (
+        [str(r).strip() for r in configured if str(r).strip()]
+        if isinstance(configured, (list, tuple))
+        else []
+    )
+    lane_keys = [(str(s.get("runner")), str(s.get("arm"))) for s in steps] + list(environments)
+    runners = _ordered([r for r, _ in lane_keys], configured_runners)
+    arms = _ordered([a for _, a in lane_keys], _ARM_ORDER)
+    lanes = [
+        {
+            "runner": runner,
+            "arm": arm,
+            "environment": {k: v for k, v in environments[(runner, arm)].items() if k != "kind"}
+            if (runner, arm) in environments
+            else None,
+        }
+        for runner in runners
+        for arm in arms
+        if (runner, arm) in set(lane_keys)
+    ]
+
+    complete = bool(session_end and session_end.get("complete", True))
+    last_step = None
+    if steps:
+        last = steps[-1]
+        last_step = {
+            "label": step_label(last),
+            "runner": last.get("runner"),
+            "arm": last.get("arm"),
+            "step": last.get("step"),
+            "outcome": last.get("outcome"),
+            "ended": last.get("ended") or last.get("time"),
+        }
+    run = {
+        "run_id": session.get("run_id"),
+        "harness_version": session.get("harness_version"),
+        "started": session.get("started") or session.get("time"),
+        "ended": (session_end or {}).get("ended"),
+        "exitstatus": (session_end or {}).get("exitstatus"),
+        "complete": complete,
+        "last_step": last_step,
+        "last_record_time": last_time,
+        "options": options,
+        "host": as_dict(session.get("host")),
+    }
+    results: dict[str, Any] = {
+        "schema": SCHEMA,
+        "generated": _now(),
+        "run": run,
+        "verdict": {},
+        "runners": runners,
+        "arms": arms,
+        "lanes": lanes,
+        "steps": steps,
+        "evidence": {
+            "file": source,
+            "records": len(evidence.records),
+            "malformed_lines": evidence.malformed_lines,
+            "kinds": dict(kinds),
+            "has_session": bool(session),
+        },
+    }
+    results["verdict"] = _verdict(run, steps, has_session=bool(session))
+    return results
+
+
+def _verdict(run: Mapping[str, Any], steps: list[dict[str, Any]], *, has_session: bool) -> dict[str, Any]:
+    latest: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        latest[step_label(step)] = step  # a repeated step counts once, by its last outcome
+    counts = Counter(str(s.get("outcome")) for s in latest.values())
+    failed = [label for label, s in latest.items() if s.get("outcome") == "failed"]
+    reasons: list[str] = []
+    if failed:
+        shown = ", ".join(failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
+        reasons.append(f"{len(failed)} step(s) failed: {shown}")
+    if not run["complete"]:
+        last = run["last_step"]
+        where = f"last step recorded: {last['label']} ({last['outcome']})" if last else "no step was recorded"
+        reasons.append(f"the run did not finish (no session_end record); {where}")
+    if not has_session:
+        reasons.append("the evidence has no session record")
+    exitstatus = run.get("exitstatus")
+    if run["complete"] and exitstatus not in (0, None):
+        reasons.append(f"pytest exited with status {exitstatus}")
+    if run["complete"] and not counts.get("passed"):
+        reasons.append("no step passed")
+
+    if failed or (run["complete"] and (exitstatus not in (0, None) or not counts.get("passed"))):
+        status = "fail"
+    elif not run["complete"]:
+        status = "incomplete"
+    else:
+        status = "pass"
+    headline = status.upper() + ("" if run["complete"] or status == "incomplete" else " (incomplete run)")
+    return {
+        "status": status,
+        "headline": headline,
+        "complete": run["complete"],
+        "reasons": reasons,
+        "counts": {k: counts.get(k, 0) for k in ("passed", "failed", "skipped")},
+        "failed": failed,
+    }
+
+
+def assemble_file(evidence_path: Path) -> dict[str, Any]:
+    """Read ``evidence_path`` and assemble its results dictionary."""
+    return assemble_results(read_evidence(evidence_path), source=evidence_path.name)
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """Read a ``results.json`` and check its schema; raises ``ValueError`` naming the problem."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path} is not a vsnap-qual results file (schema {found!r}, expected {SCHEMA!r})")
+    return data

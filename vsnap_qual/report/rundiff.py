@@ -1,0 +1,301 @@
+"""``vsnap-qual compare old.json new.json``: what changed between two runs.
+
+Steps whose outcome flipped, parameters whose digest status changed, canary changes (tokens, status, Δ
+logprob), KV capacity and timing differences; as plain text or Markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vsnap_qual.report import figures
+from vsnap_qual.report.compare import (
+    canary_frame,
+    digest_frame,
+    kv_frame,
+    latest_steps,
+    readiness_frame,
+    records,
+    timing_frame,
+)
+from vsnap_qual.report.markdown import cell
+
+#: A step's median time must move by at least this fraction to be listed (restore ready times always are).
+TIMING_THRESHOLD = 0.10
+_NAMES_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference: what (``key``), before and after, and why it matters."""
+
+    key: str
+    old: str
+    new: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    """Every difference between two runs, grouped by area."""
+
+    old_run: str
+    new_run: str
+    old_verdict: str
+    new_verdict: str
+    steps: list[Change] = field(default_factory=list)
+    digests: list[Change] = field(default_factory=list)
+    reference_digests: list[Change] = field(default_factory=list)
+    canary: list[Change] = field(default_factory=list)
+    kv: list[Change] = field(default_factory=list)
+    timings: list[Change] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """True when anything but timings differs."""
+        return bool(
+            self.old_verdict != self.new_verdict
+            or self.steps
+            or self.digests
+            or self.reference_digests
+            or self.canary
+            or self.kv
+        )
+
+
+def _run_name(results: Mapping[str, Any]) -> str:
+    return str((results.get("run") or {}).get("run_id") or "unknown")
+
+
+def _verdict(results: Mapping[str, Any]) -> str:
+    return str((results.get("verdict") or {}).get("headline") or "?")
+
+
+def diff_runs(
+    old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshold: float = TIMING_THRESHOLD
+) -> RunDiff:
+    """Compare two results dictionaries (``old`` → ``new``)."""
+    return RunDiff(
+        old_run=_run_name(old),
+        new_run=_run_name(new),
+        old_verdict=_verdict(old),
+        new_verdict=_verdict(new),
+        steps=_steps(old, new),
+        digests=_digests(old, new),
+        reference_digests=_reference_digests(old, new),
+        canary=_canary(old, new),
+        kv=_kv(old, new),
+        timings=_timings(old, new, timing_threshold),
+    )
+
+
+def _steps(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    before, after = latest_steps(old), latest_steps(new)
+    changes = []
+    for key in list(dict.fromkeys([*before, *after])):
+        was = str(before[key].get("outcome")) if key in before else "not run"
+        now = str(after[key].get("outcome")) if key in after else "not run"
+        if was != now:
+            message = str(after.get(key, {}).get("message") or before.get(key, {}).get("message") or "")
+            changes.append(Change("/".join(key), was, now, message))
+    return changes
+
+
+def _runners(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    return list(dict.fromkeys([*(old.get("runners") or []), *(new.get("runners") or [])]))
+
+
+def _digests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    changes = []
+    for runner in _runners(old, new):
+        before, after = digest_frame(old, runner), digest_frame(new, runner)
+        was = before["status"].to_dict() if "status" in before else {}
+        now = after["status"].to_dict() if "status" in after else {}
+        where = after["changed_in"].to_dict() if "changed_in" in after else {}
+        where_before = before["changed_in"].to_dict() if "changed_in" in before else {}
+        # Parameters that went bad first, then those that recovered.
+        names = sorted(set(was) | set(now), key=lambda n: (now.get(n) == "unchanged", n))
+        for name in names:
+            a, b = was.get(name, "absent"), now.get(name, "absent")
+            if a != b:
+                old_text = a + (f" ({where_before[name]})" if where_before.get(name) else "")
+                new_text = b + (f" ({where[name]})" if where.get(name) else "")
+                changes.append(Change(f"{runner} {name}", old_text, new_text))
+    return changes
+
+
+def _reference_digests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """Parameters whose ordinary (reference) digest differs between runs: different weights were loaded."""
+    changes = []
+    for runner in _runners(old, new):
+        before, after = digest_frame(old, runner), digest_frame(new, runner)
+        if "ordinary" not in before or "ordinary" not in after:
+            continue
+        joined = (
+            before[["ordinary"]]
+            .rename(columns={"ordinary": "ordinary_old"})
+            .join(after[["ordinary"]].rename(columns={"ordinary": "ordinary_new"}), how="inner")
+        )
+        differing = joined[joined["ordinary_old"] != joined["ordinary_new"]]
+        for name, row in differing.iterrows():
+            changes.append(
+                Change(
+                    f"{runner} {name}",
+                    figures.short_hash(row["ordinary_old"]),
+                    figures.short_hash(row["ordinary_new"]),
+                )
+            )
+    return changes
+
+
+def _canary(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    def index(results: Mapping[str, Any]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+        return {(r["runner"], r["arm"], r["step"], r["prompt"]): r for r in records(canary_frame(results))}
+
+    before, after = index(old), index(new)
+    changes = []
+    for key in list(dict.fromkeys([*before, *after])):
+        a, b = before.get(key), after.get(key)
+        if a is None or b is None:
+            if (a or b or {}).get("status") != "reference":
+                changes.append(
+                    Change(_canary_key(key), _canary_text(a), _canary_text(b), "compared in one run only")
+                )
+            continue
+        if a["status"] == "reference" and b["status"] == "reference":
+            if a["token_ids"] != b["token_ids"] or a["text"] != b["text"]:
+                changes.append(
+                    Change(_canary_key(key), _canary_text(a), _canary_text(b), "reference output changed")
+                )
+            continue
+        if a["status"] != b["status"] or a["token_ids"] != b["token_ids"] or a["delta"] != b["delta"]:
+            changes.append(Change(_canary_key(key), _canary_text(a), _canary_text(b)))
+    # Regressions first.
+    return sorted(changes, key=lambda c: 0 if "mismatch" in c.new or "missing" in c.new else 1)
+
+
+def _canary_key(key: tuple[str, str, str, str]) -> str:
+    return f"{key[0]}/{key[1]}/{key[2]} {key[3]!r}"
+
+
+def _canary_text(row: Mapping[str, Any] | None) -> str:
+    if row is None:
+        return "absent"
+    text = f"[{row['token_ids']}] {row['status']}"
+    return text if row["status"] == "reference" else f"{text}, Δ {figures.delta(row['delta'])}"
+
+
+def _kv(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    before = {(r["runner"], r["arm"]): r for r in records(kv_frame(old))}
+    after = {(r["runner"], r["arm"]): r for r in records(kv_frame(new))}
+    changes = []
+    for key in list(dict.fromkeys([*before, *after])):
+        a, b = before.get(key), after.get(key)
+        pair_a = (a["ordinary"], a["snapshot"]) if a else (None, None)
+        pair_b = (b["ordinary"], b["snapshot"]) if b else (None, None)
+        if pair_a == pair_b:
+            continue
+        notes = []
+        for label, x, y in (("ordinary", pair_a[0], pair_b[0]), ("snapshot", pair_a[1], pair_b[1])):
+            if x is not None and y is not None and x != y:
+                share = figures.percent(100.0 * (y - x) / x if x else None)
+                notes.append(f"{label} {figures.signed_count(y - x)} ({share})")
+        changes.append(
+            Change(
+                f"{key[0]}/{key[1]}",
+                f"{figures.count(pair_a[0])} / {figures.count(pair_a[1])}",
+                f"{figures.count(pair_b[0])} / {figures.count(pair_b[1])}",
+                ", ".join(notes),
+            )
+        )
+    return changes
+
+
+def _timings(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float) -> list[Change]:
+    before = {(r["runner"], r["arm"], r["step"]): r for r in records(timing_frame(old))}
+    after = {(r["runner"], r["arm"], r["step"]): r for r in records(timing_frame(new))}
+    changes = []
+    for key in [k for k in after if k in before]:
+        a, b = before[key]["median"], after[key]["median"]
+        if a is None or b is None:
+            continue
+        relative = (b - a) / a if a else 0.0
+        if abs(relative) < threshold:
+            continue
+        changes.append(
+            Change("/".join(key), figures.seconds(a), figures.seconds(b), f"{relative * 100:+.0f}%")
+        )
+    ready_a = {(r["runner"], r["arm"]): r for r in records(readiness_frame(old))}
+    for r in records(readiness_frame(new)):
+        a_row = ready_a.get((r["runner"], r["arm"]))
+        if a_row and a_row["restore_median"] and r["restore_median"]:
+            relative = (r["restore_median"] - a_row["restore_median"]) / a_row["restore_median"]
+            changes.append(
+                Change(
+                    f"{r['runner']}/{r['arm']} restore ready (median)",
+                    figures.seconds(a_row["restore_median"]),
+                    figures.seconds(r["restore_median"]),
+                    f"{relative * 100:+.0f}%",
+                )
+            )
+    return changes
+
+
+_SECTIONS = (
+    ("steps", "Steps that flipped"),
+    ("digests", "Parameter digests whose status changed"),
+    ("reference_digests", "Ordinary (reference) digests that differ between the runs"),
+    ("canary", "Canary changes"),
+    ("kv", "KV-cache capacity, ordinary / snapshot"),
+    ("timings", "Timings (median; steps that moved by 10% or more, and restore ready times)"),
+)
+
+
+def _limited(changes: list[Change]) -> tuple[list[Change], int]:
+    return changes[:_NAMES_SHOWN], max(0, len(changes) - _NAMES_SHOWN)
+
+
+def format_text(diff: RunDiff) -> str:
+    """The diff as plain text for a terminal."""
+    lines = [
+        f"vsnap-qual compare: {diff.old_run} ({diff.old_verdict}) → {diff.new_run} ({diff.new_verdict})",
+    ]
+    if not diff.changed:
+        lines.append("No change in outcomes, digests, canaries or KV capacity.")
+    for attribute, title in _SECTIONS:
+        changes: list[Change] = getattr(diff, attribute)
+        if not changes:
+            continue
+        shown, more = _limited(changes)
+        lines.append("")
+        lines.append(f"{title} ({len(changes)}):")
+        for change in shown:
+            note = f"  [{change.note}]" if change.note else ""
+            lines.append(f"  {change.key}: {change.old} → {change.new}{note}")
+        if more:
+            lines.append(f"  … and {more} more")
+    return "\n".join(lines) + "\n"
+
+
+def format_markdown(diff: RunDiff) -> str:
+    """The diff as Markdown (a heading and a table per area)."""
+    lines = [
+        f"## vsnap-qual compare: `{diff.old_run}` ({diff.old_verdict}) → "
+        f"`{diff.new_run}` ({diff.new_verdict})",
+        "",
+    ]
+    if not diff.changed:
+        lines += ["No change in outcomes, digests, canaries or KV capacity.", ""]
+    for attribute, title in _SECTIONS:
+        changes: list[Change] = getattr(diff, attribute)
+        if not changes:
+            continue
+        shown, more = _limited(changes)
+        lines += [f"### {title} ({len(changes)})", "", "| what | old | new | note |", "|---|---|---|---|"]
+        lines += [f"| {cell(c.key)} | {cell(c.old)} | {cell(c.new)} | {cell(c.note)} |" for c in shown]
+        if more:
+            lines.append(f"| … and {more} more | | | |")
+        lines.append("")
+    return "\n".join(lines)

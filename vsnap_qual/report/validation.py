@@ -1,0 +1,272 @@
+"""The validation table (check | result), shaped like the one a maintainer writes into a PR.
+
+Built once from the comparison frames; the HTML verdict, ``summary.md`` and the terminal summary all show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vsnap_qual.report import figures
+from vsnap_qual.report.assemble import step_label
+from vsnap_qual.report.compare import Comparisons, latest_steps, records
+
+_LIFECYCLE = ("create", "inspect", "restore-1", "restart", "restore-2")
+_NAMES_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the validation table. ``ok`` is None when the check did not run."""
+
+    name: str
+    ok: bool | None
+    result: str
+    details: tuple[str, ...] = ()
+    #: A measurement shown for review, not judged pass/fail (KV capacity, ready times).
+    informational: bool = False
+    #: A one-word name for narrow views (the terminal summary).
+    short: str = ""
+    #: The run stopped before this check could finish (``ok`` is None).
+    pending: bool = False
+
+    @property
+    def status(self) -> str:
+        """``pass``, ``FAIL``, ``info``, ``incomplete`` or ``not run``."""
+        if self.ok is None:
+            return "incomplete" if self.pending else "not run"
+        if self.informational:
+            return "info"
+        return "pass" if self.ok else "FAIL"
+
+
+def _names(names: list[str], limit: int = _NAMES_SHOWN) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" … and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _all_ok(values: list[bool | None]) -> bool | None:
+    """False if any is False, else None if any is unknown (or there are none), else True."""
+    if False in values:
+        return False
+    return None if not values or None in values else True
+
+
+def validation_checks(results: Mapping[str, Any], comparisons: Comparisons) -> list[Check]:
+    """The rows of the validation table, in the order a reviewer reads them."""
+    checks = [
+        ("lifecycle", _lifecycle(results)),
+        ("overlay", _overlay(comparisons)),
+        ("digests", _digests(comparisons)),
+        ("canary", _canary(comparisons)),
+        ("faults", _faults(comparisons)),
+        ("KV", _kv(comparisons)),
+        ("ready", _readiness(comparisons)),
+        ("cleanup", _cleanup(comparisons)),
+    ]
+    return [replace(check, short=short) for short, check in checks]
+
+
+def _lifecycle(results: Mapping[str, Any]) -> Check:
+    latest = latest_steps(results)
+    per_runner: list[str] = []
+    failed: list[str] = []
+    oks: list[bool | None] = []
+    # In a killed run a step not reached is pending; in a finished run it is a failure to qualify.
+    complete = bool((results.get("run") or {}).get("complete"))
+    for runner in results.get("runners") or []:
+        steps = [s for (r, _a, name), s in latest.items() if r == runner and name in _LIFECYCLE]
+        if not steps:
+            per_runner.append(f"{runner} not reached")
+            oks.append(False if complete else None)
+            continue
+        bad = [step_label(s) for s in steps if s.get("outcome") != "passed"]
+        missing = [
+            f"{runner}/{arm}/{name}"
+            for arm in results.get("arms") or []
+            if any(r == runner and a == arm for (r, a, _n) in latest)
+            for name in _LIFECYCLE
+            if (runner, arm, name) not in latest
+        ]
+        failed.extend(bad)
+        ok: bool | None = not bad and not missing
+        if not bad and missing and not complete:
+            ok = None
+        oks.append(ok)
+        arms = [a for a in results.get("arms") or [] if any(s.get("arm") == a for s in steps)]
+        text = "" if ok else (" FAIL" if bad else " incomplete")
+        per_runner.append(f"{runner}{text} ({', '.join(arms)})")
+        if missing and not bad:
+            failed.extend(f"{m} (not reached)" for m in missing)
+    details = (f"not passed: {_names(failed)}",) if failed else ()
+    return Check(
+        "create, inspect, two restores across a container restart",
+        _all_ok(oks),
+        "; ".join(per_runner),
+        details,
+        pending=not complete,
+    )
+
+
+def _overlay(comparisons: Comparisons) -> Check:
+    rows = records(comparisons.overlay)
+    if not rows:
+        return Check("overlaid source verified in the running processes", None, "no overlay")
+    bad = [f"{r['runner']}: {r['module']}" for r in rows if not r["ok"]]
+    modules = sorted({str(r["module"]) for r in rows})
+    processes = sum(int(r["matching"] or 0) for r in rows)
+    result = f"{len(modules)} file(s), hashes equal in {processes} process imports"
+    return Check(
+        "overlaid source verified in the running processes",
+        not bad,
+        result,
+        (f"not verified: {_names(bad)}",) if bad else (),
+    )
+
+
+def _digests(comparisons: Comparisons) -> Check:
+    rows = records(comparisons.digests)
+    if not rows:
+        return Check("parameter digests", None, "no digests recorded")
+    parts = []
+    details = []
+    for row in rows:
+        if row["ok"] and not row["unobservable"]:
+            parts.append(f"{row['runner']}: all {row['total']:,} unchanged")
+        else:
+            parts.append(f"{row['runner']}: {row['text']}")
+        if row["changed_names"]:
+            details.append(f"{row['runner']} changed: {_names(list(row['changed_names']))}")
+        if row["missing_names"]:
+            details.append(f"{row['runner']} missing: {_names(list(row['missing_names']))}")
+    return Check(
+        "parameter digests (ordinary vs restored)",
+        all(r["ok"] for r in rows),
+        "; ".join(parts),
+        tuple(details),
+    )
+
+
+def _canary(comparisons: Comparisons) -> Check:
+    frame = comparisons.canary
+    if frame.empty or (frame["status"] == "reference").all():
+        return Check("canary equal to the ordinary reference", None, "no canary compared")
+    parts = []
+    details = []
+    compared = frame[frame["status"] != "reference"]
+    for (runner, arm), group in compared.groupby(["runner", "arm"], sort=False):
+        prompts = group["prompt"].nunique()
+        equal_prompts = group.groupby("prompt", sort=False)["ok"].all()
+        exact_prompts = group.groupby("prompt", sort=False)["status"].apply(
+            lambda s: bool((s == "bit-exact").all())
+        )
+        deltas = group["delta"].dropna().abs()
+        text = f"{runner}/{arm}: {int(equal_prompts.sum())}/{prompts} equal"
+        if int(exact_prompts.sum()) == prompts:
+            text += ", bit-exact"
+        else:
+            text += f" ({int(exact_prompts.sum())} bit-exact, max |Δ logprob| {figures.delta(deltas.max())})"
+        parts.append(text)
+        for row in records(group[~group["ok"]]):
+            delta = figures.delta(row["delta"])
+            details.append(f"{runner}/{arm}/{row['step']} {row['prompt']!r}: {row['status']}, Δ {delta}")
+    restores = compared["step"].nunique()
+    name = "canary equal to the ordinary reference" + (f" ({restores} restores each)" if restores > 1 else "")
+    return Check(name, bool(compared["ok"].all()), "; ".join(parts), tuple(details[:_NAMES_SHOWN]))
+
+
+def _faults(comparisons: Comparisons) -> Check:
+    rows = records(comparisons.faults)
+    if not rows:
+        return Check("injected failures", None, "no fault ran")
+    passed = [r for r in rows if r["outcome"] == "passed"]
+    bad = [
+        f"{r['runner']}/{r['arm']}/{r['fault']}" + (f" ({r['mismatches']})" if r["mismatches"] else "")
+        for r in rows
+        if r["outcome"] != "passed"
+    ]
+    never_bound = sum(1 for r in rows if r["http_bound"] is False)
+    cleaned = sum(1 for r in rows if r["cleanup_ok"])
+    result = (
+        f"{len(passed)}/{len(rows)} as expected; HTTP never bound in {never_bound}, "
+        f"cleanup verified in {cleaned}"
+    )
+    return Check("injected failures", not bad, result, (f"unexpected: {_names(bad)}",) if bad else ())
+
+
+def _kv(comparisons: Comparisons) -> Check:
+    rows = records(comparisons.kv)
+    if not rows:
+        return Check("KV-cache capacity, ordinary / snapshot (tokens)", None, "not measured")
+    parts = []
+    by_runner: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_runner.setdefault(str(row["runner"]), []).append(row)
+    for runner, lane_rows in by_runner.items():
+        head = lane_rows[0]
+        text = (
+            f"{runner} {figures.count(head['ordinary'])} / {figures.count(head['snapshot'])} "
+            f"({figures.signed_count(head['delta'])}, {figures.percent(head['delta_pct'])})"
+        )
+        others = [
+            f"{r['arm']} {figures.count(r['ordinary'])} / {figures.count(r['snapshot'])}"
+            for r in lane_rows[1:]
+        ]
+        parts.append(text + (f"; {', '.join(others)}" if others else ""))
+    # Informational: capacity is fixed at create and may differ slightly from ordinary serving.
+    return Check(
+        "KV-cache capacity, ordinary / snapshot (tokens)", True, " · ".join(parts), informational=True
+    )
+
+
+def _readiness(comparisons: Comparisons) -> Check:
+    rows = records(comparisons.readiness)
+    usable = [r for r in rows if r["cold_start"] is not None or r["restore_median"] is not None]
+    if not usable:
+        return Check("ready time, cold start vs restore", None, "not measured")
+    parts = []
+    for r in usable:
+        lane = f"{r['runner']}/{r['arm']}"
+        if r["restore_median"] is None:
+            parts.append(f"{lane} cold start {figures.seconds(r['cold_start'])}, no restore measured")
+        else:
+            parts.append(
+                f"{lane} {figures.seconds(r['cold_start'])} vs {figures.seconds(r['restore_median'])}"
+                f" (n={r['restore_n']}, {figures.ratio(r['speedup'])})"
+            )
+    return Check("ready time, cold start vs restore (median)", True, "; ".join(parts), informational=True)
+
+
+def _cleanup(comparisons: Comparisons) -> Check:
+    rows = records(comparisons.cleanup)
+    if not rows:
+        return Check("cleanup audits", None, "no audit recorded")
+    bad = [
+        f"{r['runner']}/{r['arm']}/{r['step']}" + (f" ({r['detail']})" if r["detail"] else "")
+        for r in rows
+        if not r["ok"]
+    ]
+    return Check(
+        "cleanup audits (PIDs gone, ports closed, GPU idle, link remaps)",
+        not bad,
+        f"{len(rows) - len(bad)}/{len(rows)} ok",
+        (f"failed: {_names(bad)}",) if bad else (),
+    )
+
+
+def fold_checks(results: Mapping[str, Any], checks: list[Check]) -> dict[str, Any]:
+    """``results`` with its verdict failing on every judged check that failed (a failed check fails the run
+    even when the step that measured it was recorded as passed)."""
+    verdict = dict(results.get("verdict") or {})
+    failed = [c.name for c in checks if c.status == "FAIL"]
+    verdict["checks"] = {c.name: c.status for c in checks}
+    if failed:
+        reasons = list(verdict.get("reasons") or [])
+        reasons.extend(f"check failed: {name}" for name in failed if f"check failed: {name}" not in reasons)
+        verdict["reasons"] = reasons
+        if verdict.get("status") != "fail":
+            verdict["status"] = "fail"
+            verdict["headline"] = "FAIL" + ("" if verdict.get("complete") else " (incomplete run)")
+    return {**results, "verdict": verdict}
