@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:  # xdist hook: hand the run id to the workers
     qual = node.config.stash.get(CONFIG_KEY, None)
     if qual is not None:

@@ -51,8 +51,12 @@ def bad_inputs(tmp_path):
         ("overlay-unchanged", [f"--vsnap-overlay={unchanged}"], {}, "no vllm/**.py file changed"),
         ("docker-unreachable", [], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, "Docker engine unreachable"),
         ("gpus-without-runtime", ["--vsnap-gpus=all"], {}, "--vsnap-gpus=all: Docker has no NVIDIA runtime"),
-        ("image-missing", ["--vsnap-image=vsnap-no-such-image:never"], {}, "--vsnap-image: image "
-                                                                           "'vsnap-no-such-image:never' is not present"),
+        (
+            "image-missing",
+            ["--vsnap-image=vsnap-no-such-image:never"],
+            {},
+            "--vsnap-image: image 'vsnap-no-such-image:never' is not present",
+        ),
     ]
 
 
@@ -76,8 +80,13 @@ def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, do
                 for key, value in env.items():
                     m.setenv(key, value)
                 result = pytester.runpytest_subprocess(
-                    "-p", "vsnap_qual", "--vsnap-image=busybox-not-needed:x", "--vsnap-model=org/m",
-                    f"--vsnap-revision={REV}", f"--vsnap-report-dir={tmp_path / name}", *args,
+                    "-p",
+                    "vsnap_qual",
+                    "--vsnap-image=busybox-not-needed:x",
+                    "--vsnap-model=org/m",
+                    f"--vsnap-revision={REV}",
+                    f"--vsnap-report-dir={tmp_path / name}",
+                    *args,
                 )
             text = result.stdout.str() + result.stderr.str()
             assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{name}: exit {result.ret}\n{text[-2000:]}"
