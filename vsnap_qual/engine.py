@@ -203,13 +203,27 @@ def wait_until(
     abort: Callable[[], str | None] | None = None,
 ) -> float:
     """Poll until ``predicate`` holds; return the time it did. ``abort`` may end the wait with a reason."""
+    return wait_until_measured(predicate, timeout, interval, abort)[0]
+
+
+def wait_until_measured(
+    predicate: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.01,
+    abort: Callable[[], str | None] | None = None,
+) -> tuple[float, float]:
+    """Like :func:`wait_until`; also returns the notice latency bound: the time between the last poll that
+    failed and the one that succeeded (the condition became true somewhere in that window)."""
     deadline = time.time() + timeout
     last_abort_check = 0.0
+    last_false = time.time()
     while time.time() < deadline:
         if predicate():
-            return time.time()
-        if abort and time.time() - last_abort_check > 1.0:
-            last_abort_check = time.time()
+            now = time.time()
+            return now, now - last_false
+        last_false = time.time()
+        if abort and last_false - last_abort_check > 1.0:
+            last_abort_check = last_false
             reason = abort()
             if reason:
                 raise EngineError(reason)
