@@ -42,10 +42,16 @@ def test_github_workflow_uploads_the_report_always():
 
 
 def test_nightly_script_dry_run_uses_only_options_the_plugin_accepts(tmp_path):
-    env = {**os.environ, "VSNAP_IMAGE": "vllm/vllm-openai:nightly-abc", "VSNAP_DRY_RUN": "1",
-           "VSNAP_BASE_IMAGE": "vllm/vllm-openai:latest", "VSNAP_ANNOTATE": "1"}
-    done = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
-                          check=True)
+    env = {
+        **os.environ,
+        "VSNAP_IMAGE": "vllm/vllm-openai:nightly-abc",
+        "VSNAP_DRY_RUN": "1",
+        "VSNAP_BASE_IMAGE": "vllm/vllm-openai:latest",
+        "VSNAP_ANNOTATE": "1",
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env, check=True
+    )
     commands = [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("+ ")]
     assert [c[:2] for c in commands] == [["python3", "-m"], ["vsnap-qual", "doctor"], ["python3", "-m"]]
     pytest_args = [a for a in commands[2] if a.startswith("--vsnap-")]

@@ -32,8 +32,10 @@ def test_digest_compare_names_changes_and_never_counts_unobservable():
 
 def test_kv_log_line_variants():
     gpu = "(EngineCore pid=7) INFO 11-29 16:31:10 [kv_cache_utils.py:1] GPU KV cache size: 54,048 tokens"
-    cpu = ("(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, "
-           "Maximum concurrency for 512 tokens per request: 2048.00x")
+    cpu = (
+        "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, "
+        "Maximum concurrency for 512 tokens per request: 2048.00x"
+    )
     assert engine.kv_from_log(gpu) == 54048
     assert engine.kv_from_log(cpu) == 1048576
     assert engine.kv_from_log("nothing here") is None

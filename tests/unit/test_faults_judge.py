@@ -21,8 +21,9 @@ def test_every_fault_has_an_expectation_for_both_behaviours():
 
 def test_head_recovery_failure_passes_when_observed_as_the_contract_says():
     fault = FAULTS_BY_ID["wake-raise"]
-    obs = Observation(exit_code=1, error_json={"phase": "recovery: restore memory"},
-                      phase="recovery: restore memory", fired=True)
+    obs = Observation(
+        exit_code=1, error_json={"phase": "recovery: restore memory"}, phase="recovery: restore memory", fired=True
+    )
     assert faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results()) == []
 
 
@@ -35,8 +36,13 @@ def test_a_fault_that_never_fired_is_an_ineffective_injection():
 
 def test_http_bound_before_the_check_fails_head_and_says_so():
     fault = FAULTS_BY_ID["canary-perturb"]
-    obs = Observation(exit_code=1, http_bound=True, http_bound_by=["host connect poll"], fired=True,
-                      stderr_tail="snapshot oracle mismatch")
+    obs = Observation(
+        exit_code=1,
+        http_bound=True,
+        http_bound_by=["host connect poll"],
+        fired=True,
+        stderr_tail="snapshot oracle mismatch",
+    )
     head = faults.judge(fault, EXPECTATIONS["head"]["canary-perturb"], obs, _results())
     assert any("HTTP was bound" in p for p in head)
     assert any("error.json missing" in p for p in head)
@@ -46,8 +52,10 @@ def test_http_bound_before_the_check_fails_head_and_says_so():
 def test_mutation_leftovers_and_broken_followup_are_named():
     fault = FAULTS_BY_ID["identity-drift"]
     obs = Observation(exit_code=1, fired=True, artifact_unchanged=False, stderr_tail="snapshot mismatch: environment")
-    results = {"cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
-               "followup_restore": {"exit_code": 1, "canary_ok": False}}
+    results = {
+        "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
+        "followup_restore": {"exit_code": 1, "canary_ok": False},
+    }
     problems = faults.judge(fault, EXPECTATIONS["head"]["identity-drift"], obs, results)
     text = " | ".join(problems)
     assert "mutated" in text and "cleanup incomplete" in text and "no longer restores" in text

@@ -55,7 +55,7 @@ def test_prompts_file_forms(tmp_path):
     with pytest.raises(argparse.ArgumentTypeError, match="non-empty strings"):
         options.parse_prompts(str(bad))
     broken = tmp_path / "broken.json"
-    broken.write_text("[\"a\",")
+    broken.write_text('["a",')
     with pytest.raises(argparse.ArgumentTypeError, match="not valid JSON"):
         options.parse_prompts(str(broken))
 

@@ -32,8 +32,10 @@ def test_changed_and_untracked_python_files_become_the_overlay(checkout):
     assert [f.relative for f in files] == ["vllm/snapshot/engine.py", "vllm/snapshot/server.py"]
     server = files[1]
     assert server.module == "vllm.snapshot.server"
-    assert server.image_path("/usr/lib/python3/dist-packages/vllm") == \
-        "/usr/lib/python3/dist-packages/vllm/snapshot/server.py"
+    assert (
+        server.image_path("/usr/lib/python3/dist-packages/vllm")
+        == "/usr/lib/python3/dist-packages/vllm/snapshot/server.py"
+    )
     assert server.sha256 == overlay.sha256_file(checkout / "vllm" / "snapshot" / "server.py")
     assert overlay.OverlayFile("vllm/__init__.py", checkout, "0").module == "vllm"
 
