@@ -637,23 +637,22 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
         root_pid=root,
         listener_first_bound=watch.first_bound,
     )
-    bad = [c for c in compare if not c["ok"]]
-    check(
-        not bad,
-        "canary differs from the ordinary reference: "
-        + "; ".join(
-            f"{c['prompt']!r}: expected {c['expected']['token_ids']} {c['expected']['text']!r} "
-            f"{c['expected']['logprob']:.6f}, got {c['actual']['token_ids']} {c['actual']['text']!r} "
-            f"{c['actual']['logprob']:.6f}"
-            for c in bad
-        ),
-    )
-    check(
-        digest_compare["ok"],
-        f"parameter digests differ from the ordinary reference: "
-        f"{digest_compare['unchanged']}/{digest_compare['total']} unchanged; changed {digest_compare['changed'][:10]}"
-        f" missing {digest_compare['missing'][:10]} unobservable {digest_compare['unobservable'][:10]}",
-    )
+    problems = [
+        f"{c['prompt']!r}: expected {c['expected']['token_ids']} {c['expected']['text']!r} "
+        f"{c['expected']['logprob']:.6f}, got {c['actual']['token_ids']} {c['actual']['text']!r} "
+        f"{c['actual']['logprob']:.6f}"
+        for c in compare
+        if not c["ok"]
+    ]
+    if problems:
+        problems = ["canary differs from the ordinary reference: " + "; ".join(problems)]
+    if not digest_compare["ok"]:
+        problems.append(
+            f"parameter digests differ from the ordinary reference: {digest_compare['unchanged']}/"
+            f"{digest_compare['total']} unchanged; changed {digest_compare['changed'][:10]} missing "
+            f"{digest_compare['missing'][:10]} unobservable {digest_compare['unobservable'][:10]}"
+        )
+    check(not problems, " | ".join(problems))
 
 
 def restart(run: LaneRun, rec: dict[str, Any]) -> None:
