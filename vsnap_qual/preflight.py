@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
 import docker.errors
 from docker.client import DockerClient
 
-import docker
 from vsnap_qual import overlay as overlay_mod
 from vsnap_qual import runtime
 from vsnap_qual.config import QualConfig

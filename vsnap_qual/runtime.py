@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
 import docker.errors
 import docker.types
 from docker.client import DockerClient
 from docker.models.containers import Container
-
-import docker
 
 LABEL_SESSION = "ai.vsnap.session"
 LABEL_LANE = "ai.vsnap.lane"

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
 import docker.types
 import pytest
 from docker.client import DockerClient
 
-import docker
 from vsnap_qual import engine
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.engine import CanaryOutput

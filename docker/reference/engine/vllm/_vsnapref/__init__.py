@@ -1,0 +1,1 @@
+"""Reference-only plumbing (simulated device, checkpoint agent). Real vLLM has no such package."""

@@ -1,0 +1,1 @@
+"""Create and restore explicitly compatible vLLM engine snapshots."""

@@ -1,0 +1,1 @@
+"""vsnap reference engine."""
