@@ -27,6 +27,7 @@ class TestFaults:
         with fault_lane.step(f"fault:{fault.id}", request.node.nodeid, requires=("fault-artifact",)) as record:
             observed = faults.run_fault(fault_lane, fault, record)
             problems = faults.judge(fault, expect, observed, record["results"])
+            record["results"]["cleanup"]["judged"] = expect.cleanup  # recorded either way
             record["results"].update(
                 fault=fault.id,
                 title=fault.title,

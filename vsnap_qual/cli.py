@@ -33,9 +33,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="results.json, evidence.jsonl, or a report directory holding one of them",
     )
-    parser.add_argument(
-        "--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)"
-    )
+    parser.add_argument("--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)")
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -116,9 +114,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "report": Subcommand(
-        "re-render report.html, summary.md and results.json", _report_arguments, _run_report
-    ),
+    "report": Subcommand("re-render report.html, summary.md and results.json", _report_arguments, _run_report),
     "compare": Subcommand("show what changed between two runs", _compare_arguments, _run_compare),
     "doctor": Subcommand(
         "check the host and the image (--vsnap-* options, as for pytest)", _doctor_arguments, _run_doctor
@@ -128,9 +124,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``vsnap-qual`` argument parser with one subparser per entry of ``SUBCOMMANDS``."""
-    parser = argparse.ArgumentParser(
-        prog="vsnap-qual", description="vLLM snapshot qualification: reports and tools"
-    )
+    parser = argparse.ArgumentParser(prog="vsnap-qual", description="vLLM snapshot qualification: reports and tools")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, subcommand in SUBCOMMANDS.items():

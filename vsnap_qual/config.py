@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual.options import DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, RUNNERS, SECRET_ENV_NAMES
+from vsnap_qual.options import DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, RUNNERS, SECRET_ENV_NAMES, VLLM_CANARY_PROMPT
+
+SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,16 @@ class QualConfig:
         return {name: self.port_base + lane.port_offset + i for i, name in enumerate(PORT_NAMES)}
 
     def secret_values(self) -> list[str]:
-        """Values (from this process's environment) that must never reach an artefact."""
-        return [v for n in self.secret_names if (v := os.environ.get(n)) and len(v) >= 4]
+        """Values that must never reach an artefact: secret variables of this process's environment or of
+        ``--vsnap-env``, and the values of secret engine options (``--hf-token``, ``--api-key``, any spelling)."""
+        values = [os.environ.get(n, "") for n in self.secret_names]
+        values += [v for n, v in self.env.items() if n in self.secret_names]
+        args = list(self.engine_args)
+        for i, arg in enumerate(args):
+            name, sep, inline = arg.partition("=")
+            if SECRET_OPTION.match(name):
+                values.append(inline if sep else (args[i + 1] if i + 1 < len(args) else ""))
+        return [v for v in values if len(v) >= 4]
 
     def public_options(self) -> dict[str, Any]:
         """Options as recorded in the evidence (paths and tuples made JSON-friendly)."""
@@ -130,6 +141,11 @@ class QualConfig:
 def new_run_id(now: dt.datetime | None = None) -> str:
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
+    """vLLM's own canary prompt always comes first: the manifest's oracle is its output."""
+    return (VLLM_CANARY_PROMPT, *(p for p in prompts if p != VLLM_CANARY_PROMPT))
 
 
 def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
@@ -157,7 +173,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         max_model_len=parsed["vsnap_max_model_len"],
         gpu_memory_utilization=parsed["vsnap_gpu_memory_utilization"],
         runners=parsed["vsnap_runners"],
-        prompts=parsed.get("vsnap_prompts") or DEFAULT_PROMPTS,
+        prompts=_with_vllm_canary(parsed.get("vsnap_prompts") or DEFAULT_PROMPTS),
         logprob_tolerance=parsed["vsnap_logprob_tolerance"],
         gpus=parsed["vsnap_gpus"],
         privileges=parsed["vsnap_privileges"],

@@ -121,7 +121,8 @@ def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict
         "missing": missing,
         "unobservable": unobservable,
         "extra": extra,
-        "ok": not changed and not missing and not extra and unchanged == len(reference) - len(unobservable),
+        # nothing compared is never a pass
+        "ok": not changed and not missing and not extra and 0 < unchanged == len(reference) - len(unobservable),
     }
 
 

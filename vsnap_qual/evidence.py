@@ -73,6 +73,28 @@ class EvidenceStore:
             return str(path)
 
 
+def redact_tree(root: Path, redact: Redactor) -> list[Path]:
+    """Rewrite every file under ``root`` that holds a secret value (logs streamed by the engine itself, which
+    no writer of ours could filter). Returns the files changed."""
+    if not redact.values:
+        return []
+    needles = [v.encode() for v in redact.values]
+    changed = []
+    for path in root.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if any(n in data for n in needles):
+            for needle in needles:
+                data = data.replace(needle, b"***")
+            path.write_bytes(data)
+            changed.append(path)
+    return changed
+
+
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
     """Yield the records of an evidence file; a torn last line (killed writer) is skipped."""
     with path.open(encoding="utf-8") as handle:

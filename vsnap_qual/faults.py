@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -20,14 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from vsnap_qual import engine
+from vsnap_qual.options import VLLM_CANARY_PROMPT
 from vsnap_qual.runtime import ExecResult
-from vsnap_qual.steps import ARTIFACT, CONTROL, WORK, LaneRun, check
+from vsnap_qual.steps import ARTIFACT, CONTROL, EXCEPTION_LINE, WORK, LaneRun, check, skip_if_limitation, vllm_reason
 
 BACKUP = f"{WORK}/artifact.pristine"
-VLLM_CANARY_PROMPT = "The capital of France is"  # vLLM's own snapshot canary prompt (contract §3.5)
-MUTABLE = ("release.json", "restored.pid", "child.log", "error.json")  # files restore itself may rewrite
 ANY = "any"
-EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*:")
 
 
 @dataclass(frozen=True)
@@ -140,7 +137,10 @@ def prepare_artifact(run: LaneRun, rec: dict[str, Any]) -> None:
     run.box.sh(f"rm -rf {ARTIFACT} {BACKUP}", 60)
     env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{run.config.fault_timeout:g}"}
     result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env)
-    check(result.exit_code == 0, f"fault-lane create exited {result.exit_code}:\n{result.tail()}")
+    if result.exit_code != 0:
+        reason = vllm_reason(result.stderr or result.stdout)
+        skip_if_limitation(reason)
+        check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     run.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
@@ -313,14 +313,17 @@ def _signal_when_fired(run: LaneRun, signame: str, done: threading.Event, sent: 
     while time.time() < deadline and not done.is_set():
         if fired_records(run):
             time.sleep(0.3)
-            targets = [
+            procs = run.box.processes()
+            wrappers = {
                 p["pid"]
-                for p in run.box.processes()
+                for p in procs
                 if p["args"].startswith("timeout ") and f"vllm snapshot restore {ARTIFACT}" in p["args"]
-            ]
+            }
+            targets = [p["pid"] for p in procs if p["ppid"] in wrappers]  # the restore command itself
             if targets:
                 result = run.box.sh(f"kill -{signame} {' '.join(map(str, targets))}", 15)
-                sent.append(f"SIG{signame} to {targets} exit {result.exit_code}")
+                if result.exit_code == 0:
+                    sent.append(f"SIG{signame} to {targets}")
             return
         time.sleep(0.05)
 
@@ -357,7 +360,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             injected["manifest"] = "schema_version=2"
         elif fault.kind == "image":
             injected["truncated"] = truncate_image(run)
-        before = run.artifact_digest(exclude=MUTABLE)
+        before = run.artifact_digest()
 
         if fault.kind == "create":
             create_dir = f"{WORK}/fault-create"
@@ -420,7 +423,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
         obs.fired_records = fired_records(run)
         obs.fired = _fired(fault, obs, injected)
         if fault.kind != "create":
-            obs.artifact_unchanged = run.artifact_digest(exclude=MUTABLE) == before
+            obs.artifact_unchanged = run.artifact_digest() == before
     finally:
         disarm(run)
         if holder is not None and holder.where in ("container", "host"):
@@ -436,7 +439,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
     kill_leftovers(run, baseline, set())
     rec["results"].update(injected=injected, cleanup=audit)
-    rec["results"]["followup_restore"] = followup_restore(run)
+    rec["results"]["followup_restore"] = followup_restore(run, undo_injection=fault.kind in ("manifest", "image"))
     return obs
 
 
@@ -452,9 +455,11 @@ def _fired(fault: Fault, obs: Observation, injected: dict[str, Any]) -> bool:
     return True  # port, manifest, image: the injection is verified when it is made
 
 
-def followup_restore(run: LaneRun) -> dict[str, Any]:
-    """After a fault: the (pristine) artifact must still restore and answer vLLM's canary with its oracle."""
-    reset_artifact(run)
+def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
+    """After a fault, the artifact as the failure left it must still restore and answer vLLM's canary with its
+    oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone."""
+    if undo_injection:
+        reset_artifact(run)
     port = run.ports["fault"]
     baseline = {p["pid"] for p in run.box.processes()}
     result: ExecResult = run.box.exec(

@@ -23,8 +23,9 @@ import pytest
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
 RUNNERS: dict[str, str] = {"v1": "0", "v2": "1"}  # runner name -> VLLM_USE_V2_MODEL_RUNNER
+VLLM_CANARY_PROMPT = "The capital of France is"  # vLLM's own snapshot canary prompt (contract §3.5)
 DEFAULT_PROMPTS: tuple[str, ...] = (
-    "The capital of France is",  # vLLM's own snapshot canary prompt
+    VLLM_CANARY_PROMPT,
     "The largest planet in the solar system is",
     "Water is made of hydrogen and",
     "One, two, three,",

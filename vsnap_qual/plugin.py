@@ -19,7 +19,7 @@ import pytest
 
 from vsnap_qual import __version__, options, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
-from vsnap_qual.evidence import EvidenceStore, Redactor, utc_now
+from vsnap_qual.evidence import EvidenceStore, Redactor, redact_tree, utc_now
 from vsnap_qual.preflight import PreflightError, PreflightResult, check_report_dir, run_preflight
 from vsnap_qual.steps import LaneRun
 
@@ -27,6 +27,7 @@ CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
 PEERS_KEY = pytest.StashKey[dict[str, dict[str, object]]]()  # lane name -> its ordinary reference results
+PEERS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()  # lane name -> ordinary results, within one worker
 PREFLIGHT_FILE = "preflight.json"
 
 
@@ -135,13 +136,15 @@ def _doctor_or_usage_error(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Every test asking for ``lane`` runs once per runner × arm; one xdist worker owns a runner (both arms, in
     order head then base, so the base arm can be compared with the head arm)."""
-    if "lane" not in metafunc.fixturenames:
+    if "vsnap_lane" not in metafunc.fixturenames:
         return
     qual = metafunc.config.stash.get(CONFIG_KEY, None)
-    lanes = qual.lanes if qual else ()
+    if qual is None:
+        return  # inactive: the vsnap_config fixture says which options to set
+    lanes = qual.lanes
     metafunc.parametrize(
-        "lane",
-        [pytest.param(lane, id=lane.name, marks=pytest.mark.xdist_group(lane.name)) for lane in lanes],
+        "vsnap_lane",
+        [pytest.param(lane, id=lane.name, marks=pytest.mark.xdist_group(lane.runner)) for lane in lanes],
         scope="class",
     )
 
@@ -193,6 +196,7 @@ def start_lane(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> Iter
         overlay=pre.overlay if lane.overlaid else [],
         session_id=qual.run_id,
         purpose=purpose,
+        peers=request.config.stash.setdefault(PEERS_KEY, {}),
     )
     try:
         image = client.images.get(pre.images[lane.image])
@@ -204,15 +208,15 @@ def start_lane(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> Iter
 
 
 @pytest.fixture(scope="class")
-def lane_run(request: pytest.FixtureRequest, lane: Lane) -> Iterator[LaneRun]:
+def lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> Iterator[LaneRun]:
     """One lifecycle lane: a long-lived container for one runner on one image arm."""
-    yield from start_lane(request, lane, "lifecycle")
+    yield from start_lane(request, vsnap_lane, "lifecycle")
 
 
 @pytest.fixture(scope="class")
-def fault_lane(request: pytest.FixtureRequest, lane: Lane) -> Iterator[LaneRun]:
+def fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> Iterator[LaneRun]:
     """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
-    yield from start_lane(request, lane, "faults")
+    yield from start_lane(request, vsnap_lane, "faults")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -242,15 +246,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         runtime.sweep(runtime.connect(), qual.run_id)
     if not store.path.exists():
         return
-    store.append("session_end", ended=utc_now(), exitstatus=int(exitstatus), complete=True)
+    redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
+    limited = _environment_limitations(store)
+    if limited and session.exitstatus == 0:
+        # skipped steps are not a qualification: the run must not pass silently
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    store.append(
+        "session_end",
+        ended=utc_now(),
+        exitstatus=int(session.exitstatus),
+        complete=True,
+        environment_limitations=limited,
+    )
     from vsnap_qual.report import write_reports
 
-    paths = write_reports(qual.report_dir, github_step_summary=True, annotate=qual.annotate,
-                          extra_secret_names=qual.secret_names)
+    paths = write_reports(
+        qual.report_dir, github_step_summary=True, annotate=qual.annotate, extra_secret_names=qual.secret_names
+    )
     config.stash[REPORT_PATHS_KEY] = paths
 
 
 REPORT_PATHS_KEY = pytest.StashKey[Any]()
+
+
+def _environment_limitations(store: EvidenceStore) -> list[str]:
+    """Steps skipped because vLLM said this host or image cannot do them (see ``steps.LIMITATIONS``)."""
+    from vsnap_qual.evidence import read_records
+
+    return [
+        f"{r.get('lane')} {r.get('step')}: {r.get('message')}"
+        for r in read_records(store.path)
+        if r.get("kind") == "step"
+        and r.get("outcome") == "skipped"
+        and str(r.get("message", "")).startswith("environment limitation")
+    ]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -265,3 +294,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
     for note in paths.notes:
         terminalreporter.write_line(f"note: {note}")
+    for line in _environment_limitations(config.stash[STORE_KEY]):
+        terminalreporter.write_line(f"not qualified (environment limitation): {line}", red=True)

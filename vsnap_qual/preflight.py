@@ -121,9 +121,12 @@ def probe_package(client: DockerClient, image_id: str, session: str, timeout: fl
     return dict(info)
 
 
-def overlay_targets_exist(client: Any, image_id: str, package_dir: str, files: list[OverlayFile]) -> list[str]:
+def overlay_targets_exist(
+    client: Any, image_id: str, package_dir: str, files: list[OverlayFile], session: str
+) -> list[str]:
     """Overlay files whose package directory does not exist in the image (created, never started)."""
-    container = client.containers.create(image_id, entrypoint=["true"], labels={"ai.vsnap.probe": "1"})
+    labels = {runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label(), "ai.vsnap.probe": "1"}
+    container = client.containers.create(image_id, entrypoint=["true"], labels=labels)
     missing = []
     try:
         for item in files:
@@ -184,7 +187,7 @@ def run_preflight(config: QualConfig) -> PreflightResult:
         result.packages[ref] = probe_package(client, image.id, config.run_id, config.timeouts["exec"])
     if files:
         package_dir = result.packages[config.image]["package_dir"]
-        missing = overlay_targets_exist(client, result.images[config.image], package_dir, files)
+        missing = overlay_targets_exist(client, result.images[config.image], package_dir, files, config.run_id)
         if missing:
             raise PreflightError(
                 f"--vsnap-overlay: files that map to no module of the image's vllm package "

@@ -29,7 +29,7 @@ from docker.models.containers import Container
 LABEL_SESSION = "ai.vsnap.session"
 LABEL_LANE = "ai.vsnap.lane"
 LABEL_OWNER = "ai.vsnap.owner"  # "<hostname>:<pid>" of the pytest process that owns the container
-HOST_GRACE_S = 15.0
+HOST_GRACE_S = 8.0  # host deadline = in-container timeout + 8 s (a step fails within budget + 10 s)
 
 
 class RuntimeFailure(RuntimeError):
@@ -181,6 +181,7 @@ class EngineContainer:
             )
         else:
             kwargs["ports"] = {f"{p}/tcp": ("127.0.0.1", p) for p in spec.ports}
+            kwargs["init"] = True  # `sleep infinity` as PID 1 would never reap the engine's orphans
         if spec.gpus == "all":
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         elif spec.gpus.startswith("GPU-"):

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from vsnap_qual import engine
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import EvidenceStore, utc_now
+from vsnap_qual.options import VLLM_CANARY_PROMPT
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.runtime import (
     LABEL_LANE,
@@ -57,6 +59,38 @@ PACKAGE_PROBE = (
 
 class StepFailed(AssertionError):
     """A qualification check did not hold; the message says what differs."""
+
+
+# vLLM's own words for "this host or image cannot do that" (not a defect of the change under test). A step that
+# meets one is skipped as an environment limitation, quoting vLLM verbatim; the run's verdict is still not a pass.
+LIMITATIONS: tuple[str, ...] = (
+    "snapshot dependency not found",
+    "CRIU_CUDA_PLUGIN_DIR is required",
+    "snapshot requires Linux pidfd support",
+    "snapshot create requires Linux x86_64",
+    "Model Runner V2 requires Triton",
+    "No CUDA GPUs are available",
+    "snapshot tree has no CUDA-holding process",
+)
+EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)|Value error)\b.*")
+
+
+def vllm_reason(text: str) -> str:
+    """The most telling line of an engine's failure output: a known limitation, else the last exception line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if any(marker in line for marker in LIMITATIONS):
+            return line
+    for line in reversed(lines):
+        if EXCEPTION_LINE.match(line):
+            return line
+    return lines[-1] if lines else "(no output)"
+
+
+def skip_if_limitation(reason: str) -> None:
+    """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim)."""
+    if any(marker in reason for marker in LIMITATIONS):
+        pytest.skip(f"environment limitation: {reason}")
 
 
 @dataclass
@@ -268,7 +302,18 @@ class LaneRun:
         return sorted(pid for pid in tree if any(p["pid"] == pid for p in procs))
 
     def pid_alive(self, pid: int) -> bool:
-        return self.box.exec(["kill", "-0", str(pid)], 10).exit_code == 0
+        """Whether a process with this PID exists (``/proc``: needs no ``kill`` binary in the image)."""
+        result = self.box.exec(["sh", "-c", f"test -d /proc/{int(pid)}"], 10)
+        if result.exit_code not in (0, 1):
+            raise StepFailed(f"cannot probe PID {pid} in the container: exit {result.exit_code} {result.tail()}")
+        return result.exit_code == 0
+
+    def port_listening(self, port: int) -> bool:
+        """A listener on the port, as seen in the container's network namespace (and from the host when the
+        namespace is the host's; with published ports Docker's proxy answers even when nothing listens)."""
+        if port in self.box.listening_ports():
+            return True
+        return self.config.privileges != "isolated" and engine.port_open(port)
 
     def stop_server(self, handle: ServerHandle, grace: float = 20.0) -> None:
         """SIGTERM the server's whole tree, SIGKILL what is left after ``grace`` seconds."""
@@ -304,8 +349,10 @@ class LaneRun:
             def died() -> str | None:
                 if self.pid_alive(root):
                     return None
-                tail = host_log.read_text(errors="replace")[-3000:] if host_log else ""
-                return f"vllm serve exited before it was ready; log tail:\n{tail}"
+                text = host_log.read_text(errors="replace") if host_log else ""
+                record["results"]["vllm_reason"] = vllm_reason(text)
+                skip_if_limitation(record["results"]["vllm_reason"])
+                return f"vllm serve exited before it was ready: {vllm_reason(text)}\nlog tail:\n{text[-3000:]}"
 
             try:
                 ready, notice = engine.wait_until_measured(
@@ -354,7 +401,7 @@ class LaneRun:
                 for r in reports
                 if item.module in (r.get("modules") or {})
             ]
-            ok = bool(imported) and all(i["sha256"] == item.sha256 for i in imported)
+            ok = bool(imported) and all(i["sha256"] == item.sha256 for i in imported)  # refined in the step
             files.append(
                 {
                     "host_path": str(item.host_path),
@@ -377,15 +424,16 @@ class LaneRun:
         deadline = time.time() + 30.0
         while True:
             alive = [p for p in pids if self.pid_alive(p)]
-            listening = self.box.listening_ports()
-            open_ports = [p for p in ports if p in listening or engine.port_open(p)]
+            open_ports = [p for p in ports if self.port_listening(p)]
             if (not alive and not open_ports) or time.time() > deadline:
                 break
             time.sleep(0.25)
         gpu_idle: bool | None = None
         if self.config.gpus != "none" and self.box.sh("command -v nvidia-smi", 10).exit_code == 0:
             apps = self.box.sh("nvidia-smi --query-compute-apps=pid --format=csv,noheader", 30)
-            gpu_idle = apps.exit_code == 0 and not apps.stdout.strip()
+            ours = set(pids) | {p["pid"] for p in self.box.processes()}  # other lanes may share the GPU
+            busy = [int(x) for x in apps.stdout.split() if x.strip().isdigit() and int(x) in ours]
+            gpu_idle = apps.exit_code == 0 and not busy
         remaps = self.box.sh(LINK_REMAPS, 30).stdout
         audit = {
             "pids": pids,
@@ -502,7 +550,7 @@ def inspect_checks(manifest: dict[str, Any], run: LaneRun, gpu_uuid: str | None)
     holders = manifest.get("cuda_holders") or []
     add("cuda_holders_subset", bool(holders) and set(holders) <= set(tree), holders)
     reference = run.ordinary.get("canary", [])
-    first = next((c for c in reference if c["prompt"] == cfg.prompts[0]), None)
+    first = next((c for c in reference if c["prompt"] == VLLM_CANARY_PROMPT), None)
     if first is not None:
         add(
             "oracle_equals_ordinary_token_ids",
@@ -547,6 +595,8 @@ def ordinary_reference(run: LaneRun, rec: dict[str, Any]) -> None:
     )
     empty = [n for n, d in digests.items() if d.get("sha256") == hashlib.sha256(b"").hexdigest()]
     check(not empty, f"parameters digested as empty bytes (packed away, not reconstructed): {empty[:5]}")
+    observable = [n for n, d in digests.items() if d.get("sha256")]
+    check(bool(observable), f"no parameter digest could be observed ({len(digests)} parameters, all unobservable)")
     check(audit["ok"], f"cleanup after ordinary serve incomplete: {_audit_problems(audit)}")
 
 
@@ -554,7 +604,11 @@ def create(run: LaneRun, rec: dict[str, Any]) -> None:
     """``vllm snapshot create`` (offline), then the captured tree must be gone."""
     run.box.sh(f"rm -rf {ARTIFACT}", 60)
     result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create")
-    check(result.exit_code == 0, f"vllm snapshot create exited {result.exit_code}:\n{result.tail()}")
+    if result.exit_code != 0:
+        reason = vllm_reason(result.stderr or result.stdout)
+        rec["results"]["vllm_reason"] = reason
+        skip_if_limitation(reason)
+        raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
     manifest_text = run.box.read_text(f"{ARTIFACT}/manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
@@ -568,7 +622,7 @@ def create(run: LaneRun, rec: dict[str, Any]) -> None:
         process_tree=manifest.get("process_tree"),
         cleanup=audit,
     )
-    check(audit["pids_gone"], f"captured processes survived create: {audit['pids_alive']}")
+    check(audit["ok"], f"cleanup after create incomplete: {_audit_problems(audit)}")
 
 
 def inspect(run: LaneRun, rec: dict[str, Any], gpu_uuid: str | None) -> None:
@@ -613,7 +667,7 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
     assert root is not None
     handle = ServerHandle(port=port, root_pid=root, pids=run._session_pids(root))
     run.server = handle
-    check(watch.bound or engine.port_open(port), f"restore exited 0 but nothing listens on port {port}")
+    check(run.port_listening(port), f"restore exited 0 but nothing listens on port {port}")
     canary = run.canaries(port)
     expected = [CanaryOutput(**c) for c in run.ordinary["canary"]]
     compare = [
@@ -636,6 +690,8 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
         pids=handle.pids,
         root_pid=root,
         listener_first_bound=watch.first_bound,
+        # restore's "cold start": from the command to a serving listener (the ordinary step's ready_seconds)
+        ready_seconds=round((watch.first_bound or result.ended) - result.started, 3),
     )
     problems = [
         f"{c['prompt']!r}: expected {c['expected']['token_ids']} {c['expected']['text']!r} "
@@ -710,7 +766,11 @@ def overlay_verification(run: LaneRun, rec: dict[str, Any]) -> None:
             "sha256": lines[1] if len(lines) > 1 else None,
         }
         item["fresh_ok"] = fresh.exit_code == 0 and item["fresh_import"]["sha256"] == item["host_sha256"]
-        item["ok"] = item["fresh_ok"] and all(i["sha256"] == item["host_sha256"] for i in item["imported"])
+        item["ok"] = (
+            item["fresh_ok"]
+            and bool(item["imported"])  # at least one engine process really imported it
+            and all(i["sha256"] == item["host_sha256"] for i in item["imported"])
+        )
     rec["results"]["files"] = files
     rec["results"]["probe_loaded_pids"] = run.probe_loaded_pids()
     bad = [f for f in files if not f["ok"]]

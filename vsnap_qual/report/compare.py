@@ -573,7 +573,7 @@ def cleanup_frame(results: Mapping[str, Any]) -> pd.DataFrame:
             "detail": str(audit.get("detail") or ""),
         }
         for key, step in latest_steps(results).items()
-        if isinstance(audit := _results(step).get("cleanup"), dict) and audit
+        if isinstance(audit := _results(step).get("cleanup"), dict) and audit and audit.get("judged", True)
     ]
     return pd.DataFrame(
         rows,
