@@ -178,12 +178,30 @@ def vsnap_docker(vsnap_config: QualConfig) -> Any:
     """A docker SDK client for the local engine."""
     client = runtime.connect()
     yield client
-    runtime.sweep(client, vsnap_config.run_id)
+    runtime.sweep(client, vsnap_config.run_id, owner=runtime.owner_label())  # this process's leftovers only
     client.close()
 
 
-def start_lane(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> Iterator[LaneRun]:
-    """Start a lane's container (a fresh one per purpose), yield its run, always remove the container."""
+@pytest.fixture(scope="session")
+def vsnap_lanes(vsnap_docker: Any) -> Iterator[dict[tuple[str, str], LaneRun | BaseException]]:
+    """Every lane this process started, by (lane, purpose): a lane lives until the session ends, whatever order
+    its steps run in; its container is always removed."""
+    registry: dict[tuple[str, str], LaneRun | BaseException] = {}
+    yield registry
+    for run in registry.values():
+        if isinstance(run, LaneRun) and run.container is not None:
+            run.container.remove()
+
+
+def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRun:
+    """The lane's run, starting its container on first use (a failed start is reported to every step)."""
+    registry: dict[tuple[str, str], LaneRun | BaseException] = request.getfixturevalue("vsnap_lanes")
+    key = (lane.name, purpose)
+    if key in registry:
+        found = registry[key]
+        if isinstance(found, BaseException):
+            pytest.fail(f"{lane.name} {purpose} lane could not start: {found}", pytrace=False)
+        return found
     qual: QualConfig = request.getfixturevalue("vsnap_config")
     pre: PreflightResult = request.getfixturevalue("vsnap_preflight")
     client = request.getfixturevalue("vsnap_docker")
@@ -198,25 +216,28 @@ def start_lane(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> Iter
         purpose=purpose,
         peers=request.config.stash.setdefault(PEERS_KEY, {}),
     )
+    registry[key] = run
     try:
         image = client.images.get(pre.images[lane.image])
         run.start(image, pre.packages[lane.image], pre.gpus)
-        yield run
-    finally:
+    except Exception as exc:
+        registry[key] = exc
         if run.container is not None:
             run.container.remove()
+        raise
+    return run
 
 
-@pytest.fixture(scope="class")
-def lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> Iterator[LaneRun]:
+@pytest.fixture
+def lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
     """One lifecycle lane: a long-lived container for one runner on one image arm."""
-    yield from start_lane(request, vsnap_lane, "lifecycle")
+    return lane_for(request, vsnap_lane, "lifecycle")
 
 
-@pytest.fixture(scope="class")
-def fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> Iterator[LaneRun]:
+@pytest.fixture
+def fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
     """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
-    yield from start_lane(request, vsnap_lane, "faults")
+    return lane_for(request, vsnap_lane, "faults")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -376,12 +376,16 @@ def _owner_alive(owner: str) -> bool:
     return True
 
 
-def sweep(client: DockerClient, session: str | None = None) -> list[str]:
-    """Remove labelled containers: this session's (``session`` given) or those of dead owners."""
+def sweep(client: DockerClient, session: str | None = None, owner: str | None = None) -> list[str]:
+    """Remove labelled containers: a session's (``session`` given; only ``owner``'s when that is given too,
+    as an xdist worker must not remove its siblings' lanes) or, with no session, those of dead owners."""
     removed = []
     filters = {"label": f"{LABEL_SESSION}={session}" if session else LABEL_SESSION}
     for container in client.containers.list(all=True, filters=filters):
-        if session is None and _owner_alive(container.labels.get(LABEL_OWNER, "")):
+        labelled_owner = container.labels.get(LABEL_OWNER, "")
+        if session is None and _owner_alive(labelled_owner):
+            continue
+        if owner is not None and labelled_owner != owner:
             continue
         remove_container(container)
         removed.append(container.name)

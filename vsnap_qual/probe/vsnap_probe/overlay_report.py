@@ -103,11 +103,23 @@ def read_overlay_modules(cdir: Path) -> list[str] | None:
     return list(modules)
 
 
+def loaded_module(name: str) -> Any:
+    """The module imported under ``name``, including a ``python -m name`` entry point (``__main__``, whose
+    ``__spec__.name`` is ``name``: vLLM's snapshot child runs as ``python -m vllm.snapshot.server``)."""
+    module = sys.modules.get(name)
+    if module is None:
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        if spec is not None and getattr(spec, "name", None) == name:
+            module = main
+    return module
+
+
 def imported_modules(names: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``{name: {"path", "sha256"}}`` for the names present in ``sys.modules``."""
+    """``{name: {"path", "sha256"}}`` for the names present in ``sys.modules`` (or run as ``__main__``)."""
     result: dict[str, dict[str, Any]] = {}
     for name in names:
-        module = sys.modules.get(name)
+        module = loaded_module(name)
         if module is None:
             continue
         path = getattr(module, "__file__", None)
@@ -154,7 +166,7 @@ class OverlayWatcher(threading.Thread):
         self.writes = 0
 
     def poll_once(self, last: frozenset[str] | None) -> frozenset[str]:
-        present = frozenset(n for n in self.names if n in sys.modules)
+        present = frozenset(n for n in self.names if loaded_module(n) is not None)
         if present != last:
             write_imports(self.cdir, self.names)
             self.writes += 1
