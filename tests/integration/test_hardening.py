@@ -103,7 +103,10 @@ def test_a_hung_engine_fails_within_its_budget_with_the_log_attached(tmp_path, d
     hang = (
         "import time as _vsnap_time\n_vsnap_time.sleep(3600)  # vsnap-qual test: an engine that never becomes ready\n"
     )
-    checkout = make_overlay(tmp_path, {"vllm/entrypoints/cli/serve.py": hang + source})
+    lines = source.splitlines(keepends=True)
+    after = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    checkout = make_overlay(tmp_path, {"vllm/entrypoints/cli/serve.py": "".join(lines[:after]) + hang
+                                       + "".join(lines[after:])})
     started = time.time()
     run = run_suite(
         tmp_path / "report",

@@ -147,31 +147,30 @@ def test_a_disabled_hook_fails_as_an_ineffective_injection(tmp_path, reference_i
     assert step["outcome"] == "failed" and "ineffective injection" in step["message"]
 
 
-BREAK_AT = '    tensors = torch.load(images / f"pages-{pid}.img")\n'
+BREAK_AT = "        self.model_runner.reload_weights()\n"
 BREAK = (
     BREAK_AT
-    + "    for _value in (tensors.values() if isinstance(tensors, dict) else []):  # vsnap-qual test: corrupt\n"
-    + "        if hasattr(_value, 'is_floating_point') and _value.is_floating_point() and _value.numel() > 4:\n"
-    + "            _value.view(-1)[:4] += 0.5\n"
-    + "            break\n"
+    + "        for _name, _param in self.model_runner.model.named_parameters():  # vsnap-qual test: a subtle bug\n"
+    + "            if _name.endswith('embed_tokens.weight'):\n"
+    + "                _param.data[-1, 0] += 0.01\n"
 )
 
 
 def test_an_overlay_that_breaks_restored_weights_fails_canary_and_digests(tmp_path, docker_client, reference_images):
-    """A real overlay over the image's vllm package that corrupts what restore loads back: the restore steps
-    must fail and name the parameter and the prompts that differ from the ordinary reference."""
-    source = image_file(docker_client, REFERENCE_HEAD, "vllm.v1.engine.core")
-    assert BREAK_AT in source, "the reference engine's restore path changed: update this test's overlay"
-    checkout = make_overlay(tmp_path, {"vllm/v1/engine/core.py": source.replace(BREAK_AT, BREAK)})
+    """A real overlay over the image's vllm package with a subtle bug in the weight reload that snapshots use:
+    vLLM's single private canary still passes, but the restore steps must fail and name the parameter."""
+    source = image_file(docker_client, REFERENCE_HEAD, "vllm.v1.worker.gpu_worker")
+    assert BREAK_AT in source, "the reference engine's reload path changed: update this test's overlay"
+    checkout = make_overlay(tmp_path, {"vllm/v1/worker/gpu_worker.py": source.replace(BREAK_AT, BREAK)})
     run = run_suite(tmp_path / "report", "-m", "not fault", "--vsnap-runners=v1", f"--vsnap-overlay={checkout}",
-                    "--vsnap-overlay-files=vllm/v1/engine/core.py")
+                    "--vsnap-overlay-files=vllm/v1/worker/gpu_worker.py")
     assert run.returncode == 1, run.output[-4000:]
     assert run.step(lane="v1-head", step="ordinary")["outcome"] == "passed"
     assert run.step(lane="v1-head", step="overlay")["outcome"] == "passed"
     restore = run.step(lane="v1-head", step="restore-1")
     assert restore["outcome"] == "failed"
     compare = restore["results"]["digest_compare"]
-    assert compare["changed"], "no changed digest named"
+    assert "model.embed_tokens.weight" in compare["changed"], restore["message"]
     assert compare["unchanged"] == compare["total"] - len(compare["changed"])
     assert "parameter digests differ" in restore["message"] and compare["changed"][0] in restore["message"]
     if not all(c["ok"] for c in restore["results"]["canary_compare"]):
