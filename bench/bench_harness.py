@@ -1,6 +1,7 @@
 """Harness performance, side by side in one run (ratios, never timed tests):
 
-1. harness overhead = wall time of the lifecycle suite / sum of the in-container step times (goal ≤ 1.10);
+1. harness overhead = wall time of the whole suite (lifecycle and faults) / the time spent waiting on the engine
+   (its commands, its start and stop, its HTTP answers; goal ≤ 1.10);
 2. readiness-notice latency = time from the listener binding to the harness noticing ready (goal ≤ 100 ms);
 3. parallel speed-up = wall time with ``-n 2`` / serial wall time, for two runners (goal ≤ 0.6);
 4. peak RSS of the pytest process (and its xdist workers).

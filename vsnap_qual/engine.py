@@ -173,6 +173,7 @@ class ListenerWatch:
     def __init__(self, port: int, host: str = "127.0.0.1", interval: float = 0.01) -> None:
         self.port, self.host, self.interval = port, host, interval
         self.first_bound: float | None = None
+        self.last_closed: float | None = None  # the last poll that found nothing listening
         self.polls = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -180,8 +181,12 @@ class ListenerWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.polls += 1
-            if self.first_bound is None and port_open(self.port, self.host, timeout=self.interval):
-                self.first_bound = time.time()
+            if self.first_bound is None:
+                started = time.time()
+                if port_open(self.port, self.host, timeout=self.interval):
+                    self.first_bound = time.time()
+                else:
+                    self.last_closed = started
             self._stop.wait(self.interval)
 
     def __enter__(self) -> ListenerWatch:
@@ -195,6 +200,14 @@ class ListenerWatch:
     @property
     def bound(self) -> bool:
         return self.first_bound is not None
+
+    @property
+    def notice_latency(self) -> float | None:
+        """How long after the listener bound the harness noticed it, at most: the gap between the last poll
+        that found the port closed and the first that found it open."""
+        if self.first_bound is None or self.last_closed is None:
+            return None
+        return self.first_bound - self.last_closed
 
 
 def wait_until(

@@ -462,10 +462,11 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
         reset_artifact(run)
     port = run.ports["fault"]
     baseline = {p["pid"] for p in run.box.processes()}
-    result: ExecResult = run.box.exec(
-        ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)],
-        run.config.timeouts["restore"],
-    )
+    with run.engine_wait():
+        result: ExecResult = run.box.exec(
+            ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)],
+            run.config.timeouts["restore"],
+        )
     outcome: dict[str, Any] = {"exit_code": result.exit_code, "seconds": round(result.seconds, 3)}
     if result.exit_code == 0:
         try:

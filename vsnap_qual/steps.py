@@ -126,6 +126,7 @@ class LaneRun:
     server: ServerHandle | None = None
     kv_snapshot: int | None = None
     last_logs: list[str] = field(default_factory=list)  # report-relative paths, newest last
+    engine_time: float = 0.0  # seconds spent waiting on the engine in the current step (commands, HTTP)
     peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # lane name -> ordinary results (same worker)
 
     # ---- bookkeeping -------------------------------------------------------------------------------------
@@ -149,6 +150,7 @@ class LaneRun:
         """Record one step: its results dict is filled by the body; the outcome comes from how it ends."""
         record: dict[str, Any] = {"results": {}, "logs": [], "argv": None, "exit_code": None}
         started = time.time()
+        self.engine_time = 0.0
         outcome, message = "passed", ""
         try:
             self.require(*requires)
@@ -176,10 +178,19 @@ class LaneRun:
                 started=_iso(started),
                 ended=utc_now(),
                 seconds=round(time.time() - started, 3),
-                engine_seconds=record.get("engine_seconds"),
+                engine_seconds=round(self.engine_time, 3),
                 logs=record["logs"],
                 results=record["results"],
             )
+
+    @contextlib.contextmanager
+    def engine_wait(self) -> Iterator[None]:
+        """Account the enclosed time as the engine's (a command, a start, an HTTP answer), not the harness's."""
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.engine_time += time.time() - started
 
     def log(self, record: dict[str, Any], name: str) -> Path:
         path = self.store.log_path(f"{self.lane.name}-{self.purpose}", name)
@@ -308,6 +319,23 @@ class LaneRun:
             raise StepFailed(f"cannot probe PID {pid} in the container: exit {result.exit_code} {result.tail()}")
         return result.exit_code == 0
 
+    def _probe_state(self, pids: list[int]) -> tuple[list[int], set[int]]:
+        """In one exec: which of ``pids`` exist, and the TCP ports listening in the container's namespace."""
+        script = (
+            "for p in " + " ".join(str(int(p)) for p in pids) + "; do [ -d /proc/$p ] && echo pid $p; done; "
+            "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true"
+        )
+        result = self.box.sh(script, 30)
+        if result.exit_code != 0:
+            raise StepFailed(f"cannot probe processes and ports in the container: {result.tail()}")
+        alive = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("pid ")]
+        listening = set()
+        for line in result.stdout.splitlines():
+            cols = line.split()
+            if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
+                listening.add(int(cols[1].rsplit(":", 1)[1], 16))
+        return alive, listening
+
     def port_listening(self, port: int) -> bool:
         """A listener on the port, as seen in the container's network namespace (and from the host when the
         namespace is the host's; with published ports Docker's proxy answers even when nothing listens)."""
@@ -321,14 +349,15 @@ class LaneRun:
         if not pids:
             return
         listed = " ".join(str(p) for p in pids)
-        self.box.sh(f"kill -TERM {listed} 2>/dev/null; true", 15)
-        deadline = time.time() + grace
-        while time.time() < deadline:
-            alive = self.box.sh(f"for p in {listed}; do kill -0 $p 2>/dev/null && echo $p; done", 15).stdout
-            if not alive.strip():
-                break
-            time.sleep(0.2)
-        self.box.sh(f"kill -KILL {listed} 2>/dev/null; true", 15)
+        polls = max(1, int(grace / 0.05))
+        # one exec: TERM, wait (polling /proc every 50 ms) for the engine to shut down, then KILL what is left
+        script = (
+            f"kill -TERM {listed} 2>/dev/null; i=0; while [ $i -lt {polls} ]; do left=; "
+            f'for p in {listed}; do [ -d /proc/$p ] && left=1; done; [ -z "$left" ] && break; '
+            f"sleep 0.05; i=$((i+1)); done; kill -KILL {listed} 2>/dev/null; true"
+        )
+        with self.engine_wait():
+            self.box.sh(script, grace + 15)
         handle.pids = pids
 
     def serve(self, record: dict[str, Any]) -> ServerHandle:
@@ -355,15 +384,16 @@ class LaneRun:
                 return f"vllm serve exited before it was ready: {vllm_reason(text)}\nlog tail:\n{text[-3000:]}"
 
             try:
-                ready, notice = engine.wait_until_measured(
-                    lambda: engine.health_ok(port), self.config.timeouts["serve"], abort=died
-                )
+                with self.engine_wait():
+                    ready, _ = engine.wait_until_measured(
+                        lambda: engine.health_ok(port), self.config.timeouts["serve"], abort=died
+                    )
             except engine.EngineError as exc:
                 self.server = handle
                 raise StepFailed(str(exc)) from None
-        record["engine_seconds"] = round(ready - started, 3)
         record["results"]["ready_seconds"] = round(ready - started, 3)
-        record["results"]["notice_latency_s"] = round(notice, 4)
+        if watch.notice_latency is not None:
+            record["results"]["notice_latency_s"] = round(watch.notice_latency, 4)
         if watch.first_bound is not None:
             record["results"]["bind_to_ready_s"] = round(max(0.0, ready - watch.first_bound), 4)
         handle.pids = self._session_pids(root)
@@ -373,10 +403,16 @@ class LaneRun:
     # ---- observations ---------------------------------------------------------------------------------------
     def canaries(self, port: int) -> list[CanaryOutput]:
         timeout = self.config.timeouts["http"]
-        return [engine.completion(port, self.served_model, p, timeout=timeout) for p in self.config.prompts]
+        with self.engine_wait():
+            return [engine.completion(port, self.served_model, p, timeout=timeout) for p in self.config.prompts]
+
+    def digests(self, port: int) -> dict[str, dict[str, Any]]:
+        with self.engine_wait():
+            return engine.param_digests(port, timeout=self.config.timeouts["http"])
 
     def kv_from_server(self, port: int, log_text: str) -> tuple[int | None, str]:
-        tokens = engine.kv_from_metrics(port)
+        with self.engine_wait():
+            tokens = engine.kv_from_metrics(port)
         if tokens is not None:
             return tokens, "metrics"
         tokens = engine.kv_from_log(log_text)
@@ -423,11 +459,13 @@ class LaneRun:
         """After a stop: recorded PIDs gone, ports closed, GPU idle, link-remap inventory at its baseline."""
         deadline = time.time() + 30.0
         while True:
-            alive = [p for p in pids if self.pid_alive(p)]
-            open_ports = [p for p in ports if self.port_listening(p)]
+            alive, listening = self._probe_state(pids)
+            open_ports = [
+                p for p in ports if p in listening or (self.config.privileges != "isolated" and engine.port_open(p))
+            ]
             if (not alive and not open_ports) or time.time() > deadline:
                 break
-            time.sleep(0.25)
+            time.sleep(0.1)
         gpu_idle: bool | None = None
         if self.config.gpus != "none" and self.box.sh("command -v nvidia-smi", 10).exit_code == 0:
             apps = self.box.sh("nvidia-smi --query-compute-apps=pid --format=csv,noheader", 30)
@@ -462,9 +500,14 @@ class LaneRun:
     ) -> ExecResult:
         argv = ["vllm", "snapshot", action, *args]
         record["argv"] = argv
-        result = self.box.exec(argv, self.config.timeouts[timeout_key], env=env, log=self.log(record, name or action))
+        with self.engine_wait():
+            return self._snapshot_exec(record, argv, timeout_key, env, name or action)
+
+    def _snapshot_exec(
+        self, record: dict[str, Any], argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
+    ) -> ExecResult:
+        result = self.box.exec(argv, self.config.timeouts[timeout_key], env=env, log=self.log(record, name))
         record["exit_code"] = result.exit_code
-        record["engine_seconds"] = round(result.seconds, 3)
         return result
 
     def create_argv(self) -> list[str]:
@@ -577,7 +620,7 @@ def ordinary_reference(run: LaneRun, rec: dict[str, Any]) -> None:
     handle = run.serve(rec)
     try:
         canary = run.canaries(handle.port)
-        digests = engine.param_digests(handle.port, timeout=run.config.timeouts["http"])
+        digests = run.digests(handle.port)
         log_text = (run.store.report_dir / rec["logs"][0]).read_text(errors="replace")
         kv, source = run.kv_from_server(handle.port, log_text)
     finally:
@@ -673,7 +716,7 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
     compare = [
         engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, canary, strict=False)
     ]
-    digests = engine.param_digests(port, timeout=run.config.timeouts["http"])
+    digests = run.digests(port)
     digest_compare = engine.compare_digests(run.ordinary["digests"], digests)
     kv = engine.kv_from_metrics(port)
     kv_source = "metrics"
@@ -715,9 +758,8 @@ def restart(run: LaneRun, rec: dict[str, Any]) -> None:
     """Stop and start the same container; the restored server must be gone, inspect output unchanged."""
     before = run.box.id
     handle = run.server
-    started = time.time()
-    run.box.restart()
-    rec["engine_seconds"] = round(time.time() - started, 3)
+    with run.engine_wait():
+        run.box.restart()
     after = run.box.id
     audit = run.cleanup_audit(handle.pids if handle else [], [handle.port] if handle else [])
     run.server = None
