@@ -37,8 +37,6 @@ def run_suite(report: Path, *args: str) -> tuple[float, int]:
         "-q",
         "-p",
         "no:cacheprovider",
-        "-m",
-        "not fault",
         f"--vsnap-report-dir={report}",
         *args,
     ]

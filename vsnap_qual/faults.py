@@ -221,6 +221,16 @@ def new_processes(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[di
     return [p for p in run.box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
 
 
+def settle(run: LaneRun, baseline: set[int], ignore: set[int], limit: float = 5.0) -> list[dict[str, Any]]:
+    """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish)."""
+    deadline = time.time() + limit
+    left = new_processes(run, baseline, ignore)
+    while left and time.time() < deadline:
+        time.sleep(0.1)
+        left = new_processes(run, baseline, ignore)
+    return left
+
+
 def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> None:
     leftovers = [p["pid"] for p in new_processes(run, baseline, ignore)]
     if leftovers:
@@ -381,18 +391,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
                         daemon=True,
                     )
                     signaller.start()
-                result = run.snapshot(
-                    rec,
-                    "restore",
-                    ARTIFACT,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    timeout_key="restore",
-                    env=env,
-                    name="restore-faulted",
-                )
+                result = run.restore(rec, port, name="restore-faulted", env=env)
                 done.set()
                 if signaller:
                     signaller.join(5)
@@ -430,11 +429,9 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             holder.release()
     # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
     # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
-    time.sleep(0.5)
     if obs.exit_code == 0:
         kill_leftovers(run, baseline, ignore)
-        time.sleep(0.3)
-    left = new_processes(run, baseline, ignore)
+    left = settle(run, baseline, ignore)
     audit = run.cleanup_audit([p["pid"] for p in left], [port] if fault.kind != "port" else [])
     audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
     kill_leftovers(run, baseline, set())
@@ -485,8 +482,7 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
         outcome["canary_ok"] = False
         outcome["stderr_tail"] = result.tail(15)
     kill_leftovers(run, baseline, set())
-    time.sleep(0.3)
-    left = new_processes(run, baseline, set())
+    left = settle(run, baseline, set())
     outcome["cleanup_ok"] = not left and not engine.port_open(port)
     return outcome
 

@@ -510,6 +510,11 @@ class LaneRun:
         record["exit_code"] = result.exit_code
         return result
 
+    def restore(self, record: dict[str, Any], port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
+        """``vllm snapshot restore ARTIFACT --host 127.0.0.1 --port PORT`` as one recorded step command."""
+        args = (ARTIFACT, "--host", "127.0.0.1", "--port", str(port))
+        return self.snapshot(record, "restore", *args, timeout_key="restore", env=env, name=name)
+
     def create_argv(self) -> list[str]:
         return [*self.config.engine_argv(), "--snapshot-dir", ARTIFACT]
 
@@ -688,17 +693,7 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference."""
     port = run.ports[f"restore-{n}"]
     with engine.ListenerWatch(port) as watch:
-        result = run.snapshot(
-            rec,
-            "restore",
-            ARTIFACT,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            timeout_key="restore",
-            name=f"restore-{n}",
-        )
+        result = run.restore(rec, port, name=f"restore-{n}")
     if result.exit_code != 0:
         error_json = run.box.read_text(f"{ARTIFACT}/error.json")
         rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None

@@ -96,9 +96,7 @@ def render_reports(
         comparisons = compare_all(results)
         results = fold_checks(results, validation_checks(results, comparisons))
     except Exception as exc:
-        notes.append(
-            f"comparisons failed ({type(exc).__name__}: {exc}); report.html and summary.md are minimal"
-        )
+        notes.append(f"comparisons failed ({type(exc).__name__}: {exc}); report.html and summary.md are minimal")
     paths = ReportPaths(
         results_json=out_dir / RESULTS_FILE,
         report_html=out_dir / HTML_FILE,
@@ -107,9 +105,7 @@ def render_reports(
         results=results,
     )
     if write_results:
-        _atomic_write(
-            paths.results_json, json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n"
-        )
+        _atomic_write(paths.results_json, json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n")
     html = markdown = None
     if comparisons is not None:
         try:
@@ -125,9 +121,7 @@ def render_reports(
         try:
             markdown = render_markdown(results, comparisons, redactor=redactor)
         except Exception as exc:
-            notes.append(
-                f"summary.md rendering failed ({type(exc).__name__}: {exc}); wrote a minimal summary"
-            )
+            notes.append(f"summary.md rendering failed ({type(exc).__name__}: {exc}); wrote a minimal summary")
     _atomic_write(paths.report_html, html or redactor.text(_minimal_html(results, notes)))
     _atomic_write(paths.summary_md, markdown or redactor.text(_minimal_markdown(results, notes)))
     return replace(paths, notes=tuple(notes))

@@ -133,9 +133,7 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict
         configured = configured.split(",")
     # The configured order (v1 before v2) wins over the order the lanes happened to finish in.
     configured_runners = (
-        [str(r).strip() for r in configured if str(r).strip()]
-        if isinstance(configured, (list, tuple))
-        else []
+        [str(r).strip() for r in configured if str(r).strip()] if isinstance(configured, (list, tuple)) else []
     )
     lane_keys = [(str(s.get("runner")), str(s.get("arm"))) for s in steps] + list(environments)
     runners = _ordered([r for r, _ in lane_keys], configured_runners)

@@ -142,9 +142,7 @@ def digest_frame(results: Mapping[str, Any], runner: str) -> pd.DataFrame:
     return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")]
 
 
-def digest_summary(
-    results: Mapping[str, Any], tables: Mapping[str, pd.DataFrame] | None = None
-) -> pd.DataFrame:
+def digest_summary(results: Mapping[str, Any], tables: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """A row per runner: total, unchanged, changed, missing, unobservable, changed names, a summary line.
 
     When a runner's steps carry no raw digests, the restores' ``digest_compare`` records are used instead.
@@ -196,12 +194,8 @@ def digest_summary(
     )
 
 
-def _summary_from_compare(
-    runner: str, latest: Mapping[StepKey, dict[str, Any]], arm: str
-) -> dict[str, Any] | None:
-    compares = [
-        _results(latest.get((runner, arm, s))).get("digest_compare") for s in ("restore-1", "restore-2")
-    ]
+def _summary_from_compare(runner: str, latest: Mapping[StepKey, dict[str, Any]], arm: str) -> dict[str, Any] | None:
+    compares = [_results(latest.get((runner, arm, s))).get("digest_compare") for s in ("restore-1", "restore-2")]
     found = [c for c in compares if isinstance(c, dict)]
     if not found:
         return None
@@ -246,9 +240,7 @@ def canary_frame(results: Mapping[str, Any]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for runner in results.get("runners") or []:
         for arm in results.get("arms") or []:
-            reference_step = latest.get((runner, arm, "ordinary")) or latest.get(
-                (runner, ref_arm, "ordinary")
-            )
+            reference_step = latest.get((runner, arm, "ordinary")) or latest.get((runner, ref_arm, "ordinary"))
             reference = {_prompt(c): c for c in _canaries(_results(reference_step).get("canary"))}
             for step_name in _CANARY_STEPS:
                 step = latest.get((runner, arm, step_name))
@@ -327,9 +319,9 @@ def _canary_row(
     elif reference is None:
         status, ok = "missing", False
     else:
-        same_tokens = canary.get("token_ids") == reference.get("token_ids") and canary.get(
+        same_tokens = canary.get("token_ids") == reference.get("token_ids") and canary.get("text") == reference.get(
             "text"
-        ) == reference.get("text")
+        )
         if same_tokens and delta == 0:
             status, ok = "bit-exact", True
         elif same_tokens and delta is not None and tolerance is not None and abs(delta) <= tolerance:
@@ -376,9 +368,7 @@ def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "ok": bool(group["ok"].all()),
             }
         )
-    return pd.DataFrame(
-        rows, columns=["runner", "arm", "step", "prompts", "equal", "bit_exact", "max_abs_delta", "ok"]
-    )
+    return pd.DataFrame(rows, columns=["runner", "arm", "step", "prompts", "equal", "bit_exact", "max_abs_delta", "ok"])
 
 
 # ---------------------------------------------------------------------------------------------- KV
@@ -476,9 +466,7 @@ def readiness_frame(results: Mapping[str, Any]) -> pd.DataFrame:
         restores = [
             _number(_results(s).get("ready_seconds"))
             for s in results.get("steps", [])
-            if s.get("runner") == runner
-            and s.get("arm") == arm
-            and str(s.get("step", "")).startswith("restore-")
+            if s.get("runner") == runner and s.get("arm") == arm and str(s.get("step", "")).startswith("restore-")
         ]
         restore_values = [v for v in restores if v is not None]
         if cold.empty and not restore_values:
@@ -495,9 +483,7 @@ def readiness_frame(results: Mapping[str, Any]) -> pd.DataFrame:
                 "speedup": cold_value / restore_median if cold_value and restore_median else None,
             }
         )
-    return pd.DataFrame(
-        rows, columns=["runner", "arm", "cold_start", "restore_median", "restore_n", "speedup"]
-    )
+    return pd.DataFrame(rows, columns=["runner", "arm", "cold_start", "restore_median", "restore_n", "speedup"])
 
 
 # --------------------------------------------------------------------------------------- faults, cleanup
@@ -665,10 +651,7 @@ def overlay_frame(results: Mapping[str, Any]) -> pd.DataFrame:
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """``frame`` as a list of row dictionaries with NaN turned into ``None`` (for templates and JSON)."""
     rows = frame.to_dict("records")
-    return [
-        {str(k): (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        for row in rows
-    ]
+    return [{str(k): (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in rows]
 
 
 @dataclass(frozen=True)

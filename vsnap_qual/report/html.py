@@ -180,9 +180,7 @@ def _matrix(results: Mapping[str, Any], comparisons: Comparisons) -> dict[str, A
     rows = []
     for row in records(comparisons.matrix):
         cells = [{"outcome": row[c], "seconds": seconds.get((row["runner"], row["arm"], c))} for c in columns]
-        rows.append(
-            {"lane": row["lane"], "cells": cells, "faults": row["faults"], "faults_ok": row["faults_ok"]}
-        )
+        rows.append({"lane": row["lane"], "cells": cells, "faults": row["faults"], "faults_ok": row["faults_ok"]})
     return {"columns": columns, "rows": rows}
 
 
@@ -216,9 +214,7 @@ def _digests(comparisons: Comparisons) -> list[dict[str, Any]]:
         dtypes = table["dtype"].to_numpy()
         # Rows are pre-rendered markup: at 1,000 parameters a template loop per cell eats the time budget.
         rows: list[Markup] = []
-        for name, row, status, shape, dtype in zip(
-            table.index, values, statuses, shapes, dtypes, strict=True
-        ):
+        for name, row, status, shape, dtype in zip(table.index, values, statuses, shapes, dtypes, strict=True):
             ref = row[0]
             cells = [_digest_cell(ref, ref, is_reference=True)]
             cells.extend(_digest_cell(value, ref, is_reference=False) for value in row[1:])
@@ -417,9 +413,7 @@ def _svg_stacked(lanes: Sequence[tuple[str, Sequence[tuple[str, float]]]], serie
                 f"<title>{escape(label)} {escape(name)}: {escape(figures.seconds(value))}</title></rect>"
             )
             x += width
-        parts.append(
-            f'<text x="{x + 4:.1f}" y="{y + bar_h - 5}" class="value">{escape(figures.seconds(total))}</text>'
-        )
+        parts.append(f'<text x="{x + 4:.1f}" y="{y + bar_h - 5}" class="value">{escape(figures.seconds(total))}</text>')
         y += bar_h + gap
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -453,16 +447,11 @@ def _ready_chart(rows: list[dict[str, Any]]) -> Markup:
         )
         for r in rows
     ]
-    return _svg_bars(
-        groups, unit_format=figures.seconds, title="Ready time", series=("cold start (serve)", "restore")
-    )
+    return _svg_bars(groups, unit_format=figures.seconds, title="Ready time", series=("cold start (serve)", "restore"))
 
 
 def _kv_chart(rows: list[dict[str, Any]]) -> Markup:
-    groups = [
-        (f"{r['runner']}/{r['arm']}", [("ordinary", r["ordinary"]), ("snapshot", r["snapshot"])])
-        for r in rows
-    ]
+    groups = [(f"{r['runner']}/{r['arm']}", [("ordinary", r["ordinary"]), ("snapshot", r["snapshot"])]) for r in rows]
     return _svg_bars(
         groups, unit_format=figures.count, title="KV-cache capacity (tokens)", series=("ordinary", "snapshot")
     )

@@ -102,11 +102,9 @@ def _environment(results: Mapping[str, Any]) -> list[str]:
                 for v in (
                     f"{lane['runner']}/{lane['arm']}",
                     image.get("ref") or "",
-                    str(
-                        labels.get("ai.vllm.build.commit")
-                        or labels.get("org.opencontainers.image.revision")
-                        or ""
-                    )[:12],
+                    str(labels.get("ai.vllm.build.commit") or labels.get("org.opencontainers.image.revision") or "")[
+                        :12
+                    ],
                     versions.get("vllm") or "",
                     versions.get("torch") or "",
                     versions.get("cuda") or "",

@@ -44,9 +44,7 @@ class Redactor:
         self.values: tuple[str, ...] = tuple(sorted(kept, key=lambda v: (-len(v), v)))
 
     @classmethod
-    def from_environment(
-        cls, extra_names: Iterable[str] = (), environ: Mapping[str, str] | None = None
-    ) -> Redactor:
+    def from_environment(cls, extra_names: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> Redactor:
         """Collect the values of the secret variables (defaults + ``extra_names``) set in ``environ``."""
         env = os.environ if environ is None else environ
         return cls(env.get(name, "") for name in secret_names(extra_names))

@@ -73,9 +73,7 @@ def _verdict(results: Mapping[str, Any]) -> str:
     return str((results.get("verdict") or {}).get("headline") or "?")
 
 
-def diff_runs(
-    old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshold: float = TIMING_THRESHOLD
-) -> RunDiff:
+def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshold: float = TIMING_THRESHOLD) -> RunDiff:
     """Compare two results dictionaries (``old`` → ``new``)."""
     return RunDiff(
         old_run=_run_name(old),
@@ -160,15 +158,11 @@ def _canary(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
         a, b = before.get(key), after.get(key)
         if a is None or b is None:
             if (a or b or {}).get("status") != "reference":
-                changes.append(
-                    Change(_canary_key(key), _canary_text(a), _canary_text(b), "compared in one run only")
-                )
+                changes.append(Change(_canary_key(key), _canary_text(a), _canary_text(b), "compared in one run only"))
             continue
         if a["status"] == "reference" and b["status"] == "reference":
             if a["token_ids"] != b["token_ids"] or a["text"] != b["text"]:
-                changes.append(
-                    Change(_canary_key(key), _canary_text(a), _canary_text(b), "reference output changed")
-                )
+                changes.append(Change(_canary_key(key), _canary_text(a), _canary_text(b), "reference output changed"))
             continue
         if a["status"] != b["status"] or a["token_ids"] != b["token_ids"] or a["delta"] != b["delta"]:
             changes.append(Change(_canary_key(key), _canary_text(a), _canary_text(b)))
@@ -224,9 +218,7 @@ def _timings(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float) -
         relative = (b - a) / a if a else 0.0
         if abs(relative) < threshold:
             continue
-        changes.append(
-            Change("/".join(key), figures.seconds(a), figures.seconds(b), f"{relative * 100:+.0f}%")
-        )
+        changes.append(Change("/".join(key), figures.seconds(a), figures.seconds(b), f"{relative * 100:+.0f}%"))
     ready_a = {(r["runner"], r["arm"]): r for r in records(readiness_frame(old))}
     for r in records(readiness_frame(new)):
         a_row = ready_a.get((r["runner"], r["arm"]))
@@ -282,8 +274,7 @@ def format_text(diff: RunDiff) -> str:
 def format_markdown(diff: RunDiff) -> str:
     """The diff as Markdown (a heading and a table per area)."""
     lines = [
-        f"## vsnap-qual compare: `{diff.old_run}` ({diff.old_verdict}) → "
-        f"`{diff.new_run}` ({diff.new_verdict})",
+        f"## vsnap-qual compare: `{diff.old_run}` ({diff.old_verdict}) → `{diff.new_run}` ({diff.new_verdict})",
         "",
     ]
     if not diff.changed:

@@ -44,18 +44,13 @@ def terminal_summary_lines(
 
     matrix = records(comparisons.matrix)
     if matrix:
-        steps = [
-            c for c in comparisons.matrix.columns if c not in ("lane", "runner", "arm", "faults", "faults_ok")
-        ]
+        steps = [c for c in comparisons.matrix.columns if c not in ("lane", "runner", "arm", "faults", "faults_ok")]
         header = ["lane", *steps, "faults"]
         table = [header] + [
-            [row["lane"], *(_MARK.get(row[s], str(row[s])) for s in steps), row["faults"] or "-"]
-            for row in matrix
+            [row["lane"], *(_MARK.get(row[s], str(row[s])) for s in steps), row["faults"] or "-"] for row in matrix
         ]
         widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
-        lines += [
-            "  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table
-        ]
+        lines += ["  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
     checks = validation_checks(results, comparisons)
     for check in checks:

@@ -159,9 +159,7 @@ def _canary(comparisons: Comparisons) -> Check:
     for (runner, arm), group in compared.groupby(["runner", "arm"], sort=False):
         prompts = group["prompt"].nunique()
         equal_prompts = group.groupby("prompt", sort=False)["ok"].all()
-        exact_prompts = group.groupby("prompt", sort=False)["status"].apply(
-            lambda s: bool((s == "bit-exact").all())
-        )
+        exact_prompts = group.groupby("prompt", sort=False)["status"].apply(lambda s: bool((s == "bit-exact").all()))
         deltas = group["delta"].dropna().abs()
         text = f"{runner}/{arm}: {int(equal_prompts.sum())}/{prompts} equal"
         if int(exact_prompts.sum()) == prompts:
@@ -189,10 +187,7 @@ def _faults(comparisons: Comparisons) -> Check:
     ]
     never_bound = sum(1 for r in rows if r["http_bound"] is False)
     cleaned = sum(1 for r in rows if r["cleanup_ok"])
-    result = (
-        f"{len(passed)}/{len(rows)} as expected; HTTP never bound in {never_bound}, "
-        f"cleanup verified in {cleaned}"
-    )
+    result = f"{len(passed)}/{len(rows)} as expected; HTTP never bound in {never_bound}, cleanup verified in {cleaned}"
     return Check("injected failures", not bad, result, (f"unexpected: {_names(bad)}",) if bad else ())
 
 
@@ -210,15 +205,10 @@ def _kv(comparisons: Comparisons) -> Check:
             f"{runner} {figures.count(head['ordinary'])} / {figures.count(head['snapshot'])} "
             f"({figures.signed_count(head['delta'])}, {figures.percent(head['delta_pct'])})"
         )
-        others = [
-            f"{r['arm']} {figures.count(r['ordinary'])} / {figures.count(r['snapshot'])}"
-            for r in lane_rows[1:]
-        ]
+        others = [f"{r['arm']} {figures.count(r['ordinary'])} / {figures.count(r['snapshot'])}" for r in lane_rows[1:]]
         parts.append(text + (f"; {', '.join(others)}" if others else ""))
     # Informational: capacity is fixed at create and may differ slightly from ordinary serving.
-    return Check(
-        "KV-cache capacity, ordinary / snapshot (tokens)", True, " · ".join(parts), informational=True
-    )
+    return Check("KV-cache capacity, ordinary / snapshot (tokens)", True, " · ".join(parts), informational=True)
 
 
 def _readiness(comparisons: Comparisons) -> Check:
