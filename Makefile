@@ -1,6 +1,6 @@
 # vsnap-qual: the two commands a newcomer needs are `make qualify` and `make test` (see README.md).
 SHELL := /bin/bash
-VENV ?= .venv
+VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
