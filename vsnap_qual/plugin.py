@@ -59,6 +59,11 @@ def pytest_configure(config: pytest.Config) -> None:
     run_id = workerinput.get("vsnap_run_id") or new_run_id()
     qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)
     config.stash[CONFIG_KEY] = qual
+    workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    if workers and config.getoption("dist", "no") not in ("loadgroup", "no"):
+        raise pytest.UsageError(
+            f"-n {workers} needs --dist loadgroup: a lane's steps must run in one worker (suites/pytest.ini sets it)"
+        )
     try:
         check_report_dir(qual.report_dir)
     except PreflightError as exc:
@@ -147,6 +152,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         [pytest.param(lane, id=lane.name, marks=pytest.mark.xdist_group(lane.runner)) for lane in lanes],
         scope="class",
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group every lane item by its runner for ``--dist loadgroup`` (before xdist reads the marks): one worker
+    owns a runner's lanes, so a lane's steps never run in two processes."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        lane = callspec.params.get("vsnap_lane") if callspec is not None else None
+        if isinstance(lane, Lane) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(lane.runner))
 
 
 @pytest.fixture(scope="session")

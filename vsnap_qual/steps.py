@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -296,6 +297,8 @@ class LaneRun:
             ports=self.ports,
             environment=self.environment(),
             overlaid=self.lane.overlaid,
+            worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            purpose=self.purpose,
         )
 
     # ---- servers -------------------------------------------------------------------------------------------
