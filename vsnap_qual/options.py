@@ -378,7 +378,18 @@ def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict
     """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
     cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
     ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
-    chosen = raw_values(cli, os.environ if env is None else env, ini)
+    try:
+        return parse_values(raw_values(cli, os.environ if env is None else env, ini))
+    except OptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+class OptionError(ValueError):
+    """A bad option value; the message names the option, the fix and where the value came from."""
+
+
+def parse_values(chosen: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """Parse each option's chosen text (unset options without a default become None)."""
     parsed: dict[str, Any] = {}
     for dest, (text, origin) in chosen.items():
         spec = OPTIONS_BY_DEST[dest]
@@ -388,12 +399,8 @@ def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict
         try:
             parsed[dest] = spec.parse(text)
         except argparse.ArgumentTypeError as exc:
-            raise pytest.UsageError(f"{spec.cli}: {exc} (value from {origin})") from None
+            raise OptionError(f"{spec.cli}: {exc} (value from {origin})") from None
     return parsed
-
-
-class OptionError(ValueError):
-    """A bad option value outside pytest (the ``vsnap-qual`` commands)."""
 
 
 def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -407,18 +414,7 @@ def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> d
     namespace, rest = parser.parse_known_args(argv)
     if rest:
         raise OptionError(f"unknown arguments: {' '.join(rest)}")
-    chosen = raw_values(vars(namespace), os.environ if env is None else env, {})
-    parsed: dict[str, Any] = {}
-    for dest, (text, origin) in chosen.items():
-        spec = OPTIONS_BY_DEST[dest]
-        if text == "" and spec.default == "":
-            parsed[dest] = None
-            continue
-        try:
-            parsed[dest] = spec.parse(text)
-        except argparse.ArgumentTypeError as exc:
-            raise OptionError(f"{spec.cli}: {exc} (value from {origin})") from None
-    return parsed
+    return parse_values(raw_values(vars(namespace), os.environ if env is None else env, {}))
 
 
 def reference_markdown() -> str:
