@@ -103,10 +103,7 @@ def test_a_hung_engine_fails_within_its_budget_with_the_log_attached(tmp_path, d
     hang = (
         "import time as _vsnap_time\n_vsnap_time.sleep(3600)  # vsnap-qual test: an engine that never becomes ready\n"
     )
-    lines = source.splitlines(keepends=True)
-    after = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
-    checkout = make_overlay(tmp_path, {"vllm/entrypoints/cli/serve.py": "".join(lines[:after]) + hang
-                                       + "".join(lines[after:])})
+    checkout = make_overlay(tmp_path, {"vllm/entrypoints/cli/serve.py": _overlay_after_future_imports(source, hang)})
     started = time.time()
     run = run_suite(
         tmp_path / "report",
@@ -126,6 +123,68 @@ def test_a_hung_engine_fails_within_its_budget_with_the_log_attached(tmp_path, d
     assert step["seconds"] <= 20 + 10
     assert "vsnap log" in run.output, "the engine's log tail is not attached to the failure report"
     assert elapsed < 300
+    assert labelled_containers(docker_client) == []
+
+
+def _overlay_after_future_imports(source: str, code: str) -> str:
+    lines = source.splitlines(keepends=True)
+    after = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    return "".join(lines[:after]) + code + "".join(lines[after:])
+
+
+def test_an_engine_that_stops_answering_http_fails_the_step_within_budget(tmp_path, docker_client, reference_images):
+    """The server is up and healthy, but a completion never returns: the canary fails within the HTTP budget."""
+    module = "vllm/entrypoints/openai/api_server.py"
+    source = image_file(docker_client, REFERENCE_HEAD, "vllm.entrypoints.openai.api_server")
+    marker = "def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:\n"
+    assert marker in source, "the reference engine's completion handler moved: update this test's overlay"
+    hung = source.replace(marker, marker + "    import time as _t\n    _t.sleep(3600)  # vsnap-qual test: no answer\n")
+    checkout = make_overlay(tmp_path, {module: hung})
+    run = run_suite(
+        tmp_path / "report",
+        "-m",
+        "not fault",
+        "--vsnap-runners=v1",
+        f"--vsnap-overlay={checkout}",
+        f"--vsnap-overlay-files={module}",
+        "--vsnap-timeouts=http=5",
+        "-k",
+        "ordinary",
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    step = run.step(lane="v1-head", step="ordinary")
+    assert step["outcome"] == "failed" and "timed out" in step["message"].lower()
+    assert step["seconds"] <= 5 + 30  # one request's budget plus serve start and stop
+    assert labelled_containers(docker_client) == []
+
+
+def test_a_command_that_never_exits_is_killed_at_its_deadline(tmp_path, docker_client, reference_images):
+    """``vllm snapshot create`` hangs: the in-container deadline ends it and the step fails within budget + 10 s."""
+    module = "vllm/snapshot/controller.py"
+    source = image_file(docker_client, REFERENCE_HEAD, "vllm.snapshot.controller")
+    checkout = make_overlay(
+        tmp_path,
+        {
+            module: _overlay_after_future_imports(
+                source, "import time as _t\n_t.sleep(3600)  # vsnap-qual test: a create that never exits\n"
+            )
+        },
+    )
+    run = run_suite(
+        tmp_path / "report",
+        "-m",
+        "not fault",
+        "--vsnap-runners=v1",
+        f"--vsnap-overlay={checkout}",
+        f"--vsnap-overlay-files={module}",
+        "--vsnap-timeouts=create=15",
+        "-k",
+        "create",
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    step = run.step(lane="v1-head", step="create")
+    assert step["outcome"] == "failed" and step["exit_code"] == 124, step
+    assert step["seconds"] <= 15 + 10
     assert labelled_containers(docker_client) == []
 
 
