@@ -1,7 +1,8 @@
 """Harness performance, side by side in one run (ratios, never timed tests):
 
 1. harness overhead = wall time of the whole suite (lifecycle and faults) / the time spent waiting on the engine
-   (its commands, its start and stop, its HTTP answers; goal ≤ 1.10);
+   (its commands, its start and stop, its HTTP answers; goal ≤ 1.10); 1b. the same wall time / the sum of the
+   steps' own durations (what pytest, fixtures, container starts and the report add around the steps);
 2. readiness-notice latency = time from the listener binding to the harness noticing ready (goal ≤ 100 ms);
 3. parallel speed-up = wall time with ``-n 2`` / serial wall time, for two runners (goal ≤ 0.6);
 4. peak RSS of the pytest process (and its xdist workers).
@@ -74,6 +75,7 @@ def main() -> int:
         parallel_wall, parallel_rc = run_suite(parallel_dir, "--vsnap-runners=v1,v2", "-n", "2", *extra)
         serial_steps = steps(serial_dir)
         engine = sum(s.get("engine_seconds") or 0.0 for s in serial_steps)
+        step_total = sum(s.get("seconds") or 0.0 for s in serial_steps)
         notices = [
             s["results"]["notice_latency_s"]
             for s in serial_steps + steps(parallel_dir)
@@ -88,6 +90,11 @@ def main() -> int:
         if engine
         else "1. harness overhead: no step times"
     )
+    if step_total:
+        print(
+            f"1b. framework overhead (serial wall {serial_wall:.1f} s / sum of step times {step_total:.1f} s): "
+            f"{serial_wall / step_total:.3f}"
+        )
     if notices:
         print(
             f"2. readiness-notice latency: median {statistics.median(notices) * 1000:.1f} ms, "

@@ -57,9 +57,7 @@ def free_port() -> int:
 
 
 def docker(*args: str, check: bool = True) -> str:
-    return subprocess.run(
-        ["docker", *args], check=check, capture_output=True, text=True, timeout=600
-    ).stdout.strip()
+    return subprocess.run(["docker", *args], check=check, capture_output=True, text=True, timeout=600).stdout.strip()
 
 
 def wait_health(port: int, deadline_s: float = 120) -> None:
@@ -151,9 +149,7 @@ def lifecycle(image: str) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--skip-cold", action="store_true", help="measure only the cached build and lifecycle"
-    )
+    parser.add_argument("--skip-cold", action="store_true", help="measure only the cached build and lifecycle")
     parser.add_argument("--keep-images", action="store_true", help="keep the vsnap-bench-* images")
     options = parser.parse_args()
     figures: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
@@ -190,11 +186,7 @@ def main() -> int:
             )
     for key in ("serve_ready_s", "create_s", "restore_s"):
         print(f"{key:24s} {figures[key]:8.2f} s")
-    print(
-        json.dumps(
-            {key: round(value, 3) if isinstance(value, float) else value for key, value in figures.items()}
-        )
-    )
+    print(json.dumps({key: round(value, 3) if isinstance(value, float) else value for key, value in figures.items()}))
     return 0 if all(figures.get(key, 0) <= budget for key, budget in BUDGETS.items()) else 1
 
 

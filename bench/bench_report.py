@@ -27,9 +27,7 @@ GOAL_RENDER_S = 1.0
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "report_evidence", ROOT / "tests" / "report" / "conftest.py"
-    )
+    spec = importlib.util.spec_from_file_location("report_evidence", ROOT / "tests" / "report" / "conftest.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through it
@@ -141,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  render  cold        {cold:.3f} s (fresh interpreter: pandas + jinja2 imports included)")
     print(
-        f"  html    {html_bytes / 1e6:.3f} MB  goal ≤ {GOAL_HTML_BYTES / 1e6:.0f} MB: "
-        f"{'ok' if html_ok else 'MISSED'}"
+        f"  html    {html_bytes / 1e6:.3f} MB  goal ≤ {GOAL_HTML_BYTES / 1e6:.0f} MB: {'ok' if html_ok else 'MISSED'}"
     )
     print(f"  ratios  html/goal {html_bytes / GOAL_HTML_BYTES:.2f}  render/goal {warm / GOAL_RENDER_S:.2f}")
     return 0 if html_ok and time_ok else 1

@@ -260,7 +260,7 @@ class PidHolder:
             return True
         if self.run.config.privileges == "isolated" or os.geteuid() != 0:
             return False
-        for _ in range(8):
+        for _ in range(200):  # other lanes fork too: retry until our fork gets the PID
             try:
                 Path("/proc/sys/kernel/ns_last_pid").write_text(str(self.pid - 1))
             except OSError:
