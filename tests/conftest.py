@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sweep_leftovers_of_killed_sessions():
+    """Containers of test or suite processes that were SIGKILLed (their owner is gone) go before anything runs."""
+    from vsnap_qual import runtime
+
+    with contextlib.suppress(runtime.RuntimeFailure):  # tests that need Docker say so themselves
+        runtime.sweep(runtime.connect(timeout=5))
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,10 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fault: an injected-failure qualification test")
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        # SIGTERM (CI cancel, `timeout`, pkill) would skip every finalizer: make it an interrupt, so the
+        # containers this session started are removed, vsnap-qual's lanes or a test's own
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     if not _active(config):
         return
     parsed = options.resolve(config)
@@ -69,8 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
     except PreflightError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -15,6 +15,8 @@ from typing import Any
 
 import docker
 
+from vsnap_qual.runtime import LABEL_OWNER, LABEL_SESSION, owner_label
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO / "docker" / "reference" / "build.sh"
 REFPLUG = Path(__file__).resolve().parent / "refplug"
@@ -191,7 +193,9 @@ def _run_lane_container(
                 entrypoint=["sleep", "infinity"],
                 command=[],
                 name=name,
-                labels={LABEL: session},
+                # the harness's own session and owner labels: if this test process is killed, the next
+                # session's dead-owner sweep (vsnap_qual.runtime.sweep) removes the container
+                labels={LABEL: session, LABEL_SESSION: f"reftest-{session}", LABEL_OWNER: owner_label()},
                 environment=env,
                 user="0",
                 detach=True,
