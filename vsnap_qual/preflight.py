@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,7 +197,3 @@ def run_preflight(config: QualConfig) -> PreflightResult:
 
 def _fixed_ports(config: QualConfig) -> list[int]:
     return [p for lane in config.lanes for p in (config.fixed_ports(lane) or {}).values()]
-
-
-def environment_secrets_present(names: tuple[str, ...]) -> list[str]:
-    return [n for n in names if os.environ.get(n)]

@@ -118,6 +118,16 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def listening_ports(proc_net_tcp: str) -> set[int]:
+    """The LISTEN ports of a ``/proc/net/tcp{,6}`` listing (other lines are ignored)."""
+    ports = set()
+    for line in proc_net_tcp.splitlines():
+        cols = line.split()
+        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
+            ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """One finished in-container command."""
@@ -331,13 +341,7 @@ class EngineContainer:
 
     def listening_ports(self) -> set[int]:
         """TCP ports in LISTEN state as seen inside the container's network namespace."""
-        result = self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", 20.0)
-        ports = set()
-        for line in result.stdout.splitlines()[1:]:
-            cols = line.split()
-            if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
-                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-        return ports
+        return listening_ports(self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", 20.0).stdout)
 
     def restart(self, stop_timeout: int = 20) -> None:
         """Stop and start the same container (same ID, same filesystem)."""

@@ -38,6 +38,7 @@ from vsnap_qual.runtime import (
     EngineContainer,
     ExecResult,
     free_ports,
+    listening_ports,
     owner_label,
 )
 
@@ -332,17 +333,12 @@ class LaneRun:
         if result.exit_code != 0:
             raise StepFailed(f"cannot probe processes and ports in the container: {result.tail()}")
         alive = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("pid ")]
-        listening = set()
-        for line in result.stdout.splitlines():
-            cols = line.split()
-            if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
-                listening.add(int(cols[1].rsplit(":", 1)[1], 16))
-        return alive, listening
+        return alive, listening_ports(result.stdout)
 
-    def port_listening(self, port: int) -> bool:
+    def port_listening(self, port: int, listening: set[int] | None = None) -> bool:
         """A listener on the port, as seen in the container's network namespace (and from the host when the
         namespace is the host's; with published ports Docker's proxy answers even when nothing listens)."""
-        if port in self.box.listening_ports():
+        if port in (self.box.listening_ports() if listening is None else listening):
             return True
         return self.config.privileges != "isolated" and engine.port_open(port)
 
@@ -463,9 +459,7 @@ class LaneRun:
         deadline = time.time() + 30.0
         while True:
             alive, listening = self._probe_state(pids)
-            open_ports = [
-                p for p in ports if p in listening or (self.config.privileges != "isolated" and engine.port_open(p))
-            ]
+            open_ports = [p for p in ports if self.port_listening(p, listening)]
             if (not alive and not open_ports) or time.time() > deadline:
                 break
             time.sleep(0.1)
