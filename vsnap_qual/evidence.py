@@ -17,9 +17,49 @@ from typing import Any
 
 from vsnap_qual.report.redact import Redactor
 
-__all__ = ["EVIDENCE_FILE", "EvidenceStore", "Redactor", "read_records", "utc_now"]
+__all__ = [
+    "EVIDENCE_FILE",
+    "EvidenceStore",
+    "Redactor",
+    "ReportDirInUse",
+    "read_records",
+    "refuse_used_report_dir",
+    "utc_now",
+]
 
 EVIDENCE_FILE = "evidence.jsonl"
+#: What a run leaves in its report directory; any of them there means another run's evidence.
+RUN_MARKERS: tuple[str, ...] = (
+    EVIDENCE_FILE,
+    "results.json",
+    "preflight.json",
+    "report.html",
+    "summary.md",
+    "logs",
+    "lanes",
+)
+
+
+class ReportDirInUse(ValueError):
+    """The report directory already holds another run's evidence (runs never merge)."""
+
+
+def refuse_used_report_dir(report_dir: Path) -> None:
+    """Raise :class:`ReportDirInUse` when ``report_dir`` holds another run's files: evidence is only appended
+    to, so a second run there would merge two runs into one verdict. Checked before anything starts."""
+    found = [name for name in RUN_MARKERS if (report_dir / name).exists()]
+    if not found:
+        return
+    run_id = None
+    evidence = report_dir / EVIDENCE_FILE
+    if evidence.is_file():
+        run_id = next((r.get("run_id") for r in read_records(evidence) if r.get("kind") == "session"), None)
+    owner = f"run {run_id}" if run_id else "another run"
+    raise ReportDirInUse(
+        f"--vsnap-report-dir: {report_dir} already holds the evidence of {owner} ({', '.join(found)}); "
+        "a run never adds to another run's report. Choose an empty or new directory, or remove that one "
+        f"first (rm -rf {report_dir})"
+    )
 
 
 def utc_now() -> str:

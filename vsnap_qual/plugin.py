@@ -19,7 +19,14 @@ import pytest
 
 from vsnap_qual import __version__, options, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
-from vsnap_qual.evidence import EvidenceStore, Redactor, redact_tree, utc_now
+from vsnap_qual.evidence import (
+    EvidenceStore,
+    Redactor,
+    ReportDirInUse,
+    redact_tree,
+    refuse_used_report_dir,
+    utc_now,
+)
 from vsnap_qual.preflight import PreflightError, PreflightResult, check_report_dir, run_preflight
 from vsnap_qual.steps import LaneRun
 
@@ -68,10 +75,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"-n {workers} needs --dist loadgroup: a lane's steps must run in one worker (suites/pytest.ini sets it)"
         )
-    try:
-        check_report_dir(qual.report_dir)
-    except PreflightError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    if _is_controller(config):
+        try:
+            refuse_used_report_dir(qual.report_dir)
+            check_report_dir(qual.report_dir)
+        except (PreflightError, ReportDirInUse) as exc:
+            raise pytest.UsageError(str(exc)) from None
     config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
 
 

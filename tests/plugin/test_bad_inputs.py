@@ -93,3 +93,28 @@ def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, do
             assert fragment in text, f"{name}: message lacks {fragment!r}:\n{text[-2000:]}"
             assert "Traceback" not in text, f"{name}: a traceback instead of a message"
         assert _labelled(docker_client) == before, "a bad input started a labelled container"
+
+
+def test_a_report_dir_holding_another_runs_evidence_is_refused_and_left_unchanged(pytester, tmp_path):
+    """Runs never merge: evidence is only appended to, so a second run into a used directory would fold two
+    runs into one verdict. The refusal comes before preflight (no Docker needed) and touches nothing there."""
+    used = tmp_path / "used"
+    used.mkdir()
+    evidence = used / "evidence.jsonl"
+    evidence.write_text(json.dumps({"kind": "session", "time": "t", "run_id": "20260101-000000-aaaa"}) + "\n")
+    before = sorted(p.name for p in used.iterdir()), evidence.read_bytes()
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "vsnap_qual",
+        "--vsnap-image=busybox-not-needed:x",
+        "--vsnap-model=org/m",
+        f"--vsnap-revision={REV}",
+        f"--vsnap-report-dir={used}",
+        "--collect-only",
+    )
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text[-2000:]
+    assert "--vsnap-report-dir:" in text and "run 20260101-000000-aaaa" in text and "rm -rf" in text, text[-2000:]
+    assert "Traceback" not in text
+    assert (sorted(p.name for p in used.iterdir()), evidence.read_bytes()) == before

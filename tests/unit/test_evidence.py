@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 
+import pytest
+
 from vsnap_qual.evidence import EvidenceStore, Redactor, read_records
 
 
@@ -40,3 +42,18 @@ def test_torn_last_line_is_skipped(tmp_path):
     with (tmp_path / "evidence.jsonl").open("a") as handle:
         handle.write('{"kind": "step", "ste')
     assert [r["kind"] for r in read_records(tmp_path / "evidence.jsonl")] == ["session"]
+
+
+def test_refuse_used_report_dir_accepts_empty_and_new_directories_and_refuses_any_run_file(tmp_path):
+    from vsnap_qual.evidence import RUN_MARKERS, ReportDirInUse, refuse_used_report_dir
+
+    refuse_used_report_dir(tmp_path / "new")  # does not exist yet
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "junit.xml").write_text("")  # not a vsnap-qual file
+    refuse_used_report_dir(tmp_path / "empty")
+    for name in RUN_MARKERS:
+        used = tmp_path / f"used-{name}"
+        used.mkdir()
+        (used / name).write_text("")
+        with pytest.raises(ReportDirInUse, match="--vsnap-report-dir: .* already holds the evidence of another run"):
+            refuse_used_report_dir(used)
