@@ -17,6 +17,18 @@ if ! command -v debootstrap >/dev/null 2>&1; then
   apt-get install -y -qq debootstrap >/dev/null
 fi
 
+# CRIU cannot dump io_uring state and vLLM's processes create io_uring instances unless the host disables them
+# for everyone (2); vLLM's own e2e requires 2, and the harness's preflight refuses to start otherwise. We are
+# root on CI and dev machines, so set it here and say so (it affects the whole host until reboot).
+io_uring=/proc/sys/kernel/io_uring_disabled
+if [[ -w "$io_uring" && "$(cat "$io_uring")" != 2 ]]; then
+  log "setting kernel.io_uring_disabled=2 (was $(cat "$io_uring")): CRIU snapshots need it"
+  echo 2 >"$io_uring"
+elif [[ -e "$io_uring" && "$(cat "$io_uring")" != 2 ]]; then
+  log "kernel.io_uring_disabled is $(cat "$io_uring") and not writable here: snapshots will be refused" \
+    "(as root: sysctl -w kernel.io_uring_disabled=2)"
+fi
+
 if docker info >/dev/null 2>&1; then
   log "engine already running"
   exit 0

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import runtime
-from vsnap_qual.preflight import model_cache_problems
+from vsnap_qual import options, privileges, runtime
+from vsnap_qual.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
 
 IMAGE_SCRIPT = r"""
 import importlib.metadata as m, json, os, shutil, subprocess
@@ -83,7 +83,8 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
     want_gpu = gpus != "none" and (gpus != "auto" or has_nvidia)
     add(_gpu_runtime(has_nvidia, want_gpu))
     out.extend(_gpu_checks(want_gpu))
-    out.append(_io_uring(want_gpu))
+    out.append(_io_uring())
+    out.extend(_privilege_checks(opts.get("vsnap_privileges") or "privileged"))
     image_ref = opts.get("vsnap_image")
     for ref, label in ((image_ref, "image"), (opts.get("vsnap_base_image"), "base image")):
         if ref:
@@ -182,17 +183,36 @@ def _gpu_checks(want_gpu: bool) -> list[CheckResult]:
     ]
 
 
-def _io_uring(want_gpu: bool) -> CheckResult:
-    path = Path("/proc/sys/kernel/io_uring_disabled")
-    value = path.read_text().strip() if path.exists() else "absent"
-    ok = value == "2"
+def _io_uring() -> CheckResult:
+    path = IO_URING_SYSCTL
+    value = path.read_text().strip() if path.exists() else None
+    problem = io_uring_problem(value)
     return CheckResult(
         "kernel.io_uring_disabled",
-        "PASS" if ok else ("FAIL" if want_gpu else "SKIP"),
-        f"= {value} (root in the container bypasses 1; snapshot create rejects io_uring fds)",
-        "sudo sysctl -w kernel.io_uring_disabled=2",
-        required=want_gpu,
+        "FAIL" if problem else "PASS",
+        problem or f"= {value or 'absent'} (CRIU cannot dump io_uring state; 2 keeps vLLM from creating any)",
+        IO_URING_FIX,
     )
+
+
+def _privilege_checks(selected: str) -> list[CheckResult]:
+    """Each --vsnap-privileges mode: what it grants and whether this host allows it."""
+    missing = privileges.local_missing_capabilities()
+    out = []
+    for mode in options.PRIVILEGES:
+        allowed, why = privileges.host_allows(mode, missing)
+        chosen = mode == selected
+        crit = "CRIU works" if privileges.criu_capable(mode) else "no CRIU"
+        out.append(
+            CheckResult(
+                f"privileges {mode}{' (selected)' if chosen else ''}",
+                "PASS" if allowed else ("FAIL" if chosen else "SKIP"),
+                f"{'allowed' if allowed else 'refused'}: {why}; {crit}",
+                "use --vsnap-privileges=all-caps (every capability this host can grant)",
+                required=chosen,
+            )
+        )
+    return out
 
 
 def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[CheckResult]:
@@ -282,8 +302,6 @@ def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[Che
 
 def main(argv: list[str], print_line: Callable[[str], None] = print) -> int:
     """Run the doctor with ``--vsnap-*`` options; return its exit code."""
-    from vsnap_qual import options
-
     try:
         opts = options.parse_standalone(argv)
     except options.OptionError as exc:

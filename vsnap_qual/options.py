@@ -154,6 +154,11 @@ def parse_gpus(value: str) -> str:
 
 PRIVILEGES: dict[str, str] = {
     "privileged": "privileged, host pid/ipc/network, as the upstream e2e (CRIU needs it)",
+    "all-caps": (
+        "every capability the host can grant, seccomp/AppArmor unconfined, host pid/ipc/network "
+        "(real CRIU on hosts that refuse --privileged)"
+    ),
+    "all-caps-own-pid": "as all-caps, but the container's own PID namespace (host ipc/network)",
     "host-namespaces": "host pid/ipc/network without --privileged (hosts that refuse privileged containers)",
     "isolated": "own namespaces, not privileged; ports published on 127.0.0.1",
 }
@@ -323,7 +328,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("logprob-tolerance", parse_tolerance, "0.001", "max |Δ logprob| vs the ordinary reference"),
     OptionSpec("model-cache", parse_optional_dir, "", "host HF cache (HF_HOME or its hub/), mounted read-only"),
     OptionSpec("gpus", parse_gpus, "auto", "GPUs for the engine: auto, all, none, or one GPU UUID"),
-    OptionSpec("privileges", parse_privileges, "privileged", "privileged, host-namespaces or isolated"),
+    OptionSpec(
+        "privileges",
+        parse_privileges,
+        "privileged",
+        "privileged, all-caps, all-caps-own-pid, host-namespaces or isolated",
+    ),
     OptionSpec("port-base", parse_port_base, "0", "first host port to use; 0 picks free ports"),
     OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900,http=120"),
     OptionSpec("report-dir", parse_optional_path, "", "report directory (default reports/<run id>)"),

@@ -139,9 +139,36 @@ def overlay_targets_exist(
     return missing
 
 
+IO_URING_SYSCTL = Path("/proc/sys/kernel/io_uring_disabled")
+IO_URING_FIX = "as root: sysctl -w kernel.io_uring_disabled=2 (scripts/docker-up.sh does it on CI machines)"
+
+
+def io_uring_problem(value: str | None) -> str | None:
+    """Why ``kernel.io_uring_disabled`` blocks snapshots, or None. vLLM's processes create io_uring instances
+    unless the host disables them for everyone (2; 1 still lets root in the container through), and CRIU cannot
+    dump io_uring state; vLLM's own e2e requires 2."""
+    if value is None:
+        return None  # kernels without io_uring
+    if value.strip() != "2":
+        return (
+            f"kernel.io_uring_disabled is {value.strip()} on this host; snapshot create needs 2 "
+            "(CRIU cannot dump io_uring state, vLLM's e2e requires 2)"
+        )
+    return None
+
+
+def check_io_uring(sysctl: Path | None = None) -> None:
+    sysctl = sysctl or IO_URING_SYSCTL
+    value = sysctl.read_text() if sysctl.exists() else None
+    problem = io_uring_problem(value)
+    if problem:
+        raise PreflightError(f"host: {problem}. Fix: {IO_URING_FIX}")
+
+
 def run_preflight(config: QualConfig) -> PreflightResult:
     """Everything checkable before a lane starts. Cheap, pure checks first; Docker last."""
     check_report_dir(config.report_dir)
+    check_io_uring()
     for port in _fixed_ports(config):
         if not runtime.port_is_free(port):
             raise PreflightError(f"--vsnap-port-base: port {port} is in use; pick another base or 0 (free ports)")

@@ -26,6 +26,8 @@ import docker.types
 from docker.client import DockerClient
 from docker.models.containers import Container
 
+from vsnap_qual import privileges
+
 LABEL_SESSION = "ai.vsnap.session"
 LABEL_LANE = "ai.vsnap.lane"
 LABEL_OWNER = "ai.vsnap.owner"  # "<hostname>:<pid>" of the pytest process that owns the container
@@ -163,6 +165,31 @@ class ContainerSpec:
     ports: Iterable[int] = ()
 
 
+def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """Docker SDK arguments for the spec's privileges mode (see ``vsnap_qual.privileges``)."""
+    settings = privileges.container_settings(spec.privileges, privileges.local_missing_capabilities())
+    kwargs: dict[str, Any] = {}
+    if settings.privileged:
+        kwargs["privileged"] = True
+    if settings.cap_add:
+        kwargs["cap_add"] = list(settings.cap_add)
+    if settings.cap_drop:
+        kwargs["cap_drop"] = list(settings.cap_drop)
+    if settings.security_opt:
+        kwargs["security_opt"] = list(settings.security_opt)
+    if settings.host_pid:
+        kwargs["pid_mode"] = "host"
+    else:
+        kwargs["init"] = True  # `sleep infinity` as PID 1 would never reap the engine's orphans
+    if settings.host_ipc:
+        kwargs["ipc_mode"] = "host"
+    if settings.host_network:
+        kwargs["network_mode"] = "host"
+    else:
+        kwargs["ports"] = {f"{p}/tcp": ("127.0.0.1", p) for p in spec.ports}
+    return kwargs
+
+
 class EngineContainer:
     """A long-lived ``sleep infinity`` container in which every engine command is executed."""
 
@@ -185,13 +212,7 @@ class EngineContainer:
             "detach": True,
             "stop_signal": "SIGKILL",  # sleep ignores nothing useful; the engine tree is reaped by the kill
         }
-        if spec.privileges in ("privileged", "host-namespaces"):
-            kwargs.update(
-                privileged=spec.privileges == "privileged", pid_mode="host", ipc_mode="host", network_mode="host"
-            )
-        else:
-            kwargs["ports"] = {f"{p}/tcp": ("127.0.0.1", p) for p in spec.ports}
-            kwargs["init"] = True  # `sleep infinity` as PID 1 would never reap the engine's orphans
+        kwargs.update(container_kwargs(spec))
         if spec.gpus == "all":
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         elif spec.gpus.startswith("GPU-"):
@@ -204,8 +225,8 @@ class EngineContainer:
             hint = ""
             if "apply caps" in str(exc) or "operation not permitted" in str(exc):
                 hint = (
-                    " — this Docker host refuses privileged containers; rerun with "
-                    "--vsnap-privileges=host-namespaces (no CRIU) or on a host that allows them"
+                    " — this Docker host refuses these privileges; rerun with --vsnap-privileges=all-caps "
+                    "(every capability the host can grant; `vsnap-qual doctor` says which modes this host allows)"
                 )
             with contextlib.suppress(Exception):
                 remove_container(client.containers.get(spec.name))

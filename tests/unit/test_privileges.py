@@ -1,0 +1,86 @@
+"""The privileges modes: what each grants, from the host's capability bounding set (pure, no Docker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from vsnap_qual import preflight, privileges
+from vsnap_qual.runtime import ContainerSpec, container_kwargs
+
+# This project's machines: every capability but CAP_SYS_RESOURCE (bit 24).
+OUR_HOST = "Name:\tpython3\nCapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\n"
+
+
+def test_bounding_set_parses_and_names_the_missing_capability():
+    mask = privileges.bounding_set(OUR_HOST)
+    assert mask == 0x1FFFEFFFFFF
+    assert privileges.missing_capabilities(mask) == ("SYS_RESOURCE",)
+    assert privileges.missing_capabilities((1 << 41) - 1) == ()
+    assert privileges.bounding_set("Name: x\n") is None and privileges.missing_capabilities(None) == ()
+
+
+def test_all_caps_grants_all_but_the_missing_ones_unconfined_with_host_namespaces():
+    settings = privileges.container_settings("all-caps", ("SYS_RESOURCE",))
+    assert settings.cap_add == ("ALL",) and settings.cap_drop == ("SYS_RESOURCE",)
+    assert set(settings.security_opt) == {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
+    assert settings.host_pid and settings.host_ipc and settings.host_network and not settings.privileged
+    own = privileges.container_settings("all-caps-own-pid", ("SYS_RESOURCE",))
+    assert own.own_pid_namespace and own.host_network and own.cap_drop == ("SYS_RESOURCE",)
+
+
+def test_privileged_is_refused_where_the_bounding_set_is_short_and_all_caps_is_not():
+    allowed, why = privileges.host_allows("privileged", ("SYS_RESOURCE",))
+    assert not allowed and "SYS_RESOURCE" in why
+    assert privileges.host_allows("privileged", ())[0]
+    assert privileges.host_allows("all-caps", ("SYS_RESOURCE",)) == (
+        True,
+        "capabilities: all but SYS_RESOURCE; seccomp, AppArmor and /proc paths unconfined",
+    )
+    assert privileges.criu_capable("all-caps") and not privileges.criu_capable("host-namespaces")
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("privileged", {"privileged": True, "pid_mode": "host", "ipc_mode": "host", "network_mode": "host"}),
+        ("host-namespaces", {"pid_mode": "host", "ipc_mode": "host", "network_mode": "host"}),
+        ("isolated", {"init": True, "ports": {"8000/tcp": ("127.0.0.1", 8000)}}),
+    ],
+)
+def test_docker_arguments_per_mode(mode, expected):
+    spec = ContainerSpec(image_id="sha256:x", name="n", labels={}, environment={}, privileges=mode, ports=[8000])
+    assert container_kwargs(spec) == expected
+
+
+def test_all_caps_docker_arguments_drop_what_this_host_lacks(monkeypatch):
+    monkeypatch.setattr(privileges, "local_missing_capabilities", lambda: ("SYS_RESOURCE",))
+    spec = ContainerSpec(image_id="sha256:x", name="n", labels={}, environment={}, privileges="all-caps-own-pid")
+    kwargs = container_kwargs(spec)
+    assert kwargs["cap_add"] == ["ALL"] and kwargs["cap_drop"] == ["SYS_RESOURCE"]
+    assert "pid_mode" not in kwargs and kwargs["init"] is True and kwargs["network_mode"] == "host"
+    assert "seccomp=unconfined" in kwargs["security_opt"]
+
+
+def test_io_uring_must_be_disabled_for_everyone(tmp_path: Path):
+    assert preflight.io_uring_problem("2\n") is None and preflight.io_uring_problem(None) is None
+    for value in ("0", "1"):
+        assert "needs 2" in str(preflight.io_uring_problem(value))
+    sysctl = tmp_path / "io_uring_disabled"
+    sysctl.write_text("0\n")
+    with pytest.raises(preflight.PreflightError, match="kernel.io_uring_disabled is 0.*sysctl -w"):
+        preflight.check_io_uring(sysctl)
+    sysctl.write_text("2\n")
+    preflight.check_io_uring(sysctl)
+
+
+def test_preflight_refuses_an_io_uring_host_before_touching_docker(tmp_path: Path, monkeypatch):
+    sysctl = tmp_path / "io_uring_disabled"
+    sysctl.write_text("0\n")
+    monkeypatch.setattr(preflight, "IO_URING_SYSCTL", sysctl)
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")  # nothing may reach Docker before the refusal
+    config = SimpleNamespace(report_dir=tmp_path / "report")
+    with pytest.raises(preflight.PreflightError, match="^host: kernel.io_uring_disabled is 0"):
+        preflight.run_preflight(config)  # type: ignore[arg-type]
