@@ -23,7 +23,7 @@ CAPABILITIES: tuple[str, ...] = (
     "CHECKPOINT_RESTORE",
 )  # fmt: skip
 
-UNCONFINED = ("seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined")
+UNCONFINED = ("seccomp=unconfined", "apparmor=unconfined")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class ContainerSettings:
     host_pid: bool = False
     host_ipc: bool = False
     host_network: bool = False
+    unmask_proc: bool = False  # `--security-opt systempaths=unconfined`: empty MaskedPaths and ReadonlyPaths
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -77,6 +78,7 @@ def container_settings(mode: str, missing: tuple[str, ...] = ()) -> ContainerSet
             cap_add=("ALL",),
             cap_drop=missing,
             security_opt=UNCONFINED,
+            unmask_proc=True,
             host_pid=mode == "all-caps",
             host_ipc=True,
             host_network=True,

@@ -24,7 +24,7 @@ import docker
 import docker.errors
 import docker.types
 from docker.client import DockerClient
-from docker.models.containers import Container
+from docker.models.containers import Container, _create_container_args
 
 from vsnap_qual import privileges
 
@@ -190,6 +190,19 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     return kwargs
 
 
+def create_container(client: DockerClient, kwargs: dict[str, Any], unmask_proc: bool = False) -> Container:
+    """``client.containers.create(**kwargs)``; with ``unmask_proc`` also empty MaskedPaths/ReadonlyPaths (what
+    the CLI's ``--security-opt systempaths=unconfined`` sends; the SDK has no parameter for it), so that
+    ``/proc/sys`` (e.g. ``kernel/ns_last_pid``) is writable inside the container."""
+    if not unmask_proc:
+        return client.containers.create(**kwargs)
+    args = _create_container_args({"command": None, **kwargs, "version": client.api._version})
+    args["host_config"]["MaskedPaths"] = []
+    args["host_config"]["ReadonlyPaths"] = []
+    created = client.api.create_container(**args)
+    return client.containers.get(created["Id"])
+
+
 class EngineContainer:
     """A long-lived ``sleep infinity`` container in which every engine command is executed."""
 
@@ -218,7 +231,8 @@ class EngineContainer:
         elif spec.gpus.startswith("GPU-"):
             kwargs["device_requests"] = [docker.types.DeviceRequest(device_ids=[spec.gpus], capabilities=[["gpu"]])]
         try:
-            container = client.containers.create(**kwargs)
+            settings = privileges.container_settings(spec.privileges)
+            container = create_container(client, kwargs, unmask_proc=settings.unmask_proc)
             container.start()
             container.reload()
         except docker.errors.DockerException as exc:

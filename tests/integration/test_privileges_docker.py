@@ -1,0 +1,59 @@
+"""The privileges modes against the real Docker engine: what a lane container is really granted."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from vsnap_qual import privileges, runtime
+from vsnap_qual.runtime import ContainerSpec, EngineContainer
+
+BASE_IMAGE = "vsnap-debian:trixie"
+pytestmark = pytest.mark.docker
+
+SHOW = (
+    "grep -E '^(CapEff|Seccomp):' /proc/self/status; "
+    "test -w /proc/sys/kernel/ns_last_pid && echo ns_last_pid=writable; "
+    "echo init=$(cat /proc/1/comm)"
+)
+
+
+def _granted(docker_client, mode: str) -> dict[str, str]:
+    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    spec = ContainerSpec(
+        image_id=image.id,
+        name=f"vsnap-test-privileges-{uuid.uuid4().hex[:8]}",
+        labels={runtime.LABEL_SESSION: "test-privileges", runtime.LABEL_OWNER: runtime.owner_label()},
+        environment={},
+        privileges=mode,
+    )
+    box = EngineContainer.start(docker_client, spec)
+    try:
+        result = box.exec(["sh", "-c", SHOW], 30)
+    finally:
+        box.remove()
+    assert result.exit_code == 0, result.stderr
+    return dict(line.replace(":\t", "=").split("=", 1) for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize("mode", ["all-caps", "all-caps-own-pid"])
+def test_all_caps_grants_what_criu_needs(docker_client, mode):
+    seen = _granted(docker_client, mode)
+    effective = int(seen["CapEff"], 16)
+    missing = set(privileges.local_missing_capabilities())
+    for name in ("SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "SYS_CHROOT", "DAC_READ_SEARCH"):
+        bit = privileges.CAPABILITIES.index(name)
+        assert name in missing or effective >> bit & 1, f"{mode}: {name} not granted ({seen['CapEff']})"
+    assert seen["Seccomp"] == "0", "seccomp must be unconfined for CRIU"
+    assert seen.get("ns_last_pid") == "writable", "/proc/sys must be unmasked (systempaths=unconfined)"
+    if mode == "all-caps-own-pid":
+        assert seen["init"] in ("docker-init", "tini"), seen  # own PID namespace: Docker's init is PID 1
+    else:
+        assert seen["init"] not in ("docker-init", "tini", "sleep"), seen  # the host's PID 1
+
+
+def test_host_namespaces_grants_no_extra_capability(docker_client):
+    seen = _granted(docker_client, "host-namespaces")
+    assert not int(seen["CapEff"], 16) >> privileges.CAPABILITIES.index("SYS_ADMIN") & 1
+    assert seen["Seccomp"] != "0" and "ns_last_pid" not in seen
