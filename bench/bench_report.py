@@ -27,7 +27,7 @@ GOAL_RENDER_S = 1.0
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("report_evidence", ROOT / "tests" / "report" / "conftest.py")
+    spec = importlib.util.spec_from_file_location("report_evidence", ROOT / "tests" / "report" / "synthetic_runs.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through it

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, option_value, read_evidence
 

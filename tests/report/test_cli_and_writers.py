@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.cli import SUBCOMMANDS, build_parser, main
 from vsnap_qual.report import write_reports
@@ -55,9 +55,7 @@ def test_report_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "not a vsnap-qual results file" in capsys.readouterr().err
 
 
-def test_github_step_summary_is_appended(
-    report_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_github_step_summary_is_appended(report_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     summary = tmp_path / "gh-summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

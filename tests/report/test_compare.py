@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.compare import (
@@ -70,9 +70,7 @@ def test_canary_statuses(report_dir: Path) -> None:
     frame = canary_frame(_results(report_dir))
     # 2 runners × 2 arms × 3 steps × 5 prompts
     assert len(frame) == 60
-    row = frame[
-        (frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1") & (frame["index"] == 2)
-    ]
+    row = frame[(frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1") & (frame["index"] == 2)]
     assert row.iloc[0]["status"] == "within tolerance"
     assert abs(row.iloc[0]["delta"] - 0.0004) < 1e-9
     assert (frame[frame.step == "ordinary"]["status"] == "reference").all()
@@ -142,9 +140,7 @@ def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
 
 def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:
     results = _results(report_dir)
-    results["steps"].append(
-        {"runner": "v1", "arm": "base", "step": "vs-head", "outcome": "failed", "results": {}}
-    )
+    results["steps"].append({"runner": "v1", "arm": "base", "step": "vs-head", "outcome": "failed", "results": {}})
     matrix = step_matrix(results)
     assert list(matrix.columns)[-3:] == ["vs-head", "faults", "faults_ok"]
     assert records(matrix)[1]["vs-head"] == "failed"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file
@@ -80,12 +80,9 @@ def test_failed_log_shows_the_last_traceback_before_the_tail(report_dir: Path) -
 
 def test_inline_log_tails_are_bounded_when_everything_fails(make_run: MakeRun) -> None:
     failing = tuple(
-        ("v1", "head", step)
-        for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2")
+        ("v1", "head", step) for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2")
     )
-    failing += tuple(
-        ("v2", arm, step) for arm in ("head", "base") for step in ("ordinary", "create", "inspect")
-    )
+    failing += tuple(("v2", arm, step) for arm in ("head", "base") for step in ("ordinary", "create", "inspect"))
     directory = make_run("all-fail", RunSpec(failed_steps=failing))
     html = write_reports(directory, github_step_summary=False).report_html.read_text()
     assert html.count('<pre class="log">') == MAX_LOG_TAILS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file

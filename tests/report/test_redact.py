@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import SECRET, MakeRun, RunSpec
+from synthetic_runs import SECRET, MakeRun, RunSpec
 
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.redact import MASK, Redactor, redact, secret_names
@@ -52,13 +52,9 @@ def test_no_report_file_contains_the_token(
     step_summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     # The secret leaked into the evidence (an argv, a log line): every report must still mask it.
-    directory = make_run(
-        "leaky", RunSpec(secret_in_evidence=SECRET, failed_steps=(("v1", "head", "create"),))
-    )
+    directory = make_run("leaky", RunSpec(secret_in_evidence=SECRET, failed_steps=(("v1", "head", "create"),)))
     evidence = directory / "evidence.jsonl"
-    evidence.write_text(
-        evidence.read_text().replace('"hostname": "gpu-runner-7"', '"hostname": "hunter2-site"')
-    )
+    evidence.write_text(evidence.read_text().replace('"hostname": "gpu-runner-7"', '"hostname": "hunter2-site"'))
     paths = write_reports(directory, extra_secret_names=["SITE_PASSWORD"])
     outputs = [paths.results_json, paths.report_html, paths.summary_md, step_summary]
     for output in outputs:
@@ -72,9 +68,7 @@ def test_secret_names_from_the_run_options(make_run: MakeRun, monkeypatch: pytes
     monkeypatch.setenv("CORP_TOKEN", "corp-secret-777")
     directory = make_run("opts", RunSpec(secret_in_evidence="corp-secret-777"))
     evidence = directory / "evidence.jsonl"
-    evidence.write_text(
-        evidence.read_text().replace('"runners": ', '"secrets": ["CORP_TOKEN"], "runners": ', 1)
-    )
+    evidence.write_text(evidence.read_text().replace('"runners": ', '"secrets": ["CORP_TOKEN"], "runners": ', 1))
     paths = write_reports(directory, github_step_summary=False)
     for output in (paths.results_json, paths.report_html, paths.summary_md):
         assert "corp-secret-777" not in output.read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.report import write_reports
 
@@ -43,9 +43,7 @@ def test_mangled_evidence_still_reports(make_run: MakeRun, seed: int) -> None:
     assert paths.summary_md.read_text().startswith("## vsnap-qual")
 
 
-def test_a_rendering_failure_still_writes_every_file(
-    report_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_rendering_failure_still_writes_every_file(report_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import vsnap_qual.report.html as html
 
     def broken(*_args: Any, **_kwargs: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.cli import main
 from vsnap_qual.report import write_reports
