@@ -15,7 +15,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual import options
+from vsnap_qual.config import build_config
+
 SECRET = "secret-value-123"
+RUN_ID = "20261129-120000-ab12"
 PACKAGE_DIR = "/usr/local/lib/python3.12/dist-packages/vllm"
 FAULT_POINTS: tuple[tuple[str, str], ...] = (
     ("wake-raise", "wake"),
@@ -78,6 +82,8 @@ class RunSpec:
     #: Stop writing after this many step records (a killed run); None writes them all.
     stop_after_steps: int | None = None
     secret_in_evidence: str | None = None
+    #: ``--vsnap-secrets``: extra secret variable names the run records.
+    secret_names: Sequence[str] = ()
     log_lines: int = 30
     tolerance: float = 0.001
     kv: dict[tuple[str, str], tuple[int, int]] = field(
@@ -137,6 +143,26 @@ def _restore_failure(changed: set[str], compare: list[dict[str, Any]]) -> str:
     return "; ".join(problems)
 
 
+def recorded_options(spec: RunSpec, report_dir: Path) -> dict[str, Any]:
+    """The session's options exactly as the harness records them: a real ``QualConfig.public_options()``."""
+    argv = [
+        "--vsnap-image=vllm/vllm-openai:nightly-593df82f",
+        "--vsnap-model=Qwen/Qwen3-0.6B",
+        "--vsnap-revision=c1899de289a04d12100db370d81485cdf75e47ca",
+        f"--vsnap-runners={','.join(spec.runners)}",
+        f"--vsnap-logprob-tolerance={spec.tolerance}",
+        f"--vsnap-report-dir={report_dir}",
+    ]
+    if "base" in spec.arms:
+        argv.append("--vsnap-base-image=vllm/vllm-openai:v0.33.0")
+    if spec.secret_names:
+        argv.append(f"--vsnap-secrets={','.join(spec.secret_names)}")
+    if spec.secret_in_evidence:
+        argv.append(f"--vsnap-engine-args=--hf-token {spec.secret_in_evidence}")
+    parsed = options.parse_standalone(argv, {})
+    return build_config(parsed, report_dir, run_id=RUN_ID).public_options()
+
+
 def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
     """Write a synthetic run (``evidence.jsonl`` + log files) into ``report_dir``; returns the JSONL path."""
     spec = spec or RunSpec()
@@ -151,18 +177,10 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
 
     emit(
         "session",
-        run_id="20261129-120000-ab12",
+        run_id=RUN_ID,
         harness_version="0.1.0",
         started=clock.iso(),
-        options={
-            "image": "vllm/vllm-openai:nightly-593df82f",
-            "base-image": "vllm/vllm-openai:v0.33.0",
-            "model": "Qwen/Qwen3-0.6B",
-            "revision": "c1899de289a04d12100db370d81485cdf75e47ca",
-            "runners": list(spec.runners),
-            "logprob-tolerance": spec.tolerance,
-            "engine-args": f"--hf-token {secret}" if secret else "",
-        },
+        options=recorded_options(spec, report_dir),
         host={
             "kernel": "6.8.0-45-generic",
             "hostname": "gpu-runner-7",

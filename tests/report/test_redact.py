@@ -66,9 +66,27 @@ def test_no_report_file_contains_the_token(
 
 def test_secret_names_from_the_run_options(make_run: MakeRun, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORP_TOKEN", "corp-secret-777")
-    directory = make_run("opts", RunSpec(secret_in_evidence="corp-secret-777"))
-    evidence = directory / "evidence.jsonl"
-    evidence.write_text(evidence.read_text().replace('"runners": ', '"secrets": ["CORP_TOKEN"], "runners": ', 1))
+    # --vsnap-secrets=CORP_TOKEN, recorded the way the harness records it (QualConfig.secret_names)
+    directory = make_run("opts", RunSpec(secret_in_evidence="corp-secret-777", secret_names=("CORP_TOKEN",)))
     paths = write_reports(directory, github_step_summary=False)
     for output in (paths.results_json, paths.report_html, paths.summary_md):
         assert "corp-secret-777" not in output.read_text()
+
+
+def test_rerendering_a_killed_run_redacts_the_recorded_secret_names(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vsnap-qual report DIR`` on a killed run (no session_end) masks the values of ``--vsnap-secrets``."""
+    from vsnap_qual.cli import main
+
+    monkeypatch.setenv("CORP_TOKEN", "corp-secret-888")
+    spec = RunSpec(
+        secret_in_evidence="corp-secret-888",
+        secret_names=("CORP_TOKEN",),
+        complete=False,
+        failed_steps=(("v1", "head", "create"),),
+    )
+    directory = make_run("killed", spec)
+    assert main(["report", str(directory)]) in (0, 1)
+    for name in ("results.json", "report.html", "summary.md"):
+        assert "corp-secret-888" not in (directory / name).read_text(), name

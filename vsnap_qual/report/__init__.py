@@ -51,14 +51,18 @@ class ReportPaths:
 
 
 def _configured_secret_names(results: Mapping[str, Any]) -> list[str]:
+    """The secret variable names the run recorded: ``QualConfig.secret_names`` (the defaults plus
+    ``--vsnap-secrets``), recorded in the session's options as ``secret_names``."""
     from vsnap_qual.report.assemble import option_value
 
-    value = option_value(results, "secrets")
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return []
+    names: list[str] = []
+    for key in ("secret_names", "secrets"):  # ``secrets``: the option's own name, if a writer used it
+        value = option_value(results, key)
+        if isinstance(value, str):
+            names += [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(value, (list, tuple)):
+            names += [str(v) for v in value]
+    return list(dict.fromkeys(names))
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -78,7 +82,7 @@ def render_reports(
     """Write ``results.json`` (unless ``write_results`` is false), ``report.html`` and ``summary.md``.
 
     Every file is redacted with the secret values set in this process's environment (the defaults, the
-    run's ``secrets`` option and ``extra_secret_names``). ``log_root`` is the directory the evidence's log
+    run's recorded ``secret_names`` and ``extra_secret_names``). ``log_root`` is the directory the evidence's log
     paths are relative to (default ``out_dir``).
     """
     from vsnap_qual.report.compare import compare_all
