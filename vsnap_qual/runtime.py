@@ -417,15 +417,27 @@ def _owner_alive(owner: str) -> bool:
 
 def sweep(client: DockerClient, session: str | None = None, owner: str | None = None) -> list[str]:
     """Remove labelled containers: a session's (``session`` given; only ``owner``'s when that is given too,
-    as an xdist worker must not remove its siblings' lanes) or, with no session, those of dead owners."""
+    as an xdist worker must not remove its siblings' lanes) or, with no session, those of dead owners.
+
+    Other processes remove their containers while this one lists (an xdist sibling's teardown): the listing
+    is one API call (no per-container inspect that could meet a vanished container) and a container already
+    gone counts as removed by its owner, not as an error."""
     removed = []
     filters = {"label": f"{LABEL_SESSION}={session}" if session else LABEL_SESSION}
-    for container in client.containers.list(all=True, filters=filters):
-        labelled_owner = container.labels.get(LABEL_OWNER, "")
+    for entry in client.api.containers(all=True, filters=filters):
+        labels = entry.get("Labels") or {}
+        labelled_owner = labels.get(LABEL_OWNER, "")
         if session is None and _owner_alive(labelled_owner):
             continue
         if owner is not None and labelled_owner != owner:
             continue
-        remove_container(container)
-        removed.append(container.name)
+        name = (entry.get("Names") or [entry["Id"][:12]])[0].lstrip("/")
+        try:
+            client.api.remove_container(entry["Id"], force=True, v=True)
+        except docker.errors.NotFound:
+            continue  # it vanished between the listing and the removal: its owner removed it
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # removal already in progress
+                raise
+        removed.append(name)
     return removed

@@ -70,7 +70,7 @@ def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(bo
 
 
 def test_sweep_removes_containers_of_dead_owners_only(docker_client):
-    image = docker_client.images.get(BASE_IMAGE)
+    image = docker_client.images.list()[0]  # created, never started: any local image does
     labels = {runtime.LABEL_SESSION: "test-sweep"}
     dead = docker_client.containers.create(
         image.id,
@@ -94,3 +94,29 @@ def test_sweep_removes_containers_of_dead_owners_only(docker_client):
 def test_missing_image_is_not_pulled_silently(docker_client):
     with pytest.raises(runtime.RuntimeFailure, match="is not present locally and could not be pulled"):
         runtime.resolve_image(docker_client, "vsnap-no-such-image:never", pull_timeout=30)
+
+
+def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client):
+    """Another worker removes its container between our listing and our inspect/remove (the NotFound race
+    that failed one of three ``make qualify`` runs): the sweep removes the rest and does not raise."""
+    image = docker_client.images.list()[0]
+    session = f"test-sweep-race-{int(time.time() * 1000)}"
+    labels = {runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label()}
+    vanishing = docker_client.containers.create(image.id, ["true"], labels=labels, name=f"{session}-a")
+    staying = docker_client.containers.create(image.id, ["true"], labels=labels, name=f"{session}-b")
+    real_list = docker_client.api.containers
+
+    def list_then_sibling_removes(*args, **kwargs):
+        found = real_list(*args, **kwargs)
+        vanishing.remove(force=True)  # the sibling's teardown, right after our listing
+        return found
+
+    docker_client.api.containers = list_then_sibling_removes
+    try:
+        removed = runtime.sweep(docker_client, session)
+    finally:
+        del docker_client.api.containers
+        runtime.remove_container(staying)
+    assert removed == [f"{session}-b"]
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(staying.id)
