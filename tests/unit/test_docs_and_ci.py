@@ -20,42 +20,101 @@ def test_options_reference_is_current():
     )
 
 
-def test_buildkite_pipeline_runs_the_nightly_script_on_a_gpu_queue():
+def test_buildkite_pipeline_runs_the_nightly_script_once_at_a_time_on_a_gpu_queue():
     pipeline = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())
     step = pipeline["steps"][0]
     assert step["agents"]["queue"]
     assert step["command"] == ["bash ci/nightly.sh"]
+    assert step["concurrency"] == 1 and step["concurrency_group"]
+    assert step["env"]["VSNAP_WORKERS"] == "1", "one GPU per agent: lanes must not share it"
+    assert pipeline["env"]["VSNAP_MODEL_CACHE"], "offline steps need a model cache"
+    assert not pipeline["env"]["VSNAP_BASE_IMAGE"].endswith(":latest"), "the base arm must be a released tag"
     assert any(p.startswith("reports/nightly") for p in step["artifact_paths"])
     assert (ROOT / "ci" / "nightly.sh").is_file()
 
 
-def test_github_workflow_uploads_the_report_always():
+def test_github_workflow_has_a_model_cache_a_concurrency_group_and_uploads_the_report_always():
     flow = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())
     triggers = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` as True
     assert "schedule" in triggers and "workflow_dispatch" in triggers
+    assert flow["concurrency"]["group"] and flow["concurrency"]["cancel-in-progress"] is False
     job = flow["jobs"]["qualify"]
     assert "self-hosted" in job["runs-on"] and "gpu" in job["runs-on"]
+    assert job["env"]["VSNAP_MODEL_CACHE"] and job["env"]["VSNAP_WORKERS"] == "1"
+    assert "latest" not in job["env"]["VSNAP_BASE_IMAGE"]
     runs = [s.get("run") for s in job["steps"] if s.get("run")]
     assert runs == ["bash ci/nightly.sh"]
     upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     assert upload["if"] == "always()"
 
 
-def test_nightly_script_dry_run_uses_only_options_the_plugin_accepts(tmp_path):
+def _dry_run(**extra: str) -> list[list[str]]:
     env = {
         **os.environ,
         "VSNAP_IMAGE": "vllm/vllm-openai:nightly-abc",
+        "VSNAP_MODEL_CACHE": "/data/hf",
         "VSNAP_DRY_RUN": "1",
-        "VSNAP_BASE_IMAGE": "vllm/vllm-openai:latest",
-        "VSNAP_ANNOTATE": "1",
+        "VSNAP_BASE_IMAGE": "vllm/vllm-openai:v0.33.0",
+        **extra,
     }
     done = subprocess.run(
         ["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env, check=True
     )
-    commands = [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("+ ")]
-    assert [c[:2] for c in commands] == [["python3", "-m"], ["vsnap-qual", "doctor"], ["python3", "-m"]]
-    pytest_args = [a for a in commands[2] if a.startswith("--vsnap-")]
-    assert "--vsnap-annotate" in pytest_args
+    return [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("+ ")]
+
+
+def test_nightly_script_dry_run_uses_a_private_venv_and_only_options_the_plugin_accepts():
+    commands = _dry_run(VSNAP_ANNOTATE="1")
+    venv = ".venv-nightly/bin/"
+    assert commands[0][:3] == ["python3", "-m", "venv"]
+    assert commands[1][:4] == [venv + "python", "-m", "pip", "install"], "never the system Python"
+    assert commands[2] == [venv + "vsnap-qual", "doctor"]
+    pytest_cmd = commands[3]
+    assert pytest_cmd[:3] == [venv + "python", "-m", "pytest"] and "-n" not in pytest_cmd
+    pytest_args = [a for a in pytest_cmd if a.startswith("--vsnap-")]
     parsed = options.parse_standalone(pytest_args, env={"VSNAP_MODEL": "Qwen/Qwen3-0.6B"})
-    assert parsed["vsnap_base_image"] == "vllm/vllm-openai:latest"
+    assert parsed["vsnap_base_image"] == "vllm/vllm-openai:v0.33.0"
     assert parsed["vsnap_annotate"] is True
+
+
+def test_nightly_script_annotates_only_when_asked_and_spreads_lanes_only_when_told():
+    assert "--vsnap-annotate" not in _dry_run(VSNAP_ANNOTATE="0")[3]
+    assert "--vsnap-annotate" not in _dry_run()[3]
+    pytest_cmd = _dry_run(VSNAP_WORKERS="2")[3]
+    assert pytest_cmd[pytest_cmd.index("-n") + 1] == "2"
+
+
+def test_nightly_script_refuses_to_start_without_a_model_cache():
+    env = {k: v for k, v in os.environ.items() if k != "VSNAP_MODEL_CACHE"}
+    env.update(VSNAP_IMAGE="vllm/vllm-openai:nightly-abc", VSNAP_DRY_RUN="1")
+    done = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env)
+    assert done.returncode != 0 and "VSNAP_MODEL_CACHE" in done.stderr
+
+
+def test_a_failing_doctor_still_leaves_a_report(tmp_path):
+    """Under the old `set -e` a failed doctor ended the script with no summary.md for CI to show."""
+    fake = tmp_path / "venv"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "python").symlink_to("/bin/true")
+    doctor = fake / "bin" / "vsnap-qual"
+    doctor.write_text("#!/bin/sh\necho 'FAIL GPUs: none visible'\nexit 1\n")
+    doctor.chmod(0o755)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "python3").write_text("#!/bin/sh\nexit 0\n")  # `python3 -m venv`: the venv above already exists
+    (shim / "python3").chmod(0o755)
+    cache = tmp_path / "hf"
+    cache.mkdir()
+    report = tmp_path / "report"
+    env = {
+        **os.environ,
+        "PATH": f"{shim}:{os.environ['PATH']}",
+        "VSNAP_IMAGE": "vllm/vllm-openai:nightly-abc",
+        "VSNAP_MODEL_CACHE": str(cache),
+        "VENV": str(fake),
+        "REPORT_DIR": str(report),
+    }
+    done = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env)
+    assert done.returncode == 1
+    summary = (report / "summary.md").read_text()
+    assert "FAIL" in summary and "doctor" in summary and "none visible" in summary
