@@ -35,7 +35,7 @@ doctor: install  ## host and image checks
 	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
 
 test: install-dev reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
-	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh --no-skips tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
 
 test-real: install-dev vllm-cpu  ## the real-vLLM tier against vsnap-vllm-cpu:0.32.0
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m real -p no:cacheprovider $(PYTEST_ARGS)
