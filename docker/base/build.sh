@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# Build vsnap-debian:bookworm with no registry: debootstrap (minbase) -> docker import.
+# Build vsnap-debian:<suite> with no registry: debootstrap (minbase) -> docker import.
+# Suites: bookworm (docker/vllm-cpu, Python 3.11) and trixie (docker/reference, Python 3.13, torch 2.6); the packages
+# of each are listed in packages-<suite>.txt.
 # Idempotent: skipped when an image with the same input-hash label already exists.
-# Env: VSNAP_BASE_IMAGE (default vsnap-debian:bookworm), VSNAP_DEBIAN_MIRROR (default http://deb.debian.org/debian),
-#      VSNAP_DEBOOTSTRAP_CACHE (a .deb cache dir reused across builds), VSNAP_FORCE=1 to rebuild.
+# Usage: build.sh [SUITE]   (default: $VSNAP_DEBIAN_SUITE, else bookworm)
+# Env: VSNAP_DEBIAN_SUITE, VSNAP_BASE_IMAGE (default vsnap-debian:<suite>),
+#      VSNAP_DEBIAN_MIRROR (default http://deb.debian.org/debian),
+#      VSNAP_DEBOOTSTRAP_CACHE (a .deb cache dir reused across builds; one subdirectory per suite), VSNAP_FORCE=1.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-image="${VSNAP_BASE_IMAGE:-vsnap-debian:bookworm}"
-mirror="${VSNAP_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-suite=bookworm
-cache="${VSNAP_DEBOOTSTRAP_CACHE:-/var/cache/vsnap-debootstrap}"
+suite="${1:-${VSNAP_DEBIAN_SUITE:-bookworm}}"
 log() { echo "base: $*" >&2; }
+list="$here/packages-$suite.txt"
+[[ -f "$list" ]] || { log "unknown suite '$suite': no $list (known: $(cd "$here" && ls packages-*.txt | sed 's/packages-//; s/\.txt//' | paste -sd' '))"; exit 2; }
+image="${VSNAP_BASE_IMAGE:-vsnap-debian:$suite}"
+mirror="${VSNAP_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+cache="${VSNAP_DEBOOTSTRAP_CACHE:-/var/cache/vsnap-debootstrap}/$suite"
 # One build at a time (parallel test workers may call this concurrently); the second one then finds the
 # image up to date.
-exec 9>"${TMPDIR:-/tmp}/vsnap-base-build.lock"
+exec 9>"${TMPDIR:-/tmp}/vsnap-base-build-$suite.lock"
 flock 9
 
-packages="$(grep -v '^[[:space:]]*#' "$here/packages.txt" | grep -v '^[[:space:]]*$' | sort -u | paste -sd, -)"
+packages="$(grep -v '^[[:space:]]*#' "$list" | grep -v '^[[:space:]]*$' | sort -u | paste -sd, -)"
 input_hash="$(
   { printf 'suite=%s\nmirror=%s\npackages=%s\n' "$suite" "$mirror" "$packages"; cat "$here/build.sh"; } \
     | sha256sum | cut -d' ' -f1
@@ -53,6 +59,7 @@ tar -C "$rootfs" --numeric-owner -c . | docker import \
   --change 'ENV LANG=C.UTF-8' \
   --change "LABEL ai.vsnap.input-hash=$input_hash" \
   --change "LABEL org.opencontainers.image.title=vsnap-debian" \
+  --change "LABEL ai.vsnap.debian-suite=$suite" \
   --change 'CMD ["/bin/bash"]' \
   - "$image" >/dev/null
 log "built $image in $(( $(date +%s) - start )) s (input hash ${input_hash:0:12})"
