@@ -1,0 +1,145 @@
+"""The host runtime's lanes on this machine, for real (root, util-linux): namespaces, commands, processes,
+the environment restart, removal and the dead-owner sweep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from vsnap_qual import procfs
+from vsnap_qual.host_runtime import Bind, HostLane, HostSpec, sweep
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host lanes need root")  # CI and dev machines are root
+
+
+@pytest.fixture
+def lane_factory(tmp_path):
+    lanes: list[HostLane] = []
+    root = tmp_path / "lanes"
+
+    def start(name: str = "t", **spec_args) -> HostLane:
+        control = tmp_path / f"control-{name}"
+        control.mkdir(exist_ok=True)
+        probe = tmp_path / "probe"
+        probe.mkdir(exist_ok=True)
+        (probe / "marker.py").write_text("X = 1\n")
+        spec = HostSpec(
+            name=name,
+            labels={"ai.vsnap.lane": name},
+            environment={"PATH": os.environ["PATH"], "LANE_VAR": "v"},
+            binds=[Bind("/vsnap/control", control, read_only=False), Bind("/vsnap/probe", probe)],
+            root=root,
+            **spec_args,
+        )
+        lane = HostLane.start(spec)
+        lanes.append(lane)
+        return lane
+
+    yield start
+    for lane in lanes:
+        lane.remove()
+
+
+def test_exec_gives_real_codes_output_environment_and_log(lane_factory, tmp_path):
+    lane = lane_factory()
+    log = tmp_path / "step.log"
+    result = lane.exec(["sh", "-c", "echo out; echo err >&2; printf %s \"$LANE_VAR$EXTRA\"; exit 7"], 30,
+                       env={"EXTRA": "x"}, log=log)  # fmt: skip
+    assert result.exit_code == 7 and not result.timed_out
+    assert result.stdout == "out\nvx" and result.stderr == "err\n"
+    assert "out" in log.read_text() and "err" in log.read_text()
+    fast = lane.exec(["sh", "-c", "kill -KILL $$"], 30)
+    assert fast.exit_code == 137 and not fast.timed_out, "a fast exit 137 is not a timeout"
+
+
+def test_exec_is_bounded_in_the_lane_and_escalates_to_kill(lane_factory):
+    lane = lane_factory()
+    started = time.time()
+    assert lane.exec(["sleep", "30"], 1).timed_out
+    stubborn = lane.exec(["sh", "-c", "trap '' TERM; sleep 30"], 1)
+    assert stubborn.timed_out and stubborn.exit_code == 137
+    assert time.time() - started < 25
+
+
+def test_mounts_exist_only_inside_the_lane(lane_factory, tmp_path):
+    lane = lane_factory()
+    seen = lane.sh("ls /vsnap; cat /vsnap/probe/marker.py; touch /vsnap/probe/new 2>&1; echo hi > /vsnap/control/c")
+    assert seen.stdout.split("\n")[:3] == ["control", "probe", "work"]
+    assert "X = 1" in seen.stdout and "Read-only file system" in seen.stdout
+    assert (tmp_path / "control-t" / "c").read_text() == "hi\n"
+    assert not os.listdir("/vsnap"), "the host's /vsnap stays an empty mount point"
+    assert lane.read_bytes("/vsnap/control/c") == b"hi\n" and lane.read_bytes("/vsnap/nope") is None
+
+
+def test_processes_are_the_lanes_own(lane_factory):
+    lane = lane_factory()
+    other = subprocess.Popen(["sleep", "60"])  # a host process, same PID namespace, other mount namespace
+    try:
+        pid = lane.spawn(["sleep", "60"], "/vsnap/control/sleeper.log")
+        pids = {p["pid"] for p in lane.processes()}
+        assert pid in pids and other.pid not in pids
+        assert next(p for p in lane.processes() if p["pid"] == pid)["sid"] == pid, "spawn starts a new session"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_environment_restart_ends_every_process_and_empties_shm_but_keeps_work(lane_factory):
+    lane = lane_factory()
+    pid = lane.spawn(["sleep", "300"], "/vsnap/control/sleeper.log")
+    start = procfs.proc_info(pid).start_time  # type: ignore[union-attr]
+    assert lane.sh("echo kept > /vsnap/work/artifact; echo x > /dev/shm/vsnap-test-entry").exit_code == 0
+    holder, ident = lane.holder.pid, lane.id  # type: ignore[union-attr]
+    lane.restart()
+    info = procfs.proc_info(pid)
+    assert info is None or info.start_time != start, "the lane's process (and its PID) must be gone"
+    assert lane.sh("cat /vsnap/work/artifact").stdout == "kept\n"
+    assert lane.sh("ls -A /dev/shm").stdout == "", "the lane's /dev/shm is emptied"
+    assert not os.path.exists("/dev/shm/vsnap-test-entry"), "the lane's /dev/shm is its own"
+    assert lane.holder.pid != holder and lane.id == ident  # type: ignore[union-attr]
+    assert [p["args"] for p in lane.processes()] == ["sleep infinity"]
+
+
+def test_remove_leaves_nothing(lane_factory, tmp_path):
+    lane = lane_factory()
+    lane.spawn(["sleep", "300"], "/vsnap/control/sleeper.log")
+    namespace = lane.namespace
+    assert namespace is not None
+    lane.remove()
+    assert procfs.processes_in_mount_namespace(namespace) == []
+    assert not lane.dir.exists()
+    with pytest.raises(Exception, match="holder is gone"):
+        lane.processes()
+
+
+def test_sweep_removes_the_lanes_of_a_dead_owner_only(lane_factory, tmp_path):
+    mine = lane_factory("mine")
+    root = tmp_path / "lanes"
+    child = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        from vsnap_qual.host_runtime import HostLane, HostSpec
+        lane = HostLane.start(HostSpec(name="orphan", labels={{}}, environment={{"PATH": os.environ["PATH"]}},
+                                       root=Path({str(root)!r})))
+        print(lane.spawn(["sleep", "300"], "/vsnap/work/s.log"), flush=True)
+        sys.stdin.read()
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    orphan_pid = int(owner.stdout.readline())
+    orphan_start = procfs.proc_info(orphan_pid).start_time  # type: ignore[union-attr]
+    assert sweep(root) == [], "a live owner's lane is not swept"
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    assert sweep(root) == ["orphan"]
+    deadline = time.time() + 10
+    while (info := procfs.proc_info(orphan_pid)) is not None and info.start_time == orphan_start:
+        assert time.time() < deadline, "the dead owner's lane process survived the sweep"
+        time.sleep(0.05)
+    assert not (root / "orphan").exists() and mine.running

@@ -1,0 +1,512 @@
+"""The host runtime (``--vsnap-runtime=host``): a lane without Docker, for GPU hosts that have none (Slurm, HPC,
+a contributor's own environment).
+
+A lane is a long-lived *holder* process in a mount namespace of its own (``unshare --mount``), the analogue of a
+lane container's ``sleep infinity``. Inside that namespace only, a tmpfs covers ``/vsnap`` and the lane's
+directories are bind-mounted where the steps expect them (``/vsnap/work``, ``/vsnap/control``, the probe read-only
+at ``/vsnap/probe``, the model cache read-only at ``/vsnap/hf``), and a tmpfs of the lane's own is ``/dev/shm``.
+PID, IPC and network namespaces are the host's, as with the Docker runtime's host namespaces, so CRIU restores
+the captured host PIDs. Every command runs through ``nsenter --target HOLDER --mount``; the lane's processes are
+exactly those in the holder's mount namespace (identified by its inode, never by name).
+
+An *environment restart* (the host analogue of ``docker restart``) ends every process of the lane, clears its
+``/dev/shm`` and starts a new holder in a fresh mount namespace and process session; ``/vsnap/work`` (the
+artifact) survives, as a container's filesystem does.
+
+Needs root (mount namespaces, CRIU) and util-linux's ``unshare`` and ``nsenter``. Each lane writes
+``<root>/<name>/lane.json`` (owner, holder PID and start time, namespace inode): :func:`sweep` removes the lanes
+of owners that are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from vsnap_qual.procfs import ProcInfo, listening_ports, parse_stat, proc_info, processes_in_mount_namespace
+
+HOST_GRACE_S = 8.0  # host deadline = in-lane timeout + 8 s, as the Docker runtime
+DEFAULT_ROOT = Path("/var/tmp/vsnap-lanes")
+MOUNT_POINT = "/vsnap"
+LANE_TOKEN = "VSNAP_HOST_LANE"
+
+
+class HostRuntimeFailure(RuntimeError):
+    """The host runtime could not do what a step asked (start a lane, run a command, list processes)."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path bind-mounted at ``target`` inside the lane's mount namespace."""
+
+    target: str
+    source: Path
+    read_only: bool = True
+
+
+@dataclass
+class HostSpec:
+    """What a host lane looks like (the host twin of ``runtime.ContainerSpec``)."""
+
+    name: str
+    labels: dict[str, str]
+    environment: dict[str, str]
+    binds: list[Bind] = field(default_factory=list)
+    root: Path = DEFAULT_ROOT
+    shm_size: str = "8g"
+
+
+@dataclass
+class HostExecResult:
+    """One finished in-lane command (same fields as ``runtime.ExecResult``)."""
+
+    argv: list[str]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    started: float
+    ended: float
+    timed_out: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+    def tail(self, lines: int = 30) -> str:
+        text = (self.stderr or self.stdout).rstrip()
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def check_host(root: Path = DEFAULT_ROOT) -> list[str]:
+    """What this host lacks for host lanes (empty when nothing): checked before anything starts."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("host lanes need root (mount namespaces and CRIU): run as root")
+    for tool in ("unshare", "nsenter", "mount", "umount", "timeout", "setsid"):
+        if shutil.which(tool) is None:
+            problems.append(f"{tool} not found on PATH (util-linux / coreutils)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problems.append(f"cannot create the lane root {root}: {exc.strerror}")
+    return problems
+
+
+class _Log:
+    """An append-only log shared by the output pumps; closed by the last pump to finish, never under one."""
+
+    def __init__(self, path: Path | None, header: str, writers: int) -> None:
+        self._lock = threading.Lock()
+        self._left = writers
+        self._handle: IO[bytes] | None = path.open("ab") if path else None
+        if self._handle:
+            self._handle.write(header.encode())
+            self._handle.flush()
+
+    def write(self, chunk: bytes) -> None:
+        with self._lock:
+            if self._handle:
+                self._handle.write(chunk)
+                self._handle.flush()
+
+    def done(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left == 0 and self._handle:
+                self._handle.close()
+                self._handle = None
+
+
+class HostLane:
+    """A lane as host processes in a mount namespace of its own; the interface of ``runtime.EngineContainer``."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self.dir = spec.root / spec.name
+        self.holder: subprocess.Popen[bytes] | None = None
+        self.holder_start: int | None = None
+        self.namespace: str | None = None
+        self.generation = 0
+        # Every lane process carries this in its environment (CRIU-restored ones too: they were created in the
+        # lane), so a reused mount-namespace inode can never make another process look like a lane member.
+        self.token = f"{spec.name}-{uuid.uuid4().hex[:12]}"
+
+    # -- life cycle -------------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, spec: HostSpec) -> HostLane:
+        problems = check_host(spec.root)
+        if problems:
+            raise HostRuntimeFailure("; ".join(problems))
+        lane = cls(spec)
+        if lane.dir.exists():
+            raise HostRuntimeFailure(f"lane directory {lane.dir} already exists (another run's lane?)")
+        for sub in ("work", "shm"):
+            (lane.dir / sub).mkdir(parents=True)
+        Path(MOUNT_POINT).mkdir(exist_ok=True)  # an empty mount point on the host; covered only inside lanes
+        lane._mount_shm()
+        try:
+            lane._start_holder()
+        except BaseException:
+            lane.remove()
+            raise
+        return lane
+
+    def _mount_shm(self) -> None:
+        shm = self.dir / "shm"
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"mode=1777,size={self.spec.shm_size}", f"vsnap-shm-{self.spec.name}",
+             str(shm)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise HostRuntimeFailure(f"cannot mount the lane's /dev/shm tmpfs on {shm}: {done.stderr.strip()}")
+
+    def _umount_shm(self) -> None:
+        shm = self.dir / "shm"
+        if os.path.ismount(shm):
+            subprocess.run(["umount", "-l", str(shm)], capture_output=True, check=False)
+
+    def _setup_script(self, ready: Path) -> str:
+        q = shlex.quote
+        lines = [
+            "set -e",
+            f"mount -t tmpfs -o mode=0755 vsnap-lane {MOUNT_POINT}",
+            f"mkdir -p {MOUNT_POINT}/work",
+            f"mount --bind {q(str(self.dir / 'work'))} {MOUNT_POINT}/work",
+            f"mount --bind {q(str(self.dir / 'shm'))} /dev/shm",
+        ]
+        for bind in self.spec.binds:
+            kind = "-d" if bind.source.is_dir() else "-f"
+            make = (
+                f"mkdir -p {q(bind.target)}"
+                if kind == "-d"
+                else (f"mkdir -p {q(str(Path(bind.target).parent))} && touch {q(bind.target)}")
+            )
+            lines += [
+                f"[ -e {q(bind.target)} ] || {{ {make}; }}",
+                f"mount --bind {q(str(bind.source))} {q(bind.target)}",
+            ]
+            if bind.read_only:
+                lines.append(f"mount -o remount,bind,ro {q(bind.target)}")
+        lines += [f"echo $$ > {q(str(ready))}", "exec sleep infinity"]
+        return "\n".join(lines)
+
+    def _start_holder(self) -> None:
+        self.generation += 1
+        ready = self.dir / f"holder-{self.generation}.ready"
+        log = (self.dir / "holder.log").open("ab")
+        try:
+            self.holder = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._setup_script(ready)],
+                env={**self.spec.environment, LANE_TOKEN: self.token},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if self.holder.poll() is not None:
+                raise HostRuntimeFailure(
+                    f"lane {self.spec.name}: the namespace holder exited ({self.holder.returncode}) while setting "
+                    f"up its mounts: {(self.dir / 'holder.log').read_text(errors='replace')[-2000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise HostRuntimeFailure(f"lane {self.spec.name}: the namespace holder did not get ready in 30 s")
+            time.sleep(0.01)
+        info = proc_info(self.holder.pid)
+        if info is None:
+            raise HostRuntimeFailure(f"lane {self.spec.name}: the namespace holder vanished")
+        self.holder_start = info.start_time
+        self.namespace = info.mount_namespace
+        (self.dir / "lane.json").write_text(
+            json.dumps(
+                {
+                    "name": self.spec.name,
+                    "labels": self.spec.labels,
+                    "owner": owner_label(),
+                    "holder_pid": self.holder.pid,
+                    "holder_start": self.holder_start,
+                    "mount_namespace": self.namespace,
+                    "token": self.token,
+                }
+            )
+        )
+
+    def _kill_all(self, timeout: float = 30.0) -> None:
+        """SIGKILL every process of the lane (the holder last) and wait until none is left."""
+        deadline = time.monotonic() + timeout
+        killed: dict[int, int] = {}
+        while True:
+            members = self._members()
+            if not members:
+                break
+            for info in members:
+                killed[info.pid] = info.start_time
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(info.pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise HostRuntimeFailure(
+                    f"lane {self.spec.name}: processes survive SIGKILL: {[m.pid for m in members]}"
+                )
+            time.sleep(0.02)
+        if self.holder is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.holder.wait(5)
+        # A killed process leaves the namespace at once but keeps its PID until its parent reaps it (the
+        # host's init for orphans): wait for that too, since a restore needs the captured PIDs free.
+        while True:
+            unreaped = [pid for pid, start in killed.items() if _same_process(pid, start)]
+            if not unreaped:
+                return
+            if time.monotonic() > deadline:
+                raise HostRuntimeFailure(f"lane {self.spec.name}: killed processes not reaped: {unreaped}")
+            time.sleep(0.02)
+
+    def _members(self) -> list[ProcInfo]:
+        if self.namespace is None:
+            return []
+        return _lane_members(self.namespace, self.token)
+
+    def restart(self, stop_timeout: int = 20) -> None:
+        """The environment restart: every lane process gone, its /dev/shm emptied, a fresh namespace holder."""
+        self._kill_all(stop_timeout + 10)
+        self._umount_shm()
+        self._mount_shm()
+        self._start_holder()
+
+    def remove(self) -> None:
+        with contextlib.suppress(HostRuntimeFailure):
+            self._kill_all()
+        self._umount_shm()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- the box interface the steps use ----------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return f"host-lane:{self.spec.name}"
+
+    @property
+    def running(self) -> bool:
+        return self.holder is not None and self.holder.poll() is None
+
+    def reload(self) -> None:
+        return None
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "Id": self.id,
+            "Name": self.spec.name,
+            "Runtime": "host",
+            "State": {"Running": self.running, "Pid": self.holder.pid if self.holder else None},
+            "Config": {"Labels": dict(self.spec.labels)},
+            "MountNamespace": self.namespace,
+            "Generation": self.generation,
+        }
+
+    def _nsenter(self) -> list[str]:
+        if not self.running or self.holder is None:
+            raise HostRuntimeFailure(f"lane {self.spec.name} is not running (its namespace holder is gone)")
+        return ["nsenter", f"--target={self.holder.pid}", "--mount", "--wd=/"]
+
+    def exec(
+        self,
+        argv: list[str],
+        timeout: float,
+        *,
+        env: Mapping[str, str] | None = None,
+        log: Path | None = None,
+        stdin_null: bool = True,
+    ) -> HostExecResult:
+        """Run ``argv`` in the lane to completion under ``timeout``; stream output to ``log`` as it comes."""
+        limit = max(timeout, 1.0)
+        wrapped = [*self._nsenter(), "timeout", "--signal=TERM", "--kill-after=10", f"{limit:.0f}s", *argv]
+        started = time.time()
+        proc = subprocess.Popen(
+            wrapped,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**self.spec.environment, **(env or {}), LANE_TOKEN: self.token},
+            start_new_session=True,
+            close_fds=True,
+        )
+        sink = _Log(log, f"$ {shlex.join(argv)}\n", writers=2)
+        out: list[bytes] = []
+        err: list[bytes] = []
+
+        def pump(stream: IO[bytes], chunks: list[bytes]) -> None:
+            try:
+                for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+                    chunks.append(chunk)
+                    sink.write(chunk)
+            finally:
+                stream.close()
+                sink.done()
+
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [
+            threading.Thread(target=pump, args=(proc.stdout, out), daemon=True),
+            threading.Thread(target=pump, args=(proc.stderr, err), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        host_deadline = False
+        try:
+            code: int | None = proc.wait(limit + 10 + HOST_GRACE_S)
+        except subprocess.TimeoutExpired:
+            host_deadline = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        for reader in readers:  # a detached child may keep a pipe open: read what came, do not wait for it
+            reader.join(2.0)
+        ended = time.time()
+        if code is not None and code < 0:
+            code = 128 - code  # killed by a signal: report it as a shell (and `docker exec`) does
+        in_lane_timeout = code == 124 or (code == 137 and ended - started >= limit)
+        return HostExecResult(
+            argv=list(argv),
+            exit_code=code,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            started=started,
+            ended=ended,
+            timed_out=host_deadline or in_lane_timeout,
+        )
+
+    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> HostExecResult:
+        return self.exec(["sh", "-c", script], timeout, env=env)
+
+    def spawn(self, argv: list[str], log_in_lane: str, *, env: Mapping[str, str] | None = None) -> int:
+        """Start ``argv`` detached in its own session, output to a file; return its PID."""
+        pidfile = f"{log_in_lane}.pid"
+        script = (
+            f'mkdir -p "$(dirname {shlex.quote(log_in_lane)})"; '
+            f"setsid {shlex.join(argv)} </dev/null >>{shlex.quote(log_in_lane)} 2>&1 & "
+            f"echo $! > {shlex.quote(pidfile)}"
+        )
+        result = self.exec(["sh", "-c", script], 30.0, env=env)
+        if result.exit_code != 0:
+            raise HostRuntimeFailure(f"could not start {argv[0]} in lane {self.spec.name}: {result.tail()}")
+        return int(self.read_text(pidfile).strip())
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """A file's bytes as the lane sees it, or None when it does not exist (or is not a regular file)."""
+        done = subprocess.run(
+            [*self._nsenter(), "sh", "-c", 'test -f "$1" && exec cat -- "$1"', "read", path],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        return done.stdout if done.returncode == 0 else None
+
+    def read_text(self, path: str) -> str:
+        data = self.read_bytes(path)
+        return "" if data is None else data.decode("utf-8", "replace")
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The lane's processes (its mount namespace only), with pid, ppid, sid, stat, args; fails closed."""
+        if not self.running:
+            raise HostRuntimeFailure(f"lane {self.spec.name}: cannot list processes, its namespace holder is gone")
+        return [{"pid": p.pid, "ppid": p.ppid, "sid": p.sid, "stat": p.state, "args": p.args} for p in self._members()]
+
+    def listening_ports(self) -> set[int]:
+        """TCP ports in LISTEN state (the host's network namespace, which the lane shares)."""
+        text = ""
+        for name in ("tcp", "tcp6"):
+            with contextlib.suppress(OSError):
+                text += Path(f"/proc/net/{name}").read_text()
+        return listening_ports(text)
+
+
+def sweep(root: Path = DEFAULT_ROOT, owner: str | None = None, names: Iterable[str] | None = None) -> list[str]:
+    """Remove host lanes: those of dead owners (default), or ``owner``'s. Processes are matched by the recorded
+    mount namespace (and the holder by PID *and* start time), never by name."""
+    removed: list[str] = []
+    if not root.is_dir():
+        return removed
+    wanted = set(names) if names is not None else None
+    for state_file in sorted(root.glob("*/lane.json")):
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if wanted is not None and state.get("name") not in wanted:
+            continue
+        if owner is not None:
+            if state.get("owner") != owner:
+                continue
+        elif _owner_alive(str(state.get("owner", ""))):
+            continue
+        namespace, token = state.get("mount_namespace"), state.get("token")
+        for info in _lane_members(namespace, token) if namespace and token else []:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(info.pid, signal.SIGKILL)
+        holder = proc_info(int(state.get("holder_pid", 0) or 0))
+        if holder is not None and holder.start_time == state.get("holder_start"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(holder.pid, signal.SIGKILL)
+        shm = state_file.parent / "shm"
+        if os.path.ismount(shm):
+            subprocess.run(["umount", "-l", str(shm)], capture_output=True, check=False)
+        shutil.rmtree(state_file.parent, ignore_errors=True)
+        removed.append(str(state.get("name")))
+    return removed
+
+
+def _lane_members(namespace: str, token: str) -> list[ProcInfo]:
+    """The processes of the mount namespace ``namespace`` that carry the lane's token in their environment."""
+    marker = f"{LANE_TOKEN}={token}".encode()
+    members = []
+    for info in processes_in_mount_namespace(namespace):
+        try:
+            environ = (Path("/proc") / str(info.pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            members.append(info)
+    return members
+
+
+def _same_process(pid: int, start_time: int) -> bool:
+    """Whether ``pid`` still names the process that started at ``start_time`` (a zombie included)."""
+    try:
+        text = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return parse_stat(text)[4] == start_time
+
+
+def _owner_alive(owner: str) -> bool:
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's session: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,70 @@
+"""Reading the host's ``/proc`` (pure parsing plus plain file reads; no Docker): process facts for the host
+runtime's lanes and TCP listeners."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process as ``/proc/<pid>`` describes it."""
+
+    pid: int
+    ppid: int
+    sid: int
+    pgrp: int
+    state: str
+    start_time: int  # clock ticks since boot (field 22 of stat): with the PID, identifies the process
+    args: str
+    mount_namespace: str | None
+
+
+def parse_stat(text: str) -> tuple[str, int, int, int, int]:
+    """(state, ppid, pgrp, sid, starttime) from a ``/proc/<pid>/stat`` line (comm may hold spaces and parens)."""
+    rest = text[text.rindex(")") + 2 :].split()
+    return rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
+
+
+def proc_info(pid: int, proc: Path = PROC) -> ProcInfo | None:
+    """The process ``pid``, or None when it is gone (or is a kernel thread with no command line)."""
+    base = proc / str(pid)
+    try:
+        state, ppid, pgrp, sid, start = parse_stat((base / "stat").read_text())
+        raw = (base / "cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    namespace = None
+    with contextlib.suppress(OSError):
+        namespace = os.readlink(base / "ns" / "mnt")
+    args = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    return ProcInfo(pid, ppid, sid, pgrp, state, start, args, namespace)
+
+
+def all_pids(proc: Path = PROC) -> list[int]:
+    return sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
+
+
+def processes_in_mount_namespace(namespace: str, proc: Path = PROC) -> list[ProcInfo]:
+    """Every live process whose mount namespace is ``namespace`` (e.g. ``mnt:[4026532301]``), zombies excluded."""
+    found = []
+    for pid in all_pids(proc):
+        info = proc_info(pid, proc)
+        if info is not None and info.mount_namespace == namespace and info.state != "Z":
+            found.append(info)
+    return found
+
+
+def listening_ports(proc_net_tcp: str) -> set[int]:
+    """The LISTEN ports of a ``/proc/net/tcp{,6}`` listing (other lines are ignored)."""
+    ports = set()
+    for line in proc_net_tcp.splitlines():
+        cols = line.split()
+        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
+            ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
