@@ -7,24 +7,27 @@ from __future__ import annotations
 
 import pytest
 
-from vsnap_qual import faults
-from vsnap_qual.faults import EXPECTATIONS, FAULTS
+from vsnap_qual import faults, procedure
+from vsnap_qual.faults import EXPECTATIONS
+from vsnap_qual.procedure import FAULTS
 from vsnap_qual.steps import LaneRun, StepFailed
 
 pytestmark = pytest.mark.fault
 
 
 class TestFaults:
+    @pytest.mark.vsnap_step(procedure.FAULT_ARTIFACT)
     def test_fault_artifact(self, fault_lane: LaneRun, request: pytest.FixtureRequest) -> None:
         """The fault lane's own artifact, created with a short VLLM_SNAPSHOT_TIMEOUT_S, and a pristine copy."""
-        with fault_lane.step("fault-artifact", request.node.nodeid) as record:
+        with fault_lane.step(procedure.FAULT_ARTIFACT, request.node.nodeid) as record:
             faults.prepare_artifact(fault_lane, record)
 
+    @pytest.mark.vsnap_step(procedure.FAULT_PREFIX)  # the step is fault:<id> of the parametrized fault
     @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
     def test_fault(self, fault_lane: LaneRun, fault: faults.Fault, request: pytest.FixtureRequest) -> None:
         """Inject one failure; judge exit code, HTTP, error.json phase, mutation, cleanup and the next restore."""
         expect = EXPECTATIONS[fault_lane.lane.expect][fault.id]
-        with fault_lane.step(f"fault:{fault.id}", request.node.nodeid, requires=("fault-artifact",)) as record:
+        with fault_lane.step(fault.step, request.node.nodeid) as record:
             observed = faults.run_fault(fault_lane, fault, record)
             problems = faults.judge(fault, expect, observed, record["results"])
             record["results"]["cleanup"]["judged"] = expect.cleanup  # recorded either way

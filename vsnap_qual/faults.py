@@ -20,6 +20,7 @@ from typing import Any
 
 from vsnap_qual import engine
 from vsnap_qual.options import VLLM_CANARY_PROMPT
+from vsnap_qual.procedure import Fault
 from vsnap_qual.runtime import ExecResult
 from vsnap_qual.steps import ARTIFACT, CONTROL, EXCEPTION_LINE, WORK, LaneRun, check, skip_if_limitation, vllm_reason
 
@@ -41,36 +42,7 @@ class Expect:
     cleanup: bool = True  # vLLM itself must leave no process and no open port behind
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One injected failure."""
-
-    id: str
-    title: str
-    kind: str  # hook | env | pid | port | manifest | image | signal | create
-    hook_point: str | None = None
-
-
-FAULTS: tuple[Fault, ...] = (
-    Fault("wake-raise", "recovery failure after memory wake", "hook", "wake-raise"),
-    Fault("communicators-raise", "failure while restoring communicators", "hook", "communicators-raise"),
-    Fault("canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook", "canary-perturb"),
-    Fault(
-        "recovery-deadline",
-        "recovery stalls past VLLM_SNAPSHOT_TIMEOUT_S frozen at create",
-        "hook",
-        "wake-stall",
-    ),
-    Fault("cancel-sigint", "SIGINT to vllm snapshot restore while recovery runs", "signal", "wake-stall"),
-    Fault("cancel-sigterm", "SIGTERM to vllm snapshot restore while recovery runs", "signal", "wake-stall"),
-    Fault("create-partial-sleep", "sleep fails part-way during create", "create", "sleep-raise"),
-    Fault("identity-drift", "an extra VLLM_* variable at restore", "env"),
-    Fault("pid-occupied", "a captured PID is already occupied", "pid"),
-    Fault("port-in-use", "the restore port is already in use", "port"),
-    Fault("manifest-field", "a manifest field changed (schema_version 1 → 2)", "manifest"),
-    Fault("image-truncated", "an images/ file truncated", "image"),
-)
-FAULTS_BY_ID = {f.id: f for f in FAULTS}
+# The catalogue itself (FAULTS: ids, titles, kinds) is part of the procedure table (vsnap_qual.procedure).
 
 
 def _before_mutation(message: str) -> Expect:

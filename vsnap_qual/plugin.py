@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, options, runtime
+from vsnap_qual import __version__, options, procedure, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
 from vsnap_qual.evidence import (
     EvidenceStore,
@@ -59,6 +59,9 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fault: an injected-failure qualification test")
+    config.addinivalue_line(
+        "markers", "vsnap_step(name): the procedure step a suite test runs (vsnap_qual/procedure.py)"
+    )
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         # SIGTERM (CI cancel, `timeout`, pkill) would skip every finalizer: make it an interrupt, so the
         # containers this session started are removed, vsnap-qual's lanes or a test's own
@@ -70,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run_id = workerinput.get("vsnap_run_id") or new_run_id()
     qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)
     config.stash[CONFIG_KEY] = qual
+    _CONFIG["config"] = config
     workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
     if workers and config.getoption("dist", "no") not in ("loadgroup", "no"):
         raise pytest.UsageError(
@@ -125,6 +129,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             started=utc_now(),
             options=qual.public_options(),
             preflight={"gpus": result.gpus, "images": result.images, "packages": result.packages},
+            coverage=_required_coverage(qual, result),
             host={
                 "kernel": platform.release(),
                 "hostname": socket.gethostname(),
@@ -137,6 +142,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     else:
         result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
     config.stash[PREFLIGHT_KEY] = result
+
+
+def _required_coverage(qual: QualConfig, pre: PreflightResult) -> dict[str, Any]:
+    """What a full qualification of this configuration runs: the verdict is a PASS only when all of it passed
+    (or the user narrowed the selection, and then the verdict says what was left out)."""
+    lanes = [(lane.runner, lane.arm, lane.overlaid and bool(pre.overlay)) for lane in qual.lanes]
+    return {
+        "runners": list(dict.fromkeys(lane.runner for lane in qual.lanes)),
+        "arms": list(dict.fromkeys(lane.arm for lane in qual.lanes)),
+        "overlay": bool(pre.overlay),
+        "faults": [f.id for f in procedure.FAULTS],
+        "required": procedure.required(lanes),
+    }
 
 
 def _doctor_or_usage_error(config: pytest.Config) -> None:
@@ -174,6 +192,82 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         lane = callspec.params.get("vsnap_lane") if callspec is not None else None
         if isinstance(lane, Lane) and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(lane.runner))
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        config = items[0].config
+        config.stash.setdefault(DESELECTED_KEY, []).extend(items)
+
+
+def _item_step(item: pytest.Item) -> str | None:
+    """``runner/arm/step`` of a suite item (its ``vsnap_step`` mark and lane), None for any other test."""
+    marker = item.get_closest_marker("vsnap_step")
+    callspec = getattr(item, "callspec", None)
+    lane = callspec.params.get("vsnap_lane") if callspec is not None else None
+    if marker is None or not marker.args or not isinstance(lane, Lane):
+        return None
+    name = str(marker.args[0])
+    if name == procedure.FAULT_PREFIX:
+        fault = callspec.params.get("fault") if callspec is not None else None
+        if not isinstance(fault, procedure.Fault):
+            return None
+        name = fault.step
+    return procedure.label(lane.runner, lane.arm, name)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Record what this run selected and what the user's selection left out (``-k``, ``-m``, ``--deselect``,
+    paths): the verdict's coverage compares it with what a full qualification requires."""
+    config = session.config
+    store = config.stash.get(STORE_KEY, None)
+    if store is None:
+        return
+    selected = [label for item in session.items if (label := _item_step(item))]
+    deselected = [label for item in config.stash.get(DESELECTED_KEY, []) if (label := _item_step(item))]
+    store.append(
+        "plan",
+        worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        selected=list(dict.fromkeys(selected)),
+        deselected=list(dict.fromkeys(deselected)),
+        selection={
+            "args": [str(a) for a in config.args],
+            "keyword": config.option.keyword or "",
+            "markexpr": config.option.markexpr or "",
+            "deselect": [str(d) for d in (config.getoption("deselect", None) or [])],
+        },
+    )
+
+
+def _failure_message(report: pytest.CollectReport | pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    if not message:
+        lines = [line for line in str(report.longreprtext or "").splitlines() if line.strip()]
+        message = lines[-1] if lines else "(no message)"
+    return str(message)[:2000]
+
+
+def _harness_error(config: pytest.Config, phase: str, nodeid: str, message: str) -> None:
+    """A collection, setup or teardown error goes into the evidence (the controller sees every worker's)."""
+    store = config.stash.get(STORE_KEY, None)
+    if store is None or not _is_controller(config) or not store.path.exists():
+        return
+    store.append("harness_error", phase=phase, nodeid=nodeid, message=message)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        config = _CONFIG.get("config")
+        if config is not None:
+            _harness_error(config, "collection", report.nodeid, _failure_message(report))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and report.when in ("setup", "teardown"):
+        config = _CONFIG.get("config")
+        if config is not None:
+            _harness_error(config, report.when, report.nodeid, _failure_message(report))
 
 
 @pytest.fixture(scope="session")
@@ -296,9 +390,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
     limited = _environment_limitations(store)
-    if limited and session.exitstatus == 0:
-        # skipped steps are not a qualification: the run must not pass silently
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     store.append(
         "session_end",
         ended=utc_now(),
@@ -312,9 +403,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         qual.report_dir, github_step_summary=True, annotate=qual.annotate, extra_secret_names=qual.secret_names
     )
     config.stash[REPORT_PATHS_KEY] = paths
+    if paths.verdict != "pass" and session.exitstatus == 0 and not config.option.collectonly:
+        # a PARTIAL (a required step skipped or not reached) or failed verdict is not a qualification
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 REPORT_PATHS_KEY = pytest.StashKey[Any]()
+DESELECTED_KEY = pytest.StashKey[list[pytest.Item]]()
+_CONFIG: dict[str, pytest.Config] = {}  # report hooks get no config argument
 
 
 def _environment_limitations(store: EvidenceStore) -> list[str]:
@@ -328,6 +424,11 @@ def _environment_limitations(store: EvidenceStore) -> list[str]:
         and r.get("outcome") == "skipped"
         and str(r.get("message", "")).startswith("environment limitation")
     ]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CONFIG.get("config") is config:
+        del _CONFIG["config"]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -24,7 +24,7 @@ import docker.types
 import pytest
 from docker.client import DockerClient
 
-from vsnap_qual import engine
+from vsnap_qual import engine, procedure
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import EvidenceStore, utc_now
@@ -148,8 +148,11 @@ class LaneRun:
                 pytest.skip(f"{self.lane.name}: prerequisite {step} did not pass ({reason})")
 
     @contextlib.contextmanager
-    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
-        """Record one step: its results dict is filled by the body; the outcome comes from how it ends."""
+    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:
+        """Record one step: its results dict is filled by the body; the outcome comes from how it ends.
+        Its prerequisites are the procedure table's (``requires`` overrides them)."""
+        if requires is None:
+            requires = procedure.step(name).requires
         record: dict[str, Any] = {"results": {}, "logs": [], "argv": None, "exit_code": None}
         started = time.time()
         self.engine_time = 0.0

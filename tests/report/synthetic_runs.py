@@ -7,6 +7,7 @@ every lifecycle step, with fault steps, parameter digests, canaries and KV figur
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -15,20 +16,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import options
+from vsnap_qual import engine, options, procedure
 from vsnap_qual.config import build_config
+from vsnap_qual.engine import CanaryOutput
 
 SECRET = "secret-value-123"
 RUN_ID = "20261129-120000-ab12"
 PACKAGE_DIR = "/usr/local/lib/python3.12/dist-packages/vllm"
-FAULT_POINTS: tuple[tuple[str, str], ...] = (
-    ("wake-raise", "wake"),
-    ("communicators-raise", "communicators"),
-    ("canary-perturb", "canary"),
-    ("wake-stall", "wake"),
-    ("sleep-raise", "sleep"),
-    ("reload-raise", "reload"),
-)
+#: The ``error.json`` phase each injected fault reports (by its hook point; the rest fail before recovery).
+FAULT_PHASE = {"wake-raise": "wake", "communicators-raise": "communicators", "canary-perturb": "canary"}
 PROMPTS: tuple[str, ...] = (
     "The capital of France is",
     "1, 2, 3, 4,",
@@ -95,6 +91,13 @@ class RunSpec:
         }
     )
     step_seconds_scale: float = 1.0
+    #: Labels (``fnmatch`` patterns, e.g. ``*/fault*``) the user's selection left out, and how (``-m`` …).
+    left_out: Sequence[str] = ()
+    markexpr: str = ""
+    #: Labels the run selected but skipped, with the skip message.
+    skipped_steps: Sequence[tuple[str, str]] = ()
+    #: Harness errors: (phase, nodeid, message).
+    harness_errors: Sequence[tuple[str, str, str]] = ()
 
 
 class _Clock:
@@ -133,6 +136,14 @@ def _canaries(runner: str, deltas: dict[int, float], flips: set[int]) -> list[di
     return rows
 
 
+def canary_compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]], tolerance: float) -> list[Any]:
+    """What a restore step records: the harness's own comparison (``engine.compare_canary``)."""
+    return [
+        engine.compare_canary(CanaryOutput(**e), CanaryOutput(**a), tolerance)
+        for e, a in zip(expected, actual, strict=True)
+    ]
+
+
 def _restore_failure(changed: set[str], compare: list[dict[str, Any]]) -> str:
     problems = []
     if changed:
@@ -163,6 +174,18 @@ def recorded_options(spec: RunSpec, report_dir: Path) -> dict[str, Any]:
     return build_config(parsed, report_dir, run_id=RUN_ID).public_options()
 
 
+def required_coverage(spec: RunSpec) -> dict[str, Any]:
+    """The session's ``coverage`` record, computed as the plugin computes it (``procedure.required``)."""
+    lanes = [(runner, arm, arm == "head") for runner in spec.runners for arm in spec.arms]
+    return {
+        "runners": list(spec.runners),
+        "arms": list(spec.arms),
+        "overlay": "head" in spec.arms,
+        "faults": [f.id for f in procedure.FAULTS],
+        "required": procedure.required(lanes),
+    }
+
+
 def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
     """Write a synthetic run (``evidence.jsonl`` + log files) into ``report_dir``; returns the JSONL path."""
     spec = spec or RunSpec()
@@ -181,6 +204,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
         harness_version="0.1.0",
         started=clock.iso(),
         options=recorded_options(spec, report_dir),
+        coverage=required_coverage(spec),
         host={
             "kernel": "6.8.0-45-generic",
             "hostname": "gpu-runner-7",
@@ -188,6 +212,18 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
             "python": "3.11.7",
         },
     )
+    required = required_coverage(spec)["required"]
+    selected = [label for label in required if not any(fnmatch.fnmatch(label, p) for p in spec.left_out)]
+    emit(
+        "plan",
+        worker="main",
+        selected=selected,
+        deselected=[label for label in required if label not in selected],
+        selection={"args": ["suites/"], "keyword": "", "markexpr": spec.markexpr, "deselect": []},
+    )
+    skipped = dict(spec.skipped_steps)
+    for phase, nodeid, message in spec.harness_errors:
+        emit("harness_error", phase=phase, nodeid=nodeid, message=message)
     for runner in spec.runners:
         for arm in spec.arms:
             emit(
@@ -233,8 +269,9 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
         fail_message: str = "",
     ) -> None:
         nonlocal steps_written, stopped, any_failed
-        if stopped:
+        if stopped or procedure.label(runner, arm, name) not in selected:
             return
+        skip = skipped.get(procedure.label(runner, arm, name))
         if spec.stop_after_steps is not None and steps_written >= spec.stop_after_steps:
             stopped = True
             return
@@ -258,8 +295,10 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
             arm=arm,
             step=name,
             nodeid=f"suites/test_lifecycle.py::test_{test_name}[{runner}-{arm}]",
-            outcome="failed" if failed else "passed",
-            message=fail_message or ("restore exited 1: snapshot restore failed" if failed else message),
+            outcome="skipped" if skip is not None else "failed" if failed else "passed",
+            message=skip
+            if skip is not None
+            else fail_message or ("restore exited 1: snapshot restore failed" if failed else message),
             argv=argv,
             exit_code=1 if failed and not fail_message else exit_code,
             started=started,
@@ -279,6 +318,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
         "512",
     ]
     for runner in spec.runners:
+        head_reference: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
         for arm in spec.arms:
             cleanup = {
                 "pids_gone": True,
@@ -336,6 +376,20 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                 },
                 ["vllm", "serve", "Qwen/Qwen3-0.6B", *base_args, "--port", "8000"],
             )
+            if arm == "head":
+                head_reference = (ordinary_canary, ordinary_digests)
+            elif head_reference is not None:
+                step(
+                    runner,
+                    arm,
+                    procedure.VS_HEAD,
+                    0.1,
+                    {
+                        "canary_compare": canary_compare(head_reference[0], ordinary_canary, spec.tolerance),
+                        "digest_compare": engine.compare_digests(head_reference[1], ordinary_digests),
+                    },
+                    [],
+                )
             step(
                 runner,
                 arm,
@@ -390,22 +444,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                 flips = {i for r, s, i in spec.canary_token_flips if head and r == runner and s == restore}
                 canary = _canaries(runner, deltas, flips)
                 digests = _digests(names, changed, runner + restore)
-                compare = []
-                for ref, got in zip(ordinary_canary, canary, strict=True):
-                    delta = got["logprob"] - ref["logprob"]
-                    same = got["token_ids"] == ref["token_ids"]
-                    compare.append(
-                        {
-                            "prompt": got["prompt"],
-                            "expected": ref,
-                            "actual": got,
-                            "token_ids_equal": same,
-                            "text_equal": got["text"] == ref["text"],
-                            "logprob_delta": delta,
-                            "bit_exact": same and delta == 0,
-                            "ok": same and abs(delta) <= spec.tolerance,
-                        }
-                    )
+                compare = canary_compare(ordinary_canary, canary, spec.tolerance)
                 step(
                     runner,
                     arm,
@@ -419,13 +458,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                         "ready_seconds": 7.8 + (0.6 if restore == "restore-2" else 0),
                         "notice_latency_s": 0.18,
                         "canary_compare": compare,
-                        "digest_compare": {
-                            "total": len(names),
-                            "unchanged": len(names) - len(changed),
-                            "changed": sorted(changed),
-                            "missing": [],
-                            "unobservable": [],
-                        },
+                        "digest_compare": engine.compare_digests(ordinary_digests, digests),
                         "kv_ordinary": ordinary_kv,
                         "cleanup": cleanup,
                     },
@@ -441,38 +474,41 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                     ],
                     fail_message=_restore_failure(changed, compare),
                 )
-            if arm == "head":
-                for point, phase in FAULT_POINTS:
-                    stall = point == "wake-stall"
-                    step(
-                        runner,
-                        arm,
-                        f"fault:{point}",
-                        12.0 if not stall else 40.0,
-                        {
-                            "fault": point,
-                            "expect": "head",
-                            "expected": {"exit_code": 1, "http_bound": False, "phase": phase},
-                            "observed": {
-                                "exit_code": 1,
-                                "http_bound": False,
-                                "error_json": {
-                                    "error": f"vsnap fault: {point}",
-                                    "error_type": "RuntimeError",
-                                    "phase": phase,
-                                },
+            step(runner, arm, procedure.FAULT_ARTIFACT, 20.0, {"artifact_bytes": 3_452_000_000}, [])
+            expect = "head" if arm == "head" else "base"
+            for fault in procedure.FAULTS:
+                phase = FAULT_PHASE.get(fault.hook_point or "", "restore")
+                stall = fault.hook_point == "wake-stall"
+                step(
+                    runner,
+                    arm,
+                    fault.step,
+                    12.0 if not stall else 40.0,
+                    {
+                        "fault": fault.id,
+                        "title": fault.title,
+                        "expect": expect,
+                        "expected": {"exit_code": 1, "http_bound": False, "phase": phase},
+                        "observed": {
+                            "exit_code": 1,
+                            "http_bound": False,
+                            "error_json": {
+                                "error": f"vsnap fault: {fault.id}",
+                                "error_type": "RuntimeError",
                                 "phase": phase,
-                                "fired": True,
-                                "artifact_unchanged": True,
-                                "stderr_tail": f"RuntimeError: vsnap fault: {point}",
                             },
-                            "cleanup": cleanup,
-                            "followup_restore": {"exit_code": 0, "canary_ok": True},
-                            "mismatches": [],
+                            "phase": phase,
+                            "fired": True,
+                            "artifact_unchanged": True,
+                            "stderr_tail": f"RuntimeError: vsnap fault: {fault.id}",
                         },
-                        ["vllm", "snapshot", "restore", "/vsnap/work/artifact"],
-                        exit_code=1,
-                    )
+                        "cleanup": cleanup,
+                        "followup_restore": {"exit_code": 0, "canary_ok": True},
+                        "mismatches": [],
+                    },
+                    ["vllm", "snapshot", "restore", "/vsnap/work/artifact"],
+                    exit_code=1,
+                )
     if spec.complete and not stopped:
         emit("session_end", ended=clock.tick(1), exitstatus=1 if any_failed else 0, complete=True)
     path = report_dir / "evidence.jsonl"

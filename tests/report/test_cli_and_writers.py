@@ -40,7 +40,7 @@ def test_report_from_results_json_elsewhere(report_dir: Path, tmp_path: Path) ->
 
 
 def test_killed_run_renders_a_partial_report(make_run: MakeRun) -> None:
-    directory = make_run("killed", RunSpec(complete=False, stop_after_steps=8, changed_digests=()))
+    directory = make_run("killed", RunSpec(complete=False, stop_after_steps=9, changed_digests=()))
     assert main(["report", str(directory)]) == 0
     assert "INCOMPLETE" in (directory / "report.html").read_text()
     assert "v1/head/fault:wake-raise" in (directory / "summary.md").read_text()

@@ -8,6 +8,7 @@ from typing import Any
 
 from synthetic_runs import MakeRun, RunSpec
 
+from vsnap_qual import procedure
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.compare import (
     canary_frame,
@@ -77,14 +78,22 @@ def test_canary_statuses(report_dir: Path) -> None:
     assert set(frame[frame.step != "ordinary"]["status"]) == {"bit-exact", "within tolerance"}
 
 
-def test_canary_computed_without_canary_compare(report_dir: Path) -> None:
+def test_canary_rows_show_the_steps_recorded_judgement_and_never_recompute(report_dir: Path) -> None:
     results = _results(report_dir)
-    for step in results["steps"]:
-        step.get("results", {}).pop("canary_compare", None)
     frame = canary_frame(results)
     restored = frame[frame.step != "ordinary"]
     assert (restored["status"] == "bit-exact").sum() == 39
     assert (restored["status"] == "within tolerance").sum() == 1
+    # the restore's own judgement wins, even where the report could have computed another one
+    step = next(s for s in results["steps"] if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1"))
+    step["results"]["canary_compare"][0]["ok"] = False
+    assert (
+        canary_frame(results).query("runner == 'v1' and arm == 'head' and step == 'restore-1'")["ok"].iloc[0] == False  # noqa: E712
+    )
+    for step in results["steps"]:
+        step.get("results", {}).pop("canary_compare", None)
+    restored = canary_frame(results).query("step != 'ordinary'")
+    assert (restored["status"] == "not judged").all() and restored["ok"].isna().all()
 
 
 def test_token_flip_is_a_mismatch(make_run: MakeRun) -> None:
@@ -120,22 +129,15 @@ def test_timings_median_and_n_for_repeated_steps(report_dir: Path) -> None:
 def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
     results = _results(report_dir)
     faults = fault_frame(results)
-    assert len(faults) == 12
-    assert set(faults["fault"]) == {
-        "wake-raise",
-        "communicators-raise",
-        "canary-perturb",
-        "wake-stall",
-        "sleep-raise",
-        "reload-raise",
-    }
+    assert len(faults) == 4 * len(procedure.FAULTS)
+    assert set(faults["fault"]) == set(procedure.FAULTS_BY_ID)
     assert (faults["http_bound"] == False).all()  # noqa: E712
     cleanup = cleanup_frame(results)
-    assert len(cleanup) == 24 and cleanup["ok"].all()
+    assert len(cleanup) == 4 * (3 + len(procedure.FAULTS)) and cleanup["ok"].all()
     matrix = {r["lane"]: r for r in records(step_matrix(results))}
     assert matrix["v2/head"]["restore-2"] == "failed"
     assert matrix["v1/base"]["overlay"] is None
-    assert matrix["v1/head"]["faults"] == "6/6"
+    assert matrix["v1/head"]["faults"] == "12/12"
 
 
 def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:

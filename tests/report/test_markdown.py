@@ -25,7 +25,7 @@ def test_summary_holds_the_validation_table(report_dir: Path) -> None:
         assert f"| {check}" in text
     assert "v1: all 30 unchanged" in text
     assert "v2 changed: model.norm.weight" in text
-    assert "12/12 as expected" in text
+    assert "48/48 as expected" in text
     assert "63,104 / 63,088" in text
     assert "### Failed steps" in text and "`v2/head/restore-2`" in text
 

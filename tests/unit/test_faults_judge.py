@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from vsnap_qual import faults
-from vsnap_qual.faults import EXPECTATIONS, FAULTS_BY_ID, Observation
+from vsnap_qual.faults import EXPECTATIONS, Observation
+from vsnap_qual.procedure import FAULTS_BY_ID
 
 GOOD_FOLLOWUP = {"exit_code": 0, "canary_ok": True}
 CLEAN = {"ok": True}

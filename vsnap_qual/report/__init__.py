@@ -32,7 +32,7 @@ __all__ = [
 
 HTML_FILE = "report.html"
 SUMMARY_FILE = "summary.md"
-_ANNOTATE_STYLE = {"pass": "success", "fail": "error", "incomplete": "warning"}
+_ANNOTATE_STYLE = {"pass": "success", "fail": "error", "partial": "warning", "incomplete": "warning"}
 _ANNOTATE_TIMEOUT_S = 30
 
 
@@ -88,7 +88,6 @@ def render_reports(
     from vsnap_qual.report.compare import compare_all
     from vsnap_qual.report.html import render_html
     from vsnap_qual.report.markdown import render_markdown
-    from vsnap_qual.report.validation import fold_checks, validation_checks
 
     out_dir.mkdir(parents=True, exist_ok=True)
     redactor = Redactor.from_environment([*_configured_secret_names(results), *extra_secret_names])
@@ -97,8 +96,7 @@ def render_reports(
     # A report must come out of any evidence: a rendering bug degrades the page, never loses the run.
     comparisons = None
     try:
-        comparisons = compare_all(results)
-        results = fold_checks(results, validation_checks(results, comparisons))
+        comparisons = compare_all(results)  # tables to show; the verdict was judged once, at assembly
     except Exception as exc:
         notes.append(f"comparisons failed ({type(exc).__name__}: {exc}); report.html and summary.md are minimal")
     paths = ReportPaths(

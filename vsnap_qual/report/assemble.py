@@ -14,20 +14,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual import procedure
+
 SCHEMA = "vsnap-qual/results@1"
 EVIDENCE_FILE = "evidence.jsonl"
 RESULTS_FILE = "results.json"
 
-#: The lifecycle steps in the order a lane runs them; fault steps (``fault:<id>``) follow.
-CORE_STEPS: tuple[str, ...] = (
-    "overlay",
-    "ordinary",
-    "create",
-    "inspect",
-    "restore-1",
-    "restart",
-    "restore-2",
-)
+#: The lifecycle steps in the order the report shows them; fault steps (``fault:<id>``) follow.
+CORE_STEPS: tuple[str, ...] = procedure.DISPLAY_ORDER
 _ARM_ORDER = ("head", "base")
 
 
@@ -69,9 +63,7 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def is_fault_step(step: str) -> bool:
-    """True for ``fault:<id>`` steps."""
-    return step.startswith("fault:")
+is_fault_step = procedure.is_fault_step
 
 
 def step_label(record: Mapping[str, Any]) -> str:
@@ -112,6 +104,8 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict
     session_end: dict[str, Any] | None = None
     environments: dict[tuple[str, str], dict[str, Any]] = {}
     steps: list[dict[str, Any]] = []
+    plans: list[dict[str, Any]] = []
+    harness_errors: list[dict[str, Any]] = []
     kinds: Counter[str] = Counter()
     last_time: str | None = None
     for record in evidence.records:
@@ -126,6 +120,10 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict
             environments[(str(record.get("runner")), str(record.get("arm")))] = record
         elif kind == "step":
             steps.append({k: v for k, v in record.items() if k != "kind"})
+        elif kind == "plan":
+            plans.append(record)
+        elif kind == "harness_error":
+            harness_errors.append({k: v for k, v in record.items() if k != "kind"})
 
     options = as_dict(session.get("options"))
     configured = options.get("runners") or options.get("vsnap_runners") or []
@@ -184,6 +182,8 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict
         "arms": arms,
         "lanes": lanes,
         "steps": steps,
+        "coverage": _coverage(as_dict(session.get("coverage")), plans),
+        "harness_errors": harness_errors,
         "evidence": {
             "file": source,
             "records": len(evidence.records),
@@ -192,47 +192,21 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict
             "has_session": bool(session),
         },
     }
-    results["verdict"] = _verdict(run, steps, has_session=bool(session))
+    from vsnap_qual.report.verdict import judge
+
+    results["verdict"] = judge(results)  # the one verdict, recorded here; views render it
     return results
 
 
-def _verdict(run: Mapping[str, Any], steps: list[dict[str, Any]], *, has_session: bool) -> dict[str, Any]:
-    latest: dict[str, dict[str, Any]] = {}
-    for step in steps:
-        latest[step_label(step)] = step  # a repeated step counts once, by its last outcome
-    counts = Counter(str(s.get("outcome")) for s in latest.values())
-    failed = [label for label, s in latest.items() if s.get("outcome") == "failed"]
-    reasons: list[str] = []
-    if failed:
-        shown = ", ".join(failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
-        reasons.append(f"{len(failed)} step(s) failed: {shown}")
-    if not run["complete"]:
-        last = run["last_step"]
-        where = f"last step recorded: {last['label']} ({last['outcome']})" if last else "no step was recorded"
-        reasons.append(f"the run did not finish (no session_end record); {where}")
-    if not has_session:
-        reasons.append("the evidence has no session record")
-    exitstatus = run.get("exitstatus")
-    if run["complete"] and exitstatus not in (0, None):
-        reasons.append(f"pytest exited with status {exitstatus}")
-    if run["complete"] and not counts.get("passed"):
-        reasons.append("no step passed")
-
-    if failed or (run["complete"] and (exitstatus not in (0, None) or not counts.get("passed"))):
-        status = "fail"
-    elif not run["complete"]:
-        status = "incomplete"
-    else:
-        status = "pass"
-    headline = status.upper() + ("" if run["complete"] or status == "incomplete" else " (incomplete run)")
-    return {
-        "status": status,
-        "headline": headline,
-        "complete": run["complete"],
-        "reasons": reasons,
-        "counts": {k: counts.get(k, 0) for k in ("passed", "failed", "skipped")},
-        "failed": failed,
-    }
+def _coverage(required: dict[str, Any], plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a full qualification requires (the session record) and what the run selected (its plan records:
+    one per collecting process, the same selection each)."""
+    out = dict(required)
+    if plans:
+        out["selected"] = list(dict.fromkeys(str(x) for p in plans for x in as_list(p.get("selected"))))
+        out["deselected"] = list(dict.fromkeys(str(x) for p in plans for x in as_list(p.get("deselected"))))
+        out["selection"] = as_dict(plans[0].get("selection"))
+    return out
 
 
 def assemble_file(evidence_path: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vsnap_qual.procedure import CANARY_STEPS, RESTORES, VS_HEAD
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, option_value
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ DIGEST_COLUMNS: tuple[str, ...] = ("ordinary", "restore-1", "restore-2", "base")
 #: A digest cell for a parameter the probe could not observe (``sha256: null``).
 UNOBSERVABLE = "(unobservable)"
 _STATUS_RANK = {"changed": 0, "missing": 1, "unobservable": 2, "unchanged": 3}
-_CANARY_STEPS = ("ordinary", "restore-1", "restore-2")
+_CANARY_STEPS = CANARY_STEPS
 
 StepKey = tuple[str, str, str]
 
@@ -174,7 +175,7 @@ def digest_summary(results: Mapping[str, Any], tables: Mapping[str, pd.DataFrame
             if row is None:
                 continue
         row["text"] = _digest_text(row)
-        row["ok"] = row["changed"] == 0 and row["missing"] == 0 and row["total"] > 0
+        row["ok"] = recorded_digest_ok(latest, runner)
         rows.append(row)
     return pd.DataFrame(
         rows,
@@ -192,6 +193,20 @@ def digest_summary(results: Mapping[str, Any], tables: Mapping[str, pd.DataFrame
             "ok",
         ],
     )
+
+
+def recorded_digest_ok(latest: Mapping[StepKey, dict[str, Any]], runner: str) -> bool | None:
+    """The run's own judgement of ``runner``'s digests: every ``digest_compare.ok`` its restores (and the base
+    arm's comparison with the head arm) recorded (``engine.compare_digests``); None when none was recorded."""
+    found = [
+        _results(step).get("digest_compare")
+        for (r, _a, name), step in latest.items()
+        if r == runner and name in (*RESTORES, VS_HEAD)
+    ]
+    judged = [c for c in found if isinstance(c, dict) and isinstance(c.get("ok"), bool)]
+    if not judged:
+        return None
+    return all(c["ok"] for c in judged)
 
 
 def _summary_from_compare(runner: str, latest: Mapping[StepKey, dict[str, Any]], arm: str) -> dict[str, Any] | None:
@@ -228,9 +243,9 @@ def _digest_text(row: Mapping[str, Any]) -> str:
 def canary_frame(results: Mapping[str, Any]) -> pd.DataFrame:
     """Prompt × (runner, arm, step): token ids, text, logprob, Δ vs the runner's ordinary reference, status.
 
-    ``status`` is ``reference``, ``bit-exact``, ``within tolerance``, ``mismatch`` or ``missing``. The restore
-    step's own ``canary_compare`` verdict is used when present; otherwise it is computed with the run's
-    ``logprob-tolerance``.
+    ``status`` is ``reference``, ``bit-exact``, ``within tolerance``, ``mismatch`` (the step's own recorded
+    ``canary_compare``), or ``not judged`` (``ok`` None) when the step recorded no comparison: the report shows
+    the step's judgement and never makes its own.
     """
     import pandas as pd
 
@@ -316,18 +331,8 @@ def _canary_row(
             status = "bit-exact"
         else:
             status = "within tolerance"
-    elif reference is None:
-        status, ok = "missing", False
     else:
-        same_tokens = canary.get("token_ids") == reference.get("token_ids") and canary.get("text") == reference.get(
-            "text"
-        )
-        if same_tokens and delta == 0:
-            status, ok = "bit-exact", True
-        elif same_tokens and delta is not None and tolerance is not None and abs(delta) <= tolerance:
-            status, ok = "within tolerance", True
-        else:
-            status, ok = "mismatch", False
+        status, ok = "not judged", None
     return {
         "runner": runner,
         "arm": arm,
@@ -365,7 +370,7 @@ def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "equal": int(group["ok"].sum()),
                 "bit_exact": int((group["status"] == "bit-exact").sum()),
                 "max_abs_delta": float(deltas.max()) if len(deltas) else None,
-                "ok": bool(group["ok"].all()),
+                "ok": bool((group["ok"] == True).all()),  # noqa: E712 (None: not judged)
             }
         )
     return pd.DataFrame(rows, columns=["runner", "arm", "step", "prompts", "equal", "bit_exact", "max_abs_delta", "ok"])

@@ -18,7 +18,7 @@ from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, step_label
 from vsnap_qual.report.compare import DIGEST_COLUMNS, UNOBSERVABLE, Comparisons, compare_all, records
 from vsnap_qual.report.redact import Redactor
-from vsnap_qual.report.validation import validation_checks
+from vsnap_qual.report.verdict import recorded_checks
 
 #: Lines of each log shown inline; the full log is linked.
 LOG_TAIL_LINES = 60
@@ -80,7 +80,7 @@ def build_view(
 ) -> dict[str, Any]:
     """The template's context: every section, already ordered and formatted where it helps."""
     run = results.get("run") or {}
-    checks = validation_checks(results, comparisons)
+    checks = recorded_checks(results)
     options = run.get("options") or {}
     return {
         "schema": results.get("schema"),

@@ -8,12 +8,12 @@ from typing import Any
 from vsnap_qual.report.assemble import as_dict, option_value
 from vsnap_qual.report.compare import Comparisons, compare_all
 from vsnap_qual.report.redact import Redactor
-from vsnap_qual.report.validation import validation_checks
+from vsnap_qual.report.verdict import recorded_checks
 
 #: GitHub step summaries and Buildkite annotations reject larger bodies (1 MiB); stay clearly below.
 SUMMARY_LIMIT_BYTES = 1_000_000
 _CELL_LIMIT = 4_000
-_ICON = {"pass": "✅", "fail": "❌", "incomplete": "⚠️"}
+_ICON = {"pass": "✅", "fail": "❌", "partial": "⚠️", "incomplete": "⚠️"}
 _STATUS = {
     "pass": "pass",
     "FAIL": "**FAIL**",
@@ -61,6 +61,8 @@ def render_markdown(
         facts.append("runners " + ", ".join(results["runners"]))
     facts.append(f"run `{run.get('run_id') or 'unknown'}`")
     head += [" · ".join(facts), ""]
+    if verdict.get("coverage_line"):
+        head += [f"Coverage: {verdict['coverage_line']}", ""]
     if not run.get("complete"):
         last = run.get("last_step")
         where = f"last step recorded: `{last['label']}` ({last['outcome']})" if last else "no step recorded"
@@ -72,7 +74,7 @@ def render_markdown(
         head.append("")
 
     table = ["| check | result |", "|---|---|"]
-    for check in validation_checks(results, comparisons):
+    for check in recorded_checks(results):
         details = "".join(f"<br>{cell(d, 600)}" for d in check.details)
         status = _STATUS.get(check.status, check.status)
         table.append(f"| {cell(check.name)} | {status}: {cell(check.result)}{details} |")

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from vsnap_qual.report.compare import Comparisons, compare_all, records
-from vsnap_qual.report.validation import validation_checks
+from vsnap_qual.report.verdict import recorded_checks
 
 if TYPE_CHECKING:
     from vsnap_qual.report import ReportPaths
@@ -35,6 +35,9 @@ def terminal_summary_lines(
         f"{counts.get('skipped', 0)} skipped)"
         f"  run {run.get('run_id') or 'unknown'}"
     ]
+    extra = [f"  coverage: {verdict['coverage_line']}"] if verdict.get("coverage_line") else []
+    extra += [f"  - {reason}" for reason in (verdict.get("reasons") or [])[:6]]
+    lines += [text if len(text) <= width else text[: width - 1] + "…" for text in extra]
     if not run.get("complete"):
         last = run.get("last_step")
         lines.append(
@@ -52,7 +55,7 @@ def terminal_summary_lines(
         widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
         lines += ["  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
-    checks = validation_checks(results, comparisons)
+    checks = recorded_checks(results)
     for check in checks:
         if check.ok is None:
             continue

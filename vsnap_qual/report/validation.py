@@ -1,6 +1,7 @@
 """The validation table (check | result), shaped like the one a maintainer writes into a PR.
 
-Built once from the comparison frames; the HTML verdict, ``summary.md`` and the terminal summary all show it.
+Evaluated once, by the verdict (``verdict.judge``), from the judgements the steps recorded; the HTML verdict,
+``summary.md`` and the terminal summary show the recorded rows (``verdict.recorded_checks``).
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vsnap_qual import procedure
 from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import step_label
 from vsnap_qual.report.compare import Comparisons, latest_steps, records
 
-_LIFECYCLE = ("create", "inspect", "restore-1", "restart", "restore-2")
+_LIFECYCLE = procedure.SNAPSHOT_LIFECYCLE
 _NAMES_SHOWN = 10
 
 
@@ -70,37 +72,28 @@ def validation_checks(results: Mapping[str, Any], comparisons: Comparisons) -> l
 
 
 def _lifecycle(results: Mapping[str, Any]) -> Check:
+    """The snapshot lifecycle's recorded outcomes per runner. A step left out, skipped or not reached is not a
+    failure here: the verdict's coverage says what did not run (PARTIAL, or a narrowed PASS)."""
     latest = latest_steps(results)
     per_runner: list[str] = []
-    failed: list[str] = []
+    bad: list[str] = []
     oks: list[bool | None] = []
-    # In a killed run a step not reached is pending; in a finished run it is a failure to qualify.
     complete = bool((results.get("run") or {}).get("complete"))
     for runner in results.get("runners") or []:
         steps = [s for (r, _a, name), s in latest.items() if r == runner and name in _LIFECYCLE]
         if not steps:
             per_runner.append(f"{runner} not reached")
-            oks.append(False if complete else None)
+            oks.append(None)
             continue
-        bad = [step_label(s) for s in steps if s.get("outcome") != "passed"]
-        missing = [
-            f"{runner}/{arm}/{name}"
-            for arm in results.get("arms") or []
-            if any(r == runner and a == arm for (r, a, _n) in latest)
-            for name in _LIFECYCLE
-            if (runner, arm, name) not in latest
-        ]
-        failed.extend(bad)
-        ok: bool | None = not bad and not missing
-        if not bad and missing and not complete:
-            ok = None
+        failed = [step_label(s) for s in steps if s.get("outcome") == "failed"]
+        passed = [s for s in steps if s.get("outcome") == "passed"]
+        bad.extend(failed)
+        ok: bool | None = False if failed else (True if len(passed) == len(steps) else None)
         oks.append(ok)
         arms = [a for a in results.get("arms") or [] if any(s.get("arm") == a for s in steps)]
-        text = "" if ok else (" FAIL" if bad else " incomplete")
+        text = " FAIL" if failed else ("" if ok else f" {len(passed)}/{len(steps)} passed")
         per_runner.append(f"{runner}{text} ({', '.join(arms)})")
-        if missing and not bad:
-            failed.extend(f"{m} (not reached)" for m in missing)
-    details = (f"not passed: {_names(failed)}",) if failed else ()
+    details = (f"failed: {_names(bad)}",) if bad else ()
     return Check(
         "create, inspect, two restores across a container restart",
         _all_ok(oks),
@@ -143,7 +136,7 @@ def _digests(comparisons: Comparisons) -> Check:
             details.append(f"{row['runner']} missing: {_names(list(row['missing_names']))}")
     return Check(
         "parameter digests (ordinary vs restored)",
-        all(r["ok"] for r in rows),
+        _all_ok([r["ok"] for r in rows]),
         "; ".join(parts),
         tuple(details),
     )
@@ -167,12 +160,12 @@ def _canary(comparisons: Comparisons) -> Check:
         else:
             text += f" ({int(exact_prompts.sum())} bit-exact, max |Δ logprob| {figures.delta(deltas.max())})"
         parts.append(text)
-        for row in records(group[~group["ok"]]):
+        for row in records(group[group["ok"] != True]):  # noqa: E712 (False and not judged)
             delta = figures.delta(row["delta"])
             details.append(f"{runner}/{arm}/{row['step']} {row['prompt']!r}: {row['status']}, Δ {delta}")
     restores = compared["step"].nunique()
     name = "canary equal to the ordinary reference" + (f" ({restores} restores each)" if restores > 1 else "")
-    return Check(name, bool(compared["ok"].all()), "; ".join(parts), tuple(details[:_NAMES_SHOWN]))
+    return Check(name, _all_ok(list(compared["ok"])), "; ".join(parts), tuple(details[:_NAMES_SHOWN]))
 
 
 def _faults(comparisons: Comparisons) -> Check:
@@ -244,19 +237,3 @@ def _cleanup(comparisons: Comparisons) -> Check:
         f"{len(rows) - len(bad)}/{len(rows)} ok",
         (f"failed: {_names(bad)}",) if bad else (),
     )
-
-
-def fold_checks(results: Mapping[str, Any], checks: list[Check]) -> dict[str, Any]:
-    """``results`` with its verdict failing on every judged check that failed (a failed check fails the run
-    even when the step that measured it was recorded as passed)."""
-    verdict = dict(results.get("verdict") or {})
-    failed = [c.name for c in checks if c.status == "FAIL"]
-    verdict["checks"] = {c.name: c.status for c in checks}
-    if failed:
-        reasons = list(verdict.get("reasons") or [])
-        reasons.extend(f"check failed: {name}" for name in failed if f"check failed: {name}" not in reasons)
-        verdict["reasons"] = reasons
-        if verdict.get("status") != "fail":
-            verdict["status"] = "fail"
-            verdict["headline"] = "FAIL" + ("" if verdict.get("complete") else " (incomplete run)")
-    return {**results, "verdict": verdict}

@@ -1,0 +1,107 @@
+"""The one verdict: judged once at assembly from the steps' recorded judgements, stating its coverage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic_runs import MakeRun, RunSpec
+
+from vsnap_qual import engine
+from vsnap_qual.report import render_reports, write_reports
+from vsnap_qual.report.assemble import assemble_file, read_evidence
+from vsnap_qual.report.verdict import judge
+
+
+def _rewrite(directory: Path, keep) -> Path:
+    """The same evidence with only the records ``keep`` accepts."""
+    path = directory / "evidence.jsonl"
+    records = [r for r in read_evidence(path).records if keep(r)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_full_coverage_passes_and_says_what_it_covered(make_run: MakeRun) -> None:
+    verdict = assemble_file(make_run("ok", RunSpec(changed_digests=())) / "evidence.jsonl")["verdict"]
+    assert (verdict["status"], verdict["headline"], verdict["reasons"]) == ("pass", "PASS", [])
+    cov = verdict["coverage"]
+    assert cov["required"] == 80 and len(cov["passed"]) == 80
+    assert not (cov["skipped"] or cov["not_reached"] or cov["left_out"])
+    line = verdict["coverage_line"]
+    assert "80/80 required steps passed" in line and "runners v1, v2" in line and "arms head, base" in line
+    assert "12 fault points" in line and "overlay verified" in line
+
+
+def test_the_same_evidence_without_its_fault_steps_is_partial(make_run: MakeRun) -> None:
+    directory = make_run("nofaults", RunSpec(changed_digests=()))
+    path = _rewrite(directory, lambda r: not str(r.get("step", "")).startswith("fault"))
+    verdict = assemble_file(path)["verdict"]
+    assert verdict["status"] == "partial" and verdict["headline"] == "PARTIAL"
+    assert len(verdict["coverage"]["not_reached"]) == 4 * 13
+    assert any("52 required step(s) not reached: v1/head/fault-artifact" in r for r in verdict["reasons"])
+
+
+def test_a_skipped_required_step_is_partial_and_names_why(make_run: MakeRun) -> None:
+    spec = RunSpec(changed_digests=(), skipped_steps=(("v1/head/overlay", "environment limitation: no overlay"),))
+    verdict = assemble_file(make_run("skip", spec) / "evidence.jsonl")["verdict"]
+    assert verdict["status"] == "partial"
+    assert verdict["coverage"]["skipped"] == [
+        {"step": "v1/head/overlay", "message": "environment limitation: no overlay"}
+    ]
+    assert any("v1/head/overlay (environment limitation: no overlay)" in r for r in verdict["reasons"])
+
+
+def test_an_explicitly_narrowed_run_passes_and_the_badge_says_what_was_left_out(make_run: MakeRun) -> None:
+    spec = RunSpec(changed_digests=(), left_out=("*/fault*",), markexpr="not fault")
+    directory = make_run("narrowed", spec)
+    verdict = assemble_file(directory / "evidence.jsonl")["verdict"]
+    assert verdict["status"] == "pass" and verdict["narrowed"] is True
+    assert verdict["headline"] == "PASS (narrowed: fault steps ×52 left out)"
+    assert "left out by -m 'not fault': fault steps ×52" in verdict["reasons"]
+    paths = write_reports(directory, github_step_summary=False)
+    assert "PASS (narrowed: fault steps ×52 left out)" in paths.summary_md.read_text()
+    assert "PASS (narrowed: fault steps ×52 left out)" in paths.report_html.read_text()
+
+
+def test_a_teardown_error_fails_the_verdict_with_its_message(make_run: MakeRun) -> None:
+    error = ("teardown", "suites/test_faults.py::TestFaults::test_fault[v2-base-image-truncated]", "NotFound: gone")
+    directory = make_run("teardown", RunSpec(changed_digests=(), harness_errors=(error,)))
+    paths = write_reports(directory, github_step_summary=False)
+    verdict = paths.results["verdict"]
+    assert verdict["status"] == "fail"
+    reason = f"harness error (teardown) in {error[1]}: NotFound: gone"
+    assert reason in verdict["reasons"]
+    assert verdict["harness_errors"][0]["message"] == "NotFound: gone"
+    assert "NotFound: gone" in paths.summary_md.read_text()
+
+
+def test_digest_row_uses_the_runs_own_rule_when_every_parameter_is_unobservable(make_run: MakeRun) -> None:
+    """``engine.compare_digests`` fails a comparison where nothing could be observed; the report must show that
+    recorded judgement, not a pass of its own (no parameter changed, none missing)."""
+    results = assemble_file(make_run("blind", RunSpec(changed_digests=())) / "evidence.jsonl")
+    steps = {(s["runner"], s["arm"], s["step"]): s for s in results["steps"]}
+    for step in steps.values():
+        for entry in (step["results"].get("digests") or {}).values():
+            entry["sha256"] = None  # the probe could observe no parameter
+    for (runner, arm, name), step in steps.items():
+        if "digest_compare" in step["results"]:
+            reference = steps[(runner, arm if name != "vs-head" else "head", "ordinary")]["results"]["digests"]
+            own = step["results"].get("digests") or steps[(runner, arm, "ordinary")]["results"]["digests"]
+            step["results"]["digest_compare"] = engine.compare_digests(reference, own)
+    verdict = judge(results)
+    digest = next(c for c in verdict["checks"] if c["short"] == "digests")
+    assert digest["status"] == "FAIL", digest
+    assert (
+        verdict["status"] == "fail" and "check failed: parameter digests (ordinary vs restored)" in verdict["reasons"]
+    )
+
+
+def test_views_render_the_recorded_verdict_and_never_judge_again(make_run: MakeRun, tmp_path: Path) -> None:
+    results = assemble_file(make_run("failing", RunSpec()) / "evidence.jsonl")
+    assert results["verdict"]["status"] == "fail"
+    results["verdict"]["headline"] = "RECORDED-HEADLINE"
+    results["verdict"]["checks"][0]["result"] = "recorded lifecycle text"
+    paths = render_reports(results, tmp_path / "out")
+    for text in (paths.report_html.read_text(), paths.summary_md.read_text()):
+        assert "RECORDED-HEADLINE" in text and "recorded lifecycle text" in text
+    assert json.loads(paths.results_json.read_text())["verdict"]["headline"] == "RECORDED-HEADLINE"
