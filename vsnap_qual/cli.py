@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vsnap_qual import __version__
 
@@ -73,7 +74,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="print Markdown instead of plain text")
 
 
-def _load_for_compare(path: Path) -> dict[str, object]:
+def _load_for_compare(path: Path) -> Mapping[str, Any]:
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_file, load_results
 
     if path.is_dir():

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual import model
 from vsnap_qual.report.redact import Redactor
 
 __all__ = [
@@ -76,8 +77,14 @@ class EvidenceStore:
         self.redact = redactor or Redactor(())
         self.logs_dir.mkdir(parents=True, exist_ok=True)
 
-    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
-        record = self.redact({"kind": kind, "time": utc_now(), **fields})
+    def write(self, record: model.Record) -> dict[str, Any]:
+        """Append one typed evidence record (``vsnap_qual.model``)."""
+        fields = {k: v for k, v in record.items() if k not in ("kind", "time")}
+        return self.append(record["kind"], time=record.get("time") or utc_now(), **fields)
+
+    def append(self, kind: str, time: str | None = None, **fields: Any) -> dict[str, Any]:
+        """The untyped primitive under :meth:`write`: redact, then append one line under an exclusive lock."""
+        record = self.redact({"kind": kind, "time": time or utc_now(), **fields})
         line = json.dumps(record, sort_keys=False, default=str) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, options, procedure, runtime
+from vsnap_qual import __version__, model, options, procedure, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
 from vsnap_qual.evidence import (
     EvidenceStore,
@@ -122,29 +122,32 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
         client = runtime.connect()
         runtime.sweep(client)
-        store.append(
-            "session",
-            run_id=qual.run_id,
-            harness_version=__version__,
-            started=utc_now(),
-            options=qual.public_options(),
-            preflight={"gpus": result.gpus, "images": result.images, "packages": result.packages},
-            coverage=_required_coverage(qual, result),
-            host={
-                "kernel": platform.release(),
-                "hostname": socket.gethostname(),
-                "python": platform.python_version(),
-                "docker_version": client.version().get("Version"),
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
+        store.write(
+            model.SessionRecord(
+                kind="session",
+                time=utc_now(),
+                run_id=qual.run_id,
+                harness_version=__version__,
+                started=utc_now(),
+                options=qual.public_options(),
+                preflight={"gpus": result.gpus, "images": result.images, "packages": result.packages},
+                coverage=_required_coverage(qual, result),
+                host={
+                    "kernel": platform.release(),
+                    "hostname": socket.gethostname(),
+                    "python": platform.python_version(),
+                    "docker_version": client.version().get("Version"),
+                    "machine": platform.machine(),
+                    "cpus": os.cpu_count(),
+                },
+            )
         )
     else:
         result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
     config.stash[PREFLIGHT_KEY] = result
 
 
-def _required_coverage(qual: QualConfig, pre: PreflightResult) -> dict[str, Any]:
+def _required_coverage(qual: QualConfig, pre: PreflightResult) -> model.Coverage:
     """What a full qualification of this configuration runs: the verdict is a PASS only when all of it passed
     (or the user narrowed the selection, and then the verdict says what was left out)."""
     lanes = [(lane.runner, lane.arm, lane.overlaid and bool(pre.overlay)) for lane in qual.lanes]
@@ -225,17 +228,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     selected = [label for item in session.items if (label := _item_step(item))]
     deselected = [label for item in config.stash.get(DESELECTED_KEY, []) if (label := _item_step(item))]
-    store.append(
-        "plan",
-        worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
-        selected=list(dict.fromkeys(selected)),
-        deselected=list(dict.fromkeys(deselected)),
-        selection={
-            "args": [str(a) for a in config.args],
-            "keyword": config.option.keyword or "",
-            "markexpr": config.option.markexpr or "",
-            "deselect": [str(d) for d in (config.getoption("deselect", None) or [])],
-        },
+    store.write(
+        model.PlanRecord(
+            kind="plan",
+            time=utc_now(),
+            worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            selected=list(dict.fromkeys(selected)),
+            deselected=list(dict.fromkeys(deselected)),
+            selection={
+                "args": [str(a) for a in config.args],
+                "keyword": config.option.keyword or "",
+                "markexpr": config.option.markexpr or "",
+                "deselect": [str(d) for d in (config.getoption("deselect", None) or [])],
+            },
+        )
     )
 
 
@@ -248,12 +254,14 @@ def _failure_message(report: pytest.CollectReport | pytest.TestReport) -> str:
     return str(message)[:2000]
 
 
-def _harness_error(config: pytest.Config, phase: str, nodeid: str, message: str) -> None:
+def _harness_error(config: pytest.Config, phase: model.HarnessPhase, nodeid: str, message: str) -> None:
     """A collection, setup or teardown error goes into the evidence (the controller sees every worker's)."""
     store = config.stash.get(STORE_KEY, None)
     if store is None or not _is_controller(config) or not store.path.exists():
         return
-    store.append("harness_error", phase=phase, nodeid=nodeid, message=message)
+    store.write(
+        model.HarnessErrorRecord(kind="harness_error", time=utc_now(), phase=phase, nodeid=nodeid, message=message)
+    )
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -267,7 +275,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and report.when in ("setup", "teardown"):
         config = _CONFIG.get("config")
         if config is not None:
-            _harness_error(config, report.when, report.nodeid, _failure_message(report))
+            phase: model.HarnessPhase = "setup" if report.when == "setup" else "teardown"
+            _harness_error(config, phase, report.nodeid, _failure_message(report))
 
 
 @pytest.fixture(scope="session")
@@ -390,12 +399,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
     limited = _environment_limitations(store)
-    store.append(
-        "session_end",
-        ended=utc_now(),
-        exitstatus=int(session.exitstatus),
-        complete=True,
-        environment_limitations=limited,
+    store.write(
+        model.SessionEndRecord(
+            kind="session_end",
+            time=utc_now(),
+            ended=utc_now(),
+            exitstatus=int(session.exitstatus),
+            complete=True,
+            environment_limitations=limited,
+        )
     )
     from vsnap_qual.report import write_reports
 

@@ -17,14 +17,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 import docker.types
 import pytest
 from docker.client import DockerClient
 
-from vsnap_qual import engine, procedure
+from vsnap_qual import engine, model, procedure
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import EvidenceStore, utc_now
@@ -168,24 +168,27 @@ class LaneRun:
             raise
         finally:
             self.outcomes[name] = "passed" if outcome == "passed" else f"{outcome}: {message}"
-            self.store.append(
-                "step",
-                runner=self.lane.runner,
-                arm=self.lane.arm,
-                lane=self.lane.name,
-                purpose=self.purpose,
-                step=name,
-                nodeid=nodeid,
-                outcome=outcome,
-                message=message,
-                argv=record["argv"],
-                exit_code=record["exit_code"],
-                started=_iso(started),
-                ended=utc_now(),
-                seconds=round(time.time() - started, 3),
-                engine_seconds=round(self.engine_time, 3),
-                logs=record["logs"],
-                results=record["results"],
+            self.store.write(
+                model.StepRecord(
+                    kind="step",
+                    time=utc_now(),
+                    runner=cast(model.Runner, self.lane.runner),
+                    arm=cast(model.Arm, self.lane.arm),
+                    lane=self.lane.name,
+                    purpose=cast(model.Purpose, self.purpose),
+                    step=name,
+                    nodeid=nodeid,
+                    outcome=cast(model.Outcome, outcome),
+                    message=message,
+                    argv=record["argv"],
+                    exit_code=record["exit_code"],
+                    started=_iso(started),
+                    ended=utc_now(),
+                    seconds=round(time.time() - started, 3),
+                    engine_seconds=round(self.engine_time, 3),
+                    logs=record["logs"],
+                    results=record["results"],
+                )
             )
 
     @contextlib.contextmanager
@@ -282,27 +285,30 @@ class LaneRun:
             gpu = smi.stdout.strip() or None
             versions["driver"] = gpu.split(",")[2].strip() if gpu and gpu.count(",") >= 2 else None
         versions["cuda"] = self.box.sh("printenv CUDA_VERSION", 10).stdout.strip() or None
-        self.store.append(
-            "environment",
-            runner=self.lane.runner,
-            arm=self.lane.arm,
-            lane=self.lane.name,
-            image={
-                "ref": self.lane.image,
-                "id": image.id,
-                "repo_digests": image.attrs.get("RepoDigests", []),
-                "labels": image.labels,
-                "platform": f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}",
-            },
-            container_id=self.box.id,
-            versions=versions,
-            gpu=gpu,
-            package_dir=self.package_dir,
-            ports=self.ports,
-            environment=self.environment(),
-            overlaid=self.lane.overlaid,
-            worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
-            purpose=self.purpose,
+        self.store.write(
+            model.EnvironmentRecord(
+                kind="environment",
+                time=utc_now(),
+                runner=cast(model.Runner, self.lane.runner),
+                arm=cast(model.Arm, self.lane.arm),
+                lane=self.lane.name,
+                image={
+                    "ref": self.lane.image,
+                    "id": image.id,
+                    "repo_digests": image.attrs.get("RepoDigests", []),
+                    "labels": image.labels,
+                    "platform": f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}",
+                },
+                container_id=self.box.id,
+                versions=versions,
+                gpu=gpu,
+                package_dir=self.package_dir,
+                ports=self.ports,
+                environment=self.environment(),
+                overlaid=self.lane.overlaid,
+                worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                purpose=cast(model.Purpose, self.purpose),
+            )
         )
 
     # ---- servers -------------------------------------------------------------------------------------------

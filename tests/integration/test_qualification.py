@@ -7,6 +7,8 @@ environment) is shared by the assertions below; the other tests run what they ne
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
 import pytest
 from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD, image_file, labelled_containers, make_overlay, run_suite
@@ -89,6 +91,24 @@ def test_reports_exist_and_hold_no_secret(full_run):
             assert SECRET.encode() not in data and b"another-secret-456" not in data, path
 
 
+def test_results_and_every_record_the_harness_wrote_validate_against_the_model(full_run):
+    """What the real harness wrote (not a synthetic run) against the shipped schema and the record schemas."""
+    import jsonschema
+
+    from vsnap_qual import model
+    from vsnap_qual.report.assemble import read_evidence
+
+    shipped = json.loads((Path(model.__file__).parent / model.SCHEMA_FILE).read_text())
+    errors = list(jsonschema.Draft202012Validator(shipped).iter_errors(full_run.results))
+    assert not errors, f"{errors[0].message} at {list(errors[0].absolute_path)}"
+    for record in read_evidence(full_run.report_dir / "evidence.jsonl").records:
+        problems = list(jsonschema.Draft202012Validator(model.record_schema(record["kind"])).iter_errors(record))
+        assert not problems, f"{record['kind']}: {problems[0].message} at {list(problems[0].absolute_path)}"
+    verdict = full_run.results["verdict"]
+    assert verdict["status"] == "pass", verdict["reasons"]
+    assert verdict["coverage"]["required"] == len(verdict["coverage"]["passed"]) > 0
+
+
 def test_nothing_is_left_behind(full_run, docker_client):
     assert labelled_containers(docker_client) == []
 
@@ -162,8 +182,14 @@ def test_an_overlay_that_breaks_restored_weights_fails_canary_and_digests(tmp_pa
     source = image_file(docker_client, REFERENCE_HEAD, "vllm.v1.worker.gpu_worker")
     assert BREAK_AT in source, "the reference engine's reload path changed: update this test's overlay"
     checkout = make_overlay(tmp_path, {"vllm/v1/worker/gpu_worker.py": source.replace(BREAK_AT, BREAK)})
-    run = run_suite(tmp_path / "report", "-m", "not fault", "--vsnap-runners=v1", f"--vsnap-overlay={checkout}",
-                    "--vsnap-overlay-files=vllm/v1/worker/gpu_worker.py")
+    run = run_suite(
+        tmp_path / "report",
+        "-m",
+        "not fault",
+        "--vsnap-runners=v1",
+        f"--vsnap-overlay={checkout}",
+        "--vsnap-overlay-files=vllm/v1/worker/gpu_worker.py",
+    )
     assert run.returncode == 1, run.output[-4000:]
     assert run.step(lane="v1-head", step="ordinary")["outcome"] == "passed"
     assert run.step(lane="v1-head", step="overlay")["outcome"] == "passed"

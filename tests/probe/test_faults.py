@@ -215,9 +215,9 @@ def test_canary_perturb_changes_last_norm_weight(control: Path) -> None:
     faults.instrument_worker(worker)
     arm(control, "canary-perturb")
     worker.wake_up(tags=["weights"])
-    assert float(Runner.model.norm.weight[0]) == 1.0
+    assert float(Runner.model.norm.weight[0].detach()) == 1.0
     worker.wake_up(tags=["kv_cache"])
-    assert float(Runner.model.norm.weight[0]) == 1001.0
+    assert float(Runner.model.norm.weight[0].detach()) == 1001.0
     assert float(Runner.model.input_layernorm.weight[0]) == 1.0
     (record,) = fired(control)
     assert record["parameter"] == "norm.weight"

@@ -8,6 +8,7 @@ every lifecycle step, with fault steps, parameter digests, canaries and KV figur
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import engine, options, procedure
+from vsnap_qual import engine, model, options, procedure
 from vsnap_qual.config import build_config
 from vsnap_qual.engine import CanaryOutput
 
@@ -154,6 +155,14 @@ def _restore_failure(changed: set[str], compare: list[dict[str, Any]]) -> str:
     return "; ".join(problems)
 
 
+@functools.cache
+def record_validator(kind: str) -> Any:
+    """A JSON Schema validator of one evidence record kind, generated from ``vsnap_qual.model``."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(model.record_schema(kind))
+
+
 def recorded_options(spec: RunSpec, report_dir: Path) -> dict[str, Any]:
     """The session's options exactly as the harness records them: a real ``QualConfig.public_options()``."""
     argv = [
@@ -196,7 +205,12 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
     secret = spec.secret_in_evidence or ""
 
     def emit(kind: str, **fields: Any) -> None:
-        lines.append(json.dumps({"kind": kind, "time": clock.iso(), **fields}))
+        record = {"kind": kind, "time": clock.iso(), **fields}
+        # the synthetic run is the model's evidence: a record the harness could not write fails here
+        problem = next(record_validator(kind).iter_errors(json.loads(json.dumps(record))), None)
+        if problem is not None:
+            raise AssertionError(f"synthetic {kind} record breaks vsnap_qual.model: {problem.message}")
+        lines.append(json.dumps(record))
 
     emit(
         "session",

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from vsnap_qual import procedure
+from vsnap_qual import model, procedure
 
-SCHEMA = "vsnap-qual/results@1"
+SCHEMA = model.SCHEMA
 EVIDENCE_FILE = "evidence.jsonl"
 RESULTS_FILE = "results.json"
 
@@ -98,8 +98,8 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict[str, Any]:
-    """Build the results dictionary (schema ``vsnap-qual/results@1``) from parsed evidence."""
+def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> model.Results:
+    """Build ``results.json`` (``model.Results``, schema ``vsnap-qual/results@1``) from parsed evidence."""
     session: dict[str, Any] = {}
     session_end: dict[str, Any] | None = None
     environments: dict[tuple[str, str], dict[str, Any]] = {}
@@ -195,7 +195,7 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> dict
     from vsnap_qual.report.verdict import judge
 
     results["verdict"] = judge(results)  # the one verdict, recorded here; views render it
-    return results
+    return cast(model.Results, results)
 
 
 def _coverage(required: dict[str, Any], plans: list[dict[str, Any]]) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def _coverage(required: dict[str, Any], plans: list[dict[str, Any]]) -> dict[str
     return out
 
 
-def assemble_file(evidence_path: Path) -> dict[str, Any]:
+def assemble_file(evidence_path: Path) -> model.Results:
     """Read ``evidence_path`` and assemble its results dictionary."""
     return assemble_results(read_evidence(evidence_path), source=evidence_path.name)
 

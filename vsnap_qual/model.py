@@ -1,0 +1,558 @@
+"""The evidence model, typed once: every record the harness appends to ``evidence.jsonl``, each step's results,
+and ``results.json`` assembled from them (docs/design.md §4–5).
+
+The types are ``TypedDict``s: the JSON on disk *is* the model (no conversion layer that could drift). The store
+writes these records (``EvidenceStore.write``), the report reads them back as the same types
+(``report.assemble``), and the report tests build their synthetic runs from them. ``results.schema.json``
+(beside the report package) is generated from these types by :func:`json_schema` and checked against a fresh
+generation by the tests.
+
+Step results are partial by nature (a step that fails records what it had gathered), so their fields are all
+optional; a field that is present has its documented type. Records and ``results.json`` themselves are closed:
+a field not in the model is a schema violation.
+"""
+
+import json
+import types
+import typing
+from typing import Any, Literal, NotRequired, TypedDict, Union
+
+#: The one schema version: of ``results.json`` and of the evidence records it is assembled from.
+SCHEMA = "vsnap-qual/results@1"
+
+Runner = Literal["v1", "v2"]
+Arm = Literal["head", "base"]
+Outcome = Literal["passed", "failed", "skipped"]
+Purpose = Literal["lifecycle", "faults"]
+Status = Literal["pass", "partial", "fail", "incomplete"]
+CheckStatus = Literal["pass", "FAIL", "info", "incomplete", "not run"]
+HarnessPhase = Literal["collection", "setup", "teardown"]
+Behaviour = Literal["head", "base"]
+
+
+# ---- pieces of step results -----------------------------------------------------------------------------------
+class Canary(TypedDict):
+    prompt: str
+    token_ids: list[int]
+    text: str
+    logprob: float
+
+
+class CanaryCompare(TypedDict):
+    prompt: str
+    expected: Canary
+    actual: Canary
+    token_ids_equal: bool
+    text_equal: bool
+    logprob_delta: float
+    bit_exact: bool
+    ok: bool
+
+
+class Digest(TypedDict, total=False):
+    sha256: str | None
+    shape: list[int]
+    dtype: str
+    source: Literal["parameter", "reconstructed", "unobservable"]
+
+
+class DigestCompare(TypedDict):
+    total: int
+    unchanged: int
+    changed: list[str]
+    missing: list[str]
+    unobservable: list[str]
+    extra: list[str]
+    ok: bool
+
+
+class CleanupAudit(TypedDict, total=False):
+    pids: list[int]
+    pids_alive: list[int]
+    pids_gone: bool
+    ports: list[int]
+    ports_open: list[int]
+    ports_closed: bool
+    gpu_idle: bool | None
+    link_remaps_equal: bool
+    ok: bool
+    detail: str
+    error: str
+    #: Fault steps: whether this audit is judged for the behaviour (recorded either way).
+    judged: bool
+
+
+class InspectCheck(TypedDict):
+    name: str
+    ok: bool
+    detail: Any
+
+
+class ImportedModule(TypedDict):
+    pid: int | None
+    role: str | None
+    path: str | None
+    sha256: str | None
+
+
+class FreshImport(TypedDict):
+    exit_code: int | None
+    path: str | None
+    sha256: str | None
+
+
+class OverlayFileResult(TypedDict, total=False):
+    host_path: str
+    relative: str
+    module: str
+    image_path: str
+    host_sha256: str
+    imported: list[ImportedModule]
+    fresh_import: FreshImport
+    fresh_ok: bool
+    ok: bool
+
+
+class FaultExpectation(TypedDict):
+    exit_code: int | str
+    http_bound: bool | None
+    error_phase: str | None
+    artifact_unchanged: bool | None
+    fires: bool
+    message: str | None
+    followup_restore: bool
+    cleanup: bool
+
+
+class FaultObservation(TypedDict, total=False):
+    exit_code: int | None
+    http_bound: bool
+    http_bound_by: list[str]
+    error_json: dict[str, Any] | None
+    phase: str | None
+    fired: bool
+    fired_records: list[dict[str, Any]]
+    artifact_unchanged: bool | None
+    stderr_tail: str
+    error_lines: list[str]
+    seconds: float
+
+
+class FollowupRestore(TypedDict, total=False):
+    exit_code: int | None
+    seconds: float
+    canary_ok: bool | None
+    error: str
+    cleanup: CleanupAudit
+
+
+class StepResults(TypedDict, total=False):
+    """Every field a step records, by step (all optional: a failed step keeps what it had gathered)."""
+
+    # ordinary and restore-N: what the server answered
+    canary: list[Canary]
+    digests: dict[str, Digest]
+    kv_tokens: int | None
+    kv_source: str | None
+    ready_seconds: float | None
+    notice_latency_s: float | None
+    pids: list[int]
+    # restore-N (and vs-head): the step's own judgements against the ordinary reference (the head arm's)
+    canary_compare: list[CanaryCompare]
+    digest_compare: DigestCompare
+    kv_ordinary: int | None
+    root_pid: int | None
+    listener_first_bound: float | None
+    error_json: dict[str, Any] | None
+    kv_head: int | None
+    kv_base: int | None
+    # create
+    artifact_bytes: int | None
+    process_tree: list[int] | None
+    child_log: str
+    vllm_reason: str
+    # inspect and restart
+    sha256: str
+    manifest: dict[str, Any]
+    checks: list[InspectCheck]
+    sha256_before: str | None
+    sha256_after: str | None
+    container_id_before: str
+    container_id_after: str
+    # overlay
+    files: list[OverlayFileResult]
+    probe_loaded_pids: list[int]
+    # fault-artifact and fault:<id>
+    snapshot_timeout_s: float
+    fault: str
+    title: str
+    expect: Behaviour
+    expected: FaultExpectation | dict[str, Any]
+    observed: FaultObservation
+    mismatches: list[str]
+    injected: dict[str, Any]
+    followup_restore: FollowupRestore
+    watch_polls: int
+    # every step that stops engine processes
+    cleanup: CleanupAudit
+
+
+# ---- evidence records -----------------------------------------------------------------------------------------
+class Host(TypedDict, total=False):
+    kernel: str
+    hostname: str
+    python: str
+    docker_version: str | None
+    machine: str
+    cpus: int | None
+
+
+class Selection(TypedDict):
+    args: list[str]
+    keyword: str
+    markexpr: str
+    deselect: list[str]
+
+
+class Coverage(TypedDict, total=False):
+    """What a full qualification of the configuration requires (session) and what the run selected (plans)."""
+
+    runners: list[str]
+    arms: list[str]
+    overlay: bool
+    faults: list[str]
+    required: list[str]
+    selected: list[str]
+    deselected: list[str]
+    selection: Selection
+
+
+class SessionRecord(TypedDict):
+    kind: Literal["session"]
+    time: str
+    run_id: str
+    harness_version: str
+    started: str
+    options: dict[str, Any]
+    preflight: NotRequired[dict[str, Any]]
+    coverage: NotRequired[Coverage]
+    host: Host
+
+
+class Image(TypedDict, total=False):
+    ref: str
+    id: str
+    repo_digests: list[str]
+    labels: dict[str, str] | None
+    platform: str
+
+
+class EnvironmentRecord(TypedDict):
+    kind: Literal["environment"]
+    time: str
+    runner: Runner
+    arm: Arm
+    lane: NotRequired[str]
+    image: Image
+    container_id: str
+    versions: dict[str, Any]
+    gpu: Any
+    package_dir: str | None
+    ports: NotRequired[dict[str, int]]
+    environment: NotRequired[dict[str, str]]
+    overlaid: NotRequired[bool]
+    worker: NotRequired[str]
+    purpose: NotRequired[Purpose]
+
+
+class StepRecord(TypedDict):
+    kind: Literal["step"]
+    time: str
+    runner: Runner
+    arm: Arm
+    lane: NotRequired[str]
+    purpose: NotRequired[Purpose]
+    step: str
+    nodeid: str
+    outcome: Outcome
+    message: str
+    argv: list[str] | None
+    exit_code: int | None
+    started: str
+    ended: str
+    seconds: float
+    engine_seconds: NotRequired[float]
+    logs: list[str]
+    results: StepResults
+
+
+class PlanRecord(TypedDict):
+    kind: Literal["plan"]
+    time: str
+    worker: str
+    selected: list[str]
+    deselected: list[str]
+    selection: Selection
+
+
+class HarnessErrorRecord(TypedDict):
+    kind: Literal["harness_error"]
+    time: str
+    phase: HarnessPhase
+    nodeid: str
+    message: str
+
+
+class SessionEndRecord(TypedDict):
+    kind: Literal["session_end"]
+    time: str
+    ended: str
+    exitstatus: int
+    complete: bool
+    environment_limitations: NotRequired[list[str]]
+
+
+Record = Union[SessionRecord, EnvironmentRecord, StepRecord, PlanRecord, HarnessErrorRecord, SessionEndRecord]  # noqa: UP007
+RECORD_TYPES: dict[str, type] = {
+    "session": SessionRecord,
+    "environment": EnvironmentRecord,
+    "step": StepRecord,
+    "plan": PlanRecord,
+    "harness_error": HarnessErrorRecord,
+    "session_end": SessionEndRecord,
+}
+
+
+# ---- results.json ---------------------------------------------------------------------------------------------
+class LastStep(TypedDict):
+    label: str
+    runner: Any
+    arm: Any
+    step: Any
+    outcome: Any
+    ended: Any
+
+
+class RunInfo(TypedDict):
+    run_id: str | None
+    harness_version: str | None
+    started: str | None
+    ended: str | None
+    exitstatus: int | None
+    complete: bool
+    last_step: LastStep | None
+    last_record_time: str | None
+    options: dict[str, Any]
+    host: dict[str, Any]
+
+
+class Lane(TypedDict):
+    runner: str
+    arm: str
+    environment: dict[str, Any] | None
+
+
+class Step(TypedDict):
+    """A step record as ``results.json`` carries it (the record without ``kind``)."""
+
+    time: str
+    runner: Runner
+    arm: Arm
+    lane: NotRequired[str]
+    purpose: NotRequired[Purpose]
+    step: str
+    nodeid: str
+    outcome: Outcome
+    message: str
+    argv: list[str] | None
+    exit_code: int | None
+    started: str
+    ended: str
+    seconds: float
+    engine_seconds: NotRequired[float]
+    logs: list[str]
+    results: StepResults
+
+
+class HarnessError(TypedDict):
+    time: str
+    phase: HarnessPhase
+    nodeid: str
+    message: str
+
+
+class Check(TypedDict):
+    name: str
+    ok: bool | None
+    result: str
+    details: list[str]
+    informational: bool
+    short: str
+    pending: bool
+    status: CheckStatus
+
+
+class SkippedStep(TypedDict):
+    step: str
+    message: str
+
+
+class VerdictCoverage(TypedDict):
+    known: bool
+    runners: list[str]
+    arms: list[str]
+    overlay: bool
+    faults: list[str]
+    selection: dict[str, Any]
+    required: int | None
+    passed: list[str]
+    failed: list[str]
+    skipped: list[SkippedStep]
+    not_reached: list[str]
+    left_out: list[str]
+
+
+class Counts(TypedDict):
+    passed: int
+    failed: int
+    skipped: int
+
+
+class Verdict(TypedDict):
+    status: Status
+    headline: str
+    complete: bool
+    reasons: list[str]
+    counts: Counts
+    failed: list[str]
+    narrowed: bool
+    coverage: VerdictCoverage
+    coverage_line: str
+    harness_errors: list[HarnessError]
+    checks: list[Check]
+
+
+class EvidenceInfo(TypedDict):
+    file: str
+    records: int
+    malformed_lines: int
+    kinds: dict[str, int]
+    has_session: bool
+
+
+class Results(TypedDict):
+    schema: Literal["vsnap-qual/results@1"]
+    generated: str
+    run: RunInfo
+    verdict: Verdict
+    runners: list[str]
+    arms: list[str]
+    lanes: list[Lane]
+    steps: list[Step]
+    coverage: Coverage
+    harness_errors: list[HarnessError]
+    evidence: EvidenceInfo
+
+
+# ---- JSON Schema ------------------------------------------------------------------------------------------------
+def _is_typeddict(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
+
+
+def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return {}
+    if tp is type(None):
+        return {"type": "null"}
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp is int:
+        return {"type": "integer"}
+    if tp is float:
+        return {"type": "number"}
+    if tp is str:
+        return {"type": "string"}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_schema_of(a, defs) for a in args]}
+    if origin is list:
+        return {"type": "array", "items": _schema_of(args[0], defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_of(args[1], defs)}
+    if origin in (NotRequired, typing.Required):
+        return _schema_of(args[0], defs)
+    if _is_typeddict(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # placeholder: recursive references resolve to the same definition
+            hints = typing.get_type_hints(tp, include_extras=False)
+            properties = {key: _schema_of(value, defs) for key, value in hints.items()}
+            schema: dict[str, Any] = {
+                "type": "object",
+                "properties": properties,
+                "required": sorted(tp.__required_keys__),
+                # step results are open (documented fields are typed); records and results are closed
+                "additionalProperties": name in _OPEN,
+            }
+            if tp.__doc__ and not tp.__doc__.startswith(name + "("):
+                schema["description"] = " ".join(tp.__doc__.split())
+            defs[name] = schema
+        return {"$ref": f"#/$defs/{name}"}
+    raise TypeError(f"no JSON Schema for {tp!r}")
+
+
+#: Partial objects whose producers may add fields over time (step results and their parts, host facts).
+_OPEN = {
+    "StepResults",
+    "CleanupAudit",
+    "FaultObservation",
+    "FollowupRestore",
+    "OverlayFileResult",
+    "Digest",
+    "Host",
+    "Image",
+    "Coverage",
+}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``results.json``, generated from :class:`Results`."""
+    defs: dict[str, Any] = {}
+    root = _schema_of(Results, defs)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://vsnap-qual/results@1.schema.json",
+        "title": f"vsnap-qual results.json ({SCHEMA})",
+        **root,
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def record_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema of one evidence record kind (for validating ``evidence.jsonl``)."""
+    defs: dict[str, Any] = {}
+    root = _schema_of(RECORD_TYPES[kind], defs)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **root, "$defs": defs}
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=1, sort_keys=False) + "\n"
+
+
+SCHEMA_FILE = "report/results.schema.json"
+
+
+def main() -> None:
+    """``python -m vsnap_qual.model``: regenerate ``vsnap_qual/report/results.schema.json`` from the model."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / SCHEMA_FILE
+    path.write_text(schema_text(), encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
