@@ -89,8 +89,8 @@ def _load_for_compare(path: Path) -> Mapping[str, Any]:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
+    from vsnap_qual.report.compare_runs import diff_runs, format_markdown, format_text
     from vsnap_qual.report.redact import Redactor
-    from vsnap_qual.report.rundiff import diff_runs, format_markdown, format_text
 
     try:
         old, new = _load_for_compare(args.old), _load_for_compare(args.new)

@@ -85,7 +85,7 @@ def render_reports(
     run's recorded ``secret_names`` and ``extra_secret_names``). ``log_root`` is the directory the evidence's log
     paths are relative to (default ``out_dir``).
     """
-    from vsnap_qual.report.compare import compare_all
+    from vsnap_qual.report.frames import compare_all
     from vsnap_qual.report.html import render_html
     from vsnap_qual.report.markdown import render_markdown
 

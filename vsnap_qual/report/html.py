@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, step_label
-from vsnap_qual.report.compare import DIGEST_COLUMNS, UNOBSERVABLE, Comparisons, compare_all, records
+from vsnap_qual.report.frames import DIGEST_COLUMNS, UNOBSERVABLE, Comparisons, compare_all, records
 from vsnap_qual.report.redact import Redactor
 from vsnap_qual.report.verdict import recorded_checks
 

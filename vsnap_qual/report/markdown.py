@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vsnap_qual.report.assemble import as_dict, option_value
-from vsnap_qual.report.compare import Comparisons, compare_all
+from vsnap_qual.report.frames import Comparisons, compare_all
 from vsnap_qual.report.redact import Redactor
 from vsnap_qual.report.verdict import recorded_checks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vsnap_qual.report.compare import Comparisons, compare_all, records
+from vsnap_qual.report.frames import Comparisons, compare_all, records
 from vsnap_qual.report.verdict import recorded_checks
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from typing import Any
 
 from vsnap_qual import procedure
 from vsnap_qual.report.assemble import as_dict, as_list
-from vsnap_qual.report.validation import Check, validation_checks
+from vsnap_qual.report.validation_table import Check, validation_checks
 
 _SHOWN = 10
 
@@ -118,7 +118,7 @@ def _narrowing(cov: Mapping[str, Any]) -> str:
 
 def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]:
     """The run's verdict (status, headline, reasons, counts, checks, coverage, harness errors)."""
-    from vsnap_qual.report.compare import compare_all
+    from vsnap_qual.report.frames import compare_all
 
     run = results.get("run") or {}
     complete = bool(run.get("complete"))

@@ -1,4 +1,6 @@
-"""Comparisons over a results dictionary, as pandas DataFrames: digests, canary, KV, timings, faults, cleanup.
+"""The tables of one run, as pandas DataFrames: digests, canary, KV, timings, faults, cleanup, the step matrix.
+
+They display what the steps recorded (their judgements included); they judge nothing themselves.
 
 Every view (HTML, Markdown, terminal, run diff) renders from these frames, so a number is computed once.
 pandas is imported inside the functions: importing this module stays cheap for ``pytest --help``.

@@ -13,7 +13,7 @@ from typing import Any
 from vsnap_qual import procedure
 from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import step_label
-from vsnap_qual.report.compare import Comparisons, latest_steps, records
+from vsnap_qual.report.frames import Comparisons, latest_steps, records
 
 _LIFECYCLE = procedure.SNAPSHOT_LIFECYCLE
 _NAMES_SHOWN = 10

@@ -9,7 +9,7 @@ from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual.cli import main
 from vsnap_qual.report import write_reports
-from vsnap_qual.report.rundiff import diff_runs, format_markdown, format_text
+from vsnap_qual.report.compare_runs import diff_runs, format_markdown, format_text
 
 BREAKING = RunSpec(
     changed_digests=(("v1", "restore-1", "model.layers.1.mlp.down_proj.weight"),),

@@ -10,7 +10,7 @@ from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual import procedure
 from vsnap_qual.report.assemble import assemble_file
-from vsnap_qual.report.compare import (
+from vsnap_qual.report.frames import (
     canary_frame,
     cleanup_frame,
     compare_all,

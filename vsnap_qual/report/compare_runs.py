@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vsnap_qual.report import figures
-from vsnap_qual.report.compare import (
+from vsnap_qual.report.frames import (
     canary_frame,
     digest_frame,
     kv_frame,
