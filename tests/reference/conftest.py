@@ -22,11 +22,13 @@ from refsupport import BUILD_SH, CACHE, REAL_VLLM_VERSION, REFPLUG, Lane, RealVl
 
 @pytest.fixture(scope="session")
 def reference_images() -> dict[str, str]:
-    """`vsnap-reference:head` and `:base`, built (or found up to date) by docker/reference/build.sh."""
+    """`vsnap-reference:head` and `:base` (repository: `$VSNAP_REFERENCE_IMAGE`), built (or found up to date) by
+    docker/reference/build.sh."""
     if os.environ.get("VSNAP_REFERENCE_NO_BUILD") != "1":
         subprocess.run(["bash", str(BUILD_SH)], check=True, timeout=1200)
     client = docker.from_env()
-    images = {flavour: f"vsnap-reference:{flavour}" for flavour in ("head", "base")}
+    repository = os.environ.get("VSNAP_REFERENCE_IMAGE", "vsnap-reference")
+    images = {flavour: f"{repository}:{flavour}" for flavour in ("head", "base")}
     for image in images.values():
         client.images.get(image)
     return images
@@ -34,14 +36,17 @@ def reference_images() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def lane_factory(reference_images: dict[str, str]) -> Iterator[Callable[..., Lane]]:
-    """Start lanes: host pid/ipc/network namespaces, user 0; CAP_SYS_ADMIN with a writable /proc/sys when the
-    host allows it (the reference then restores the captured PIDs, as CRIU does)."""
+    """Start lanes: user 0, in the harness's `all-caps` privileges mode (host pid/ipc/network, every capability
+    the host can grant, seccomp/AppArmor unconfined: what real CRIU needs), or another mode by name."""
     client = docker.from_env()
     session = uuid.uuid4().hex[:8]
     started: list[Any] = []
 
     def start(
-        flavour: str, control_dir: Path | None = None, environment: dict[str, str] | None = None
+        flavour: str,
+        control_dir: Path | None = None,
+        environment: dict[str, str] | None = None,
+        privileges: str = "all-caps",
     ) -> Lane:
         env = {
             "VLLM_SERVER_DEV_MODE": "1",
@@ -58,9 +63,11 @@ def lane_factory(reference_images: dict[str, str]) -> Iterator[Callable[..., Lan
             mounts.append(docker.types.Mount("/vsnap/control", str(control_dir), type="bind"))
             env["REFPLUG_DIR"] = "/vsnap/control/refplug"
         name = f"vsnap-reftest-{session}-{flavour}-{len(started)}"
-        container, exact = _run_lane_container(client, reference_images[flavour], name, session, env, mounts)
+        container = _run_lane_container(
+            client, reference_images[flavour], name, session, env, mounts, privileges
+        )
         started.append(container)
-        lane = Lane(container, flavour, exact)
+        lane = Lane(container, flavour)
         assert lane.sh("mkdir -p -m 0700 /vsnap/work").code == 0
         return lane
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import docker
 
+from vsnap_qual.privileges import container_settings, local_missing_capabilities
 from vsnap_qual.runtime import LABEL_OWNER, LABEL_SESSION, owner_label
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,10 +67,9 @@ def free_port() -> int:
 class Lane:
     """One long-lived engine container of a flavour; every command runs through `docker exec` + `timeout`."""
 
-    def __init__(self, container: Any, flavour: str, exact_pids: bool) -> None:
+    def __init__(self, container: Any, flavour: str) -> None:
         self.container = container
         self.flavour = flavour
-        self.exact_pids = exact_pids
 
     def exec(self, argv: list[str], timeout: float = 300, env: dict[str, str] | None = None) -> ExecResult:
         api = self.container.client.api
@@ -169,51 +169,54 @@ def restore(lane: Lane, port: int) -> ExecResult:
 
 
 def _run_lane_container(
-    client: Any, image: str, name: str, session: str, env: dict[str, str], mounts: list[Any]
-) -> tuple[Any, bool]:
-    """Create and start a lane container. First with CAP_SYS_ADMIN and unmasked /proc paths (`docker run
-    --cap-add SYS_ADMIN --security-opt systempaths=unconfined`: the CLI turns the latter into empty
-    MaskedPaths/ReadonlyPaths, which the SDK has no parameter for), so the reference can restore the
-    captured PIDs; if the host refuses, without them."""
+    client: Any,
+    image: str,
+    name: str,
+    session: str,
+    env: dict[str, str],
+    mounts: list[Any],
+    privileges: str = "all-caps",
+) -> Any:
+    """Create and start a lane container in a harness privileges mode (`vsnap_qual.privileges`): by default
+    `all-caps`, what real CRIU needs on a host that refuses `--privileged` (host pid/ipc/network, every
+    capability the host's bounding set has, seccomp/AppArmor unconfined, unmasked /proc paths: the CLI's
+    `systempaths=unconfined` is empty MaskedPaths/ReadonlyPaths, which the SDK has no parameter for).
+    `host-namespaces` gives Docker's default capabilities only (a host "without the capabilities")."""
+    settings = container_settings(privileges, local_missing_capabilities())
     api = client.api
-    for exact in (True, False):
-        host_config = api.create_host_config(
-            pid_mode="host",
-            ipc_mode="host",
-            network_mode="host",
-            mounts=mounts,
-            cap_add=["SYS_ADMIN"] if exact else None,
+    host_config = api.create_host_config(
+        pid_mode="host" if settings.host_pid else None,
+        ipc_mode="host" if settings.host_ipc else None,
+        network_mode="host" if settings.host_network else None,
+        mounts=mounts,
+        cap_add=list(settings.cap_add) or None,
+        cap_drop=list(settings.cap_drop) or None,
+        security_opt=list(settings.security_opt) or None,
+        privileged=settings.privileged,
+    )
+    if settings.unmask_proc:
+        host_config["MaskedPaths"] = []
+        host_config["ReadonlyPaths"] = []
+    try:
+        created = api.create_container(
+            image,
+            entrypoint=["sleep", "infinity"],
+            command=[],
+            name=name,
+            # the harness's own session and owner labels: if this test process is killed, the next
+            # session's dead-owner sweep (vsnap_qual.runtime.sweep) removes the container
+            labels={LABEL: session, LABEL_SESSION: f"reftest-{session}", LABEL_OWNER: owner_label()},
+            environment=env,
+            user="0",
+            detach=True,
+            host_config=host_config,
         )
-        if exact:
-            host_config["MaskedPaths"] = []
-            host_config["ReadonlyPaths"] = []
-        try:
-            created = api.create_container(
-                image,
-                entrypoint=["sleep", "infinity"],
-                command=[],
-                name=name,
-                # the harness's own session and owner labels: if this test process is killed, the next
-                # session's dead-owner sweep (vsnap_qual.runtime.sweep) removes the container
-                labels={LABEL: session, LABEL_SESSION: f"reftest-{session}", LABEL_OWNER: owner_label()},
-                environment=env,
-                user="0",
-                detach=True,
-                host_config=host_config,
-            )
-            api.start(created["Id"])
-            container = client.containers.get(created["Id"])
-        except docker.errors.APIError:
-            for stale in client.containers.list(all=True, filters={"name": name}):
-                stale.remove(force=True)
-            if not exact:
-                raise
-            continue
-        if exact and container.exec_run(["sh", "-c", "test -w /proc/sys/kernel/ns_last_pid"]).exit_code != 0:
-            container.remove(force=True)
-            continue
-        return container, exact
-    raise AssertionError("unreachable")
+        api.start(created["Id"])
+    except docker.errors.APIError:
+        for stale in client.containers.list(all=True, filters={"name": name}):
+            stale.remove(force=True)
+        raise
+    return client.containers.get(created["Id"])
 
 
 @dataclass(frozen=True)

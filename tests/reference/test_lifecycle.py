@@ -52,13 +52,32 @@ LOG_LINE = re.compile(r"^(DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[[
 
 
 def only_log_lines(stdout: str) -> bool:
-    """create/restore print no result; the vLLM logger may still write (here: the PID-remap warning)."""
+    """create/restore print no result; only the vLLM logger may write."""
     return all(LOG_LINE.match(line) for line in stdout.splitlines())
 
 
 def port_closed(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def session_tree(lane: Lane, root: int) -> list[int]:
+    """The live processes of the session led by ``root``, parents before children (ps's PID order breaks
+    ties; a two-process tree has one order)."""
+    rows = lane.sh(f"ps -eo pid=,ppid=,sid= | awk '$3=={root}'").stdout.split()
+    triples = [tuple(map(int, rows[index : index + 3])) for index in range(0, len(rows), 3)]
+    ordered = [root]
+    for pid, parent, _sid in sorted(triples):
+        if pid != root:
+            assert parent in ordered, triples
+            ordered.append(pid)
+    return ordered
+
+
+def exec_fingerprints(lane: Lane, pids: list[int] | list[str]) -> dict[str, str]:
+    """sha256 of each process's /proc/PID/auxv (the ELF auxiliary vector of its exec, pointers included)."""
+    out = lane.sh(" ; ".join(f"sha256sum /proc/{pid}/auxv" for pid in pids)).stdout.split()
+    return {out[index + 1]: out[index] for index in range(0, len(out), 2)}
 
 
 def served(lane: Lane, port: int) -> tuple[list[dict[str, object]], dict[str, str], int]:
@@ -125,8 +144,10 @@ def test_serve_create_inspect_restore_restart_restore(lane_factory, flavour: str
     first = restore(lane, port1)
     assert first.code == 0 and only_log_lines(first.stdout), first.stderr
     root = int(lane.read(f"{ARTIFACT}/restored.pid"))
-    if lane.exact_pids:
-        assert root == manifest["process_tree"][0]
+    # Real CRIU: the captured PIDs come back, and the processes resume from their frozen memory.
+    assert root == manifest["process_tree"][0]
+    assert session_tree(lane, root) == manifest["process_tree"]
+    fingerprint1 = exec_fingerprints(lane, manifest["process_tree"])
     restored1, digests1, kv1 = served(lane, port1)
     assert restored1 == ordinary
     assert digests1 == ordinary_digests
@@ -145,6 +166,18 @@ def test_serve_create_inspect_restore_restart_restore(lane_factory, flavour: str
     port2 = free_port()
     second = restore(lane, port2)
     assert second.code == 0, second.stderr
+    assert int(lane.read(f"{ARTIFACT}/restored.pid")) == manifest["process_tree"][0]
+    assert session_tree(lane, manifest["process_tree"][0]) == manifest["process_tree"]
+    # No re-execution: a fresh exec gets new auxv pointers (ASLR); a CRIU restore brings back the saved ones,
+    # so two restores of one image in two container lifetimes hold byte-identical auxv vectors.
+    assert exec_fingerprints(lane, manifest["process_tree"]) == fingerprint1
+    fresh = lane.sh("sha256sum /proc/self/auxv; sha256sum /proc/self/auxv").stdout.split()[::2]
+    assert fresh[0] != fresh[1], "ASLR is off: auxv cannot tell a restore from a re-exec on this host"
+    # Nor did the restored tree run its start-up again: after the capture point child.log holds only what the
+    # engine core logged while serving (no model load, no KV profiling, no API-server banner).
+    tail = lane.read(f"{ARTIFACT}/child.log")[size:]
+    for startup in ("Starting to load model", "KV cache size", "vLLM API server version"):
+        assert startup not in tail, tail
     restored2, digests2, kv2 = served(lane, port2)
     assert restored2 == ordinary
     assert digests2 == ordinary_digests

@@ -1,21 +1,23 @@
 """Negative paths of restore on the reference, checked against the contract: identity first (every differing
 field named), PID and port checks before anything is released, a private canary and `error.json` on head,
-the public canary only on base, corrupt images refused, and cleanup after every failure."""
+the public canary only on base, corrupt images, a busy thread ID, a missing plugin and missing capabilities
+refused by real CRIU or vLLM's preflight, and cleanup after every failure."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, Lane, completion, create_artifact, free_port, restore
+from refsupport import ARTIFACT, ExecResult, Lane, completion, create_artifact, free_port, restore
 
 
 def restored_processes(lane: Lane) -> str:
-    """Live engine processes of this lane's container (host PID namespace: other lanes are visible too)."""
+    """Live engine and CRIU processes of this lane's container (host PID namespace: other lanes are visible too)."""
     script = (
-        f"for p in $(pgrep -f 'vllm.(snapshot.server|v1.engine.core)'); do "
+        f"for p in $(pgrep -f 'vllm.(snapshot.server|v1.engine.core)|c[r]iu'); do "
         f"grep -qs {lane.container.id} /proc/$p/cgroup && tr '\\0' ' ' < /proc/$p/cmdline && echo; done"
     )
     return lane.sh(script).stdout
@@ -108,21 +110,124 @@ def test_restore_preconditions(lane_with_artifact: Lane) -> None:
     assert occupied.stderr.rstrip().endswith(f"snapshot restore address is already in use: 127.0.0.1:{busy}")
     assert restored_processes(lane) == ""
 
-    # Captured PIDs in use (only meaningful when the reference restores the captured PIDs).
-    if lane.exact_pids:
-        port = free_port()
-        assert restore(lane, port).code == 0
-        tree = json.loads(manifest_before)["process_tree"]
-        again = restore(lane, free_port())
-        assert again.code == 1
-        assert again.stderr.rstrip().endswith(f"captured PID is already occupied: {tree[0]}")
-        lane.stop_session(int(lane.read(f"{ARTIFACT}/restored.pid")))
+    # A captured PID in use: vLLM's own check refuses before anything is mutated.
+    tree = json.loads(manifest_before)["process_tree"]
+    port = free_port()
+    assert restore(lane, port).code == 0
+    assert int(lane.read(f"{ARTIFACT}/restored.pid")) == tree[0]
+    again = restore(lane, free_port())
+    assert again.code == 1
+    assert again.stderr.rstrip().endswith(f"captured PID is already occupied: {tree[0]}")
+    lane.stop_session(tree[0])
+    assert restored_processes(lane) == ""
 
-    # A corrupt image fails the CRIU stand-in's restore; the artifact's manifest is untouched.
-    lane.sh(f"f=$(ls {ARTIFACT}/images/pages-*.img); head -c 100 $f > /tmp/p && cat /tmp/p > $f")
-    corrupt = restore(lane, free_port())
-    assert corrupt.code == 1
-    assert "Restoring FAILED." in corrupt.stdout + corrupt.stderr
-    assert "is missing or corrupt" in corrupt.stdout + corrupt.stderr
+
+def criu_failure(result: ExecResult, action: str) -> str:
+    """vLLM's failure after a failed CRIU run: exit 1, the CRIU log tail on the log stream (stdout), the
+    SnapshotRestoreError/CalledProcessError on stderr. Returns the logged tail."""
+    assert result.code == 1, result.stdout + result.stderr
+    assert f"CRIU {action}.log (tail):" in result.stdout, result.stdout
+    assert "returned non-zero exit status 1" in result.stderr.rstrip().splitlines()[-1]
+    return result.stdout.split(f"CRIU {action}.log (tail):", 1)[1]
+
+
+def hold_pid(lane: Lane, pid: int) -> None:
+    """Occupy ``pid`` in the (host) PID namespace with a sleeping process, through ns_last_pid (the lane has
+    CAP_SYS_ADMIN and an unmasked /proc/sys), retrying while other processes fork."""
+    script = (
+        "import os, sys, time\n"
+        f"target = {pid}; deadline = time.monotonic() + 30\n"
+        "while time.monotonic() < deadline:\n"
+        "    open('/proc/sys/kernel/ns_last_pid', 'w').write(str(target - 1))\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        os.execvp('sleep', ['sleep', '600'])\n"
+        "    if child == target:\n"
+        "        sys.exit(0)\n"
+        "    os.kill(child, 9); os.waitpid(child, 0)\n"
+        "sys.exit(1)\n"
+    )
+    assert lane.exec(["python3", "-c", script], 60).code == 0, f"could not occupy PID {pid}"
+    assert lane.exec(["kill", "-0", str(pid)]).code == 0
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("lane_with_artifact", ["head"], indirect=True)
+def test_real_criu_restore_failures(lane_with_artifact: Lane) -> None:
+    """Faults that only CRIU itself can see: each is vLLM's own failure (exit 1, CRIU's restore.log tail) and
+    leaves nothing running; the artifact is untouched and restores once the fault is gone."""
+    lane = lane_with_artifact
+    manifest_before = lane.read(f"{ARTIFACT}/manifest.json")
+    manifest = json.loads(manifest_before)
+    root = manifest["process_tree"][0]
+    images = f"{ARTIFACT}/images"
+    threads = sorted(
+        int(name[len("core-") : -len(".img")])
+        for name in lane.sh(f"ls {images}").stdout.split()
+        if name.startswith("core-") and int(name[len("core-") : -len(".img")]) not in manifest["process_tree"]
+    )
+    assert threads, "the captured processes have threads (CRIU writes one core-<tid>.img per thread)"
+
+    def faulted(corrupt: str, path: str) -> ExecResult:
+        assert lane.sh(f"cp -p {path} /tmp/pristine.img && {corrupt}").code == 0
+        try:
+            return restore(lane, free_port())
+        finally:
+            assert lane.sh(f"cat /tmp/pristine.img > {path}").code == 0
+
+    # A truncated image file (the root's core image, cut in half): CRIU reads less than the record says.
+    core = f"{images}/core-{root}.img"
+    truncated = faulted(f"truncate -s $(( $(stat -c %s {core}) / 2 )) {core}", core)
+    tail = criu_failure(truncated, "restore")
+    assert re.search(rf"Read \d+ bytes while \d+ expected from {re.escape(core)}", tail), tail
+    assert "Restoring FAILED." in tail
+    assert restored_processes(lane) == ""
+
+    # An altered image file (pstree.img's magic overwritten).
+    pstree = f"{images}/pstree.img"
+    altered = faulted(f"printf '\\377\\377\\377\\377' | dd of={pstree} bs=1 conv=notrunc 2>/dev/null", pstree)
+    assert "Head magic doesn't match for pstree.img" in criu_failure(altered, "restore")
+    assert restored_processes(lane) == ""
+
+    # A captured thread ID in use: vLLM checks process PIDs only; CRIU itself cannot recreate the thread.
+    hold_pid(lane, threads[-1])
+    try:
+        busy = restore(lane, free_port())
+    finally:
+        lane.exec(["kill", "-KILL", str(threads[-1])])
+    tail = criu_failure(busy, "restore")
+    assert "Unable to create a thread: -17" in tail and "Restoring FAILED." in tail, tail
+    assert restored_processes(lane) == ""
+
+    # The CRIU CUDA plugin missing: vLLM's preflight refuses before CRIU runs or anything is mutated.
+    plugin_dir = lane.sh("echo $CRIU_CUDA_PLUGIN_DIR").stdout.strip()
+    assert lane.sh(f"mv {plugin_dir}/cuda_plugin.so /tmp/cuda_plugin.so").code == 0
+    try:
+        missing = restore(lane, free_port())
+    finally:
+        assert lane.sh(f"mv /tmp/cuda_plugin.so {plugin_dir}/cuda_plugin.so").code == 0
+    assert missing.code == 1
+    assert missing.stderr.rstrip().endswith(f"RuntimeError: CRIU CUDA plugin not found in {plugin_dir}")
+    assert restored_processes(lane) == ""
+
     assert lane.read(f"{ARTIFACT}/manifest.json") == manifest_before
+    port = free_port()
+    assert restore(lane, port).code == 0
+    assert completion(port, "The capital of France is")["text"] == manifest["oracle_text"]
+    lane.stop_session(root)
+    assert restored_processes(lane) == ""
+
+
+@pytest.mark.docker
+def test_host_without_the_capabilities(lane_factory) -> None:
+    """Docker's default capabilities (host namespaces only): CRIU refuses to dump; vLLM logs CRIU's output,
+    exits 1, kills the snapshot child and removes the unpublished target."""
+    lane: Lane = lane_factory("head", privileges="host-namespaces")
+    failed = create_artifact(lane)
+    assert failed.code == 1
+    assert "CRIU stdout (tail):" in failed.stdout, failed.stdout
+    assert "CRIU needs to have the CAP_SYS_ADMIN or the CAP_CHECKPOINT_RESTORE capability" in failed.stdout
+    assert "CRIU dump.log unavailable:" in failed.stdout  # CRIU stopped before it opened its log
+    assert "returned non-zero exit status 1" in failed.stderr.rstrip().splitlines()[-1]
+    assert lane.exec(["test", "-e", ARTIFACT]).code == 1
     assert restored_processes(lane) == ""

@@ -54,7 +54,7 @@ class Digests:
         model = self.model_runner.model  # type: ignore[attr-defined]
         return {
             name: hashlib.sha256(
-                param.detach().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes()
+                param.detach().cpu().contiguous().view(-1).view(dtype=_u8()).numpy().tobytes()
             ).hexdigest()
             for name, param in model.named_parameters()
         }

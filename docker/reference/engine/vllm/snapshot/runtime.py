@@ -1,6 +1,6 @@
-"""Host runtime operations for local snapshots: the child launch, process inventory, CRIU dump/restore (the
-image ships CRIU, cuda-checkpoint and nvidia-smi stand-ins on PATH), identity, manifest, pinning and
-cleanup."""
+"""Host runtime operations for local snapshots: the child launch, process inventory, CRIU dump/restore (real
+CRIU with its CUDA plugin and cuda-checkpoint, found on PATH and in CRIU_CUDA_PLUGIN_DIR as vLLM finds them),
+identity, manifest, pinning and cleanup."""
 
 from __future__ import annotations
 
@@ -758,7 +758,7 @@ class LocalSnapshotTools:
                 )
 
     def restore(self, artifact: Path, manifest: SnapshotManifest) -> int:
-        # Best effort before mutation; CRIU (here: its stand-in) stays authoritative about PIDs.
+        # Best effort before mutation; CRIU stays authoritative about PIDs.
         for pid in manifest.process_tree:
             try:
                 os.kill(pid, 0)
@@ -770,6 +770,7 @@ class LocalSnapshotTools:
                 raise SnapshotRestoreError(f"captured PID availability probe failed: {pid}") from error
             raise SnapshotRestoreError(f"captured PID is already occupied: {pid}")
         self._verify_external_cache_files(manifest)
+        expected_root_pid = manifest.process_tree[0]
         (artifact / "release.json").unlink(missing_ok=True)
         pidfile = artifact / "restored.pid"
         pidfile.unlink(missing_ok=True)
@@ -790,35 +791,15 @@ class LocalSnapshotTools:
                     str(pidfile),
                 ],
             )
-            pid_map = self._restored_pid_map(artifact)
-            tree = tuple(pid_map.get(pid, pid) for pid in manifest.process_tree)
-            holders = tuple(pid_map.get(pid, pid) for pid in manifest.cuda_holders)
-            self._pin_restored_tree(artifact, tree, holders)
+            # Pin before reading the PID file so that a failure between restore and the read cannot orphan the
+            # tree.
+            self._pin_restored_tree(artifact, manifest.process_tree, manifest.cuda_holders)
             restored = self._read_restored_pid(pidfile)
-            if restored != tree[0]:
+            if restored != expected_root_pid:
                 raise SnapshotRestoreError("restored PID does not match the captured process tree")
         except BaseException as error:
-            self._abort_failed_restore(artifact, self._pinned_root(manifest.process_tree[0]), staged, error)
+            self._abort_failed_restore(artifact, expected_root_pid, staged, error)
         return restored
-
-    def _restored_pid_map(self, artifact: Path) -> dict[int, int]:
-        """Reference deviation: CRIU restores the captured PIDs; the stand-in can only when it may write
-        ns_last_pid. It records where each captured process went, and the runtime pins those PIDs instead."""
-        path = artifact / "images" / "pid-map.img"
-        if not path.is_file():
-            return {}
-        mapping = {int(old): int(new) for old, new in json.loads(path.read_text()).items()}
-        for old, new in mapping.items():
-            if old != new:
-                logger.warning(
-                    "captured PID %d was restored as PID %d (the reference cannot always keep PIDs)", old, new
-                )
-        return mapping
-
-    def _pinned_root(self, captured_root: int) -> int:
-        if captured_root in self._restored:
-            return captured_root
-        return next(iter(self._restored), captured_root)
 
     def _read_restored_pid(self, pidfile: Path) -> int:
         try:

@@ -1,6 +1,7 @@
 """A small Qwen3 decoder in plain torch, with Qwen3's parameter names.
 
-Parameters are held in the serving dtype (float16/bfloat16/float32); the CPU computes in float32.
+Parameters are held in the serving dtype (float16/bfloat16/float32) on the engine's device (CUDA or CPU);
+the forward pass computes in float32 on either.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Qwen3Attention(nn.Module):
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) / (self.head_dim**0.5)
-        mask = torch.ones(tokens, tokens, dtype=torch.bool).triu(1)
+        mask = torch.ones(tokens, tokens, dtype=torch.bool, device=scores.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
         attended = torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v)
         return self.o_proj(attended.reshape(tokens, self.num_heads * self.head_dim))

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
 import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from vllm.config import VllmConfig
@@ -24,9 +22,7 @@ logger = init_logger(__name__)
 
 
 class EngineCore:
-    def __init__(
-        self, vllm_config: VllmConfig, restore: tuple[dict[str, Any], dict[str, Any]] | None = None
-    ) -> None:
+    def __init__(self, vllm_config: VllmConfig) -> None:
         from vllm.plugins import load_general_plugins
 
         load_general_plugins()
@@ -38,17 +34,8 @@ class EngineCore:
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.eos_token_id = int(vllm_config.hf_config.get("eos_token_id", 0))
-        if restore is None:
-            self.model_executor.load_model()
-            self.kv_cache_config = self._initialize_kv_caches()
-        else:
-            state, tensors = restore
-            self.model_executor.driver_worker.worker._vsnapref_restore(state["worker"], tensors)
-            self.model_executor.is_sleeping = bool(state["executor"]["is_sleeping"])
-            self.model_executor.sleeping_tags = set(state["executor"]["sleeping_tags"])
-            from vllm.v1.core.kv_cache_utils import KVCacheConfig
-
-            self.kv_cache_config = KVCacheConfig(**state["worker"]["kv_cache_config"])
+        self.model_executor.load_model()
+        self.kv_cache_config = self._initialize_kv_caches()
 
     def _initialize_kv_caches(self) -> Any:
         from vllm.v1.core.kv_cache_utils import get_kv_cache_config, report_kv_cache_config
@@ -84,7 +71,8 @@ class EngineCore:
         self.num_requests += 1
         self.num_prompt_tokens += len(ids)
         for step in range(max_tokens):
-            logits = self.model_executor.execute_model(ids).clone()
+            # Sampling runs on the host (a CPU generator for seeded requests), whatever the device.
+            logits = self.model_executor.execute_model(ids).float().cpu().clone()
             raw_logprobs = logits.log_softmax(-1)
             if step < min_tokens:
                 logits[self.eos_token_id] = float("-inf")
@@ -147,74 +135,20 @@ class EngineCore:
     def shutdown(self) -> None:
         self.model_executor.shutdown()
 
-    # -- reference checkpoint (CRIU stand-in) ------------------------------------------------------------
-    def checkpoint_dump(self, images: Path, stdout_target: str) -> list[str]:
-        import json
 
-        import torch
-
-        from vllm._vsnapref.checkpoint import write_private
-
-        worker = self.model_executor.driver_worker.worker
-        state = {
-            "role": "engine_core",
-            "vllm_config": self.vllm_config.to_dict(),
-            "worker": worker._vsnapref_checkpoint_state(),
-            "executor": {
-                "is_sleeping": self.model_executor.is_sleeping,
-                "sleeping_tags": sorted(self.model_executor.sleeping_tags),
-            },
-            "counters": [self.num_requests, self.num_prompt_tokens, self.num_generation_tokens],
-            "stdout": stdout_target,
-        }
-        pid = os.getpid()
-        write_private(images / f"core-{pid}.img", json.dumps(state, sort_keys=True).encode())
-        pages = images / f"pages-{pid}.img"
-        staging = images / f".pages-{pid}.partial"
-        torch.save(worker._vsnapref_checkpoint_tensors(), staging)
-        write_private(pages, staging.read_bytes())
-        staging.unlink()
-        return [f"core-{pid}.img", f"pages-{pid}.img"]
-
-
-def _load_restore(images: Path, pid: int) -> tuple[VllmConfig, tuple[dict[str, Any], dict[str, Any]]]:
-    import json
-
-    import torch
-
-    state = json.loads((images / f"core-{pid}.img").read_text())
-    tensors = torch.load(images / f"pages-{pid}.img")
-    return VllmConfig.from_dict(state["vllm_config"]), (state, tensors)
-
-
-def run_engine_core(connection: Connection, restore_images: tuple[Path, int] | None) -> None:
+def run_engine_core(connection: Connection) -> None:
     set_process_label("EngineCore")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(0)))
     engine: EngineCore | None = None
     try:
-        if restore_images is None:
-            vllm_config = VllmConfig.from_dict(connection.recv())
-            engine = EngineCore(vllm_config)
-        else:
-            vllm_config, restore = _load_restore(*restore_images)
-            engine = EngineCore(vllm_config, restore=restore)
-            engine.num_requests, engine.num_prompt_tokens, engine.num_generation_tokens = restore[0][
-                "counters"
-            ]
+        vllm_config = VllmConfig.from_dict(connection.recv())
+        engine = EngineCore(vllm_config)
     except BaseException as error:
         logger.exception("EngineCore failed to start.")
         flush_handlers()
         with contextlib.suppress(OSError):
             connection.send(("failed", f"{type(error).__name__}: {error}"))
         raise
-    if os.environ.get("VSNAPREF_CHECKPOINT") == "1":
-        from vllm._vsnapref.checkpoint import agent
-
-        def dump(request: dict[str, Any]) -> dict[str, Any]:
-            assert engine is not None
-            return {"files": engine.checkpoint_dump(Path(request["images_dir"]), request.get("stdout", ""))}
-
-        agent().handlers["dump"] = dump
     connection.send(("ready", engine.info()))
     flush_handlers()
     try:
@@ -251,12 +185,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m vllm.v1.engine.core")
     parser.add_argument("--engine-fd", type=int, required=True)
     options = parser.parse_args()
-    from vllm._vsnapref.checkpoint import restore_images
-
-    images = restore_images()
     connection = Connection(options.engine_fd)
     try:
-        run_engine_core(connection, images)
+        run_engine_core(connection)
     except SystemExit:
         raise
     except BaseException:

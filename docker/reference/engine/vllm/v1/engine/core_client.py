@@ -10,7 +10,6 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import IO, Any
 
 from vllm.config import VllmConfig
@@ -26,48 +25,27 @@ class EngineDeadError(RuntimeError):
 class EngineCoreClient:
     def __init__(
         self,
-        vllm_config: VllmConfig | None,
+        vllm_config: VllmConfig,
         *,
         stdout: IO[bytes] | None = None,
-        checkpoint: bool = False,
-        restore_images: Path | None = None,
-        target_pid: int | None = None,
         startup_timeout_s: float = 600.0,
     ) -> None:
-        from vllm._vsnapref.checkpoint import RESTORE_ENV, RESTORE_PID_ENV, spawn_with_pid
-
         parent, child = socket.socketpair()
-        environment = os.environ.copy()
-        if checkpoint:
-            environment["VSNAPREF_CHECKPOINT"] = "1"
-        if restore_images is not None:
-            environment[RESTORE_ENV] = str(restore_images)
-            environment[RESTORE_PID_ENV] = str(target_pid)
         command = [sys.executable, "-m", "vllm.v1.engine.core", "--engine-fd", str(child.fileno())]
-
-        def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                command,
-                pass_fds=(child.fileno(),),
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=subprocess.STDOUT if stdout is not None else None,
-            )
-
-        def discard(process: subprocess.Popen[bytes]) -> None:
-            process.kill()
-            process.wait()
-
-        self.process: subprocess.Popen[bytes] = spawn_with_pid(target_pid, spawn, discard)
+        self.process: subprocess.Popen[bytes] = subprocess.Popen(
+            command,
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT if stdout is not None else None,
+        )
         child.close()
         self.connection = Connection(os.dup(parent.fileno()))
         parent.close()
         self.lock = threading.Lock()
         self.ids = itertools.count()
         self.dead = False
-        if vllm_config is not None:
-            self.connection.send(vllm_config.to_dict())
+        self.connection.send(vllm_config.to_dict())
         if not self.connection.poll(startup_timeout_s):
             self.kill()
             raise RuntimeError("Engine core initialization timed out.")

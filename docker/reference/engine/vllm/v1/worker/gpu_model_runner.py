@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vllm._vsnapref.device import SimulatedDevice
+from vllm._vsnapref.device import Device
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.model_executor.model_loader.safetensors_io import load_file
@@ -29,9 +29,10 @@ def unique_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 
 class GPUModelRunner:
-    def __init__(self, vllm_config: VllmConfig, device: SimulatedDevice) -> None:
+    def __init__(self, vllm_config: VllmConfig, device: Device) -> None:
         self.vllm_config = vllm_config
         self.device = device
+        self.torch_device = device.torch_device
         self.dtype = TORCH_DTYPES[vllm_config.dtype]
         self.hf_config: dict[str, Any] = vllm_config.hf_config
         self.model: nn.Module = nn.Module()
@@ -48,7 +49,7 @@ class GPUModelRunner:
         model = Qwen3ForCausalLM(self.hf_config, self.dtype)
         model.load_weights(self._checkpoint())
         model.eval()
-        self.model = model
+        self.model = model.to(self.torch_device)
         self.device.allocate("weights", self.weight_bytes())
         logger.info(
             "Model loading took %.4f GiB memory and %.6f seconds",
@@ -110,12 +111,14 @@ class GPUModelRunner:
         self.device.allocate("kv_cache", config.kv_cache_memory_bytes)
         slots = config.num_blocks * config.block_size
         self.kv_caches = [
-            torch.zeros(2, slots, config.num_kv_heads, config.head_size, dtype=self.dtype)
+            torch.zeros(
+                2, slots, config.num_kv_heads, config.head_size, dtype=self.dtype, device=self.torch_device
+            )
             for _ in range(config.num_layers)
         ]
 
     def release_kv_cache(self) -> int:
-        self.kv_caches = [torch.empty(0, dtype=self.dtype) for _ in self.kv_caches]
+        self.kv_caches = [torch.empty(0, dtype=self.dtype, device=self.torch_device) for _ in self.kv_caches]
         return self.device.release("kv_cache")
 
     # -- execution ---------------------------------------------------------------------------------------
@@ -123,7 +126,7 @@ class GPUModelRunner:
         """Logits (float32) for the next token after ``token_ids``; K/V land in blocks 0.. of the cache."""
         if len(token_ids) > self.vllm_config.max_model_len:
             raise ValueError(f"sequence of {len(token_ids)} tokens exceeds max_model_len")
-        ids = torch.tensor(token_ids, dtype=torch.long)
-        positions = torch.arange(len(token_ids), dtype=torch.long)
+        ids = torch.tensor(token_ids, dtype=torch.long, device=self.torch_device)
+        positions = torch.arange(len(token_ids), dtype=torch.long, device=self.torch_device)
         caches = self.kv_caches if all(cache.numel() for cache in self.kv_caches) else []
         return self.model(ids, positions, caches, positions)  # type: ignore[no-any-return]

@@ -1,4 +1,4 @@
-"""The worker: owns the (simulated) device, the model runner and sleep mode."""
+"""The worker: owns the device (CUDA when torch sees one, else simulated), the model runner and sleep mode."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vllm._vsnapref.device import MiB, SimulatedDevice
+from vllm._vsnapref.device import Device, MiB, make_device
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.utils.mem_utils import format_gib
@@ -32,7 +32,7 @@ class Worker(WorkerBase):
         is_driver_worker: bool = False,
     ) -> None:
         super().__init__(vllm_config, local_rank, rank, distributed_init_method, is_driver_worker)
-        self.device: SimulatedDevice | None = None
+        self.device: Device | None = None
         self.model_runner: GPUModelRunner
         self._sleep_saved_buffers: dict[str, torch.Tensor] = {}
         self._sleep_offloaded: dict[str, torch.Tensor] = {}
@@ -44,8 +44,14 @@ class Worker(WorkerBase):
     def init_device(self) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(self.vllm_config.seed)
-        self.device = SimulatedDevice()
+        self.device = make_device()
         self.device.register_holder(CONTEXT_BYTES)
+        logger.info(
+            "Worker device: %s (%s)%s",
+            self.device.torch_device,
+            self.device.info.name,
+            " (simulated: sizes the KV cache only; tensors in host memory)" if self.device.simulated else "",
+        )
         self.requested_memory = int(self.device.total * self.vllm_config.gpu_memory_utilization)
         if self.device.free < self.requested_memory:
             raise ValueError(
@@ -118,14 +124,16 @@ class Worker(WorkerBase):
         free_before = self.device.free
         model = self.model_runner.model
         if level == 2:
-            self._sleep_saved_buffers = {name: buffer.cpu().clone() for name, buffer in model.named_buffers()}
+            self._sleep_saved_buffers = {
+                name: buffer.to("cpu", copy=True) for name, buffer in model.named_buffers()
+            }
         for name, param in unique_parameters(model):
             if name in self._released_shapes:
                 continue
             if level == 1:
-                self._sleep_offloaded[name] = param.data.clone()
+                self._sleep_offloaded[name] = param.data.to("cpu", copy=True)
             self._released_shapes[name] = tuple(param.shape)
-            param.data = torch.empty(0, dtype=param.dtype)
+            param.data = torch.empty(0, dtype=param.dtype, device=self.device.torch_device)
         self.device.release("weights")
         self.model_runner.release_kv_cache()
         self._kv_released = True
@@ -152,7 +160,11 @@ class Worker(WorkerBase):
                 param = params[name]
                 offloaded = self._sleep_offloaded.pop(name, None)
                 # Fresh device pages hold no weights: level-2 sleep needs reload_weights() afterwards.
-                param.data = offloaded if offloaded is not None else torch.zeros(shape, dtype=param.dtype)
+                param.data = (
+                    offloaded.to(self.device.torch_device)
+                    if offloaded is not None
+                    else torch.zeros(shape, dtype=param.dtype, device=self.device.torch_device)
+                )
             self._released_shapes = {}
         if wake_weights and self._sleep_saved_buffers:
             for name, buffer in model.named_buffers():
@@ -163,6 +175,11 @@ class Worker(WorkerBase):
             self.model_runner.allocate_kv_cache()
             self._kv_released = False
         self.synchronize_device()
+
+    def synchronize_device(self) -> None:
+        """Block until in-flight device work completes (a CPU or simulated device has none in flight)."""
+        if self.device is not None and not self.device.simulated:
+            torch.cuda.synchronize(self.device.torch_device)
 
     def reload_weights(self, *args: Any, **kwargs: Any) -> None:
         self.model_runner.reload_weights()
@@ -178,66 +195,3 @@ class Worker(WorkerBase):
     def shutdown(self) -> None:
         if self.device is not None:
             self.device.unregister_holder()
-
-    # -- reference checkpoint state (read by the CRIU stand-in's agent) -----------------------------------
-    def _vsnapref_checkpoint_state(self) -> dict[str, Any]:
-        assert self.device is not None
-        return {
-            "released_shapes": {name: list(shape) for name, shape in self._released_shapes.items()},
-            "kv_released": self._kv_released,
-            "kv_cache_config": self.model_runner.kv_cache_config.to_dict()
-            if self.model_runner.kv_cache_config
-            else None,
-            "device_allocations": dict(self.device.allocations),
-            "requested_memory": self.requested_memory,
-            "rng_state": torch.get_rng_state().tolist(),
-        }
-
-    def _vsnapref_checkpoint_tensors(self) -> dict[str, torch.Tensor]:
-        tensors = {f"buffer:{name}": value for name, value in self._sleep_saved_buffers.items()}
-        tensors.update({f"offloaded:{name}": value for name, value in self._sleep_offloaded.items()})
-        return tensors
-
-    def _vsnapref_restore(self, state: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
-        """Rebuild the worker as it was at the dump: model skeleton, released memory, saved host copies."""
-        assert self.device is not None
-        model = Qwen3Skeleton.build(self.vllm_config)
-        self.model_runner.model = model
-        params = dict(unique_parameters(model))
-        self._released_shapes = {name: tuple(shape) for name, shape in state["released_shapes"].items()}
-        for name in self._released_shapes:
-            params[name].data = torch.empty(0, dtype=params[name].dtype)
-        self._sleep_saved_buffers = {
-            name.removeprefix("buffer:"): value
-            for name, value in tensors.items()
-            if name.startswith("buffer:")
-        }
-        self._sleep_offloaded = {
-            name.removeprefix("offloaded:"): value
-            for name, value in tensors.items()
-            if name.startswith("offloaded:")
-        }
-        for name, buffer in model.named_buffers():
-            # A released process image holds no device buffers; wake_up restores them from the saved copies.
-            if name in self._sleep_saved_buffers:
-                buffer.data.zero_()
-        if state["kv_cache_config"] is not None:
-            self.model_runner.kv_cache_config = KVCacheConfig(**state["kv_cache_config"])
-        self.requested_memory = int(state["requested_memory"])
-        for tag, nbytes in state["device_allocations"].items():
-            self.device.allocate(tag, int(nbytes))
-        self._kv_released = bool(state["kv_released"])
-        if not self._kv_released:
-            self.model_runner.allocate_kv_cache()
-        torch.set_rng_state(torch.tensor(state["rng_state"], dtype=torch.uint8))
-
-
-class Qwen3Skeleton:
-    @staticmethod
-    def build(vllm_config: VllmConfig) -> nn.Module:
-        from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
-        from vllm.v1.worker.gpu_model_runner import TORCH_DTYPES
-
-        model = Qwen3ForCausalLM(vllm_config.hf_config, TORCH_DTYPES[vllm_config.dtype])
-        model.eval()
-        return model

@@ -49,34 +49,27 @@ async def run_engine_canary(engine: Any) -> Oracle:
 
 
 async def run_vllm_snapshot_child(control: ControlArgs, args: argparse.Namespace) -> None:
-    from vllm._vsnapref.snapshot_child import ChildCheckpoint
+    from vllm._vsnapref.snapshot_child import engine_client
     from vllm.entrypoints.openai.api_server import bind_server_socket, serve_http
 
     args.enable_sleep_mode = True
-    checkpoint = ChildCheckpoint.current(control)
-    async with checkpoint.engine_client(args) as engine:
-        if checkpoint.restored:
-            token_ids, text, logprob = checkpoint.state["captured"]["oracle"]
-            oracle = Oracle(tuple(token_ids), text, logprob)
-        else:
-            oracle = await run_engine_canary(engine)
-            try:
-                await _release_reloadable_state(engine)
-                await _restore_reloadable_state(engine)
-                rehearsal = await run_engine_canary(engine)
-                if not oracles_match(oracle, rehearsal):
-                    raise SnapshotCanaryError("snapshot rehearsal changed canary output")
-                await _release_reloadable_state(engine)
-            except SnapshotCanaryError:
-                raise
-            except Exception as error:
-                raise SnapshotCanaryError("snapshot rehearsal failed") from error
-            detach_snapshot_streams()
-            write_ready_atomic(control.ready_file, oracle)
-        checkpoint.capture_point(oracle=[list(oracle.token_ids), oracle.text, oracle.sampled_token_logprob])
-        listener = await wait_for_release_marker(
-            control.release_file, timeout_s=control.release_timeout_s, budget=checkpoint.budget
-        )
+    async with engine_client(args) as engine:
+        oracle = await run_engine_canary(engine)
+        try:
+            await _release_reloadable_state(engine)
+            await _restore_reloadable_state(engine)
+            rehearsal = await run_engine_canary(engine)
+            if not oracles_match(oracle, rehearsal):
+                raise SnapshotCanaryError("snapshot rehearsal changed canary output")
+            await _release_reloadable_state(engine)
+        except SnapshotCanaryError:
+            raise
+        except Exception as error:
+            raise SnapshotCanaryError("snapshot rehearsal failed") from error
+        detach_snapshot_streams()
+        write_ready_atomic(control.ready_file, oracle)
+        # CRIU dumps the tree while it waits here; a restored tree continues from this wait.
+        listener = await wait_for_release_marker(control.release_file, timeout_s=control.release_timeout_s)
         args.host = listener.host
         args.port = listener.port
         await _restore_reloadable_state(engine)
@@ -90,10 +83,7 @@ async def run_vllm_snapshot_child(control: ControlArgs, args: argparse.Namespace
 def main(argv: list[str] | None = None) -> None:
     control, remaining = parse_control_args(sys.argv[1:] if argv is None else argv)
     args = parse_vllm_args(remaining)
-    from vllm._vsnapref.snapshot_child import ChildCheckpoint
     from vllm.plugins import load_general_plugins
-
-    ChildCheckpoint.current(control)  # a restored child re-creates its engine core before any thread exists
 
     load_general_plugins()
     asyncio.run(run_vllm_snapshot_child(control, args))

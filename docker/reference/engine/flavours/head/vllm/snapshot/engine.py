@@ -124,24 +124,3 @@ class SnapshotSession:
         assert self._oracle is not None
         if not oracles_match(self._oracle, oracle):
             raise SnapshotCanaryError(f"snapshot {stage} changed canary output")
-
-    # -- reference checkpoint ------------------------------------------------------------------------------
-    def checkpoint_state(self) -> dict[str, Any]:
-        oracle = self._oracle
-        return {
-            "state": self.state,
-            "phase": self.phase,
-            "oracle": None
-            if oracle is None
-            else [list(oracle.token_ids), oracle.text, oracle.sampled_token_logprob],
-        }
-
-    @classmethod
-    def from_checkpoint(cls, engine: Any, timeout_s: float, state: dict[str, Any]) -> SnapshotSession:
-        session = cls(engine, timeout_s=timeout_s)
-        session.state = state["state"]
-        session.phase = state["phase"]
-        if state["oracle"] is not None:
-            token_ids, text, logprob = state["oracle"]
-            session._oracle = Oracle(tuple(token_ids), text, logprob)
-        return session

@@ -30,31 +30,22 @@ def prepare_server_args(args: argparse.Namespace) -> None:
 
 
 async def run_vllm_snapshot_child(control: ControlArgs, args: argparse.Namespace) -> None:
-    from vllm._vsnapref.snapshot_child import ChildCheckpoint
+    from vllm._vsnapref.snapshot_child import engine_client
     from vllm.entrypoints.openai.api_server import bind_server_socket, serve_http
 
     args.enable_sleep_mode = True
     prepare_server_args(args)
-    checkpoint = ChildCheckpoint.current(control)
-    async with checkpoint.engine_client(args) as engine:
+    async with engine_client(args) as engine:
         error_file = control.ready_file.with_name("error.json")
-        if checkpoint.restored:
-            captured = checkpoint.state["captured"]
-            session = SnapshotSession.from_checkpoint(engine, control.release_timeout_s, captured["session"])
-            phase = captured["phase"]
-        else:
-            session = SnapshotSession(engine, timeout_s=control.release_timeout_s)
-            phase = "prepare"
+        session = SnapshotSession(engine, timeout_s=control.release_timeout_s)
+        phase = "prepare"
         try:
-            if not checkpoint.restored:
-                oracle = await session.prepare()
-                phase = "capture barrier"
-                detach_snapshot_streams()
-                write_ready_atomic(control.ready_file, oracle)
-            checkpoint.capture_point(session=session.checkpoint_state(), phase=phase)
-            listener = await wait_for_release_marker(
-                control.release_file, timeout_s=control.release_timeout_s, budget=checkpoint.budget
-            )
+            oracle = await session.prepare()
+            phase = "capture barrier"
+            detach_snapshot_streams()
+            write_ready_atomic(control.ready_file, oracle)
+            # CRIU dumps the tree while it waits here; a restored tree continues from this wait.
+            listener = await wait_for_release_marker(control.release_file, timeout_s=control.release_timeout_s)
             args.host = listener.host
             args.port = listener.port
             phase = "recover"
@@ -89,10 +80,7 @@ async def run_vllm_snapshot_child(control: ControlArgs, args: argparse.Namespace
 def main(argv: list[str] | None = None) -> None:
     control, remaining = parse_control_args(sys.argv[1:] if argv is None else argv)
     args = parse_vllm_args(remaining)
-    from vllm._vsnapref.snapshot_child import ChildCheckpoint
     from vllm.plugins import load_general_plugins
-
-    ChildCheckpoint.current(control)  # a restored child re-creates its engine core before any thread exists
 
     load_general_plugins()
     asyncio.run(run_vllm_snapshot_child(control, args))
