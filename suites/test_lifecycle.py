@@ -57,10 +57,7 @@ class TestLifecycle:
     def test_restore_2(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Second restore after the restart: the same checks, then stop and audit cleanup."""
         with lane_run.step(procedure.RESTORE_2, request.node.nodeid) as record:
-            try:
-                steps.restore(lane_run, record, 2)
-            finally:
-                steps.stop_restored(lane_run, record)
+            steps.restore_then_stop(lane_run, record, 2)
 
     @pytest.mark.vsnap_step(procedure.OVERLAY)
     def test_overlay_verified(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:

@@ -75,7 +75,7 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
     gpus = opts.get("vsnap_gpus") or "auto"
     try:
         client = runtime.connect(timeout=15)
-        add(CheckResult("docker engine", "PASS", f"reachable, version {client.version().get('Version')}"))
+        add(CheckResult("docker engine", "PASS", f"reachable, version {runtime.engine_version(client)}"))
     except runtime.RuntimeFailure as exc:
         add(CheckResult("docker engine", "FAIL", str(exc), "start Docker: bash scripts/docker-up.sh"))
         return out
@@ -106,7 +106,7 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
                 "model cache", "SKIP", "no --vsnap-model-cache: the image's own HF_HOME is used", required=False
             )
         )
-    root = client.info().get("DockerRootDir", "/var/lib/docker")
+    root = runtime.docker_root(client)
     free_gib = shutil.disk_usage(root if Path(root).exists() else "/").free / 2**30
     add(
         CheckResult(
@@ -215,12 +215,12 @@ def _privilege_checks(selected: str) -> list[CheckResult]:
     return out
 
 
-def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[CheckResult]:
-    import docker.errors
+IMAGE_PROBE_TIMEOUT_S = 120.0
 
-    try:
-        image = client.images.get(ref)
-    except docker.errors.ImageNotFound:
+
+def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[CheckResult]:
+    image = runtime.local_image(client, ref)
+    if image is None:
         return [
             CheckResult(
                 label,
@@ -229,8 +229,8 @@ def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[Che
                 "docker login && docker pull it, or `make reference` for the reference engine",
             )
         ]
-    platform = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
-    labels = image.labels or {}
+    platform = image.platform
+    labels = image.labels
     revision = labels.get("org.opencontainers.image.revision") or "unlabelled"
     build = labels.get("ai.vllm.build.commit") or "unlabelled"
     results = [
@@ -250,16 +250,19 @@ def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[Che
         ),
     ]
     try:
-        raw = client.containers.run(
+        ran = runtime.run_oneshot(
+            client,
             image.id,
             ["python3", "-c", IMAGE_SCRIPT],
-            entrypoint=[],
-            remove=True,
-            network_mode="none",
-            labels={runtime.LABEL_OWNER: runtime.owner_label(), "ai.vsnap.doctor": "1"},
+            {runtime.LABEL_OWNER: runtime.owner_label(), "ai.vsnap.doctor": "1"},
+            IMAGE_PROBE_TIMEOUT_S,
         )
-        inside = json.loads(raw.decode().strip().splitlines()[-1])
-    except (docker.errors.DockerException, ValueError, IndexError) as exc:
+        if ran.timed_out:
+            raise ValueError(f"python3 did not finish in {IMAGE_PROBE_TIMEOUT_S:.0f} s")
+        if ran.exit_code != 0:
+            raise ValueError(f"exit {ran.exit_code}: {(ran.stderr or ran.stdout).strip()[-300:]}")
+        inside = json.loads(ran.stdout.strip().splitlines()[-1])
+    except (runtime.RuntimeFailure, ValueError, IndexError) as exc:
         return [
             *results,
             CheckResult(

@@ -195,6 +195,8 @@ class StepResults(TypedDict, total=False):
     watch_polls: int
     # every step that stops engine processes
     cleanup: CleanupAudit
+    #: restore-2: the stop after a failed restore failed too (the restore's failure stays the step's)
+    cleanup_error: str
 
 
 # ---- evidence records -----------------------------------------------------------------------------------------

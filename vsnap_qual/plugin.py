@@ -136,7 +136,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     "kernel": platform.release(),
                     "hostname": socket.gethostname(),
                     "python": platform.python_version(),
-                    "docker_version": client.version().get("Version"),
+                    "docker_version": runtime.engine_version(client),
                     "machine": platform.machine(),
                     "cpus": os.cpu_count(),
                 },
@@ -348,7 +348,9 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
     )
     registry[key] = run
     try:
-        image = client.images.get(pre.images[lane.image])
+        image = runtime.local_image(client, pre.images[lane.image])
+        if image is None:
+            raise runtime.RuntimeFailure(f"image {lane.image} ({pre.images[lane.image][:19]}) vanished after preflight")
         run.start(image, pre.packages[lane.image], pre.gpus)
     except Exception as exc:
         registry[key] = exc

@@ -8,10 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
-from docker.client import DockerClient
-
 from vsnap_qual import overlay as overlay_mod
 from vsnap_qual import runtime
 from vsnap_qual.config import QualConfig
@@ -96,27 +92,32 @@ def model_cache_problems(cache: Path, model: str, revision: str) -> list[str]:
     return problems
 
 
-def probe_package(client: DockerClient, image_id: str, session: str, timeout: float) -> dict[str, Any]:
-    """Where the image's ``vllm`` package is installed, and its versions (a one-shot, network-less container)."""
+def probe_package(
+    client: Any, image_id: str, session: str, timeout: float, option: str = "--vsnap-image"
+) -> dict[str, Any]:
+    """Where the image's ``vllm`` package is installed, and its versions (a one-shot, network-less container,
+    killed after ``timeout`` seconds)."""
+    labels = {runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label()}
     try:
-        output = client.containers.run(
-            image_id,
-            ["python3", "-c", PACKAGE_PROBE],
-            entrypoint=[],
-            remove=True,
-            network_mode="none",
-            labels={runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label()},
-            stdout=True,
-            stderr=False,
-            user="0",
-        )
-    except docker.errors.ContainerError as exc:
+        ran = runtime.run_oneshot(client, image_id, ["python3", "-c", PACKAGE_PROBE], labels, timeout)
+    except runtime.RuntimeFailure as exc:
+        raise PreflightError(f"{option}: {exc}") from None
+    if ran.timed_out:
         raise PreflightError(
-            f"--vsnap-image: {image_id[:19]} cannot run python3 to locate vllm: {exc.stderr!r}"
-        ) from None
-    info = json.loads(output.decode().strip().splitlines()[-1])
+            f"{option}: {image_id[:19]}: locating vllm (python3 -c 'import importlib.util; …') did not finish in "
+            f"{timeout:.0f} s; check that the image starts python3 promptly, or raise --vsnap-timeouts=exec=SECONDS"
+        )
+    if ran.exit_code != 0:
+        raise PreflightError(
+            f"{option}: {image_id[:19]} cannot run python3 to locate vllm (exit {ran.exit_code}): "
+            f"{(ran.stderr or ran.stdout).strip()[-500:]!r}"
+        )
+    try:
+        info = json.loads(ran.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise PreflightError(f"{option}: the vllm probe printed no JSON: {ran.stdout[-300:]!r}") from None
     if not info.get("package_dir"):
-        raise PreflightError("--vsnap-image: the image has no importable vllm package")
+        raise PreflightError(f"{option}: the image has no importable vllm package")
     return dict(info)
 
 
@@ -125,18 +126,13 @@ def overlay_targets_exist(
 ) -> list[str]:
     """Overlay files whose package directory does not exist in the image (created, never started)."""
     labels = {runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label(), "ai.vsnap.probe": "1"}
-    container = client.containers.create(image_id, entrypoint=["true"], labels=labels)
-    missing = []
-    try:
-        for item in files:
-            parent = str(Path(item.image_path(package_dir)).parent)
-            try:
-                container.get_archive(parent + "/__init__.py") if parent != package_dir else None
-            except docker.errors.NotFound:
-                missing.append(f"{item.relative} (no package {parent} in the image)")
-    finally:
-        runtime.remove_container(container)
-    return missing
+    wanted = {}
+    for item in files:
+        parent = str(Path(item.image_path(package_dir)).parent)
+        if parent != package_dir:
+            wanted[parent + "/__init__.py"] = f"{item.relative} (no package {parent} in the image)"
+    missing = runtime.paths_missing_in_image(client, image_id, list(wanted), labels)
+    return [wanted[path] for path in missing]
 
 
 IO_URING_SYSCTL = Path("/proc/sys/kernel/io_uring_disabled")
@@ -210,7 +206,7 @@ def run_preflight(config: QualConfig) -> PreflightResult:
         except runtime.RuntimeFailure as exc:
             raise PreflightError(f"{option}: {exc}") from None
         result.images[ref] = image.id
-        result.packages[ref] = probe_package(client, image.id, config.run_id, config.timeouts["exec"])
+        result.packages[ref] = probe_package(client, image.id, config.run_id, config.timeouts["exec"], option)
     if files:
         package_dir = result.packages[config.image]["package_dir"]
         missing = overlay_targets_exist(client, result.images[config.image], package_dir, files, config.run_id)

@@ -90,6 +90,102 @@ def resolve_image(client: DockerClient, ref: str, pull_timeout: float = 900.0) -
     return outcome["image"]
 
 
+Client = DockerClient  # the runtime's client type, for annotations elsewhere (no Docker import needed there)
+
+
+def engine_version(client: DockerClient) -> str | None:
+    """The Docker engine's version string."""
+    return client.version().get("Version")
+
+
+def docker_root(client: DockerClient) -> str:
+    return str(client.info().get("DockerRootDir", "/var/lib/docker"))
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the harness records and checks of an image (no Docker object leaves this module)."""
+
+    id: str
+    repo_digests: list[str]
+    labels: dict[str, str]
+    platform: str
+
+
+def image_info(image: Any) -> ImageInfo:
+    attrs = image.attrs or {}
+    return ImageInfo(
+        id=str(image.id),
+        repo_digests=list(attrs.get("RepoDigests") or []),
+        labels=dict(image.labels or {}),
+        platform=f"{attrs.get('Os')}/{attrs.get('Architecture')}",
+    )
+
+
+def local_image(client: DockerClient, ref: str) -> ImageInfo | None:
+    """The local image ``ref`` (an ID or a name), or None when it is not present; never pulls."""
+    try:
+        return image_info(client.images.get(ref))
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        raise RuntimeFailure(f"cannot look up image {ref!r}: {exc.explanation}") from None
+
+
+@dataclass(frozen=True)
+class OneShot:
+    """What a one-shot container printed."""
+
+    exit_code: int | None  # None: it did not finish in time (it was removed)
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+def run_oneshot(
+    client: DockerClient, image: str, argv: list[str], labels: Mapping[str, str], timeout: float
+) -> OneShot:
+    """Run ``argv`` in a fresh network-less container of ``image`` (entrypoint cleared, root) and remove it;
+    past ``timeout`` seconds the container is killed and removed and ``timed_out`` is set. Docker errors
+    (the image cannot start) raise ``RuntimeFailure``."""
+    try:
+        container = client.containers.create(
+            image, argv, entrypoint=[], network_mode="none", labels=dict(labels), user="0", detach=True
+        )
+    except docker.errors.DockerException as exc:
+        raise RuntimeFailure(f"cannot create a container of {image[:19]}: {exc}") from None
+    try:
+        container.start()
+        try:
+            code = int(container.wait(timeout=timeout).get("StatusCode", -1))
+        except Exception:  # requests' ReadTimeout (or a dropped connection): it did not finish in time
+            return OneShot(None, "", "", timed_out=True)
+        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        return OneShot(code, stdout, stderr)
+    except docker.errors.DockerException as exc:
+        raise RuntimeFailure(f"cannot run {argv[0]} in {image[:19]}: {exc}") from None
+    finally:
+        remove_container(container)
+
+
+def paths_missing_in_image(
+    client: DockerClient, image: str, paths: Iterable[str], labels: Mapping[str, str]
+) -> list[str]:
+    """Which of ``paths`` do not exist in ``image`` (read from a created, never started container)."""
+    container = client.containers.create(image, entrypoint=["true"], labels=dict(labels))
+    missing = []
+    try:
+        for path in paths:
+            try:
+                container.get_archive(path)
+            except docker.errors.NotFound:
+                missing.append(path)
+    finally:
+        remove_container(container)
+    return missing
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -130,6 +226,15 @@ def listening_ports(proc_net_tcp: str) -> set[int]:
     return ports
 
 
+def exec_timed_out(code: int | None, seconds: float, timeout: float) -> bool:
+    """Whether an exec wrapped in coreutils ``timeout`` ran out of time: abandoned by the host deadline
+    (``code`` None), ``timeout``'s own 124, or 137 (its ``--kill-after`` SIGKILL) only once the deadline had
+    passed; a 137 before it is a process killed by someone else (OOM killer, a stop), not a timeout."""
+    if code is None:
+        return True
+    return code == 124 or (code == 137 and seconds >= timeout)
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """One finished in-container command."""
@@ -151,6 +256,22 @@ class ExecResult:
         return "\n".join(text.splitlines()[-lines:])
 
 
+@dataclass(frozen=True)
+class Bind:
+    """A host path bind-mounted at ``target`` in a lane (no Docker type leaves this module)."""
+
+    target: str
+    source: str
+    read_only: bool = True
+
+
+def _docker_mount(mount: Bind | Any) -> Any:
+    """A :class:`Bind` as the SDK's mount (a ready ``docker.types.Mount`` passes through unchanged)."""
+    if isinstance(mount, Bind):
+        return docker.types.Mount(mount.target, mount.source, type="bind", read_only=mount.read_only)
+    return mount
+
+
 @dataclass
 class ContainerSpec:
     """What a lane's container looks like; built by the suite from the config."""
@@ -159,7 +280,7 @@ class ContainerSpec:
     name: str
     labels: dict[str, str]
     environment: dict[str, str]
-    mounts: list[docker.types.Mount] = field(default_factory=list)
+    mounts: list[Bind] = field(default_factory=list)
     privileges: str = "privileged"
     gpus: str = "none"  # "none" | "all" | "GPU-<uuid>"
     ports: Iterable[int] = ()
@@ -220,7 +341,7 @@ class EngineContainer:
             "name": spec.name,
             "labels": spec.labels,
             "environment": spec.environment,
-            "mounts": spec.mounts,
+            "mounts": [_docker_mount(m) for m in spec.mounts],
             "user": "0",
             "detach": True,
             "stop_signal": "SIGKILL",  # sleep ignores nothing useful; the engine tree is reaped by the kill
@@ -287,32 +408,36 @@ class EngineContainer:
             handle.flush()
 
         def pump() -> None:
-            for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
-                for chunk, sink in ((chunk_out, out), (chunk_err, err)):
-                    if chunk:
-                        sink.append(chunk)
-                        if handle:
-                            handle.write(chunk)
-                            handle.flush()
+            # The pump owns the log: it closes it when the stream ends, even after the host deadline abandoned
+            # the exec (closing it from the caller would race a write still in flight).
+            try:
+                for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
+                    for chunk, sink in ((chunk_out, out), (chunk_err, err)):
+                        if chunk:
+                            sink.append(chunk)
+                            if handle:
+                                handle.write(chunk)
+                                handle.flush()
+            finally:
+                if handle:
+                    handle.close()
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         reader.join(timeout + HOST_GRACE_S)
-        timed_out = reader.is_alive()
-        if handle:
-            handle.close()
+        abandoned = reader.is_alive()
         code: int | None = None
-        if not timed_out:
+        if not abandoned:
             code = api.exec_inspect(exec_id).get("ExitCode")
-            timed_out = code == 124 or code == 137
+        ended = time.time()
         return ExecResult(
             argv=list(argv),
             exit_code=code,
             stdout=b"".join(out).decode("utf-8", "replace"),
             stderr=b"".join(err).decode("utf-8", "replace"),
             started=started,
-            ended=time.time(),
-            timed_out=timed_out,
+            ended=ended,
+            timed_out=exec_timed_out(code, ended - started, timeout),
         )
 
     def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
@@ -351,11 +476,14 @@ class EngineContainer:
         return "" if data is None else data.decode("utf-8", "replace")
 
     def processes(self) -> list[dict[str, Any]]:
-        """This container's processes (its cgroup only, even with pid=host), with pid, ppid, sid, stat, args."""
+        """This container's processes (its cgroup only, even with pid=host), with pid, ppid, sid, stat, args.
+
+        Fails closed: when Docker cannot list them this raises ``RuntimeFailure`` (an empty list would tell a
+        stop or a leftover audit that nothing is running)."""
         try:
             top = self.container.top(ps_args="-eo pid,ppid,sid,stat,args")
-        except docker.errors.APIError:
-            return []
+        except docker.errors.DockerException as exc:
+            raise RuntimeFailure(f"cannot list the processes of {self.spec.name}: {exc}") from None
         titles = [t.upper() for t in top.get("Titles") or []]
         procs = []
         for row in top.get("Processes") or []:

@@ -19,10 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import docker
-import docker.types
 import pytest
-from docker.client import DockerClient
 
 from vsnap_qual import engine, model, procedure
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
@@ -34,9 +31,12 @@ from vsnap_qual.runtime import (
     LABEL_LANE,
     LABEL_OWNER,
     LABEL_SESSION,
+    Bind,
+    Client,
     ContainerSpec,
     EngineContainer,
     ExecResult,
+    ImageInfo,
     free_ports,
     listening_ports,
     owner_label,
@@ -112,7 +112,7 @@ class LaneRun:
     config: QualConfig
     lane: Lane
     store: EvidenceStore
-    client: DockerClient
+    client: Client
     overlay: list[OverlayFile]
     session_id: str
     purpose: str = "lifecycle"
@@ -230,27 +230,23 @@ class LaneRun:
         env.update(self.config.env)
         return env
 
-    def mounts(self) -> list[docker.types.Mount]:
+    def mounts(self) -> list[Bind]:
         assert self.control_host is not None
         mounts = [
-            docker.types.Mount("/vsnap/probe", str(self.config.probe_dir or PROBE_DIR), type="bind", read_only=True),
-            docker.types.Mount(CONTROL, str(self.control_host), type="bind", read_only=False),
+            Bind("/vsnap/probe", str(self.config.probe_dir or PROBE_DIR), read_only=True),
+            Bind(CONTROL, str(self.control_host), read_only=False),
         ]
         cache = self.config.model_cache
         if cache is not None:
             target = "/vsnap/hf/hub" if any(cache.glob("models--*")) else "/vsnap/hf"
-            mounts.append(docker.types.Mount(target, str(cache), type="bind", read_only=True))
+            mounts.append(Bind(target, str(cache), read_only=True))
         if self.lane.overlaid and self.overlay:
             assert self.package_dir is not None
             for item in self.overlay:
-                mounts.append(
-                    docker.types.Mount(
-                        item.image_path(self.package_dir), str(item.host_path), type="bind", read_only=True
-                    )
-                )
+                mounts.append(Bind(item.image_path(self.package_dir), str(item.host_path), read_only=True))
         return mounts
 
-    def start(self, image: Any, package_info: dict[str, Any], gpus: str) -> None:
+    def start(self, image: ImageInfo, package_info: dict[str, Any], gpus: str) -> None:
         """Start the lane's long-lived container and record the environment evidence."""
         self.package_dir = package_info.get("package_dir")
         self.control_host = self.store.report_dir / "lanes" / f"{self.lane.name}-{self.purpose}"
@@ -295,9 +291,9 @@ class LaneRun:
                 image={
                     "ref": self.lane.image,
                     "id": image.id,
-                    "repo_digests": image.attrs.get("RepoDigests", []),
+                    "repo_digests": image.repo_digests,
                     "labels": image.labels,
-                    "platform": f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}",
+                    "platform": image.platform,
                 },
                 container_id=self.box.id,
                 versions=versions,
@@ -464,7 +460,27 @@ class LaneRun:
         return sorted(int(p.stem.split("-", 1)[1]) for p in (self.control_host / "probe").glob("loaded-*.json"))
 
     def cleanup_audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
-        """After a stop: recorded PIDs gone, ports closed, GPU idle, link-remap inventory at its baseline."""
+        """After a stop: recorded PIDs gone, ports closed, GPU idle, link-remap inventory at its baseline.
+
+        Fails closed: an error while auditing (Docker cannot list processes, a probe exec fails) is a failed
+        audit that names the error, never an audit that saw nothing."""
+        try:
+            return self._audit(pids, ports)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            return {
+                "pids": pids,
+                "ports": ports,
+                "pids_gone": False,
+                "ports_closed": False,
+                "gpu_idle": None,
+                "link_remaps_equal": False,
+                "ok": False,
+                "error": error,
+                "detail": f"the audit itself failed: {error}",
+            }
+
+    def _audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
         deadline = time.time() + 30.0
         while True:
             alive, listening = self._probe_state(pids)
@@ -475,10 +491,15 @@ class LaneRun:
         gpu_idle: bool | None = None
         if self.config.gpus != "none" and self.box.sh("command -v nvidia-smi", 10).exit_code == 0:
             apps = self.box.sh("nvidia-smi --query-compute-apps=pid --format=csv,noheader", 30)
+            if apps.exit_code != 0:
+                raise StepFailed(f"nvidia-smi cannot list compute apps: exit {apps.exit_code} {apps.tail()}")
             ours = set(pids) | {p["pid"] for p in self.box.processes()}  # other lanes may share the GPU
             busy = [int(x) for x in apps.stdout.split() if x.strip().isdigit() and int(x) in ours]
             gpu_idle = apps.exit_code == 0 and not busy
-        remaps = self.box.sh(LINK_REMAPS, 30).stdout
+        listing = self.box.sh(LINK_REMAPS, 30)
+        if listing.exit_code != 0:
+            raise StepFailed(f"cannot list /dev/shm/link_remap.*: exit {listing.exit_code} {listing.tail()}")
+        remaps = listing.stdout
         audit = {
             "pids": pids,
             "pids_alive": alive,
@@ -793,6 +814,23 @@ def stop_restored(run: LaneRun, rec: dict[str, Any]) -> None:
     check(audit["ok"], f"cleanup after restore incomplete: {_audit_problems(audit)}")
 
 
+def restore_then_stop(run: LaneRun, rec: dict[str, Any], n: int) -> None:
+    """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
+    failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place)."""
+    try:
+        restore(run, rec, n)
+    except BaseException:
+        try:
+            stop_restored(run, rec)
+        except Exception as cleanup:
+            error = f"{type(cleanup).__name__}: {cleanup}"
+            rec["results"]["cleanup_error"] = error
+            audit = rec["results"].setdefault("cleanup", {"ok": False})
+            audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
+        raise
+    stop_restored(run, rec)
+
+
 def overlay_verification(run: LaneRun, rec: dict[str, Any]) -> None:
     """Every overlaid file is the one imported: in each engine process, and by a fresh interpreter."""
     files = run.overlay_report()
@@ -859,6 +897,8 @@ def compare_arms(run: LaneRun, rec: dict[str, Any]) -> None:
 
 
 def _audit_problems(audit: dict[str, Any]) -> str:
+    if audit.get("error"):
+        return f"the audit itself failed ({audit['error']})"
     problems = []
     if not audit.get("pids_gone"):
         problems.append(f"PIDs alive {audit.get('pids_alive')}")

@@ -120,3 +120,29 @@ def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client)
     assert removed == [f"{session}-b"]
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(staying.id)
+
+
+def test_an_abandoned_exec_keeps_writing_its_log_until_its_stream_ends(box, tmp_path):
+    """Past the host deadline the exec is abandoned, but the log is not closed under the pump: output that
+    arrives later still reaches the log (before, the pump wrote to a closed file)."""
+    log = tmp_path / "late.log"
+    # TERM is ignored, so only --kill-after (10 s) would end it; the host deadline (1 s + 8 s) comes first
+    result = box.exec(["sh", "-c", "trap '' TERM; sleep 9.5; echo late-$((40 + 2))"], 1, log=log)
+    assert result.exit_code is None and result.timed_out
+    deadline = time.time() + 20
+    while "late-42" not in log.read_text() and time.time() < deadline:  # the argv line says late-$((40 + 2))
+        time.sleep(0.1)
+    assert "late-42" in log.read_text()
+
+
+def test_a_one_shot_probe_that_hangs_is_killed_at_its_time_limit(docker_client):
+    """The preflight image probe has a time limit: a hanging python3 ends it and leaves no container."""
+    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    labels = {runtime.LABEL_SESSION: "test-oneshot", runtime.LABEL_OWNER: runtime.owner_label()}
+    started = time.time()
+    ran = runtime.run_oneshot(docker_client, image.id, ["sleep", "600"], labels, timeout=2)
+    assert ran.timed_out and ran.exit_code is None
+    assert time.time() - started < 60
+    assert not docker_client.containers.list(all=True, filters={"label": f"{runtime.LABEL_SESSION}=test-oneshot"})
+    done = runtime.run_oneshot(docker_client, image.id, ["sh", "-c", "echo out; echo err >&2; exit 3"], labels, 30)
+    assert (done.exit_code, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)

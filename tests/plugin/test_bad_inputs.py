@@ -61,7 +61,13 @@ def bad_inputs(tmp_path):
 
 
 def _labelled(client) -> set[str]:
-    return {c.id for c in client.containers.list(all=True, filters={"label": runtime.LABEL_SESSION})}
+    """Labelled containers whose owning pytest process has exited: the bad-input runs have, by the time this is
+    read; other sessions running tests on this host in parallel (their owners alive) are not counted."""
+    return {
+        entry["Id"]
+        for entry in client.api.containers(all=True, filters={"label": runtime.LABEL_SESSION})
+        if not runtime._owner_alive((entry.get("Labels") or {}).get(runtime.LABEL_OWNER, ""))
+    }
 
 
 def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, docker_client, monkeypatch, tmp_path):
