@@ -61,23 +61,6 @@ def completion(port: int, model: str, prompt: str, host: str = "127.0.0.1", time
     return CanaryOutput(prompt, [int(t) for t in token_ids], str(choice.get("text", "")), float(value))
 
 
-def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> dict[str, Any]:
-    """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), plus whether it was bit-exact."""
-    delta = actual.logprob - expected.logprob
-    ids_equal = expected.token_ids == actual.token_ids
-    text_equal = expected.text == actual.text
-    return {
-        "prompt": expected.prompt,
-        "expected": expected.as_dict(),
-        "actual": actual.as_dict(),
-        "token_ids_equal": ids_equal,
-        "text_equal": text_equal,
-        "logprob_delta": delta,
-        "bit_exact": ids_equal and text_equal and delta == 0.0,
-        "ok": ids_equal and text_equal and abs(delta) <= tolerance,
-    }
-
-
 def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) -> dict[str, dict[str, Any]]:
     """Per-parameter digests from the probe's worker extension, through ``/collective_rpc`` (dev mode)."""
     response = requests.post(
@@ -97,33 +80,6 @@ def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) ->
         for name, info in worker.items():
             digests[name if rank == 0 else f"rank{rank}:{name}"] = dict(info)
     return digests
-
-
-def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Which parameters kept their bytes; unobservable ones are named, never counted as unchanged."""
-    changed, missing, unobservable = [], [], []
-    unchanged = 0
-    for name, ref in reference.items():
-        got = actual.get(name)
-        if got is None:
-            missing.append(name)
-        elif ref.get("sha256") is None or got.get("sha256") is None:
-            unobservable.append(name)
-        elif ref["sha256"] == got["sha256"]:
-            unchanged += 1
-        else:
-            changed.append(name)
-    extra = sorted(set(actual) - set(reference))
-    return {
-        "total": len(reference),
-        "unchanged": unchanged,
-        "changed": changed,
-        "missing": missing,
-        "unobservable": unobservable,
-        "extra": extra,
-        # nothing compared is never a pass
-        "ok": not changed and not missing and not extra and 0 < unchanged == len(reference) - len(unobservable),
-    }
 
 
 def kv_from_metrics(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> int | None:

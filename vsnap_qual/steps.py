@@ -10,18 +10,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import pytest
 
-from vsnap_qual import engine, model, procedure
+from vsnap_qual import checks, engine, model, procedure
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import EvidenceStore, utc_now
@@ -103,6 +102,62 @@ class ServerHandle:
     root_pid: int
     pids: list[int] = field(default_factory=list)
     log_in_container: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreRun:
+    """One ``vllm snapshot restore`` and when its listener first accepted a connection."""
+
+    result: ExecResult
+    port: int
+    first_bound: float | None
+
+
+class LaneTools(Protocol):
+    """What a lifecycle step may do in its lane: the toolset the steps are written against. The Docker
+    runtime implements it (:class:`LaneRun`); another runtime (host processes) implements the same methods and
+    the steps do not change."""
+
+    lane: Lane
+    config: QualConfig
+    peers: dict[str, dict[str, Any]]
+    #: State the steps hand on to each other: the ordinary reference, the inspect output, the live server.
+    ordinary: dict[str, Any]
+    manifest: dict[str, Any]
+    inspect_sha256: str | None
+    server: ServerHandle | None
+    kv_snapshot: int | None
+
+    @property
+    def served_model(self) -> str: ...
+
+    # servers
+    def serve(self, record: dict[str, Any]) -> ServerHandle: ...
+    def stop(self, handle: ServerHandle) -> None: ...
+    def server_log(self, record: dict[str, Any]) -> str: ...
+    def restored_server(self, port: int) -> ServerHandle | None: ...
+    def listening(self, port: int) -> bool: ...
+
+    # observations through the engine's API
+    def canaries(self, port: int) -> list[CanaryOutput]: ...
+    def digests(self, port: int) -> dict[str, dict[str, Any]]: ...
+    def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]: ...
+    def snapshot_kv(self) -> int | None: ...
+
+    # snapshot commands and the artifact
+    def snapshot_create(self, record: dict[str, Any]) -> ExecResult: ...
+    def snapshot_inspect(self, record: dict[str, Any], name: str = "inspect") -> ExecResult: ...
+    def snapshot_restore(self, record: dict[str, Any], n: int) -> RestoreRun: ...
+    def artifact_file(self, name: str) -> str: ...
+    def keep_child_log(self, record: dict[str, Any]) -> None: ...
+
+    # the lane's environment
+    def environment_id(self) -> str: ...
+    def restart(self) -> None: ...
+    def audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]: ...
+    def overlay_imports(self) -> list[dict[str, Any]]: ...
+    def fresh_import(self, module: str) -> dict[str, Any]: ...
+    def probe_loaded_pids(self) -> list[int]: ...
 
 
 @dataclass
@@ -510,10 +565,79 @@ class LaneRun:
             "gpu_idle": gpu_idle,
             "link_remaps_equal": remaps == self.link_remaps_baseline,
         }
-        audit["ok"] = bool(
-            audit["pids_gone"] and audit["ports_closed"] and gpu_idle is not False and audit["link_remaps_equal"]
-        )
+        audit["ok"] = checks.audit_ok(alive, open_ports, gpu_idle, bool(audit["link_remaps_equal"]))
         return audit
+
+    # ---- the LaneTools protocol (what the steps use) ---------------------------------------------------------
+    def stop(self, handle: ServerHandle) -> None:
+        self.stop_server(handle)
+
+    def audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
+        return self.cleanup_audit(pids, ports)
+
+    def server_log(self, record: dict[str, Any]) -> str:
+        """The ordinary server's log (the step's first log file)."""
+        return (self.store.report_dir / record["logs"][0]).read_text(errors="replace")
+
+    def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]:
+        """KV capacity in tokens from ``/metrics``, else from ``log_text`` when given."""
+        if log_text is not None:
+            return self.kv_from_server(port, log_text)
+        with self.engine_wait():
+            tokens = engine.kv_from_metrics(port)
+        return tokens, "metrics" if tokens is not None else "unavailable"
+
+    def snapshot_create(self, record: dict[str, Any]) -> ExecResult:
+        self.box.sh(f"rm -rf {ARTIFACT}", 60)
+        return self.snapshot(record, "create", *self.create_argv(), timeout_key="create")
+
+    def snapshot_inspect(self, record: dict[str, Any], name: str = "inspect") -> ExecResult:
+        return self.snapshot(record, "inspect", ARTIFACT, timeout_key="inspect", name=name)
+
+    def snapshot_restore(self, record: dict[str, Any], n: int) -> RestoreRun:
+        port = self.ports[f"restore-{n}"]
+        with engine.ListenerWatch(port) as watch:
+            result = self.restore(record, port, name=f"restore-{n}")
+        return RestoreRun(result, port, watch.first_bound)
+
+    def artifact_file(self, name: str) -> str:
+        return self.box.read_text(f"{ARTIFACT}/{name}")
+
+    def keep_child_log(self, record: dict[str, Any]) -> None:
+        self.store.write_text(self.log(record, "create-child"), self.artifact_file("child.log"))
+
+    def restored_server(self, port: int) -> ServerHandle | None:
+        root = self.restored_root()
+        if root is None:
+            return None
+        return ServerHandle(port=port, root_pid=root, pids=self._session_pids(root))
+
+    def listening(self, port: int) -> bool:
+        return self.port_listening(port)
+
+    def environment_id(self) -> str:
+        return self.box.id
+
+    def restart(self) -> None:
+        with self.engine_wait():
+            self.box.restart()
+
+    def overlay_imports(self) -> list[dict[str, Any]]:
+        return self.overlay_report()
+
+    def fresh_import(self, module: str) -> dict[str, Any]:
+        """A fresh interpreter's import of ``module``: exit code, its file and the file's sha256."""
+        script = (
+            f"import importlib, hashlib; m = importlib.import_module({module!r}); "
+            "print(m.__file__); print(hashlib.sha256(open(m.__file__, 'rb').read()).hexdigest())"
+        )
+        fresh = self.box.exec(["python3", "-c", script], self.config.timeouts["exec"])
+        lines = fresh.stdout.strip().splitlines()
+        return {
+            "exit_code": fresh.exit_code,
+            "path": lines[0] if lines else None,
+            "sha256": lines[1] if len(lines) > 1 else None,
+        }
 
     # ---- snapshot commands ---------------------------------------------------------------------------------
     def snapshot(
@@ -584,125 +708,74 @@ def check(condition: bool, message: str) -> None:
         raise StepFailed(message)
 
 
-def inspect_checks(manifest: dict[str, Any], run: LaneRun, gpu_uuid: str | None) -> list[dict[str, Any]]:
-    """The upstream e2e's field-by-field inspect validation (contract §6 step 11), plus the ordinary oracle."""
-    cfg = run.config
-    checks: list[dict[str, Any]] = []
-
-    def add(name: str, ok: bool, detail: Any) -> None:
-        checks.append({"name": name, "ok": bool(ok), "detail": detail})
-
-    add(
-        "schema_version",
-        manifest.get("schema_version") == 1 and type(manifest.get("schema_version")) is int,
-        manifest.get("schema_version"),
-    )
-    add("boundary", manifest.get("boundary") == BOUNDARY, manifest.get("boundary"))
-    add("model", manifest.get("model") == cfg.model, manifest.get("model"))
-    add(
-        "served_model_name",
-        manifest.get("served_model_name") == run.served_model,
-        manifest.get("served_model_name"),
-    )
-    add("model_revision", manifest.get("model_revision") == cfg.revision, manifest.get("model_revision"))
-    add(
-        "tokenizer_revision",
-        manifest.get("tokenizer_revision") == cfg.tokenizer_revision,
-        manifest.get("tokenizer_revision"),
-    )
-    if gpu_uuid:
-        add("gpu_uuid", manifest.get("gpu_uuid") == gpu_uuid, manifest.get("gpu_uuid"))
-    logprob = manifest.get("oracle_sampled_token_logprob")
-    add("oracle_logprob_finite_float", isinstance(logprob, float) and math.isfinite(logprob), logprob)
-    size = manifest.get("artifact_bytes")
-    add("artifact_bytes_positive_int", isinstance(size, int) and not isinstance(size, bool) and size > 0, size)
-    tree = manifest.get("process_tree") or []
-    add(
-        "process_tree",
-        bool(tree) and len(set(tree)) == len(tree) and all(isinstance(p, int) and p > 0 for p in tree),
-        tree,
-    )
-    holders = manifest.get("cuda_holders") or []
-    add("cuda_holders_subset", bool(holders) and set(holders) <= set(tree), holders)
-    reference = run.ordinary.get("canary", [])
-    first = next((c for c in reference if c["prompt"] == VLLM_CANARY_PROMPT), None)
-    if first is not None:
-        add(
-            "oracle_equals_ordinary_token_ids",
-            manifest.get("oracle_token_ids") == first["token_ids"],
-            {"manifest": manifest.get("oracle_token_ids"), "ordinary": first["token_ids"]},
-        )
-        add(
-            "oracle_equals_ordinary_text",
-            manifest.get("oracle_text") == first["text"],
-            {"manifest": manifest.get("oracle_text"), "ordinary": first["text"]},
-        )
-        if isinstance(logprob, float):
-            add(
-                "oracle_logprob_within_tolerance",
-                abs(logprob - first["logprob"]) <= cfg.logprob_tolerance,
-                {"manifest": logprob, "ordinary": first["logprob"]},
-            )
-    return checks
+def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
+    """Fail the step with the details of every finding that did not hold."""
+    message = checks.failure_message(findings, prefix)
+    if message is not None:
+        raise StepFailed(message)
 
 
 # ---- the lifecycle steps (contract §3, qualification.md), each called by one suite test ------------------------
-def ordinary_reference(run: LaneRun, rec: dict[str, Any]) -> None:
+# Each is a short sequence over the lane's toolset (``LaneTools``): observe, record, judge (``checks``).
+def ordinary_reference(run: LaneTools, rec: dict[str, Any]) -> None:
     """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
     handle = run.serve(rec)
     try:
         canary = run.canaries(handle.port)
         digests = run.digests(handle.port)
-        log_text = (run.store.report_dir / rec["logs"][0]).read_text(errors="replace")
-        kv, source = run.kv_from_server(handle.port, log_text)
+        kv, source = run.kv(handle.port, run.server_log(rec))
     finally:
-        run.stop_server(handle)
-    audit = run.cleanup_audit(handle.pids, [handle.port])
+        run.stop(handle)
+    audit = run.audit(handle.pids, [handle.port])
     run.ordinary = {"canary": [c.as_dict() for c in canary], "digests": digests, "kv_tokens": kv}
     run.peers[run.lane.name] = run.ordinary
     rec["results"].update(
-        canary=run.ordinary["canary"],
-        digests=digests,
-        kv_tokens=kv,
-        kv_source=source,
-        pids=handle.pids,
-        cleanup=audit,
+        canary=run.ordinary["canary"], digests=digests, kv_tokens=kv, kv_source=source, pids=handle.pids, cleanup=audit
     )
-    empty = [n for n, d in digests.items() if d.get("sha256") == hashlib.sha256(b"").hexdigest()]
-    check(not empty, f"parameters digested as empty bytes (packed away, not reconstructed): {empty[:5]}")
-    observable = [n for n, d in digests.items() if d.get("sha256")]
-    check(bool(observable), f"no parameter digest could be observed ({len(digests)} parameters, all unobservable)")
-    check(audit["ok"], f"cleanup after ordinary serve incomplete: {_audit_problems(audit)}")
+    require_findings(checks.ordinary_findings(digests, audit))
 
 
-def create(run: LaneRun, rec: dict[str, Any]) -> None:
+def create(run: LaneTools, rec: dict[str, Any]) -> None:
     """``vllm snapshot create`` (offline), then the captured tree must be gone."""
-    run.box.sh(f"rm -rf {ARTIFACT}", 60)
-    result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create")
+    result = run.snapshot_create(rec)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
         rec["results"]["vllm_reason"] = reason
         skip_if_limitation(reason)
         raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
-    manifest_text = run.box.read_text(f"{ARTIFACT}/manifest.json")
+    manifest_text = run.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
     run.kv_snapshot = run.snapshot_kv()
-    child_log = run.log(rec, "create-child")
-    run.store.write_text(child_log, run.box.read_text(f"{ARTIFACT}/child.log"))
-    audit = run.cleanup_audit(list(manifest.get("process_tree") or []), [])
+    run.keep_child_log(rec)
+    audit = run.audit(list(manifest.get("process_tree") or []), [])
     rec["results"].update(
         kv_tokens=run.kv_snapshot,
         artifact_bytes=manifest.get("artifact_bytes"),
         process_tree=manifest.get("process_tree"),
         cleanup=audit,
     )
-    check(audit["ok"], f"cleanup after create incomplete: {_audit_problems(audit)}")
+    require_findings(checks.audit_findings(audit, "after create"))
 
 
-def inspect(run: LaneRun, rec: dict[str, Any], gpu_uuid: str | None) -> None:
+def inspect_expectations(run: LaneTools, gpu_uuid: str | None) -> checks.InspectExpectations:
+    """What this lane's ``inspect`` must print: the configuration, and the ordinary run's oracle output."""
+    cfg = run.config
+    oracle = next((c for c in run.ordinary.get("canary", []) if c["prompt"] == VLLM_CANARY_PROMPT), None)
+    return checks.InspectExpectations(
+        model=cfg.model,
+        served_model=run.served_model,
+        revision=cfg.revision,
+        tokenizer_revision=cfg.tokenizer_revision,
+        logprob_tolerance=cfg.logprob_tolerance,
+        gpu_uuid=gpu_uuid,
+        reference_oracle=CanaryOutput(**oracle) if oracle else None,
+    )
+
+
+def inspect(run: LaneTools, rec: dict[str, Any], gpu_uuid: str | None) -> None:
     """``vllm snapshot inspect``: the upstream e2e's field checks and the output's sha256."""
-    result = run.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect")
+    result = run.snapshot_inspect(rec)
     check(result.exit_code == 0, f"vllm snapshot inspect exited {result.exit_code}:\n{result.tail()}")
     try:
         manifest = json.loads(result.stdout)
@@ -710,38 +783,33 @@ def inspect(run: LaneRun, rec: dict[str, Any], gpu_uuid: str | None) -> None:
         raise StepFailed(f"inspect printed no JSON ({exc}): {result.stdout[:300]}") from None
     run.manifest = manifest
     run.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
-    checks = inspect_checks(manifest, run, gpu_uuid)
-    rec["results"].update(sha256=run.inspect_sha256, manifest=manifest, checks=checks)
-    failed = [c for c in checks if not c["ok"]]
-    check(not failed, "inspect checks failed: " + "; ".join(f"{c['name']}={c['detail']!r}" for c in failed))
+    found = checks.inspect_checks(manifest, inspect_expectations(run, gpu_uuid))
+    rec["results"].update(sha256=run.inspect_sha256, manifest=manifest, checks=found)
+    require_findings(checks.inspect_findings(found))
 
 
-def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
+def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference."""
-    port = run.ports[f"restore-{n}"]
-    with engine.ListenerWatch(port) as watch:
-        result = run.restore(rec, port, name=f"restore-{n}")
+    restored = run.snapshot_restore(rec, n)
+    result = restored.result
     if result.exit_code != 0:
-        error_json = run.box.read_text(f"{ARTIFACT}/error.json")
+        error_json = run.artifact_file("error.json")
         rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None
         raise StepFailed(
             f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}\n{result.tail()}"
         )
-    root = run.restored_root()
-    check(root is not None, "restore exited 0 but restored.pid is missing")
-    assert root is not None
-    handle = ServerHandle(port=port, root_pid=root, pids=run._session_pids(root))
+    handle = run.restored_server(restored.port)
+    check(handle is not None, "restore exited 0 but restored.pid is missing")
+    assert handle is not None
     run.server = handle
-    check(run.port_listening(port), f"restore exited 0 but nothing listens on port {port}")
-    canary = run.canaries(port)
+    check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
+    canary = run.canaries(handle.port)
     expected = [CanaryOutput(**c) for c in run.ordinary["canary"]]
-    compare = [
-        engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, canary, strict=False)
-    ]
-    digests = run.digests(port)
-    digest_compare = engine.compare_digests(run.ordinary["digests"], digests)
-    kv = engine.kv_from_metrics(port)
-    kv_source = "metrics"
+    tolerance = run.config.logprob_tolerance
+    compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, canary, strict=True)]
+    digests = run.digests(handle.port)
+    digest_compare = checks.compare_digests(run.ordinary["digests"], digests)
+    kv, kv_source = run.kv(handle.port)
     if kv is None:
         kv, kv_source = run.kv_snapshot, "child.log"
     rec["results"].update(
@@ -753,39 +821,23 @@ def restore(run: LaneRun, rec: dict[str, Any], n: int) -> None:
         kv_source=kv_source,
         kv_ordinary=run.ordinary.get("kv_tokens"),
         pids=handle.pids,
-        root_pid=root,
-        listener_first_bound=watch.first_bound,
+        root_pid=handle.root_pid,
+        listener_first_bound=restored.first_bound,
         # restore's "cold start": from the command to a serving listener (the ordinary step's ready_seconds)
-        ready_seconds=round((watch.first_bound or result.ended) - result.started, 3),
+        ready_seconds=round((restored.first_bound or result.ended) - result.started, 3),
     )
-    problems = [
-        f"{c['prompt']!r}: expected {c['expected']['token_ids']} {c['expected']['text']!r} "
-        f"{c['expected']['logprob']:.6f}, got {c['actual']['token_ids']} {c['actual']['text']!r} "
-        f"{c['actual']['logprob']:.6f}"
-        for c in compare
-        if not c["ok"]
-    ]
-    if problems:
-        problems = ["canary differs from the ordinary reference: " + "; ".join(problems)]
-    if not digest_compare["ok"]:
-        problems.append(
-            f"parameter digests differ from the ordinary reference: {digest_compare['unchanged']}/"
-            f"{digest_compare['total']} unchanged; changed {digest_compare['changed'][:10]} missing "
-            f"{digest_compare['missing'][:10]} unobservable {digest_compare['unobservable'][:10]}"
-        )
-    check(not problems, " | ".join(problems))
+    require_findings(checks.restore_findings(compare, digest_compare))
 
 
-def restart(run: LaneRun, rec: dict[str, Any]) -> None:
-    """Stop and start the same container; the restored server must be gone, inspect output unchanged."""
-    before = run.box.id
+def restart(run: LaneTools, rec: dict[str, Any]) -> None:
+    """Stop and start the same lane environment; the restored server must be gone, inspect output unchanged."""
+    before = run.environment_id()
     handle = run.server
-    with run.engine_wait():
-        run.box.restart()
-    after = run.box.id
-    audit = run.cleanup_audit(handle.pids if handle else [], [handle.port] if handle else [])
+    run.restart()
+    after = run.environment_id()
+    audit = run.audit(handle.pids if handle else [], [handle.port] if handle else [])
     run.server = None
-    result = run.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect", name="inspect-after-restart")
+    result = run.snapshot_inspect(rec, name="inspect-after-restart")
     sha_after = hashlib.sha256(result.stdout.encode()).hexdigest()
     rec["results"].update(
         container_id_before=before,
@@ -794,27 +846,22 @@ def restart(run: LaneRun, rec: dict[str, Any]) -> None:
         sha256_after=sha_after,
         cleanup=audit,
     )
-    check(before == after, f"container ID changed across restart: {before} -> {after}")
-    check(audit["ok"], f"restored server not cleaned up by the container stop: {_audit_problems(audit)}")
-    check(
-        result.exit_code == 0 and sha_after == run.inspect_sha256,
-        f"public inspect output changed across stop/start (exit {result.exit_code})",
-    )
+    require_findings(checks.restart_findings(before, after, audit, result.exit_code, run.inspect_sha256, sha_after))
 
 
-def stop_restored(run: LaneRun, rec: dict[str, Any]) -> None:
+def stop_restored(run: LaneTools, rec: dict[str, Any]) -> None:
     """Stop the restored server and audit that nothing is left."""
     handle = run.server
     if handle is None:
         return
-    run.stop_server(handle)
-    audit = run.cleanup_audit(handle.pids, [handle.port])
+    run.stop(handle)
+    audit = run.audit(handle.pids, [handle.port])
     run.server = None
     rec["results"]["cleanup"] = audit
-    check(audit["ok"], f"cleanup after restore incomplete: {_audit_problems(audit)}")
+    require_findings(checks.audit_findings(audit, "after restore"))
 
 
-def restore_then_stop(run: LaneRun, rec: dict[str, Any], n: int) -> None:
+def restore_then_stop(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
     failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place)."""
     try:
@@ -831,81 +878,40 @@ def restore_then_stop(run: LaneRun, rec: dict[str, Any], n: int) -> None:
     stop_restored(run, rec)
 
 
-def overlay_verification(run: LaneRun, rec: dict[str, Any]) -> None:
+def overlay_verification(run: LaneTools, rec: dict[str, Any]) -> None:
     """Every overlaid file is the one imported: in each engine process, and by a fresh interpreter."""
-    files = run.overlay_report()
+    files = run.overlay_imports()
     for item in files:
-        script = (
-            f"import importlib, hashlib; m = importlib.import_module({item['module']!r}); "
-            "print(m.__file__); print(hashlib.sha256(open(m.__file__, 'rb').read()).hexdigest())"
-        )
-        fresh = run.box.exec(["python3", "-c", script], run.config.timeouts["exec"])
-        lines = fresh.stdout.strip().splitlines()
-        item["fresh_import"] = {
-            "exit_code": fresh.exit_code,
-            "path": lines[0] if lines else None,
-            "sha256": lines[1] if len(lines) > 1 else None,
-        }
-        item["fresh_ok"] = fresh.exit_code == 0 and item["fresh_import"]["sha256"] == item["host_sha256"]
-        item["ok"] = (
-            item["fresh_ok"]
-            and bool(item["imported"])  # at least one engine process really imported it
-            and all(i["sha256"] == item["host_sha256"] for i in item["imported"])
-        )
+        fresh = run.fresh_import(item["module"])
+        item["fresh_import"] = fresh
+        item["fresh_ok"] = fresh["exit_code"] == 0 and fresh["sha256"] == item["host_sha256"]
+        item["ok"] = checks.overlay_file_ok(item["host_sha256"], item["imported"], fresh["exit_code"], fresh["sha256"])
     rec["results"]["files"] = files
     rec["results"]["probe_loaded_pids"] = run.probe_loaded_pids()
-    bad = [f for f in files if not f["ok"]]
-    check(
-        not bad,
-        "overlay not in effect: "
-        + "; ".join(
-            f"{f['relative']}: fresh import {f['fresh_import']}, engine processes "
-            f"{[(i['role'], i['sha256'][:12] if i['sha256'] else None) for i in f['imported']]}"
-            for f in bad
-        ),
-    )
+    require_findings(checks.overlay_findings(files))
 
 
-def compare_arms(run: LaneRun, rec: dict[str, Any]) -> None:
+def compare_arms(run: LaneTools, rec: dict[str, Any]) -> None:
     """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
     head = run.peers.get(f"{run.lane.runner}-head")
     if not head:
         pytest.skip(f"{run.lane.name}: the head arm's ordinary reference is not available to compare with")
     expected = [CanaryOutput(**c) for c in head["canary"]]
     actual = [CanaryOutput(**c) for c in run.ordinary["canary"]]
-    compare = [engine.compare_canary(e, a, run.config.logprob_tolerance) for e, a in zip(expected, actual, strict=True)]
-    digests = engine.compare_digests(head["digests"], run.ordinary["digests"])
+    tolerance = run.config.logprob_tolerance
+    compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, actual, strict=True)]
+    digests = checks.compare_digests(head["digests"], run.ordinary["digests"])
     rec["results"].update(
         canary_compare=compare,
         digest_compare=digests,
         kv_head=head.get("kv_tokens"),
         kv_base=run.ordinary.get("kv_tokens"),
     )
-    problems = [
-        f"{c['prompt']!r}: image {c['expected']['token_ids']} {c['expected']['text']!r} "
-        f"{c['expected']['logprob']:.6f} vs base {c['actual']['token_ids']} {c['actual']['text']!r} "
-        f"{c['actual']['logprob']:.6f}"
-        for c in compare
-        if not c["ok"]
-    ]
-    if not digests["ok"]:
-        problems.append(
-            f"{digests['unchanged']}/{digests['total']} digests equal; differ: {digests['changed'][:10]} "
-            f"missing: {digests['missing'][:10]}"
-        )
-    check(not problems, "the image under test and the base image disagree: " + "; ".join(problems))
+    require_findings(checks.arms_findings(compare, digests))
 
 
-def _audit_problems(audit: dict[str, Any]) -> str:
-    if audit.get("error"):
-        return f"the audit itself failed ({audit['error']})"
-    problems = []
-    if not audit.get("pids_gone"):
-        problems.append(f"PIDs alive {audit.get('pids_alive')}")
-    if not audit.get("ports_closed"):
-        problems.append(f"ports open {audit.get('ports_open')}")
-    if audit.get("gpu_idle") is False:
-        problems.append("GPU busy")
-    if not audit.get("link_remaps_equal"):
-        problems.append("/dev/shm/link_remap.* differs from its baseline")
-    return ", ".join(problems) or "ok"
+_audit_problems = checks.audit_problems
+
+
+def _docker_lane_is_a_lane_toolset(run: LaneRun) -> LaneTools:
+    return run  # mypy checks here that LaneRun implements every LaneTools method with the same signature

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import engine, model, options, procedure
+from vsnap_qual import checks, model, options, procedure
 from vsnap_qual.config import build_config
 from vsnap_qual.engine import CanaryOutput
 
@@ -138,9 +138,9 @@ def _canaries(runner: str, deltas: dict[int, float], flips: set[int]) -> list[di
 
 
 def canary_compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]], tolerance: float) -> list[Any]:
-    """What a restore step records: the harness's own comparison (``engine.compare_canary``)."""
+    """What a restore step records: the harness's own comparison (``checks.compare_canary``)."""
     return [
-        engine.compare_canary(CanaryOutput(**e), CanaryOutput(**a), tolerance)
+        checks.compare_canary(CanaryOutput(**e), CanaryOutput(**a), tolerance)
         for e, a in zip(expected, actual, strict=True)
     ]
 
@@ -400,7 +400,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                     0.1,
                     {
                         "canary_compare": canary_compare(head_reference[0], ordinary_canary, spec.tolerance),
-                        "digest_compare": engine.compare_digests(head_reference[1], ordinary_digests),
+                        "digest_compare": checks.compare_digests(head_reference[1], ordinary_digests),
                     },
                     [],
                 )
@@ -472,7 +472,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                         "ready_seconds": 7.8 + (0.6 if restore == "restore-2" else 0),
                         "notice_latency_s": 0.18,
                         "canary_compare": compare,
-                        "digest_compare": engine.compare_digests(ordinary_digests, digests),
+                        "digest_compare": checks.compare_digests(ordinary_digests, digests),
                         "kv_ordinary": ordinary_kv,
                         "cleanup": cleanup,
                     },

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import engine
+from vsnap_qual import checks
 from vsnap_qual.report import render_reports, write_reports
 from vsnap_qual.report.assemble import assemble_file, read_evidence
 from vsnap_qual.report.verdict import judge
@@ -76,7 +76,7 @@ def test_a_teardown_error_fails_the_verdict_with_its_message(make_run: MakeRun) 
 
 
 def test_digest_row_uses_the_runs_own_rule_when_every_parameter_is_unobservable(make_run: MakeRun) -> None:
-    """``engine.compare_digests`` fails a comparison where nothing could be observed; the report must show that
+    """``checks.compare_digests`` fails a comparison where nothing could be observed; the report must show that
     recorded judgement, not a pass of its own (no parameter changed, none missing)."""
     results = assemble_file(make_run("blind", RunSpec(changed_digests=())) / "evidence.jsonl")
     steps = {(s["runner"], s["arm"], s["step"]): s for s in results["steps"]}
@@ -87,7 +87,7 @@ def test_digest_row_uses_the_runs_own_rule_when_every_parameter_is_unobservable(
         if "digest_compare" in step["results"]:
             reference = steps[(runner, arm if name != "vs-head" else "head", "ordinary")]["results"]["digests"]
             own = step["results"].get("digests") or steps[(runner, arm, "ordinary")]["results"]["digests"]
-            step["results"]["digest_compare"] = engine.compare_digests(reference, own)
+            step["results"]["digest_compare"] = checks.compare_digests(reference, own)
     verdict = judge(results)
     digest = next(c for c in verdict["checks"] if c["short"] == "digests")
     assert digest["status"] == "FAIL", digest

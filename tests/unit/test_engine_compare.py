@@ -2,32 +2,32 @@ from __future__ import annotations
 
 import hashlib
 
-from vsnap_qual import engine
+from vsnap_qual import checks, engine
 from vsnap_qual.engine import CanaryOutput
 
 
 def test_canary_compare_follows_oracles_match():
     ref = CanaryOutput("p", [12095], " Paris", -0.4242669641971588)
-    same = engine.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.4242669641971588), 1e-3)
+    same = checks.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.4242669641971588), 1e-3)
     assert same["ok"] and same["bit_exact"]
-    close = engine.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.4240), 1e-3)
+    close = checks.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.4240), 1e-3)
     assert close["ok"] and not close["bit_exact"]
-    far = engine.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.43), 1e-3)
+    far = checks.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.43), 1e-3)
     assert not far["ok"]
-    other = engine.compare_canary(ref, CanaryOutput("p", [11], " Lyon", -0.4242669641971588), 1e-3)
+    other = checks.compare_canary(ref, CanaryOutput("p", [11], " Lyon", -0.4242669641971588), 1e-3)
     assert not other["ok"] and not other["token_ids_equal"] and not other["text_equal"]
 
 
 def test_digest_compare_names_changes_and_never_counts_unobservable():
     ref = {"a": {"sha256": "1"}, "b": {"sha256": "2"}, "c": {"sha256": None}, "d": {"sha256": "4"}}
     got = {"a": {"sha256": "1"}, "b": {"sha256": "X"}, "c": {"sha256": None}}
-    result = engine.compare_digests(ref, got)
+    result = checks.compare_digests(ref, got)
     assert result["unchanged"] == 1
     assert result["changed"] == ["b"]
     assert result["missing"] == ["d"]
     assert result["unobservable"] == ["c"]
     assert not result["ok"]
-    assert engine.compare_digests({"a": {"sha256": "1"}}, {"a": {"sha256": "1"}})["ok"]
+    assert checks.compare_digests({"a": {"sha256": "1"}}, {"a": {"sha256": "1"}})["ok"]
 
 
 def test_kv_log_line_variants():

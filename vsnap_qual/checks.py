@@ -1,0 +1,305 @@
+"""Every judgement of a qualification step, as a pure function: observations in, findings out.
+
+No function here touches Docker, the network or the file system; the steps gather observations through their
+lane's tools and hand them here (so a second runtime changes nothing in this module, and every rule is unit-tested
+with no engine reachable: ``tests/unit/test_checks.py``). A step fails with the details of its failed findings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vsnap_qual.engine import CanaryOutput
+
+BOUNDARY = "post-engine-init-reloadable-state-released"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judged fact: which check, whether it held, and (when it did not) what differs."""
+
+    check: str
+    ok: bool
+    detail: str = ""
+
+
+def failed(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if not f.ok]
+
+
+def failure_message(findings: Iterable[Finding], prefix: str = "") -> str | None:
+    """The step's failure message from its failed findings, or None when every finding held."""
+    bad = failed(findings)
+    if not bad:
+        return None
+    return prefix + " | ".join(f.detail or f.check for f in bad)
+
+
+# ---- the two comparisons every restore (and the base arm) makes -------------------------------------------
+def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> dict[str, Any]:
+    """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), plus whether it was bit-exact."""
+    delta = actual.logprob - expected.logprob
+    ids_equal = expected.token_ids == actual.token_ids
+    text_equal = expected.text == actual.text
+    return {
+        "prompt": expected.prompt,
+        "expected": expected.as_dict(),
+        "actual": actual.as_dict(),
+        "token_ids_equal": ids_equal,
+        "text_equal": text_equal,
+        "logprob_delta": delta,
+        "bit_exact": ids_equal and text_equal and delta == 0.0,
+        "ok": ids_equal and text_equal and abs(delta) <= tolerance,
+    }
+
+
+def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Which parameters kept their bytes; unobservable ones are named, never counted as unchanged."""
+    changed, missing, unobservable = [], [], []
+    unchanged = 0
+    for name, ref in reference.items():
+        got = actual.get(name)
+        if got is None:
+            missing.append(name)
+        elif ref.get("sha256") is None or got.get("sha256") is None:
+            unobservable.append(name)
+        elif ref["sha256"] == got["sha256"]:
+            unchanged += 1
+        else:
+            changed.append(name)
+    extra = sorted(set(actual) - set(reference))
+    return {
+        "total": len(reference),
+        "unchanged": unchanged,
+        "changed": changed,
+        "missing": missing,
+        "unobservable": unobservable,
+        "extra": extra,
+        # nothing compared is never a pass
+        "ok": not changed and not missing and not extra and 0 < unchanged == len(reference) - len(unobservable),
+    }
+
+
+def _canary_text(c: Mapping[str, Any], left: str, right: str) -> str:
+    e, a = c["expected"], c["actual"]
+    return (
+        f"{c['prompt']!r}: {left} {e['token_ids']} {e['text']!r} {e['logprob']:.6f}, "
+        f"{right} {a['token_ids']} {a['text']!r} {a['logprob']:.6f}"
+    )
+
+
+def canary_findings(compare: Sequence[Mapping[str, Any]], against: str = "the ordinary reference") -> list[Finding]:
+    bad = [c for c in compare if not c["ok"]]
+    detail = f"canary differs from {against}: " + "; ".join(_canary_text(c, "expected", "got") for c in bad)
+    return [Finding("canary", not bad and bool(compare), detail if bad else "no canary compared")]
+
+
+def digest_findings(compare: Mapping[str, Any], against: str = "the ordinary reference") -> list[Finding]:
+    detail = (
+        f"parameter digests differ from {against}: {compare['unchanged']}/{compare['total']} unchanged; "
+        f"changed {compare['changed'][:_SHOWN]} missing {compare['missing'][:_SHOWN]} "
+        f"unobservable {compare['unobservable'][:_SHOWN]}"
+    )
+    return [Finding("digests", bool(compare["ok"]), detail)]
+
+
+# ---- cleanup audits ---------------------------------------------------------------------------------------------
+def audit_ok(pids_alive: Sequence[int], ports_open: Sequence[int], gpu_idle: bool | None, remaps_equal: bool) -> bool:
+    """Nothing of the stopped engine left: PIDs gone, ports closed, GPU not busy (None: not checked), link
+    remaps at their baseline."""
+    return not pids_alive and not ports_open and gpu_idle is not False and remaps_equal
+
+
+def audit_problems(audit: Mapping[str, Any]) -> str:
+    if audit.get("error"):
+        return f"the audit itself failed ({audit['error']})"
+    problems = []
+    if not audit.get("pids_gone"):
+        problems.append(f"PIDs alive {audit.get('pids_alive')}")
+    if not audit.get("ports_closed"):
+        problems.append(f"ports open {audit.get('ports_open')}")
+    if audit.get("gpu_idle") is False:
+        problems.append("GPU busy")
+    if not audit.get("link_remaps_equal"):
+        problems.append("/dev/shm/link_remap.* differs from its baseline")
+    return ", ".join(problems) or "ok"
+
+
+def audit_findings(audit: Mapping[str, Any], when: str) -> list[Finding]:
+    return [Finding("cleanup", bool(audit.get("ok")), f"cleanup {when} incomplete: {audit_problems(audit)}")]
+
+
+# ---- per step --------------------------------------------------------------------------------------------------
+def ordinary_findings(digests: Mapping[str, Mapping[str, Any]], audit: Mapping[str, Any]) -> list[Finding]:
+    """The ordinary reference is usable: no parameter hashed as empty bytes, at least one observable, and the
+    server left nothing behind when stopped."""
+    empty = [n for n, d in digests.items() if d.get("sha256") == EMPTY_SHA256]
+    observable = [n for n, d in digests.items() if d.get("sha256")]
+    return [
+        Finding(
+            "digests not empty",
+            not empty,
+            f"parameters digested as empty bytes (packed away, not reconstructed): {empty[:5]}",
+        ),
+        Finding(
+            "digests observable",
+            bool(observable),
+            f"no parameter digest could be observed ({len(digests)} parameters, all unobservable)",
+        ),
+        *audit_findings(audit, "after ordinary serve"),
+    ]
+
+
+@dataclass(frozen=True)
+class InspectExpectations:
+    """What ``vllm snapshot inspect`` must print for this lane (from the configuration and the reference)."""
+
+    model: str
+    served_model: str
+    revision: str
+    tokenizer_revision: str
+    logprob_tolerance: float
+    gpu_uuid: str | None = None
+    reference_oracle: CanaryOutput | None = None  # the ordinary run's output for vLLM's canary prompt
+
+
+def inspect_checks(manifest: Mapping[str, Any], expect: InspectExpectations) -> list[dict[str, Any]]:
+    """The upstream e2e's field-by-field inspect validation (contract §6 step 11), plus the ordinary oracle;
+    recorded as ``[{"name", "ok", "detail"}]``."""
+    checks: list[dict[str, Any]] = []
+
+    def add(name: str, ok: bool, detail: Any) -> None:
+        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+
+    version = manifest.get("schema_version")
+    add("schema_version", version == 1 and type(version) is int, version)
+    add("boundary", manifest.get("boundary") == BOUNDARY, manifest.get("boundary"))
+    add("model", manifest.get("model") == expect.model, manifest.get("model"))
+    add(
+        "served_model_name", manifest.get("served_model_name") == expect.served_model, manifest.get("served_model_name")
+    )
+    add("model_revision", manifest.get("model_revision") == expect.revision, manifest.get("model_revision"))
+    add(
+        "tokenizer_revision",
+        manifest.get("tokenizer_revision") == expect.tokenizer_revision,
+        manifest.get("tokenizer_revision"),
+    )
+    if expect.gpu_uuid:
+        add("gpu_uuid", manifest.get("gpu_uuid") == expect.gpu_uuid, manifest.get("gpu_uuid"))
+    logprob = manifest.get("oracle_sampled_token_logprob")
+    add("oracle_logprob_finite_float", isinstance(logprob, float) and math.isfinite(logprob), logprob)
+    size = manifest.get("artifact_bytes")
+    add("artifact_bytes_positive_int", isinstance(size, int) and not isinstance(size, bool) and size > 0, size)
+    tree = manifest.get("process_tree") or []
+    add(
+        "process_tree",
+        bool(tree) and len(set(tree)) == len(tree) and all(isinstance(p, int) and p > 0 for p in tree),
+        tree,
+    )
+    holders = manifest.get("cuda_holders") or []
+    add("cuda_holders_subset", bool(holders) and set(holders) <= set(tree), holders)
+    first = expect.reference_oracle
+    if first is not None:
+        add(
+            "oracle_equals_ordinary_token_ids",
+            manifest.get("oracle_token_ids") == first.token_ids,
+            {"manifest": manifest.get("oracle_token_ids"), "ordinary": first.token_ids},
+        )
+        add(
+            "oracle_equals_ordinary_text",
+            manifest.get("oracle_text") == first.text,
+            {"manifest": manifest.get("oracle_text"), "ordinary": first.text},
+        )
+        if isinstance(logprob, float):
+            add(
+                "oracle_logprob_within_tolerance",
+                abs(logprob - first.logprob) <= expect.logprob_tolerance,
+                {"manifest": logprob, "ordinary": first.logprob},
+            )
+    return checks
+
+
+def inspect_findings(checks: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    bad = [c for c in checks if not c["ok"]]
+    detail = "inspect checks failed: " + "; ".join(f"{c['name']}={c['detail']!r}" for c in bad)
+    return [Finding("inspect", not bad, detail)]
+
+
+def restore_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: Mapping[str, Any]) -> list[Finding]:
+    """A restored engine answers like the ordinary one: every canary equal, every parameter's bytes unchanged."""
+    return [*canary_findings(canary_compare), *digest_findings(digest_compare)]
+
+
+def restart_findings(
+    container_before: str,
+    container_after: str,
+    audit: Mapping[str, Any],
+    inspect_exit: int | None,
+    sha_before: str | None,
+    sha_after: str,
+) -> list[Finding]:
+    """Across a container stop/start: the same container, the restored server gone, ``inspect`` unchanged."""
+    return [
+        Finding(
+            "same container",
+            container_before == container_after,
+            f"container ID changed across restart: {container_before} -> {container_after}",
+        ),
+        Finding(
+            "cleanup",
+            bool(audit.get("ok")),
+            f"restored server not cleaned up by the container stop: {audit_problems(audit)}",
+        ),
+        Finding(
+            "inspect unchanged",
+            inspect_exit == 0 and sha_after == sha_before,
+            f"public inspect output changed across stop/start (exit {inspect_exit})",
+        ),
+    ]
+
+
+def overlay_file_ok(
+    host_sha256: str, imported: Sequence[Mapping[str, Any]], fresh_exit: int | None, fresh_sha: str | None
+) -> bool:
+    """An overlaid file is in effect: a fresh interpreter imports it, at least one engine process imported it,
+    and every engine process that imported the module imported exactly these bytes."""
+    return (
+        fresh_exit == 0
+        and fresh_sha == host_sha256
+        and bool(imported)
+        and all(i.get("sha256") == host_sha256 for i in imported)
+    )
+
+
+def overlay_findings(files: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    bad = [f for f in files if not f.get("ok")]
+    detail = "overlay not in effect: " + "; ".join(
+        f"{f.get('relative')}: fresh import {f.get('fresh_import')}, engine processes "
+        f"{[(i.get('role'), (i.get('sha256') or '')[:12] or None) for i in f.get('imported') or []]}"
+        for f in bad
+    )
+    return [Finding("overlay", not bad, detail)]
+
+
+def arms_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: Mapping[str, Any]) -> list[Finding]:
+    """The base image's ordinary outputs and parameter bytes equal the image under test's."""
+    bad = [c for c in canary_compare if not c["ok"]]
+    canary = Finding(
+        "canary",
+        not bad,
+        "the image under test and the base image disagree: " + "; ".join(_canary_text(c, "image", "base") for c in bad),
+    )
+    digests = Finding(
+        "digests",
+        bool(digest_compare["ok"]),
+        f"the image under test and the base image disagree: {digest_compare['unchanged']}/"
+        f"{digest_compare['total']} digests equal; differ: {digest_compare['changed'][:_SHOWN]} "
+        f"missing: {digest_compare['missing'][:_SHOWN]}",
+    )
+    return [canary, digests]
