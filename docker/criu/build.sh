@@ -47,7 +47,11 @@ fetch() {  # fetch URL DEST SHA256: download (unless already cached with that ha
   local url=$1 dest=$2 sum=$3
   if [[ -f "$dest" ]] && echo "$sum  $dest" | sha256sum -c --status; then return 0; fi
   mkdir -p "$(dirname "$dest")"
-  curl -fsS --retry 3 -o "$dest.part" "$url" || die "cannot download $url (sid moved on? re-pin with docker/criu/lock.sh)"
+  if command -v curl >/dev/null; then
+    curl -fsS --retry 3 -o "$dest.part" "$url"
+  else
+    python3 -c 'import shutil, sys, urllib.request; shutil.copyfileobj(urllib.request.urlopen(sys.argv[1], timeout=60), open(sys.argv[2], "wb"))' "$url" "$dest.part"
+  fi || die "cannot download $url (sid moved on? re-pin with docker/criu/lock.sh)"
   echo "$sum  $dest.part" | sha256sum -c --status || { rm -f "$dest.part"; die "sha256 mismatch for $url"; }
   mv "$dest.part" "$dest"
 }
