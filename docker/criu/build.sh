@@ -5,7 +5,7 @@
 #   2. stage the prefix /opt/vsnap-criu on the host (dpkg -x, wrappers, cuda-bindings per Python, VERSION);
 #   3. vsnap-criu-base:trixie (debootstrap minbase + python3 -> docker import) unless up to date;
 #   4. docker build: a builder stage compiles CRIU's CUDA plugin from the tarball, the final stage holds the prefix
-#      and checks itself (selfcheck.sh).
+#      and checks itself (prefix/libexec/selfcheck.sh).
 # Idempotent: skipped when the image's ai.vsnap.input-hash label equals the hash of every input. One build at a time.
 # Env: VSNAP_DEBIAN_MIRROR (default http://deb.debian.org/debian), VSNAP_CRIU_CACHE (default docker/criu/.cache),
 #      VSNAP_DEBOOTSTRAP_CACHE (default /var/cache/vsnap-debootstrap), VSNAP_FORCE=1 to rebuild, VSNAP_JOBS (make -j).
@@ -27,7 +27,7 @@ flock 9
 input_hash="$(
   {
     printf 'mirror=%s\n' "$mirror"
-    cd "$here" && find build.sh Dockerfile selfcheck.sh kit.lock prefix -type f -not -path "*/__pycache__/*" -print0 | sort -z \
+    cd "$here" && find build.sh Dockerfile kit.lock prefix -type f -not -path "*/__pycache__/*" -print0 | sort -z \
       | xargs -0 sha256sum
   } | sha256sum | cut -d' ' -f1
 )"
@@ -82,7 +82,7 @@ ctx="$cache/context"
 rm -rf "$ctx"
 mkdir -p "$ctx/src" "$ctx/prefix"
 cp "$cache/src/$orig_name" "$ctx/src/"
-cp "$here/Dockerfile" "$here/selfcheck.sh" "$ctx/"
+cp "$here/Dockerfile" "$ctx/"
 p="$ctx/prefix"
 cp -a "$here/prefix/." "$p/"
 find "$p" -name __pycache__ -prune -exec rm -rf {} +
