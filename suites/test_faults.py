@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from vsnap_qual import faults, procedure
+from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.faults import EXPECTATIONS
 from vsnap_qual.procedure import FAULTS
-from vsnap_qual.steps import LaneRun, StepFailed
+from vsnap_qual.steps import StepFailed
 
 pytestmark = pytest.mark.fault
 

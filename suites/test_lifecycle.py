@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from vsnap_qual import procedure, steps
-from vsnap_qual.steps import LaneRun
+from vsnap_qual.docker_lane import LaneRun
 
 
 class TestLifecycle:

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from vsnap_qual import engine
+from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.options import VLLM_CANARY_PROMPT
 from vsnap_qual.procedure import Fault
 from vsnap_qual.runtime import ExecResult
-from vsnap_qual.steps import ARTIFACT, CONTROL, EXCEPTION_LINE, WORK, LaneRun, check, skip_if_limitation, vllm_reason
+from vsnap_qual.steps import ARTIFACT, CONTROL, EXCEPTION_LINE, WORK, check, skip_if_limitation, vllm_reason
 
 BACKUP = f"{WORK}/artifact.pristine"
 ANY = "any"

@@ -19,6 +19,7 @@ import pytest
 
 from vsnap_qual import __version__, model, options, procedure, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
+from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.evidence import (
     EvidenceStore,
     Redactor,
@@ -28,7 +29,6 @@ from vsnap_qual.evidence import (
     utc_now,
 )
 from vsnap_qual.preflight import PreflightError, PreflightResult, check_report_dir, run_preflight
-from vsnap_qual.steps import LaneRun
 
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()

@@ -10,6 +10,7 @@ import docker.errors
 import pytest
 
 from vsnap_qual import steps
+from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.runtime import ContainerSpec, EngineContainer, RuntimeFailure, exec_timed_out
 
 
@@ -40,10 +41,10 @@ class _BrokenBox:
         raise RuntimeFailure("cannot list the processes of vsnap-lane")
 
 
-def _lane(box: Any) -> steps.LaneRun:
+def _lane(box: Any) -> LaneRun:
     config = SimpleNamespace(gpus="none", privileges="host-namespaces")
     lane = SimpleNamespace(name="v1-head", runner="v1", arm="head")
-    return steps.LaneRun(config=config, lane=lane, store=None, client=None, overlay=[], session_id="s", container=box)  # type: ignore[arg-type]
+    return LaneRun(config=config, lane=lane, store=None, client=None, overlay=[], session_id="s", container=box)  # type: ignore[arg-type]
 
 
 def test_an_error_while_auditing_is_a_failed_audit_that_names_it() -> None:
