@@ -20,6 +20,8 @@ of owners that are gone.
 
 from __future__ import annotations
 
+import array
+import base64
 import contextlib
 import json
 import os
@@ -28,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -147,6 +150,7 @@ class HostLane:
         # Every lane process carries this in its environment (CRIU-restored ones too: they were created in the
         # lane), so a reused mount-namespace inode can never make another process look like a lane member.
         self.token = f"{spec.name}-{uuid.uuid4().hex[:12]}"
+        self.socket = self.dir / "holder.sock"
 
     # -- life cycle -------------------------------------------------------------------------------------------
     @classmethod
@@ -205,17 +209,24 @@ class HostLane:
             ]
             if bind.read_only:
                 lines.append(f"mount -o remount,bind,ro {q(bind.target)}")
-        lines += [f"echo $$ > {q(str(ready))}", "exec sleep infinity"]
+        holder = [sys.executable, "-m", "vsnap_qual.host_holder", str(self.socket), str(ready)]
+        lines.append(f"exec {shlex.join(holder)}")
         return "\n".join(lines)
 
     def _start_holder(self) -> None:
         self.generation += 1
         ready = self.dir / f"holder-{self.generation}.ready"
+        with contextlib.suppress(FileNotFoundError):
+            self.socket.unlink()
         log = (self.dir / "holder.log").open("ab")
         try:
             self.holder = subprocess.Popen(
                 ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._setup_script(ready)],
-                env={**self.spec.environment, LANE_TOKEN: self.token},
+                env={
+                    **self.spec.environment,
+                    LANE_TOKEN: self.token,
+                    "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # the holder is this package's
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -254,34 +265,30 @@ class HostLane:
         )
 
     def _kill_all(self, timeout: float = 30.0) -> None:
-        """SIGKILL every process of the lane (the holder last) and wait until none is left."""
+        """SIGKILL every process of the lane and wait until each is gone and reaped (by the holder, their
+        subreaper), then end the holder itself."""
         deadline = time.monotonic() + timeout
+        holder = self.holder.pid if self.holder is not None else None
         killed: dict[int, int] = {}
         while True:
-            members = self._members()
-            if not members:
-                break
+            members = [m for m in self._members() if m.pid != holder]
             for info in members:
                 killed[info.pid] = info.start_time
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(info.pid, signal.SIGKILL)
+            # A killed process leaves its PID behind until it is reaped; a restore needs the captured PIDs free.
+            unreaped = [pid for pid, start in killed.items() if _same_process(pid, start)]
+            if not members and not unreaped:
+                break
             if time.monotonic() > deadline:
                 raise HostRuntimeFailure(
-                    f"lane {self.spec.name}: processes survive SIGKILL: {[m.pid for m in members]}"
+                    f"lane {self.spec.name}: processes survive SIGKILL or stay unreaped: "
+                    f"{sorted({m.pid for m in members} | set(unreaped))}"
                 )
             time.sleep(0.02)
-        if self.holder is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.holder.wait(5)
-        # A killed process leaves the namespace at once but keeps its PID until its parent reaps it (the
-        # host's init for orphans): wait for that too, since a restore needs the captured PIDs free.
-        while True:
-            unreaped = [pid for pid, start in killed.items() if _same_process(pid, start)]
-            if not unreaped:
-                return
-            if time.monotonic() > deadline:
-                raise HostRuntimeFailure(f"lane {self.spec.name}: killed processes not reaped: {unreaped}")
-            time.sleep(0.02)
+        if self.holder is not None and self.holder.poll() is None:
+            self.holder.kill()
+            self.holder.wait(10)
 
     def _members(self) -> list[ProcInfo]:
         if self.namespace is None:
@@ -324,10 +331,16 @@ class HostLane:
             "Generation": self.generation,
         }
 
-    def _nsenter(self) -> list[str]:
-        if not self.running or self.holder is None:
+    def _connect(self) -> socket.socket:
+        if not self.running:
             raise HostRuntimeFailure(f"lane {self.spec.name} is not running (its namespace holder is gone)")
-        return ["nsenter", f"--target={self.holder.pid}", "--mount", "--wd=/"]
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(str(self.socket))
+        except OSError as exc:
+            conn.close()
+            raise HostRuntimeFailure(f"lane {self.spec.name}: cannot reach its holder: {exc.strerror}") from None
+        return conn
 
     def exec(
         self,
@@ -338,48 +351,64 @@ class HostLane:
         log: Path | None = None,
         stdin_null: bool = True,
     ) -> HostExecResult:
-        """Run ``argv`` in the lane to completion under ``timeout``; stream output to ``log`` as it comes."""
+        """Run ``argv`` in the lane (a child of its holder) to completion under ``timeout``; stream output to
+        ``log`` as it comes."""
         limit = max(timeout, 1.0)
-        wrapped = [*self._nsenter(), "timeout", "--signal=TERM", "--kill-after=10", f"{limit:.0f}s", *argv]
+        wrapped = ["timeout", "--signal=TERM", "--kill-after=10", f"{limit:.0f}s", *argv]
+        request = {"argv": wrapped, "env": {**self.spec.environment, **(env or {}), LANE_TOKEN: self.token}}
+        conn = self._connect()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
         started = time.time()
-        proc = subprocess.Popen(
-            wrapped,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**self.spec.environment, **(env or {}), LANE_TOKEN: self.token},
-            start_new_session=True,
-            close_fds=True,
-        )
+        try:
+            conn.sendmsg(
+                [json.dumps(request).encode() + b"\n"],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, out_w, err_w]).tobytes())],
+            )
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
         sink = _Log(log, f"$ {shlex.join(argv)}\n", writers=2)
         out: list[bytes] = []
         err: list[bytes] = []
 
-        def pump(stream: IO[bytes], chunks: list[bytes]) -> None:
+        def pump(fd: int, chunks: list[bytes]) -> None:
             try:
-                for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+                for chunk in iter(lambda: os.read(fd, 65536), b""):
                     chunks.append(chunk)
                     sink.write(chunk)
             finally:
-                stream.close()
+                os.close(fd)
                 sink.done()
 
-        assert proc.stdout is not None and proc.stderr is not None
         readers = [
-            threading.Thread(target=pump, args=(proc.stdout, out), daemon=True),
-            threading.Thread(target=pump, args=(proc.stderr, err), daemon=True),
+            threading.Thread(target=pump, args=(out_r, out), daemon=True),
+            threading.Thread(target=pump, args=(err_r, err), daemon=True),
         ]
         for reader in readers:
             reader.start()
+        replies = conn.makefile("r")
+        conn.settimeout(limit + 10 + HOST_GRACE_S)
+        code: int | None = None
         host_deadline = False
+        pid: int | None = None
         try:
-            code: int | None = proc.wait(limit + 10 + HOST_GRACE_S)
-        except subprocess.TimeoutExpired:
+            first = json.loads(replies.readline() or "{}")
+            if "error" in first or "pid" not in first:
+                raise HostRuntimeFailure(f"lane {self.spec.name}: {first.get('error', 'holder gave no answer')}")
+            pid = int(first["pid"])
+            code = int(json.loads(replies.readline() or '{"exit": null}')["exit"])
+        except TimeoutError:
             host_deadline = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+        except (TypeError, ValueError):
+            code = None  # the holder died mid-command
+        finally:
+            replies.close()
+            conn.close()
         for reader in readers:  # a detached child may keep a pipe open: read what came, do not wait for it
             reader.join(2.0)
         ended = time.time()
@@ -414,13 +443,8 @@ class HostLane:
 
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes as the lane sees it, or None when it does not exist (or is not a regular file)."""
-        done = subprocess.run(
-            [*self._nsenter(), "sh", "-c", 'test -f "$1" && exec cat -- "$1"', "read", path],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        return done.stdout if done.returncode == 0 else None
+        done = self.exec(["sh", "-c", 'test -f "$1" && exec base64 -w0 -- "$1"', "read", path], 60)
+        return base64.b64decode(done.stdout) if done.exit_code == 0 else None
 
     def read_text(self, path: str) -> str:
         data = self.read_bytes(path)
