@@ -16,13 +16,8 @@ from pathlib import Path
 
 import docker
 import pytest
+from kitsupport import BOOKWORM_IMAGE, HERE, KIT, KIT_IMAGE, PLUGIN_DIR, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-KIT_IMAGE = "vsnap-criu-kit:4.2.1"
-BOOKWORM_IMAGE = "vsnap-criu-test:bookworm"
-KIT = "/opt/vsnap-criu"
-PLUGIN_DIR = f"{KIT}/lib/criu"
 SESSION = f"criu-kit-tests-{uuid.uuid4().hex[:8]}"
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HERE
+from kitsupport import HERE
 
 pytestmark = pytest.mark.docker  # the prefix comes out of the kit image
 

@@ -4,7 +4,7 @@ wrapper, real dumps and restores, CRIU's CUDA plugin on a CPU host, and our cuda
 from __future__ import annotations
 
 import pytest
-from conftest import KIT, PLUGIN_DIR
+from kitsupport import KIT, PLUGIN_DIR
 
 pytestmark = pytest.mark.docker
 
