@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import socket
@@ -79,6 +80,9 @@ def main() -> int:
     ap.add_argument("--dump-path-prepend")
     ap.add_argument("--no-restore", action="store_true")
     args = ap.parse_args()
+    # A child subreaper: the restored process (criu restore -d leaves it orphaned) becomes this driver's child, so
+    # the driver reaps it at the end, also on hosts whose init never reaps.
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
     work = tempfile.mkdtemp(prefix="criu-driver.")
     images = os.path.join(work, "images")
@@ -137,6 +141,9 @@ def main() -> int:
             with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
                 proc.wait(timeout=10)
         wait_for(lambda: not alive(pid), 10)
+        with contextlib.suppress(ChildProcessError):  # the restored process, reparented here
+            while os.waitpid(-1, os.WNOHANG) != (0, 0):
+                pass
 
 
 def emit(res: dict[str, object]) -> int:
