@@ -39,6 +39,11 @@ class SuiteRun:
         return found[0]
 
     @property
+    def session(self) -> str:
+        """The run's session id (its containers' ``ai.vsnap.session`` label)."""
+        return next(str(r["run_id"]) for r in self.records if r["kind"] == "session")
+
+    @property
     def results(self) -> dict[str, Any]:
         return json.loads((self.report_dir / "results.json").read_text())
 
