@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import re
 import secrets
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from vsnap_qual.options import DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, RUNNERS, SECRET_ENV_NAMES, VLLM_CANARY_PROMPT
 
+DEFAULT_HOST_ROOT = Path("/var/tmp/vsnap-lanes")  # --vsnap-host-root: the host runtime's lane directories
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
 
@@ -78,6 +80,8 @@ class QualConfig:
     env: dict[str, str] = field(default_factory=dict)
     doctor: bool = False
     annotate: bool = False
+    runtime: str = "docker"  # docker | host (then image/base_image are Python interpreters)
+    host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -150,6 +154,24 @@ def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
 
 def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
     """Cross-field validation and defaults. Raises ``pytest.UsageError`` naming the option and the fix."""
+    runtime = parsed.get("vsnap_runtime") or "docker"
+    if runtime == "host":
+        given = [f"--vsnap-{n}" for n in ("image", "base-image") if parsed.get("vsnap_" + n.replace("-", "_"))]
+        if given:
+            raise pytest.UsageError(
+                f"{', '.join(given)} cannot be used with --vsnap-runtime=host (no containers): the host runtime "
+                "qualifies the vllm of --vsnap-python (and --vsnap-base-python for the base arm)"
+            )
+        # The arm's engine environment is its Python: the image fields carry its path through the evidence.
+        parsed = {
+            **parsed,
+            "vsnap_image": str(parsed.get("vsnap_python") or Path(sys.executable).absolute()),
+            "vsnap_base_image": str(parsed["vsnap_base_python"]) if parsed.get("vsnap_base_python") else None,
+        }
+    elif parsed.get("vsnap_python") or parsed.get("vsnap_base_python"):
+        raise pytest.UsageError(
+            "--vsnap-python / --vsnap-base-python need --vsnap-runtime=host; with Docker the engine is --vsnap-image"
+        )
     missing = [f"--vsnap-{n}" for n in ("image", "model", "revision") if not parsed.get("vsnap_" + n)]
     if missing:
         raise pytest.UsageError(
@@ -164,6 +186,8 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         report_dir = (rootdir / report_dir).resolve()
     secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
     return QualConfig(
+        runtime=runtime,
+        host_root=parsed.get("vsnap_host_root") or DEFAULT_HOST_ROOT,
         image=parsed["vsnap_image"],
         base_image=parsed.get("vsnap_base_image"),
         model=parsed["vsnap_model"],

@@ -218,6 +218,26 @@ def parse_path(value: str) -> Path:
     return Path(parse_str(value)).expanduser()
 
 
+def parse_runtime(value: str) -> str:
+    value = value.strip()
+    if value not in ("docker", "host"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use 'docker' (each lane a container of --vsnap-image) or 'host' (each lane host processes "
+            "of --vsnap-python, no Docker)"
+        )
+    return value
+
+
+def parse_optional_python(value: str) -> Path | None:
+    """An executable Python interpreter (kept as given, not resolved: a venv's python is a symlink)."""
+    if not value.strip():
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an executable file (a Python interpreter)")
+    return path.absolute()
+
+
 def parse_optional_path(value: str) -> Path | None:
     return None if not value.strip() else parse_path(value)
 
@@ -334,6 +354,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "privileged",
         "privileged, all-caps, all-caps-own-pid, host-namespaces or isolated",
     ),
+    OptionSpec("runtime", parse_runtime, "docker", "where lanes run: docker (containers) or host (processes)"),
+    OptionSpec("python", parse_optional_python, "", "host runtime: Python whose vllm is qualified (default: this one)"),
+    OptionSpec("base-python", parse_optional_python, "", "host runtime: the base arm's Python (unmodified vllm)"),
+    OptionSpec("host-root", parse_optional_path, "", "host runtime: lane directories (/var/tmp/vsnap-lanes)"),
     OptionSpec("port-base", parse_port_base, "0", "first host port to use; 0 picks free ports"),
     OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900,http=120"),
     OptionSpec("report-dir", parse_optional_path, "", "report directory (default reports/<run id>)"),
