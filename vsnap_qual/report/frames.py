@@ -13,14 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vsnap_qual.procedure import CANARY_STEPS, RESTORES, VS_HEAD
+from vsnap_qual.procedure import CANARY_STEPS, CREATE, ORDINARY, OVERLAY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, option_value
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: The digest table's columns: the reference, the two restores, and the base arm.
-DIGEST_COLUMNS: tuple[str, ...] = ("ordinary", "restore-1", "restore-2", "base")
+DIGEST_COLUMNS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2, "base")
 #: A digest cell for a parameter the probe could not observe (``sha256: null``).
 UNOBSERVABLE = "(unobservable)"
 _STATUS_RANK = {"changed": 0, "missing": 1, "unobservable": 2, "unchanged": 3}
@@ -71,14 +71,14 @@ def digest_sources(results: Mapping[str, Any], runner: str) -> dict[str, dict[st
     latest = latest_steps(results)
     ref_arm = _reference_arm(results)
     sources: dict[str, dict[str, Any]] = {}
-    for column in ("ordinary", "restore-1", "restore-2"):
+    for column in (ORDINARY, *RESTORES):
         step = latest.get((runner, ref_arm, column))
         if as_dict(_results(step).get("digests")):
             sources[column] = step  # type: ignore[assignment]
     for arm in results.get("arms") or []:
         if arm == ref_arm:
             continue
-        for step_name in ("restore-1", "ordinary"):
+        for step_name in (RESTORE_1, ORDINARY):
             step = latest.get((runner, arm, step_name))
             if as_dict(_results(step).get("digests")):
                 sources["base"] = step  # type: ignore[assignment]
@@ -212,7 +212,7 @@ def recorded_digest_ok(latest: Mapping[StepKey, dict[str, Any]], runner: str) ->
 
 
 def _summary_from_compare(runner: str, latest: Mapping[StepKey, dict[str, Any]], arm: str) -> dict[str, Any] | None:
-    compares = [_results(latest.get((runner, arm, s))).get("digest_compare") for s in ("restore-1", "restore-2")]
+    compares = [_results(latest.get((runner, arm, s))).get("digest_compare") for s in RESTORES]
     found = [c for c in compares if isinstance(c, dict)]
     if not found:
         return None
@@ -257,7 +257,7 @@ def canary_frame(results: Mapping[str, Any]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for runner in results.get("runners") or []:
         for arm in results.get("arms") or []:
-            reference_step = latest.get((runner, arm, "ordinary")) or latest.get((runner, ref_arm, "ordinary"))
+            reference_step = latest.get((runner, arm, ORDINARY)) or latest.get((runner, ref_arm, ORDINARY))
             reference = {_prompt(c): c for c in _canaries(_results(reference_step).get("canary"))}
             for step_name in _CANARY_STEPS:
                 step = latest.get((runner, arm, step_name))
@@ -389,9 +389,9 @@ def kv_frame(results: Mapping[str, Any]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for runner in results.get("runners") or []:
         for arm in results.get("arms") or []:
-            ordinary = _results(latest.get((runner, arm, "ordinary")))
-            create = _results(latest.get((runner, arm, "create")))
-            restore = _results(latest.get((runner, arm, "restore-1")))
+            ordinary = _results(latest.get((runner, arm, ORDINARY)))
+            create = _results(latest.get((runner, arm, CREATE)))
+            restore = _results(latest.get((runner, arm, RESTORE_1)))
             ordinary_kv = _number(ordinary.get("kv_tokens"))
             if ordinary_kv is None:
                 ordinary_kv = _number(restore.get("kv_ordinary"))
@@ -469,11 +469,11 @@ def readiness_frame(results: Mapping[str, Any]) -> pd.DataFrame:
     timings = timing_frame(results)
     rows: list[dict[str, Any]] = []
     for (runner, arm), group in timings.groupby(["runner", "arm"], sort=False):
-        cold = group.loc[group["step"] == "ordinary", "ready_median"].dropna()
+        cold = group.loc[group["step"] == ORDINARY, "ready_median"].dropna()
         restores = [
             _number(_results(s).get("ready_seconds"))
             for s in results.get("steps", [])
-            if s.get("runner") == runner and s.get("arm") == arm and str(s.get("step", "")).startswith("restore-")
+            if s.get("runner") == runner and s.get("arm") == arm and s.get("step") in RESTORES
         ]
         restore_values = [v for v in restores if v is not None]
         if cold.empty and not restore_values:
@@ -618,7 +618,7 @@ def overlay_frame(results: Mapping[str, Any]) -> pd.DataFrame:
 
     rows: list[dict[str, Any]] = []
     for (runner, arm, step_name), step in latest_steps(results).items():
-        if step_name != "overlay":
+        if step_name != OVERLAY:
             continue
         for entry in map(as_dict, as_list(_results(step).get("files"))):
             imported = [as_dict(i) for i in as_list(entry.get("imported"))]
