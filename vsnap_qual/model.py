@@ -156,6 +156,7 @@ class StepResults(TypedDict, total=False):
     kv_source: str | None
     ready_seconds: float | None
     notice_latency_s: float | None
+    bind_to_ready_s: float
     pids: list[int]
     # restore-N (and vs-head): the step's own judgements against the ordinary reference (the head arm's)
     canary_compare: list[CanaryCompare]
