@@ -163,6 +163,7 @@ class HostLane:
             raise HostRuntimeFailure(f"lane directory {lane.dir} already exists (another run's lane?)")
         for sub in ("work", "shm"):
             (lane.dir / sub).mkdir(parents=True)
+        (lane.dir / "work").chmod(0o700)  # vLLM requires a private (0700) parent of the artifact
         Path(MOUNT_POINT).mkdir(exist_ok=True)  # an empty mount point on the host; covered only inside lanes
         lane._mount_shm()
         try:
