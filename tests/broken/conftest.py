@@ -1,0 +1,28 @@
+"""Fixtures of the broken-variant tests: the qualification run, as a user runs it, against the reference engine
+with one deliberately introduced snapshot defect (``variants.py``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def reference_images(docker_client) -> None:
+    """The reference engine images must exist (`make reference` builds them; `make test` does first)."""
+    import docker.errors
+
+    missing = []
+    for ref in (REFERENCE_HEAD, REFERENCE_BASE):
+        try:
+            docker_client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            missing.append(ref)
+    if missing:
+        pytest.fail(f"images {missing} are missing: run `make reference` (make test does) before these tests")

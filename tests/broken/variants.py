@@ -1,0 +1,193 @@
+"""Deliberately broken engine variants of the reference engine: one snapshot defect each, as a small overlay.
+
+Each variant patches one module of the image's installed ``vllm`` package, read from the image at test time
+(``suite_helpers.image_file``), so a variant follows the engine as it changes; a patch whose anchor is gone fails
+with the module named (update the variant, never the harness). The overlay is a minimal "vLLM checkout" that the
+qualification mounts with ``--vsnap-overlay``/``--vsnap-overlay-files``, exactly as a user's change.
+
+What every variant breaks, and what the qualification must then say, is in :data:`VARIANTS`; the tests are
+``tests/broken/test_broken_variants.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The marker every injected line carries (grep-able in a report's overlay table).
+MARK = "# vsnap-qual broken variant"
+#: The file a leaking variant leaves in /dev/shm (digits only: the shape of CRIU's own link remaps). With host
+#: IPC namespaces /dev/shm is the host's: the tests remove it whatever happens.
+LEAKED_REMAP = "/dev/shm/link_remap.4242424242"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Insert ``text`` into one module: before ``anchor`` (or after it), or replace ``anchor`` with it."""
+
+    module: str  # dotted module name in the image
+    anchor: str
+    text: str
+    where: str = "after"  # "after" | "before" | "replace"
+
+    @property
+    def relative(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+    def apply(self, source: str) -> str:
+        count = source.count(self.anchor)
+        if count != 1:
+            raise AssertionError(
+                f"{self.module}: the anchor {self.anchor!r} occurs {count} times in the image's source "
+                "(the reference engine changed): update tests/broken/variants.py"
+            )
+        if self.where == "replace":
+            return source.replace(self.anchor, self.text)
+        if self.where == "before":
+            return source.replace(self.anchor, self.text + self.anchor)
+        return source.replace(self.anchor, self.anchor + self.text)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    defect: str  # what is broken, in words
+    patches: tuple[Patch, ...]
+
+    @property
+    def files(self) -> list[str]:
+        return sorted({p.relative for p in self.patches})
+
+
+_CORE = "vllm.v1.engine.core"
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant(
+            "kv-shrunk",
+            "the KV pool is re-sized on wake from what is left: a restored engine serves with 3/4 of the blocks "
+            "it was created with",
+            (
+                Patch(
+                    _CORE,
+                    "    def wake_up(self, tags: list[str] | None = None) -> None:\n"
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        if tags is None or 'kv_cache' in tags:  {MARK}: KV pool shrunk on wake\n"
+                    "            import dataclasses\n"
+                    "            if not hasattr(self, '_vsnap_blocks'):\n"
+                    "                self._vsnap_blocks = self.kv_cache_config.num_blocks\n"
+                    "            self.kv_cache_config = dataclasses.replace(\n"
+                    "                self.kv_cache_config, num_blocks=self._vsnap_blocks * 3 // 4\n"
+                    "            )\n",
+                ),
+            ),
+        ),
+        Variant(
+            "dies-after-restore",
+            "the restored server dies about 2 s after `vllm snapshot restore` exited 0 (the API server and the "
+            "engine core are killed by a timer started when the restored session begins to serve)",
+            (
+                Patch(
+                    "vllm.snapshot.server",
+                    "            phase = \"serve\"\n",
+                    f"            import os, signal, threading  {MARK}: dies after restore\n"
+                    "            _t = threading.Timer(3.0, lambda: os.killpg(os.getpgrp(), signal.SIGKILL))\n"
+                    "            _t.daemon = True\n"
+                    "            _t.start()\n",
+                ),
+            ),
+        ),
+        Variant(
+            "lingers-after-stop",
+            "the engine core (the GPU holder) keeps running for 12 s after SIGTERM or after its API server is gone",
+            (
+                Patch(
+                    _CORE,
+                    "    try:\n        _serve_requests(engine, connection)\n    finally:\n",
+                    f"        signal.signal(signal.SIGTERM, signal.SIG_IGN)  {MARK}\n"
+                    "        time.sleep(12.0)\n",
+                ),
+            ),
+        ),
+        Variant(
+            "corrupt-after-first-token",
+            "after a sleep/wake cycle (every snapshot create and restore) every token after the first is the "
+            "second-best one: one-token canaries pass, multi-token output is corrupted from position 1",
+            (
+                Patch(
+                    _CORE,
+                    "            if temperature <= 1e-5:\n                token = int(logits.argmax())\n",
+                    f"                if step >= 1 and getattr(self, '_vsnap_woken', False):  {MARK}\n"
+                    "                    token = int(logits.topk(2).indices[1])\n",
+                ),
+                Patch(
+                    _CORE,
+                    "    def wake_up(self, tags: list[str] | None = None) -> None:\n"
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self._vsnap_woken = True  {MARK}: corrupted after the first token\n",
+                ),
+            ),
+        ),
+        Variant(
+            "leaks-link-remap",
+            f"`vllm snapshot restore` leaves a CRIU link remap behind ({LEAKED_REMAP}) after a successful restore",
+            (
+                Patch(
+                    "vllm.snapshot.runtime",
+                    "            restored = self._read_restored_pid(pidfile)\n",
+                    f"            open({LEAKED_REMAP!r}, 'ab').close()  {MARK}: leaked link remap\n",
+                ),
+            ),
+        ),
+        Variant(
+            "inspect-changes-after-restore",
+            "a successful restore rewrites the manifest's artifact_bytes (recounted with the restore's own "
+            "files), so `vllm snapshot inspect` prints something else after restore 1",
+            (
+                Patch(
+                    "vllm.snapshot.controller",
+                    "        toolset.complete_restore(root_pid)\n",
+                    f"        import json  {MARK}: manifest rewritten by restore\n"
+                    "        from vllm.snapshot.manifest import _write_json_atomic\n"
+                    "        _payload = json.loads((artifact / 'manifest.json').read_text())\n"
+                    "        _payload['artifact_bytes'] = sum(\n"
+                    "            p.stat().st_size for p in artifact.rglob('*') if p.is_file() and not p.is_symlink()\n"
+                    "        )\n"
+                    "        _write_json_atomic(artifact / 'manifest.json', _payload, overwrite=True)\n",
+                ),
+            ),
+        ),
+        Variant(
+            "ignores-env-drift",
+            "restore compares every identity field except the environment fingerprint: a snapshot restores "
+            "under a drifted VLLM_* environment",
+            (
+                Patch(
+                    "vllm.snapshot.manifest",
+                    "    differing = [name for name in IDENTITY_FIELDS if expected_values[name] != actual_values[name]]\n",
+                    "    differing = [  " + MARK + ": environment drift ignored\n"
+                    "        name\n"
+                    "        for name in IDENTITY_FIELDS\n"
+                    "        if name != 'environment' and expected_values[name] != actual_values[name]\n"
+                    "    ]\n",
+                    where="replace",
+                ),
+            ),
+        ),
+    )
+}
+
+
+def build_overlay(variant: Variant, read_module, checkout: Path) -> Path:
+    """Write the variant's patched modules under ``checkout/vllm/...`` (``read_module(name)`` gives the image's
+    source of a module) and return the checkout."""
+    sources: dict[str, str] = {}
+    for patch in variant.patches:
+        sources.setdefault(patch.module, read_module(patch.module))
+        sources[patch.module] = patch.apply(sources[patch.module])
+    for module, text in sources.items():
+        path = checkout / (module.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return checkout
