@@ -90,7 +90,7 @@ VARIANTS: dict[str, Variant] = {
             (
                 Patch(
                     "vllm.snapshot.server",
-                    "            phase = \"serve\"\n",
+                    '            phase = "serve"\n',
                     f"            import os, signal, threading  {MARK}: dies after restore\n"
                     "            _t = threading.Timer(3.0, lambda: os.killpg(os.getpgrp(), signal.SIGKILL))\n"
                     "            _t.daemon = True\n"
@@ -105,8 +105,7 @@ VARIANTS: dict[str, Variant] = {
                 Patch(
                     _CORE,
                     "    try:\n        _serve_requests(engine, connection)\n    finally:\n",
-                    f"        signal.signal(signal.SIGTERM, signal.SIG_IGN)  {MARK}\n"
-                    "        time.sleep(12.0)\n",
+                    f"        signal.signal(signal.SIGTERM, signal.SIG_IGN)  {MARK}\n        time.sleep(12.0)\n",
                 ),
             ),
         ),
@@ -165,7 +164,8 @@ VARIANTS: dict[str, Variant] = {
             (
                 Patch(
                     "vllm.snapshot.manifest",
-                    "    differing = [name for name in IDENTITY_FIELDS if expected_values[name] != actual_values[name]]\n",
+                    "    differing = [name for name in IDENTITY_FIELDS"
+                    " if expected_values[name] != actual_values[name]]\n",
                     "    differing = [  " + MARK + ": environment drift ignored\n"
                     "        name\n"
                     "        for name in IDENTITY_FIELDS\n"
