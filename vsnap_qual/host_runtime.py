@@ -39,15 +39,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from vsnap_qual.procfs import ProcInfo, listening_ports, parse_stat, proc_info, processes_in_mount_namespace
+from vsnap_qual.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
+from vsnap_qual.runtime import (
+    HOST_GRACE_S,
+    ExecResult,
+    RuntimeFailure,
+    exec_timed_out,
+    listening_ports,
+    owner_alive,
+    owner_label,
+)
 
-HOST_GRACE_S = 8.0  # host deadline = in-lane timeout + 8 s, as the Docker runtime
 DEFAULT_ROOT = Path("/var/tmp/vsnap-lanes")
 MOUNT_POINT = "/vsnap"
 LANE_TOKEN = "VSNAP_HOST_LANE"
 
 
-class HostRuntimeFailure(RuntimeError):
+class HostRuntimeFailure(RuntimeFailure):
     """The host runtime could not do what a step asked (start a lane, run a command, list processes)."""
 
 
@@ -70,31 +78,6 @@ class HostSpec:
     binds: list[Bind] = field(default_factory=list)
     root: Path = DEFAULT_ROOT
     shm_size: str = "8g"
-
-
-@dataclass
-class HostExecResult:
-    """One finished in-lane command (same fields as ``runtime.ExecResult``)."""
-
-    argv: list[str]
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    started: float
-    ended: float
-    timed_out: bool = False
-
-    @property
-    def seconds(self) -> float:
-        return self.ended - self.started
-
-    def tail(self, lines: int = 30) -> str:
-        text = (self.stderr or self.stdout).rstrip()
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def owner_label() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def check_host(root: Path = DEFAULT_ROOT) -> list[str]:
@@ -351,7 +334,7 @@ class HostLane:
         env: Mapping[str, str] | None = None,
         log: Path | None = None,
         stdin_null: bool = True,
-    ) -> HostExecResult:
+    ) -> ExecResult:
         """Run ``argv`` in the lane (a child of its holder) to completion under ``timeout``; stream output to
         ``log`` as it comes."""
         limit = max(timeout, 1.0)
@@ -415,18 +398,17 @@ class HostLane:
         ended = time.time()
         if code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it as a shell (and `docker exec`) does
-        in_lane_timeout = code == 124 or (code == 137 and ended - started >= limit)
-        return HostExecResult(
+        return ExecResult(
             argv=list(argv),
             exit_code=code,
             stdout=b"".join(out).decode("utf-8", "replace"),
             stderr=b"".join(err).decode("utf-8", "replace"),
             started=started,
             ended=ended,
-            timed_out=host_deadline or in_lane_timeout,
+            timed_out=host_deadline or exec_timed_out(code, ended - started, limit),
         )
 
-    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> HostExecResult:
+    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
         return self.exec(["sh", "-c", script], timeout, env=env)
 
     def spawn(self, argv: list[str], log_in_lane: str, *, env: Mapping[str, str] | None = None) -> int:
@@ -483,7 +465,7 @@ def sweep(root: Path = DEFAULT_ROOT, owner: str | None = None, names: Iterable[s
         if owner is not None:
             if state.get("owner") != owner:
                 continue
-        elif _owner_alive(str(state.get("owner", ""))):
+        elif owner_alive(str(state.get("owner", ""))):
             continue
         namespace, token = state.get("mount_namespace"), state.get("token")
         for info in _lane_members(namespace, token) if namespace and token else []:
@@ -522,16 +504,3 @@ def _same_process(pid: int, start_time: int) -> bool:
     except OSError:
         return False
     return parse_stat(text)[4] == start_time
-
-
-def _owner_alive(owner: str) -> bool:
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another machine's session: not ours to judge
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

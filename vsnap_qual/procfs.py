@@ -58,13 +58,3 @@ def processes_in_mount_namespace(namespace: str, proc: Path = PROC) -> list[Proc
         if info is not None and info.mount_namespace == namespace and info.state != "Z":
             found.append(info)
     return found
-
-
-def listening_ports(proc_net_tcp: str) -> set[int]:
-    """The LISTEN ports of a ``/proc/net/tcp{,6}`` listing (other lines are ignored)."""
-    ports = set()
-    for line in proc_net_tcp.splitlines():
-        cols = line.split()
-        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
-            ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports

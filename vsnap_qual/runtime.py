@@ -530,7 +530,7 @@ def owner_label() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _owner_alive(owner: str) -> bool:
+def owner_alive(owner: str) -> bool:
     host, _, pid = owner.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return True  # another machine's session: not ours to judge
@@ -555,7 +555,7 @@ def sweep(client: DockerClient, session: str | None = None, owner: str | None = 
     for entry in client.api.containers(all=True, filters=filters):
         labels = entry.get("Labels") or {}
         labelled_owner = labels.get(LABEL_OWNER, "")
-        if session is None and _owner_alive(labelled_owner):
+        if session is None and owner_alive(labelled_owner):
             continue
         if owner is not None and labelled_owner != owner:
             continue

@@ -66,7 +66,7 @@ def _labelled(client) -> set[str]:
     return {
         entry["Id"]
         for entry in client.api.containers(all=True, filters={"label": runtime.LABEL_SESSION})
-        if not runtime._owner_alive((entry.get("Labels") or {}).get(runtime.LABEL_OWNER, ""))
+        if not runtime.owner_alive((entry.get("Labels") or {}).get(runtime.LABEL_OWNER, ""))
     }
 
 
