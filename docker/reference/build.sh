@@ -32,7 +32,7 @@ kit_id="$(docker image inspect --format '{{.Id}}' "$kit" 2>/dev/null)" || {
 
 # Every input file except documentation and the registry-pull recipe, in a stable order.
 inputs_hash="$(
-  cd "$here" && find . -type f ! -name 'README.md' ! -name 'Dockerfile.pull' ! -path '*/__pycache__/*' \
+  cd "$here" && find . -type f ! -name 'README.md' ! -name 'Dockerfile.pull' ! -path '*/__pycache__/*' ! -path '*/.*_cache/*' \
     ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 )"
 
