@@ -127,6 +127,10 @@ def test_serve_create_inspect_restore_restart_restore(lane_factory, flavour: str
     assert (manifest["model_revision"], manifest["tokenizer_revision"]) == (REVISION, REVISION)
     assert manifest["engine_argv"] == [*ENGINE_ARGS, "--enable-sleep-mode"]
     assert len(manifest["process_tree"]) == 2 and manifest["cuda_holders"] == manifest["process_tree"][1:]
+    # Identity from real facts: Debian sid's CRIU from the kit, Debian trixie's torch, the simulated GPU.
+    assert manifest["criu_version"] == "Version: 4.2.1"
+    assert manifest["torch_version"].startswith("2.6.") and manifest["cuda_runtime"] == ""
+    assert manifest["gpu_name"] == "vsnap reference simulated GPU"
     assert (manifest["oracle_token_ids"], manifest["oracle_text"]) == (
         ordinary[0]["token_ids"],
         ordinary[0]["text"],
