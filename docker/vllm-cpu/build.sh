@@ -50,7 +50,7 @@ start=$(date +%s)
 # wheel folder). Already-present files are only re-verified.
 mkdir -p "$wheels"
 log "fetching pinned wheels into $wheels"
-python3 -m pip download --quiet --no-deps --require-hashes -r "$here/requirements.lock" -d "$wheels" >&2
+python3 -m pip download --quiet --quiet --no-deps --require-hashes -r "$here/requirements.lock" -d "$wheels" >&2
 
 # Build context: the recipe plus hard links to exactly the pinned wheels (falls back to copies across filesystems).
 ctx="$(mktemp -d "${TMPDIR:-/var/tmp}/vsnap-vllm-cpu-ctx.XXXXXX")"
