@@ -153,10 +153,15 @@ def hold_pid(lane: Lane, pid: int) -> None:
 
 @pytest.mark.docker
 @pytest.mark.parametrize("lane_with_artifact", ["head"], indirect=True)
-def test_real_criu_restore_failures(lane_with_artifact: Lane) -> None:
+def test_real_criu_restore_failures(lane_with_artifact: Lane, tmp_path: Path) -> None:
     """Faults that only CRIU itself can see: each is vLLM's own failure (exit 1, CRIU's restore.log tail) and
     leaves nothing running; the artifact is untouched and restores once the fault is gone."""
     lane = lane_with_artifact
+    def registrations() -> dict[str, int]:
+        """refplug's register() records: loaded-<pid> -> write time (a re-run rewrites it)."""
+        return {path.name: path.stat().st_mtime_ns for path in (tmp_path / "control" / "refplug").glob("loaded-*")}
+
+    registered = registrations()
     manifest_before = lane.read(f"{ARTIFACT}/manifest.json")
     manifest = json.loads(manifest_before)
     root = manifest["process_tree"][0]
@@ -214,6 +219,10 @@ def test_real_criu_restore_failures(lane_with_artifact: Lane) -> None:
     port = free_port()
     assert restore(lane, port).code == 0
     assert completion(port, "The capital of France is")["text"] == manifest["oracle_text"]
+    # The restored processes did not start again: no plugin registered anew (a re-executed tree would call
+    # register() in its API server and engine core and rewrite their loaded-<pid> records).
+    assert registrations() == registered
+    assert {f"loaded-{pid}" for pid in manifest["process_tree"]} <= set(registered)
     lane.stop_session(root)
     assert restored_processes(lane) == ""
 
