@@ -42,20 +42,42 @@ def failure_message(findings: Iterable[Finding], prefix: str = "") -> str | None
 
 
 # ---- the two comparisons every restore (and the base arm) makes -------------------------------------------
+def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | None:
+    """The first token position where two greedy outputs differ (a length difference counts), or None."""
+    for position, (e, a) in enumerate(zip(expected, actual, strict=False)):
+        if e != a:
+            return position
+    return None if len(expected) == len(actual) else min(len(expected), len(actual))
+
+
 def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> dict[str, Any]:
-    """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), plus whether it was bit-exact."""
-    delta = actual.logprob - expected.logprob
+    """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), per position for a multi-token
+    canary (every token id exact, every position's |Δlogprob| ≤ tol), plus whether it was bit-exact and the
+    first position where the outputs diverge (token id, or logprob beyond the tolerance)."""
     ids_equal = expected.token_ids == actual.token_ids
     text_equal = expected.text == actual.text
+    e_lp = expected.logprobs if expected.logprobs is not None else [expected.logprob]
+    a_lp = actual.logprobs if actual.logprobs is not None else [actual.logprob]
+    deltas = [a - e for e, a in zip(e_lp, a_lp, strict=False)]
+    delta = actual.logprob - expected.logprob
+    positions = [
+        first_divergence(expected.token_ids, actual.token_ids),
+        next((i for i, d in enumerate(deltas) if abs(d) > tolerance), None),
+    ]
+    diverges = min((p for p in positions if p is not None), default=None)
+    worst = max((abs(d) for d in deltas), default=abs(delta))
     return {
         "prompt": expected.prompt,
+        "tokens": len(expected.token_ids),
         "expected": expected.as_dict(),
         "actual": actual.as_dict(),
         "token_ids_equal": ids_equal,
         "text_equal": text_equal,
         "logprob_delta": delta,
-        "bit_exact": ids_equal and text_equal and delta == 0.0,
-        "ok": ids_equal and text_equal and abs(delta) <= tolerance,
+        "max_logprob_delta": worst,
+        "first_divergence": diverges,
+        "bit_exact": ids_equal and text_equal and all(d == 0.0 for d in deltas) and len(e_lp) == len(a_lp),
+        "ok": ids_equal and text_equal and len(e_lp) == len(a_lp) and worst <= tolerance,
     }
 
 
@@ -88,6 +110,19 @@ def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict
 
 def _canary_text(c: Mapping[str, Any], left: str, right: str) -> str:
     e, a = c["expected"], c["actual"]
+    tokens = c.get("tokens") or len(e["token_ids"])
+    where = c.get("first_divergence")
+    if tokens > 1:
+        head = f"{c['prompt']!r} ({tokens} tokens): first diverging position {where}"
+        if where is not None and where < len(e["token_ids"]) and where < len(a["token_ids"]):
+            e_lp, a_lp = e.get("logprobs") or [], a.get("logprobs") or []
+            head += (
+                f", {left} token {e['token_ids'][where]}"
+                + (f" ({e_lp[where]:.6f})" if where < len(e_lp) else "")
+                + f", {right} {a['token_ids'][where]}"
+                + (f" ({a_lp[where]:.6f})" if where < len(a_lp) else "")
+            )
+        return head + f"; max |Δ logprob| {c.get('max_logprob_delta', 0.0):.3g}; {right} text {a['text']!r}"
     return (
         f"{c['prompt']!r}: {left} {e['token_ids']} {e['text']!r} {e['logprob']:.6f}, "
         f"{right} {a['token_ids']} {a['text']!r} {a['logprob']:.6f}"
@@ -95,9 +130,17 @@ def _canary_text(c: Mapping[str, Any], left: str, right: str) -> str:
 
 
 def canary_findings(compare: Sequence[Mapping[str, Any]], against: str = "the ordinary reference") -> list[Finding]:
-    bad = [c for c in compare if not c["ok"]]
-    detail = f"canary differs from {against}: " + "; ".join(_canary_text(c, "expected", "got") for c in bad)
-    return [Finding("canary", not bad and bool(compare), detail if bad else "no canary compared")]
+    """The one-token vLLM canary first, then the multi-token canaries (each names its first diverging position)."""
+    one = [c for c in compare if (c.get("tokens") or 1) == 1]
+    many = [c for c in compare if (c.get("tokens") or 1) > 1]
+    findings = []
+    for name, group in (("canary", one), ("multi-token canary", many)):
+        if not group and name == "multi-token canary":
+            continue
+        bad = [c for c in group if not c["ok"]]
+        detail = f"{name} differs from {against}: " + "; ".join(_canary_text(c, "expected", "got") for c in bad)
+        findings.append(Finding(name, not bad and bool(group), detail if bad else f"no {name} compared"))
+    return findings
 
 
 def digest_findings(compare: Mapping[str, Any], against: str = "the ordinary reference") -> list[Finding]:
@@ -120,13 +163,20 @@ def audit_problems(audit: Mapping[str, Any]) -> str:
     if audit.get("error"):
         return f"the audit itself failed ({audit['error']})"
     problems = []
+    if audit.get("leftovers"):
+        problems.append(
+            f"still alive {audit.get('grace_s', 0):g} s after SIGTERM (killed by the harness): "
+            + "; ".join(leftover_text(p) for p in order_leftovers(audit["leftovers"]))
+        )
     if not audit.get("pids_gone"):
         problems.append(f"PIDs alive {audit.get('pids_alive')}")
     if not audit.get("ports_closed"):
         problems.append(f"ports open {audit.get('ports_open')}")
     if audit.get("gpu_idle") is False:
         problems.append("GPU busy")
-    if not audit.get("link_remaps_equal"):
+    if audit.get("link_remaps_ours"):
+        problems.append(remap_text(audit["link_remaps_ours"], str(audit.get("lane")), str(audit.get("step") or "")))
+    elif not audit.get("link_remaps_equal"):
         problems.append("/dev/shm/link_remap.* differs from its baseline")
     return ", ".join(problems) or "ok"
 
@@ -303,3 +353,98 @@ def arms_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: M
         f"missing: {digest_compare['missing'][:_SHOWN]}",
     )
     return [canary, digests]
+
+
+# ---- KV capacity after a restore (issue 13) ---------------------------------------------------------------------
+def kv_judgement(
+    restored: int | None, created: int | None, ordinary: int | None, tolerance: float, source: str
+) -> dict[str, Any]:
+    """A restored engine serves with exactly the KV capacity its snapshot was created with (the pool is sized
+    once, at create), and that capacity is within ``tolerance`` (a fraction) of ordinary serving. A figure that
+    could not be observed is "not observable", never a pass."""
+    judgement: dict[str, Any] = {
+        "restored": restored,
+        "created": created,
+        "ordinary": ordinary,
+        "tolerance": tolerance,
+        "restored_source": source,
+    }
+    problems = []
+    if restored is None:
+        problems.append(f"KV capacity of the restored server not observable (source: {source})")
+    if created is None:
+        problems.append("KV capacity at create not observable (no `KV cache size` line in the child log)")
+    if restored is not None and created is not None and restored != created:
+        problems.append(
+            f"KV capacity after restore is {restored:,} tokens, but the snapshot was created with {created:,} "
+            f"({restored - created:+,}, {100.0 * (restored - created) / created:+.1f} %; it is fixed at create)"
+        )
+    if created is not None and ordinary:
+        fraction = abs(created - ordinary) / ordinary
+        judgement["snapshot_vs_ordinary"] = round(fraction, 6)
+        if fraction > tolerance:
+            problems.append(
+                f"KV capacity of the snapshot ({created:,} tokens) differs from ordinary serving ({ordinary:,}) by "
+                f"{100.0 * fraction:.2f} % (> --vsnap-kv-tolerance {100.0 * tolerance:g} %)"
+            )
+    elif not ordinary:
+        problems.append("KV capacity of ordinary serving not observable")
+    judgement["observable"] = restored is not None and created is not None and bool(ordinary)
+    judgement["problems"] = problems
+    judgement["ok"] = not problems
+    return judgement
+
+
+def kv_findings(judgement: Mapping[str, Any]) -> list[Finding]:
+    return [Finding("KV capacity", bool(judgement.get("ok")), "; ".join(judgement.get("problems") or []))]
+
+
+# ---- liveness after a restore -----------------------------------------------------------------------------------
+def soak_findings(soak: Mapping[str, Any], when: str) -> list[Finding]:
+    """The restored server stayed alive and serving through the soak (``soak`` as ``steps.soak`` records it)."""
+    if soak.get("alive"):
+        return [Finding("liveness", True)]
+    died = soak.get("died_after_s")
+    window = f"{died:.1f} s" if isinstance(died, (int, float)) else "at an unknown time"
+    detail = (
+        f"restored server died {window} after vllm snapshot restore exited 0 ({when}): {soak.get('reason')}; "
+        f"{soak.get('probes', 0)} probes passed before\nlog tail:\n{soak.get('log_tail') or '(empty)'}"
+    )
+    return [Finding("liveness", False, detail)]
+
+
+# ---- strict cleanup ---------------------------------------------------------------------------------------------
+def leftover_text(proc: Mapping[str, Any]) -> str:
+    role = "GPU holder " if proc.get("gpu_holder") else ""
+    return f"{role}pid {proc.get('pid')} (started {proc.get('start_time')}) `{str(proc.get('cmdline'))[:160]}`"
+
+
+def order_leftovers(procs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Leftover processes, GPU holders first (they are what keeps the next engine from starting)."""
+    return sorted((dict(p) for p in procs), key=lambda p: (not p.get("gpu_holder"), p.get("pid") or 0))
+
+
+def remap_text(entries: Sequence[str], lane: str, step: str) -> str:
+    names = ", ".join(e.split("|", 1)[0] for e in entries)
+    return f"link remap left in /dev/shm by lane {lane}" + (f" ({step})" if step else "") + f": {names}"
+
+
+# ---- inspect output across the lifecycle ------------------------------------------------------------------------
+def manifest_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fields of ``inspect``'s output that differ: {field: {"before", "after"}}."""
+    return {
+        name: {"before": before.get(name), "after": after.get(name)}
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name)
+    }
+
+
+def inspect_stable_findings(changes: Mapping[str, Mapping[str, Any]], after_step: str) -> list[Finding]:
+    shown = "; ".join(f"{k}: {v['before']!r} -> {v['after']!r}" for k, v in list(changes.items())[:_SHOWN])
+    return [
+        Finding(
+            "inspect unchanged",
+            not changes,
+            f"inspect output changed after {after_step}: fields {', '.join(changes)} ({shown})",
+        )
+    ]

@@ -82,6 +82,10 @@ class QualConfig:
     annotate: bool = False
     runtime: str = "docker"  # docker | host (then image/base_image are Python interpreters)
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
+    kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
+    soak_s: float = 3.0  # liveness soak after each restore
+    canary_tokens: int = 16  # greedy tokens per multi-token canary
+    cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -147,6 +151,12 @@ def new_run_id(now: dt.datetime | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
+def _get(parsed: dict[str, Any], key: str, default: Any) -> Any:
+    """An option value, or its default when the caller parsed without it (tests build configs by hand)."""
+    value = parsed.get(key)
+    return default if value is None else value
+
+
 def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
     """vLLM's own canary prompt always comes first: the manifest's oracle is its output."""
     return (VLLM_CANARY_PROMPT, *(p for p in prompts if p != VLLM_CANARY_PROMPT))
@@ -180,6 +190,20 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         )
     if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
         raise pytest.UsageError("--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files")
+    prompts = _with_vllm_canary(parsed.get("vsnap_prompts") or DEFAULT_PROMPTS)
+    count = _get(parsed, "vsnap_canary_prompts", 5)
+    if count > len(prompts):
+        raise pytest.UsageError(
+            f"--vsnap-canary-prompts={count} but only {len(prompts)} prompts are available: lower it or give more "
+            "prompts with --vsnap-prompts=<file>"
+        )
+    cleanup_grace = _get(parsed, "vsnap_cleanup_grace", 5.0)
+    fault_timeout = _get(parsed, "vsnap_fault_timeout", 300.0)
+    if cleanup_grace * 2 > fault_timeout:
+        raise pytest.UsageError(
+            f"--vsnap-cleanup-grace={cleanup_grace:g} must be at most half of --vsnap-fault-timeout "
+            f"({fault_timeout:g} s): a leftover must be found long before the engine's own deadline"
+        )
     run_id = run_id or new_run_id()
     report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
     if not report_dir.is_absolute():
@@ -197,7 +221,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         max_model_len=parsed["vsnap_max_model_len"],
         gpu_memory_utilization=parsed["vsnap_gpu_memory_utilization"],
         runners=parsed["vsnap_runners"],
-        prompts=_with_vllm_canary(parsed.get("vsnap_prompts") or DEFAULT_PROMPTS),
+        prompts=prompts[:count],
         logprob_tolerance=parsed["vsnap_logprob_tolerance"],
         gpus=parsed["vsnap_gpus"],
         privileges=parsed["vsnap_privileges"],
@@ -218,4 +242,8 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         env=parsed.get("vsnap_env") or {},
         doctor=bool(parsed.get("vsnap_doctor")),
         annotate=bool(parsed.get("vsnap_annotate")),
+        kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
+        soak_s=_get(parsed, "vsnap_soak", 3.0),
+        canary_tokens=_get(parsed, "vsnap_canary_tokens", 16),
+        cleanup_grace=cleanup_grace,
     )

@@ -40,6 +40,7 @@ from vsnap_qual.steps import (
     RestoreRun,
     ServerHandle,
     StepFailed,
+    canary_plan,
     skip_if_limitation,
     vllm_reason,
 )
@@ -278,7 +279,10 @@ class LaneRun(StepRecorder):
     def canaries(self, port: int) -> list[CanaryOutput]:
         timeout = self.config.timeouts["http"]
         with self.engine_wait():
-            return [engine.completion(port, self.served_model, p, timeout=timeout) for p in self.config.prompts]
+            return [
+                engine.completion(port, self.served_model, p, timeout=timeout, max_tokens=n)
+                for p, n in canary_plan(self.config)
+            ]
 
     def digests(self, port: int) -> dict[str, dict[str, Any]]:
         with self.engine_wait():
@@ -351,7 +355,7 @@ class LaneRun(StepRecorder):
             }
 
     def _audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
-        deadline = time.time() + 30.0
+        deadline = time.time() + self.config.cleanup_grace
         while True:
             alive, listening = self._probe_state(pids)
             open_ports = [p for p in ports if self.port_listening(p, listening)]
@@ -380,12 +384,15 @@ class LaneRun(StepRecorder):
             "gpu_idle": gpu_idle,
             "link_remaps_equal": remaps == self.link_remaps_baseline,
         }
+        audit.update(self.attribute_link_remaps(remaps))
+        if not audit["link_remaps_equal"] and not audit["link_remaps_ours"]:
+            audit["link_remaps_equal"] = True  # changed only by others (another lane or session): named, not ours
         audit["ok"] = checks.audit_ok(alive, open_ports, gpu_idle, bool(audit["link_remaps_equal"]))
         return audit
 
     # ---- the LaneTools protocol (what the steps use) ---------------------------------------------------------
-    def stop(self, handle: ServerHandle) -> None:
-        self.stop_server(handle)
+    def stop(self, handle: ServerHandle) -> list[dict[str, Any]]:
+        return self.stop_within(handle, self.config.cleanup_grace)
 
     def audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
         return self.cleanup_audit(pids, ports)
@@ -505,6 +512,88 @@ class LaneRun(StepRecorder):
             120,
         )
         return hashlib.sha256(result.stdout.encode()).hexdigest()
+
+    # ---- issue 13: strict stop, liveness, link-remap attribution (steps.LaneTools) ------------------------------
+    def stop_within(self, handle: ServerHandle, grace: float) -> list[dict[str, Any]]:
+        """SIGTERM the server's whole tree; what is still alive ``grace`` seconds later (same PID *and* start
+        time) is a leftover: recorded with its command line and whether it holds the GPU, then SIGKILLed."""
+        pids = sorted(set(handle.pids) | set(self._session_pids(handle.root_pid)))
+        if not pids:
+            return []
+        listed = " ".join(str(int(p)) for p in pids)
+        ident = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"  # state and start time (after the comm field)
+        script = (
+            "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-compute-apps=pid --format=csv,noheader "
+            "2>/dev/null | sed 's/^ */gpu /'; "
+            f"for p in {listed}; do [ -r /proc/$p/stat ] && echo \"id $p $({ident}) $(tr '\\0' ' ' "
+            '< /proc/$p/cmdline)"; done; '
+            f"end=$(( $(date +%s%N) / 1000000 + {int(grace * 1000)} )); kill -TERM {listed} 2>/dev/null; "
+            "while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do left=; "
+            f'for p in {listed}; do [ -r /proc/$p/stat ] && [ "$({ident} | cut -c1)" != Z ] && left=1; done; '
+            '[ -z "$left" ] && break; sleep 0.05; done; '
+            f'for p in {listed}; do [ -r /proc/$p/stat ] && echo "left $p $({ident})"; done; '
+            f"kill -KILL {listed} 2>/dev/null; true"
+        )
+        with self.engine_wait():
+            result = self.box.sh(script, grace + 30)
+        handle.pids = pids
+        gpu: set[int] = set()
+        tree: dict[int, dict[str, Any]] = {}
+        left: list[tuple[int, str, str]] = []
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if parts[:1] == ["gpu"] and len(parts) > 1 and parts[1].isdigit():
+                gpu.add(int(parts[1]))
+            elif parts[:1] == ["id"] and len(parts) >= 4:
+                tree[int(parts[1])] = {"pid": int(parts[1]), "start_time": parts[3], "cmdline": " ".join(parts[4:])}
+            elif parts[:1] == ["left"] and len(parts) >= 4:
+                left.append((int(parts[1]), parts[2], parts[3]))
+        holders = (
+            gpu | set(self.manifest.get("cuda_holders") or [])
+            if handle.root_pid in (self.manifest.get("process_tree") or [])
+            else gpu
+        )
+        leftovers = []
+        for pid, state, start in left:
+            known = tree.get(pid)
+            if known is None or known["start_time"] != start or state == "Z":
+                continue  # gone (a zombie, or the PID reused by another process)
+            leftovers.append({**known, "gpu_holder": pid in holders, "state": state})
+        handle.tree = [{**t, "gpu_holder": t["pid"] in holders} for t in tree.values()]
+        return checks.order_leftovers(leftovers)
+
+    def health(self, port: int) -> bool:
+        with self.engine_wait():
+            return engine.health_ok(port)
+
+    def alive(self, pids: list[int]) -> list[int]:
+        """Which of ``pids`` still exist (one exec)."""
+        return self._probe_state(pids)[0] if pids else []
+
+    def restored_log_tail(self, lines: int = 40) -> str:
+        """The restored engine's own output (the artifact's ``child.log``), last lines."""
+        return self.box.sh(f"tail -n {int(lines)} {ARTIFACT}/child.log 2>/dev/null; true", 30).stdout
+
+    def attribute_link_remaps(self, listing: str) -> dict[str, Any]:
+        """Entries of ``/dev/shm/link_remap.*`` new since this lane's baseline, each attributed to the lane that
+        first saw it appear (a claim file in the report directory, shared by every lane of the run): with host
+        IPC namespaces ``/dev/shm`` is shared, so one lane's leak must not be reported as every lane's."""
+        baseline = set(self.link_remaps_baseline.splitlines())
+        new = [e for e in listing.splitlines() if e and e not in baseline]
+        claims = self.store.report_dir / "lanes" / "link-remaps"
+        claims.mkdir(parents=True, exist_ok=True)
+        ours: list[str] = []
+        others: dict[str, list[str]] = {}
+        for entry in new:
+            claim = claims / entry.replace("/", "_").replace("|", "_")
+            try:
+                with open(claim, "x") as fh:
+                    fh.write(self.lane.name)
+                owner = self.lane.name
+            except FileExistsError:
+                owner = claim.read_text().strip() or "?"
+            (ours.append(entry) if owner == self.lane.name else others.setdefault(owner, []).append(entry))
+        return {"lane": self.lane.name, "link_remaps_new": new, "link_remaps_ours": ours, "link_remaps_others": others}
 
 
 def _first_line(text: str) -> str:

@@ -24,24 +24,33 @@ class EngineError(RuntimeError):
 
 @dataclass(frozen=True)
 class CanaryOutput:
-    """One greedy one-token completion: vLLM's oracle shape (token ids, text, sampled-token logprob)."""
+    """One greedy completion: vLLM's oracle shape (token ids, text, the first sampled token's logprob), and for
+    a multi-token canary every position's sampled-token logprob (``logprobs``, one per token id)."""
 
     prompt: str
     token_ids: list[int]
     text: str
     logprob: float
+    logprobs: list[float] | None = None
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_ids)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def completion(port: int, model: str, prompt: str, host: str = "127.0.0.1", timeout: float = 120.0) -> CanaryOutput:
-    """The snapshot canary request of the contract (§3.3 step 7) for any prompt."""
+def completion(
+    port: int, model: str, prompt: str, host: str = "127.0.0.1", timeout: float = 120.0, max_tokens: int = 1
+) -> CanaryOutput:
+    """The snapshot canary request of the contract (§3.3 step 7) for any prompt; with ``max_tokens`` > 1 the
+    same greedy request for that many tokens (``min_tokens`` equal, so every engine returns exactly as many)."""
     body = {
         "model": model,
         "prompt": prompt,
-        "min_tokens": 1,
-        "max_tokens": 1,
+        "min_tokens": max_tokens,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "seed": 0,
         "logprobs": 0,
@@ -53,12 +62,20 @@ def completion(port: int, model: str, prompt: str, host: str = "127.0.0.1", time
     choice = response.json()["choices"][0]
     logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
     token_ids = choice.get("token_ids")
-    if not isinstance(token_ids, list) or len(token_ids) != 1 or len(logprobs) != 1:
-        raise EngineError(f"completion for {prompt!r} must return exactly one token with one logprob: {choice}")
-    value = logprobs[0]
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EngineError(f"completion for {prompt!r} returned a non-finite logprob {value!r}")
-    return CanaryOutput(prompt, [int(t) for t in token_ids], str(choice.get("text", "")), float(value))
+    if not isinstance(token_ids, list) or len(token_ids) != max_tokens or len(logprobs) != max_tokens:
+        raise EngineError(
+            f"completion for {prompt!r} must return exactly {max_tokens} token(s) with one logprob each: {choice}"
+        )
+    for value in logprobs:
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise EngineError(f"completion for {prompt!r} returned a non-finite logprob {value!r}")
+    return CanaryOutput(
+        prompt,
+        [int(t) for t in token_ids],
+        str(choice.get("text", "")),
+        float(logprobs[0]),
+        [float(v) for v in logprobs] if max_tokens > 1 else None,
+    )
 
 
 def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) -> dict[str, dict[str, Any]]:

@@ -31,14 +31,19 @@ Behaviour = Literal["head", "base"]
 
 
 # ---- pieces of step results -----------------------------------------------------------------------------------
-class Canary(TypedDict):
+class _CanaryBase(TypedDict):
     prompt: str
     token_ids: list[int]
     text: str
     logprob: float
 
 
-class CanaryCompare(TypedDict):
+class Canary(_CanaryBase, total=False):
+    #: A multi-token canary: every position's sampled-token logprob (None for the one-token vLLM canary).
+    logprobs: list[float] | None
+
+
+class _CanaryCompareBase(TypedDict):
     prompt: str
     expected: Canary
     actual: Canary
@@ -47,6 +52,45 @@ class CanaryCompare(TypedDict):
     logprob_delta: float
     bit_exact: bool
     ok: bool
+
+
+class CanaryCompare(_CanaryCompareBase, total=False):
+    tokens: int
+    #: the largest |Δ logprob| over the positions
+    max_logprob_delta: float
+    #: the first token position where the outputs differ (id, or logprob beyond the tolerance); None: none
+    first_divergence: int | None
+
+
+class LeftoverProcess(TypedDict, total=False):
+    pid: int
+    start_time: str
+    cmdline: str
+    gpu_holder: bool
+    state: str
+
+
+class KvJudgement(TypedDict, total=False):
+    restored: int | None
+    created: int | None
+    ordinary: int | None
+    tolerance: float
+    restored_source: str
+    snapshot_vs_ordinary: float
+    observable: bool
+    problems: list[str]
+    ok: bool
+
+
+class Soak(TypedDict, total=False):
+    alive: bool
+    probes: int
+    canaries: int
+    seconds: float
+    died_after_s: float
+    last_ok_after_s: float
+    reason: str
+    log_tail: str
 
 
 class Digest(TypedDict, total=False):
@@ -75,6 +119,16 @@ class CleanupAudit(TypedDict, total=False):
     ports_closed: bool
     gpu_idle: bool | None
     link_remaps_equal: bool
+    #: /dev/shm/link_remap.* entries new since the lane's baseline; those this lane saw first; others' by lane
+    link_remaps_new: list[str]
+    link_remaps_ours: list[str]
+    link_remaps_others: dict[str, list[str]]
+    lane: str
+    step: str
+    #: strict cleanup: processes alive ``grace_s`` after SIGTERM (GPU holders first), the tree as recorded
+    leftovers: list[LeftoverProcess]
+    grace_s: float
+    tree: list[LeftoverProcess]
     ok: bool
     detail: str
     error: str
@@ -167,6 +221,12 @@ class StepResults(TypedDict, total=False):
     error_json: dict[str, Any] | None
     kv_head: int | None
     kv_base: int | None
+    kv_create: int | None
+    kv_judgement: KvJudgement
+    soak: Soak
+    inspect_changes: dict[str, dict[str, Any]]
+    alive_before_restart: bool
+    alive_at_stop: bool
     # create
     artifact_bytes: int | None
     process_tree: list[int] | None
@@ -511,6 +571,9 @@ def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
 _OPEN = {
     "StepResults",
     "CleanupAudit",
+    "KvJudgement",
+    "Soak",
+    "LeftoverProcess",
     "FaultObservation",
     "FollowupRestore",
     "OverlayFileResult",

@@ -368,6 +368,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),
     OptionSpec("doctor", parse_bool, "false", "run the doctor checks before the suites", flag=True),
     OptionSpec("annotate", parse_bool, "false", "run buildkite-agent annotate with summary.md", flag=True),
+    # issue 13: what a broken snapshot really does (KV after restore, liveness, strict cleanup, multi-token canaries)
+    OptionSpec("kv-tolerance", parse_tolerance, "0.02", "max |snapshot - ordinary| KV capacity, as a fraction"),
+    OptionSpec("soak", parse_tolerance, "3", "seconds of /health + canary requests after each restore (0: none)"),
+    OptionSpec("canary-prompts", parse_positive_int, "5", "how many canary prompts (of --vsnap-prompts)"),
+    OptionSpec("canary-tokens", parse_positive_int, "16", "greedy tokens per multi-token canary prompt"),
+    OptionSpec("cleanup-grace", parse_seconds, "5", "seconds a stopped or failed engine tree has to be gone"),
 )
 OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +82,8 @@ class ServerHandle:
     root_pid: int
     pids: list[int] = field(default_factory=list)
     log_in_container: str | None = None
+    #: The tree as recorded at stop: {"pid", "start_time", "cmdline", "gpu_holder"} per process.
+    tree: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,10 @@ class LaneTools(Protocol):
 
     # servers
     def serve(self, record: dict[str, Any]) -> ServerHandle: ...
-    def stop(self, handle: ServerHandle) -> None: ...
+    def stop(self, handle: ServerHandle) -> list[dict[str, Any]]: ...
+    def health(self, port: int) -> bool: ...
+    def alive(self, pids: list[int]) -> list[int]: ...
+    def restored_log_tail(self, lines: int = 40) -> str: ...
     def server_log(self, record: dict[str, Any]) -> str: ...
     def restored_server(self, port: int) -> ServerHandle | None: ...
     def listening(self, port: int) -> bool: ...
@@ -139,6 +145,17 @@ class LaneTools(Protocol):
     def probe_loaded_pids(self) -> list[int]: ...
 
 
+def canary_plan(config: QualConfig) -> list[tuple[str, int]]:
+    """The canary requests, in order: vLLM's own one-token canary first (the manifest's oracle is its output),
+    then every canary prompt for ``--vsnap-canary-tokens`` greedy tokens."""
+    plan = [(VLLM_CANARY_PROMPT, 1)]
+    if config.canary_tokens > 1:
+        plan += [(p, config.canary_tokens) for p in config.prompts]
+    else:
+        plan += [(p, 1) for p in config.prompts if p != VLLM_CANARY_PROMPT]
+    return plan
+
+
 def check(condition: bool, message: str) -> None:
     """A qualification check; failing raises :class:`StepFailed` with the message."""
     if not condition:
@@ -162,14 +179,25 @@ def ordinary_reference(run: LaneTools, rec: dict[str, Any]) -> None:
         digests = run.digests(handle.port)
         kv, source = run.kv(handle.port, run.server_log(rec))
     finally:
-        run.stop(handle)
-    audit = run.audit(handle.pids, [handle.port])
+        leftovers = run.stop(handle)
+        run.server = None
+    audit = strict_audit(run, handle, leftovers)
     run.ordinary = {"canary": [c.as_dict() for c in canary], "digests": digests, "kv_tokens": kv}
     run.peers[run.lane.name] = run.ordinary
     rec["results"].update(
         canary=run.ordinary["canary"], digests=digests, kv_tokens=kv, kv_source=source, pids=handle.pids, cleanup=audit
     )
     require_findings(checks.ordinary_findings(digests, audit))
+
+
+def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cleanup audit after a stop, with the processes that outlived the grace (by PID, start time and
+    command line; GPU holders first): any leftover fails the audit, even though the harness then killed it."""
+    audit = run.audit(handle.pids, [handle.port])
+    audit.update(leftovers=leftovers, grace_s=run.config.cleanup_grace, tree=handle.tree)
+    if leftovers:
+        audit["ok"] = False
+    return audit
 
 
 def create(run: LaneTools, rec: dict[str, Any]) -> None:
@@ -226,7 +254,8 @@ def inspect(run: LaneTools, rec: dict[str, Any], gpu_uuid: str | None) -> None:
 
 
 def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
-    """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference."""
+    """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference, KV
+    capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
     restored = run.snapshot_restore(rec, n)
     result = restored.result
     if result.exit_code != 0:
@@ -239,16 +268,28 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     check(handle is not None, "restore exited 0 but restored.pid is missing")
     assert handle is not None
     run.server = handle
-    check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
-    canary = run.canaries(handle.port)
+    step = f"restore-{n}"
+    try:
+        check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
+        canary = run.canaries(handle.port)
+        digests = run.digests(handle.port)
+        kv, kv_source = run.kv(handle.port)
+    except Exception as exc:
+        # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
+        soak = probe_liveness(run, handle, result.ended, f"{type(exc).__name__}: {exc}")
+        rec["results"]["soak"] = soak
+        if not soak["alive"]:
+            require_findings(checks.soak_findings(soak, f"during the {step} checks"))
+        raise
     expected = [CanaryOutput(**c) for c in run.ordinary["canary"]]
     tolerance = run.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, canary, strict=True)]
-    digests = run.digests(handle.port)
     digest_compare = checks.compare_digests(run.ordinary["digests"], digests)
-    kv, kv_source = run.kv(handle.port)
-    if kv is None:
-        kv, kv_source = run.kv_snapshot, "child.log"
+    kv_judgement = checks.kv_judgement(
+        kv, run.kv_snapshot, run.ordinary.get("kv_tokens"), run.config.kv_tolerance, kv_source
+    )
+    changes = inspect_changes(run, rec, f"inspect-after-{step}")
+    soak = soak_server(run, handle, result.ended)
     rec["results"].update(
         canary=[c.as_dict() for c in canary],
         canary_compare=compare,
@@ -257,45 +298,154 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
         kv_tokens=kv,
         kv_source=kv_source,
         kv_ordinary=run.ordinary.get("kv_tokens"),
+        kv_create=run.kv_snapshot,
+        kv_judgement=kv_judgement,
+        inspect_changes=changes,
+        soak=soak,
         pids=handle.pids,
         root_pid=handle.root_pid,
         listener_first_bound=restored.first_bound,
         # restore's "cold start": from the command to a serving listener (the ordinary step's ready_seconds)
         ready_seconds=round((restored.first_bound or result.ended) - result.started, 3),
     )
-    require_findings(checks.restore_findings(compare, digest_compare))
+    require_findings(
+        [
+            *checks.soak_findings(soak, f"{run.config.soak_s:g} s soak after {step}"),
+            *checks.restore_findings(compare, digest_compare),
+            *checks.kv_findings(kv_judgement),
+            *checks.inspect_stable_findings(changes, step),
+        ]
+    )
+
+
+def inspect_changes(run: LaneTools, rec: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    """``vllm snapshot inspect`` again: the fields that differ from what the inspect step printed."""
+    result = run.snapshot_inspect(rec, name=name)
+    try:
+        now = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return {"(output)": {"before": "JSON", "after": f"exit {result.exit_code}: {result.stdout[:200]!r}"}}
+    return checks.manifest_changes(run.manifest, now)
+
+
+def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: str = "") -> dict[str, Any]:
+    """One look at a restored server: its processes, ``/health``. ``died_after_s`` counts from ``since`` (when
+    ``vllm snapshot restore`` exited 0)."""
+    gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
+    healthy = run.health(handle.port)
+    alive = not gone and healthy
+    out: dict[str, Any] = {"alive": alive, "probes": 0, "seconds": 0.0}
+    if not alive:
+        out.update(
+            died_after_s=round(time.time() - since, 2),
+            reason=(f"processes gone {gone}" if gone else "/health did not answer 200")
+            + (f" ({reason})" if reason else ""),
+            log_tail=run.restored_log_tail(),
+        )
+    return out
+
+
+def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> dict[str, Any]:
+    """The soak after a restore: ``/health`` and the restored tree's processes every 0.25 s for
+    ``--vsnap-soak`` seconds, vLLM's canary among them; the first failure ends it with when and the log tail."""
+    seconds = run.config.soak_s
+    started = time.time()
+    probes = canaries = 0
+    last_ok = since
+    while True:
+        look = probe_liveness(run, handle, since)
+        if look["alive"] and (probes % 4 == 3 or time.time() - started >= seconds):
+            try:
+                run.canaries(handle.port)
+                canaries += 1
+            except Exception as exc:
+                look = probe_liveness(run, handle, since, f"canary request: {type(exc).__name__}: {exc}")
+                if look["alive"]:
+                    look = {
+                        **look,
+                        "alive": False,
+                        "died_after_s": round(time.time() - since, 2),
+                        "reason": f"canary request failed: {exc}",
+                        "log_tail": run.restored_log_tail(),
+                    }
+        if not look["alive"]:
+            look.update(
+                probes=probes,
+                canaries=canaries,
+                seconds=round(time.time() - started, 2),
+                last_ok_after_s=round(last_ok - since, 2),
+            )
+            return look
+        probes += 1
+        last_ok = time.time()
+        if time.time() - started >= seconds:
+            return {"alive": True, "probes": probes, "canaries": canaries, "seconds": round(time.time() - started, 2)}
+        time.sleep(0.25)
 
 
 def restart(run: LaneTools, rec: dict[str, Any]) -> None:
-    """Stop and start the same lane environment; the restored server must be gone, inspect output unchanged."""
+    """Stop and start the same lane environment; the restored server must be alive until then and gone after,
+    inspect output unchanged (a changed field is named, with the step after which it first changed)."""
     before = run.environment_id()
     handle = run.server
+    findings: list[checks.Finding] = []
+    if handle is not None:
+        look = probe_liveness(run, handle, time.time())
+        rec["results"]["alive_before_restart"] = look["alive"]
+        if not look["alive"]:
+            findings.append(
+                checks.Finding(
+                    "liveness",
+                    False,
+                    f"the restored server was no longer alive at the restart: {look.get('reason')}\n"
+                    f"log tail:\n{look.get('log_tail') or '(empty)'}",
+                )
+            )
     run.restart()
     after = run.environment_id()
     audit = run.audit(handle.pids if handle else [], [handle.port] if handle else [])
+    audit["step"] = "seen at the restart"
     run.server = None
     result = run.snapshot_inspect(rec, name="inspect-after-restart")
     sha_after = hashlib.sha256(result.stdout.encode()).hexdigest()
+    try:
+        changes = checks.manifest_changes(run.manifest, json.loads(result.stdout))
+    except json.JSONDecodeError:
+        changes = {}
     rec["results"].update(
         container_id_before=before,
         container_id_after=after,
         sha256_before=run.inspect_sha256,
         sha256_after=sha_after,
+        inspect_changes=changes,
         cleanup=audit,
     )
-    require_findings(checks.restart_findings(before, after, audit, result.exit_code, run.inspect_sha256, sha_after))
+    found = checks.restart_findings(before, after, audit, result.exit_code, run.inspect_sha256, sha_after)
+    if changes:
+        found = [f for f in found if f.check != "inspect unchanged"]
+        found += checks.inspect_stable_findings(changes, "restore-1 and the container restart")
+    require_findings([*findings, *found])
 
 
 def stop_restored(run: LaneTools, rec: dict[str, Any]) -> None:
-    """Stop the restored server and audit that nothing is left."""
+    """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left."""
     handle = run.server
     if handle is None:
         return
-    run.stop(handle)
-    audit = run.audit(handle.pids, [handle.port])
+    look = probe_liveness(run, handle, time.time())
+    rec["results"]["alive_at_stop"] = look["alive"]
+    leftovers = run.stop(handle)
+    audit = strict_audit(run, handle, leftovers)
     run.server = None
     rec["results"]["cleanup"] = audit
-    require_findings(checks.audit_findings(audit, "after restore"))
+    findings = checks.audit_findings(audit, "after restore")
+    if not look["alive"]:
+        findings.append(
+            checks.Finding(
+                "liveness", False, f"the restored server was no longer alive at the final stop: {look.get('reason')}"
+            )
+        )
+    require_findings(findings)
 
 
 def restore_then_stop(run: LaneTools, rec: dict[str, Any], n: int) -> None:

@@ -118,7 +118,13 @@ class FakeLane:
     def __init__(self, digests_after: dict[str, dict[str, Any]]) -> None:
         self.lane = SimpleNamespace(name="v1-head", runner="v1", arm="head")
         self.config = SimpleNamespace(
-            logprob_tolerance=1e-3, model="org/m", revision="r" * 40, tokenizer_revision="r" * 40
+            logprob_tolerance=1e-3,
+            model="org/m",
+            revision="r" * 40,
+            tokenizer_revision="r" * 40,
+            kv_tolerance=0.02,
+            soak_s=0.0,  # one look, no waiting: the soak's rule is tested with a lane that dies on cue
+            cleanup_grace=5.0,
         )
         self.peers: dict[str, dict[str, Any]] = {}
         self.ordinary: dict[str, Any] = {}
@@ -128,6 +134,10 @@ class FakeLane:
         self.kv_snapshot: int | None = 4096
         self.digests_after = digests_after
         self.calls: list[str] = []
+        self.kv_restored: int | None = 4096
+        self.leftovers: list[dict[str, Any]] = []
+        self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
+        self.inspected: dict[str, Any] = _manifest()
 
     served_model = "org/m"
 
@@ -135,8 +145,24 @@ class FakeLane:
         self.calls.append("serve")
         return steps.ServerHandle(port=8000, root_pid=10, pids=[10, 11])
 
-    def stop(self, handle: steps.ServerHandle) -> None:
+    def stop(self, handle: steps.ServerHandle) -> list[dict[str, Any]]:
         self.calls.append(f"stop {handle.port}")
+        return list(self.leftovers)
+
+    def health(self, port: int) -> bool:
+        return self._alive()
+
+    def alive(self, pids: list[int]) -> list[int]:
+        return list(pids) if self._alive() else []
+
+    def _alive(self) -> bool:
+        if self.probes_until_death is None:
+            return True
+        self.probes_until_death -= 1
+        return self.probes_until_death >= 0
+
+    def restored_log_tail(self, lines: int = 40) -> str:
+        return "EngineCore: killed"
 
     def server_log(self, record: dict[str, Any]) -> str:
         return "INFO GPU KV cache size: 4,096 tokens"
@@ -154,7 +180,7 @@ class FakeLane:
         return _digests(a="1", b="2") if port == 8000 else self.digests_after
 
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]:
-        return (4096, "log") if log_text else (None, "unavailable")
+        return (4096, "log") if log_text else (self.kv_restored, "metrics")
 
     def snapshot_kv(self) -> int | None:
         return 4096
@@ -166,7 +192,7 @@ class FakeLane:
         return self._exec()
 
     def snapshot_inspect(self, record: dict[str, Any], name: str = "inspect") -> ExecResult:
-        return self._exec(json.dumps(_manifest()))
+        return self._exec(json.dumps(_manifest() if name == "inspect" else self.inspected))
 
     def snapshot_restore(self, record: dict[str, Any], n: int) -> steps.RestoreRun:
         self.calls.append(f"restore-{n}")
@@ -234,3 +260,101 @@ def test_a_restore_whose_parameters_changed_fails_with_the_names() -> None:
     with pytest.raises(steps.StepFailed, match=r"parameter digests differ .* 1/2 unchanged; changed \['b'\]"):
         steps.restore(lane, rec, 1)  # type: ignore[arg-type]
     assert rec["results"]["digest_compare"]["ok"] is False and rec["results"]["ready_seconds"] == 0.5
+
+
+def _restored_lane(**change: Any) -> FakeLane:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
+    steps.inspect(lane, _rec(), None)  # type: ignore[arg-type]
+    for key, value in change.items():
+        setattr(lane, key, value)
+    return lane
+
+
+def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:
+    assert steps.restore(_restored_lane(), _rec(), 1) is None  # type: ignore[func-returns-value]
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"KV capacity after restore is 3,072 tokens, but the snapshot was "):
+        steps.restore(_restored_lane(kv_restored=3072), rec, 1)  # type: ignore[arg-type]
+    judged = rec["results"]["kv_judgement"]
+    assert (judged["ok"], judged["restored"], judged["created"]) == (False, 3072, 4096)
+    with pytest.raises(steps.StepFailed, match="not observable"):
+        steps.restore(_restored_lane(kv_restored=None), _rec(), 1)  # type: ignore[arg-type]
+
+
+def test_kv_judgement_tolerance_and_unobservable_figures() -> None:
+    assert checks.kv_judgement(1000, 1000, 1010, 0.02, "metrics")["ok"]
+    wide = checks.kv_judgement(1000, 1000, 1100, 0.02, "metrics")
+    assert not wide["ok"] and "differs from ordinary serving (1,100) by 9.09 %" in wide["problems"][0]
+    blind = checks.kv_judgement(None, None, None, 0.02, "unavailable")
+    assert not blind["ok"] and not blind["observable"] and len(blind["problems"]) == 3
+
+
+def test_a_restored_server_that_dies_during_the_soak_fails_naming_when_with_its_log() -> None:
+    lane = _restored_lane(probes_until_death=2)  # alive for the first look, dead at the next
+    lane.config.soak_s = 60.0
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"restored server died [0-9.]+ s after vllm snapshot restore exited 0"):
+        steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+    soak = rec["results"]["soak"]
+    assert soak["alive"] is False and soak["log_tail"] == "EngineCore: killed" and soak["probes"] == 1
+    assert "log tail:\nEngineCore: killed" in checks.soak_findings(soak, "soak")[0].detail
+
+
+def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.leftovers = [
+        {"pid": 11, "start_time": "100", "cmdline": "vllm serve org/m", "gpu_holder": False},
+        {"pid": 12, "start_time": "101", "cmdline": "python3 -m vllm.v1.engine.core", "gpu_holder": True},
+    ]
+    rec = _rec()
+    with pytest.raises(steps.StepFailed) as failure:
+        steps.ordinary_reference(lane, rec)  # type: ignore[arg-type]
+    message = str(failure.value)
+    assert "still alive 5 s after SIGTERM" in message
+    assert message.index("GPU holder pid 12") < message.index("pid 11 (started 100)")
+    assert rec["results"]["cleanup"]["ok"] is False
+
+
+def test_multi_token_canaries_report_the_first_diverging_position() -> None:
+    ref = CanaryOutput("p", [1, 2, 3, 4], "abcd", -0.1, [-0.1, -0.2, -0.3, -0.4])
+    same = checks.compare_canary(ref, ref, 1e-3)
+    assert same["ok"] and same["bit_exact"] and same["first_divergence"] is None
+    swapped = checks.compare_canary(ref, CanaryOutput("p", [1, 9, 3, 4], "a?cd", -0.1, [-0.1, -2, -0.3, -0.4]), 1e-3)
+    assert not swapped["ok"] and swapped["first_divergence"] == 1
+    drift = checks.compare_canary(ref, CanaryOutput("p", [1, 2, 3, 4], "abcd", -0.1, [-0.1, -0.2, -0.3, -0.5]), 1e-3)
+    assert not drift["ok"] and drift["first_divergence"] == 3 and drift["max_logprob_delta"] == pytest.approx(0.1)
+    one = checks.compare_canary(REF, REF, 1e-3)
+    findings = checks.canary_findings([one, swapped])
+    assert [f.check for f in findings] == ["canary", "multi-token canary"]
+    assert findings[0].ok and not findings[1].ok and "first diverging position 1" in findings[1].detail
+
+
+def test_canary_plan_keeps_the_one_token_vllm_canary_first() -> None:
+    config = SimpleNamespace(prompts=("The capital of France is", "a", "b"), canary_tokens=16)
+    assert steps.canary_plan(config) == [  # type: ignore[arg-type]
+        ("The capital of France is", 1),
+        ("The capital of France is", 16),
+        ("a", 16),
+        ("b", 16),
+    ]
+
+
+def test_an_inspect_field_changed_by_a_restore_is_named_with_the_step() -> None:
+    lane = _restored_lane()
+    lane.inspected = {**_manifest(), "artifact_bytes": 999}
+    with pytest.raises(steps.StepFailed, match=r"inspect output changed after restore-1: fields artifact_bytes"):
+        steps.restore(lane, _rec(), 1)  # type: ignore[arg-type]
+
+
+def test_link_remaps_name_the_file_and_the_lane() -> None:
+    audit = {
+        **AUDIT_OK,
+        "ok": False,
+        "link_remaps_equal": False,
+        "lane": "v1-head",
+        "step": "restart",
+        "link_remaps_ours": ["/dev/shm/link_remap.42|2049|7|600|0"],
+    }
+    text = checks.audit_problems(audit)
+    assert text == "link remap left in /dev/shm by lane v1-head (restart): /dev/shm/link_remap.42"

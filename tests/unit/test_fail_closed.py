@@ -42,7 +42,7 @@ class _BrokenBox:
 
 
 def _lane(box: Any) -> LaneRun:
-    config = SimpleNamespace(gpus="none", privileges="host-namespaces")
+    config = SimpleNamespace(gpus="none", privileges="host-namespaces", cleanup_grace=5.0)
     lane = SimpleNamespace(name="v1-head", runner="v1", arm="head")
     return LaneRun(config=config, lane=lane, store=None, client=None, overlay=[], session_id="s", container=box)  # type: ignore[arg-type]
 
