@@ -1,5 +1,7 @@
-"""The Docker lane: ``LaneRun`` implements the steps' toolset (``steps.LaneTools``) on one long-lived container
-per lane, through ``runtime`` (the only module that talks to Docker)."""
+"""The lane toolset: ``LaneRun`` implements the steps' toolset (``steps.LaneTools``) on one long-lived box per
+lane: a Docker container through ``runtime`` (the only module that talks to Docker), or, with
+``--vsnap-runtime=host``, a host lane of ``host_runtime`` (processes in a mount namespace of their own). Both boxes
+offer the same commands (exec, spawn, processes, restart, ...), so nothing below the lane start knows which."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from vsnap_qual import checks, engine, model
 from vsnap_qual.config import PORT_NAMES, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import utc_now
+from vsnap_qual.host_runtime import Bind as HostBind
+from vsnap_qual.host_runtime import HostLane, HostSpec, host_environment
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.recorder import StepRecorder
 from vsnap_qual.runtime import (
@@ -55,10 +59,10 @@ class LaneRun(StepRecorder):
     it, and what the steps hand on to each other."""
 
     config: QualConfig
-    client: Client
+    client: Client | None  # None with the host runtime
     overlay: list[OverlayFile]
     session_id: str
-    container: EngineContainer | None = None
+    container: EngineContainer | HostLane | None = None
     package_dir: str | None = None
     control_host: Path | None = None
     ports: dict[str, int] = field(default_factory=dict)
@@ -78,9 +82,9 @@ class LaneRun(StepRecorder):
         return self.config.model
 
     @property
-    def box(self) -> EngineContainer:
+    def box(self) -> EngineContainer | HostLane:
         if self.container is None:
-            raise StepFailed(f"{self.lane.name}: no container (lane start failed)")
+            raise StepFailed(f"{self.lane.name}: no lane box (lane start failed)")
         return self.container
 
     # ---- lane start ----------------------------------------------------------------------------------------
@@ -101,7 +105,7 @@ class LaneRun(StepRecorder):
         env.update(self.config.env)
         return env
 
-    def mounts(self) -> list[Bind]:
+    def mounts(self, overlay: bool = True) -> list[Bind]:
         assert self.control_host is not None
         mounts = [
             Bind("/vsnap/probe", str(self.config.probe_dir or PROBE_DIR), read_only=True),
@@ -111,7 +115,7 @@ class LaneRun(StepRecorder):
         if cache is not None:
             target = "/vsnap/hf/hub" if any(cache.glob("models--*")) else "/vsnap/hf"
             mounts.append(Bind(target, str(cache), read_only=True))
-        if self.lane.overlaid and self.overlay:
+        if overlay and self.lane.overlaid and self.overlay:
             assert self.package_dir is not None
             for item in self.overlay:
                 mounts.append(Bind(item.image_path(self.package_dir), str(item.host_path), read_only=True))
@@ -128,17 +132,32 @@ class LaneRun(StepRecorder):
         self.ports = self.config.fixed_ports(self.lane) or dict(
             zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=False)
         )
-        spec = ContainerSpec(
-            image_id=image.id,
-            name=f"vsnap-{self.session_id}-{self.lane.name}-{self.purpose}",
-            labels={LABEL_SESSION: self.session_id, LABEL_LANE: self.lane.name, LABEL_OWNER: owner_label()},
-            environment=self.environment(),
-            mounts=self.mounts(),
-            privileges=self.config.privileges,
-            gpus=gpus,
-            ports=self.ports.values(),
-        )
-        self.container = EngineContainer.start(self.client, spec)
+        name = f"vsnap-{self.session_id}-{self.lane.name}-{self.purpose}"
+        labels = {LABEL_SESSION: self.session_id, LABEL_LANE: self.lane.name, LABEL_OWNER: owner_label()}
+        if self.config.runtime == "host":
+            self.container = HostLane.start(
+                HostSpec(
+                    name=name,
+                    labels=labels,
+                    environment=host_environment(self.lane.image, self.environment(), gpus),
+                    # no overlay binds: on the host the checkout is what the Python imports (verified, not mounted)
+                    binds=[HostBind(b.target, Path(b.source), b.read_only) for b in self.mounts(overlay=False)],
+                    root=self.config.host_root,
+                )
+            )
+        else:
+            assert self.client is not None
+            spec = ContainerSpec(
+                image_id=image.id,
+                name=name,
+                labels=labels,
+                environment=self.environment(),
+                mounts=self.mounts(),
+                privileges=self.config.privileges,
+                gpus=gpus,
+                ports=self.ports.values(),
+            )
+            self.container = EngineContainer.start(self.client, spec)
         self.box.sh(f"mkdir -p -m 0700 {WORK}", 30)
         self.link_remaps_baseline = self.box.sh(LINK_REMAPS, 30).stdout
         versions = dict(package_info)
@@ -216,7 +235,8 @@ class LaneRun(StepRecorder):
         namespace is the host's; with published ports Docker's proxy answers even when nothing listens)."""
         if port in (self.box.listening_ports() if listening is None else listening):
             return True
-        return self.config.privileges != "isolated" and engine.port_open(port)
+        shared_network = self.config.runtime == "host" or self.config.privileges != "isolated"
+        return shared_network and engine.port_open(port)
 
     def stop_server(self, handle: ServerHandle, grace: float = 20.0) -> None:
         """SIGTERM the server's whole tree, SIGKILL what is left after ``grace`` seconds."""

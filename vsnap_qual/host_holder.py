@@ -59,14 +59,16 @@ def _serve(conn: socket.socket) -> None:
         argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
         env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)]
-        with _lock:  # register before the child can be reaped, so the reaper knows whom to tell
+        # Under the lock: the reaper (which takes it too) can neither miss this child's exit nor answer
+        # {"exit"} before {"pid"} has been sent, however fast the command ends.
+        with _lock:
             try:
                 # its own process group, so that a deadline can end the command and its children together
                 pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0)
             except OSError as exc:
                 raise RuntimeError(f"cannot run {argv[0]}: {exc.strerror}") from None
+            _send(conn, {"pid": pid})
             _commands[pid] = conn
-        _send(conn, {"pid": pid})
     except Exception as exc:  # noqa: BLE001
         _send(conn, {"error": str(exc)})
         conn.close()

@@ -80,6 +80,23 @@ class HostSpec:
     shm_size: str = "8g"
 
 
+HOST_ENV_DROP = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_", "VSNAP_", "COV_CORE_")
+
+
+def host_environment(python: str, lane_env: dict[str, str], gpus: str) -> dict[str, str]:
+    """The environment of every command of a host lane: this process's environment (the user's PATH with criu,
+    ``CRIU_CUDA_PLUGIN_DIR``, CUDA settings, ...) less the harness's own and Python-path variables, the lane's
+    variables on top, and the qualified Python's directory first on PATH (its ``vllm`` and ``python3``)."""
+    env = {k: v for k, v in os.environ.items() if not any(k == d or k.startswith(d) for d in HOST_ENV_DROP)}
+    env.update(lane_env)
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", os.defpath)])
+    if gpus.startswith("GPU-"):
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    elif gpus == "none":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
 def check_host(root: Path = DEFAULT_ROOT) -> list[str]:
     """What this host lacks for host lanes (empty when nothing): checked before anything starts."""
     problems = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, model, options, procedure, runtime
+from vsnap_qual import __version__, host_runtime, model, options, procedure, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
 from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.evidence import (
@@ -49,6 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _active(config: pytest.Config) -> bool:
     if config.getoption("vsnap_image") or os.environ.get("VSNAP_IMAGE"):
         return True
+    if (config.getoption("vsnap_runtime") or os.environ.get("VSNAP_RUNTIME") or "").strip() == "host":
+        return True  # the host runtime qualifies a Python, not an image
     return bool(str(config.getini("vsnap_image") or "").strip())
 
 
@@ -120,8 +122,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         except PreflightError as exc:
             raise pytest.UsageError(str(exc)) from None
         (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
-        client = runtime.connect()
-        runtime.sweep(client)
+        engine_version = None
+        if qual.runtime == "host":
+            host_runtime.sweep(qual.host_root)  # lanes of owners that are gone
+        else:
+            client = runtime.connect()
+            runtime.sweep(client)
+            engine_version = runtime.engine_version(client)
         store.write(
             model.SessionRecord(
                 kind="session",
@@ -136,7 +143,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     "kernel": platform.release(),
                     "hostname": socket.gethostname(),
                     "python": platform.python_version(),
-                    "docker_version": runtime.engine_version(client),
+                    "docker_version": engine_version,
                     "machine": platform.machine(),
                     "cpus": os.cpu_count(),
                 },
@@ -305,7 +312,11 @@ def vsnap_preflight(request: pytest.FixtureRequest, vsnap_config: QualConfig) ->
 
 @pytest.fixture(scope="session")
 def vsnap_docker(vsnap_config: QualConfig) -> Any:
-    """A docker SDK client for the local engine."""
+    """A docker SDK client for the local engine (None with the host runtime)."""
+    if vsnap_config.runtime == "host":
+        yield None
+        host_runtime.sweep(vsnap_config.host_root, owner=runtime.owner_label())  # this process's leftovers only
+        return
     client = runtime.connect()
     yield client
     runtime.sweep(client, vsnap_config.run_id, owner=runtime.owner_label())  # this process's leftovers only
@@ -348,7 +359,11 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
     )
     registry[key] = run
     try:
-        image = runtime.local_image(client, pre.images[lane.image])
+        image = (
+            host_image(lane.image, pre)
+            if qual.runtime == "host"
+            else runtime.local_image(client, pre.images[lane.image])
+        )
         if image is None:
             raise runtime.RuntimeFailure(f"image {lane.image} ({pre.images[lane.image][:19]}) vanished after preflight")
         run.start(image, pre.packages[lane.image], pre.gpus)
@@ -358,6 +373,21 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
             run.container.remove()
         raise
     return run
+
+
+def host_image(python: str, pre: PreflightResult) -> runtime.ImageInfo:
+    """What the evidence records as the "image" of a host-runtime arm: its Python and the vllm it imports."""
+    info = pre.packages[python]
+    return runtime.ImageInfo(
+        id=pre.images[python],
+        repo_digests=[],
+        labels={
+            "ai.vsnap.runtime": "host",
+            "ai.vsnap.python": os.path.realpath(python),
+            "ai.vsnap.vllm-package": str(info.get("package_dir")),
+        },
+        platform=f"host/{platform.machine()}",
+    )
 
 
 @pytest.fixture
@@ -396,7 +426,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     store = config.stash[STORE_KEY]
     with contextlib.suppress(runtime.RuntimeFailure):
-        runtime.sweep(runtime.connect(), qual.run_id)
+        if qual.runtime == "host":
+            host_runtime.sweep(qual.host_root)
+        else:
+            runtime.sweep(runtime.connect(), qual.run_id)
     if not store.path.exists():
         return
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered

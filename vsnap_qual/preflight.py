@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual import host_runtime, runtime
 from vsnap_qual import overlay as overlay_mod
-from vsnap_qual import runtime
 from vsnap_qual.config import QualConfig
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.steps import PACKAGE_PROBE
@@ -184,6 +188,8 @@ def run_preflight(config: QualConfig) -> PreflightResult:
             files = overlay_mod.collect(config.overlay, config.overlay_ref, config.overlay_files)
         except overlay_mod.OverlayError as exc:
             raise PreflightError(f"--vsnap-overlay: {exc}") from None
+    if config.runtime == "host":
+        return _host_preflight(config, files)
     try:
         client = runtime.connect()
     except runtime.RuntimeFailure as exc:
@@ -215,6 +221,70 @@ def run_preflight(config: QualConfig) -> PreflightResult:
                 f"--vsnap-overlay: files that map to no module of the image's vllm package "
                 f"({package_dir}): {', '.join(missing)}"
             )
+    return result
+
+
+def host_gpus(requested: str, dev: Path = Path("/dev")) -> str:
+    """``--vsnap-gpus`` for the host runtime: ``auto`` is all GPUs when the host has NVIDIA device nodes."""
+    present = (dev / "nvidiactl").exists()
+    if requested == "auto":
+        return "all" if present else "none"
+    if requested != "none" and not present:
+        raise PreflightError(f"--vsnap-gpus={requested}: this host has no NVIDIA device (/dev/nvidiactl); use none")
+    return requested
+
+
+def host_image_id(python: str, info: dict[str, Any]) -> str:
+    """What stands for an image ID with the host runtime: the interpreter and the vllm it imports."""
+    key = json.dumps([os.path.realpath(python), info.get("package_dir"), info.get("vllm"), info.get("torch")])
+    return "host-python:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _host_preflight(config: QualConfig, files: list[OverlayFile]) -> PreflightResult:
+    """The host runtime's checks: root and the tools lanes need, each Python's vllm, criu on the lanes' PATH."""
+    problems = host_runtime.check_host(config.host_root)
+    if problems:
+        raise PreflightError("--vsnap-runtime=host: " + "; ".join(problems))
+    gpus = host_gpus(config.gpus)
+    result = PreflightResult(gpus=gpus, overlay=files)
+    for python, option in ((config.image, "--vsnap-python"), (config.base_image, "--vsnap-base-python")):
+        if not python:
+            continue
+        env = host_runtime.host_environment(python, {}, gpus)
+        try:
+            done = subprocess.run(
+                [python, "-c", PACKAGE_PROBE],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=config.timeouts["exec"],
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise PreflightError(
+                f"{option}: {python} did not locate vllm within {config.timeouts['exec']:.0f} s"
+            ) from None
+        try:
+            info = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+        except (ValueError, IndexError):
+            info = {}
+        if not info.get("package_dir"):
+            raise PreflightError(
+                f"{option}: {python} cannot import vllm (exit {done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()[-300:]!r}; give the Python of an environment with vllm"
+            )
+        for tool in ("criu", "vllm"):
+            if shutil.which(tool, path=env["PATH"]) is None:
+                raise PreflightError(
+                    f"{option}: {tool} not found on the lanes' PATH ({env['PATH']}); "
+                    + (
+                        "put the criu kit's sbin/ on PATH (docker/criu/export.sh)"
+                        if tool == "criu"
+                        else "install vllm into that Python's environment (its console script)"
+                    )
+                )
+        result.images[python] = host_image_id(python, info)
+        result.packages[python] = info
     return result
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -153,5 +155,17 @@ def test_orphans_are_reparented_to_the_holder_and_reaped(lane_factory):
     assert info is not None and info.ppid == lane.holder.pid  # type: ignore[union-attr]
     deadline = time.time() + 10
     while procfs.proc_info(pid) is not None or os.path.exists(f"/proc/{pid}"):
-        assert time.time() < deadline, f"orphan {pid} left unreaped: {open(f'/proc/{pid}/stat').read()}"
+        assert time.time() < deadline, f"orphan {pid} left unreaped: {Path(f'/proc/{pid}/stat').read_text()}"
         time.sleep(0.05)
+
+
+def test_many_instant_commands_all_get_their_exit_code(lane_factory):
+    """A command that ends at once must still be answered pid-then-exit (a reaper race once lost the pid)."""
+    lane = lane_factory()
+
+    def burst(offset: int) -> list[int | None]:
+        return [lane.exec(["true"] if (offset + i) % 2 else ["false"], 10).exit_code for i in range(40)]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(burst, range(8)))
+    assert results == [[0 if (o + i) % 2 else 1 for i in range(40)] for o in range(8)]
