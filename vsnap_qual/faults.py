@@ -327,13 +327,18 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             assert fault.hook_point is not None
             arm(run, fault.hook_point, stall if fault.hook_point == "wake-stall" else None)
         elif fault.kind == "env":
-            env["VLLM_VSNAP_QUAL_DRIFT"] = "1"
-            injected["env"] = "VLLM_VSNAP_QUAL_DRIFT=1"
+            env[DRIFT_NAME] = DRIFT_VALUE
+            injected["env"] = f"{DRIFT_NAME}={DRIFT_VALUE}"
         elif fault.kind == "pid":
             holder = PidHolder(run, int(run.manifest["process_tree"][0]))
             injected["pid"] = holder.pid
-            injected["occupied"] = holder.occupy()
-            injected["occupied_in"] = holder.where
+            for attempt in range(1, 4):  # verified in place below; an occupation that did not hold is retried
+                injected["occupied"] = holder.occupy()
+                injected["occupied_in"] = holder.where
+                injected["attempts"] = attempt
+                if injected["occupied"] and run.pid_alive(holder.pid):
+                    break
+                holder.release()
             ignore.add(holder.pid)
         elif fault.kind == "port":
             ignore.add(block_port(run, port))
@@ -352,6 +357,10 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             result = run.snapshot(rec, "create", *argv, timeout_key="create", name="create-faulted")
             injected["target_removed"] = run.box.sh(f"test -e {create_dir}", 10).exit_code != 0
         else:
+            if holder is not None:  # the captured PID is held at the moment the restore starts
+                injected["held_at_restore"] = run.pid_alive(holder.pid)
+            if fault.kind == "port":
+                injected["bound_at_restore"] = engine.port_open(port)
             with engine.ListenerWatch(port) as watch, ListenerScan(run, port) as scan:
                 ignore.add(scan.pid or 0)
                 done, sent = threading.Event(), list[str]()
@@ -364,8 +373,14 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
                         daemon=True,
                     )
                     signaller.start()
-                result = run.restore(rec, port, name="restore-faulted", env=env)
+                if fault.kind == "env":
+                    result = restore_recording_env(run, rec, port, env)
+                    injected["seen_in_restore_env"] = drift_seen(run)
+                else:
+                    result = run.restore(rec, port, name="restore-faulted", env=env)
                 done.set()
+                if holder is not None:
+                    injected["held_after_restore"] = run.pid_alive(holder.pid)
                 if signaller:
                     signaller.join(5)
                     injected["signal"] = sent
@@ -404,7 +419,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
     if obs.exit_code == 0:
         kill_leftovers(run, baseline, ignore)
-    left = settle(run, baseline, ignore)
+    left = settle(run, baseline, ignore, limit=run.config.cleanup_grace)
     audit = run.cleanup_audit([p["pid"] for p in left], [port] if fault.kind != "port" else [])
     audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
     kill_leftovers(run, baseline, set())
@@ -418,11 +433,44 @@ def _fired(fault: Fault, obs: Observation, injected: dict[str, Any]) -> bool:
         return bool(obs.fired_records)
     if fault.kind == "signal":
         return bool(obs.fired_records) and bool(injected.get("signal"))
-    if fault.kind == "pid":
-        return bool(injected.get("occupied"))
-    if fault.kind == "env":
-        return "environment" in obs.stderr_tail or "snapshot mismatch" in obs.stderr_tail
-    return True  # port, manifest, image: the injection is verified when it is made
+    if fault.kind == "pid":  # held by our process when the restore started, and still while it ran
+        return bool(injected.get("occupied") and injected.get("held_at_restore") and injected.get("held_after_restore"))
+    if fault.kind == "env":  # the drifted variable was in the restore process's own environment
+        return bool(injected.get("seen_in_restore_env"))
+    if fault.kind == "port":
+        return bool(injected.get("bound_at_restore"))
+    return True  # manifest, image: the injection is verified when it is made
+
+
+def _injection_evidence(results: dict[str, Any]) -> str:
+    injected = results.get("injected") or {}
+    return ", ".join(f"{k}={v}" for k, v in injected.items()) or "no injection evidence"
+
+
+DRIFT_NAME, DRIFT_VALUE = "VLLM_VSNAP_QUAL_DRIFT", "1"
+DRIFT_SEEN = "faults/env-seen"
+
+
+def restore_recording_env(run: LaneRun, rec: dict[str, Any], port: int, env: dict[str, str]) -> ExecResult:
+    """``vllm snapshot restore`` under the drifted environment, through a shell that first records the drifted
+    variable as its own environment holds it and then ``exec``s the restore (the same process, the same
+    environment): the harness's own evidence that the drift reached the restore."""
+    assert run.control_host is not None
+    (run.control_host / DRIFT_SEEN).unlink(missing_ok=True)
+    record = (
+        f"tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{DRIFT_NAME}=' > {CONTROL}/{DRIFT_SEEN}; "
+        'exec vllm snapshot restore "$@"'
+    )
+    argv = ["sh", "-c", record, "sh", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
+    rec["argv"] = argv
+    with run.engine_wait():
+        return run._snapshot_exec(rec, argv, "restore", env, "restore-faulted")
+
+
+def drift_seen(run: LaneRun) -> bool:
+    assert run.control_host is not None
+    path = run.control_host / DRIFT_SEEN
+    return path.exists() and path.read_text().strip() == f"{DRIFT_NAME}={DRIFT_VALUE}"
 
 
 def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
@@ -464,10 +512,11 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
     """Every way the observation differs from the expectation, in words a reviewer can act on."""
     problems = []
     if expect.fires and not obs.fired:
-        problems.append(
+        # Nothing else is claimed about a fault that did not take effect: the engine was not tested by it.
+        return [
             f"ineffective injection: fault {fault.id} never fired (the hook or condition did not "
-            "take effect), so nothing was tested"
-        )
+            f"take effect: {_injection_evidence(results)}), so nothing was tested"
+        ]
     if not expect.fires and obs.fired:
         problems.append(f"fault {fault.id} fired, but this behaviour has no such hook")
     code = obs.exit_code

@@ -32,7 +32,27 @@ def test_a_fault_that_never_fired_is_an_ineffective_injection():
     fault = FAULTS_BY_ID["canary-perturb"]
     obs = Observation(exit_code=0, fired=False)
     problems = faults.judge(fault, EXPECTATIONS["head"]["canary-perturb"], obs, _results())
-    assert any("ineffective injection" in p for p in problems)
+    assert len(problems) == 1 and "ineffective injection" in problems[0]  # and nothing else is claimed
+
+
+def test_firing_is_decided_from_the_harness_evidence_at_the_action():
+    env = FAULTS_BY_ID["identity-drift"]
+    stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
+    assert not faults._fired(env, stderr, {"env": "VLLM_VSNAP_QUAL_DRIFT=1"})  # stderr proves nothing
+    assert faults._fired(env, Observation(exit_code=0), {"seen_in_restore_env": True})  # even if ignored
+    pid = FAULTS_BY_ID["pid-occupied"]
+    held = {"occupied": True, "held_at_restore": True, "held_after_restore": True}
+    assert faults._fired(pid, Observation(), held)
+    assert not faults._fired(pid, Observation(), {**held, "held_at_restore": False})
+    port = FAULTS_BY_ID["port-in-use"]
+    assert not faults._fired(port, Observation(), {"bound_at_restore": False})
+
+
+def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffective_injection():
+    fault = FAULTS_BY_ID["identity-drift"]
+    obs = Observation(exit_code=0, fired=True, artifact_unchanged=True)
+    text = " | ".join(faults.judge(fault, EXPECTATIONS["head"]["identity-drift"], obs, _results()))
+    assert "ineffective" not in text and "exit code 0, expected 1" in text and "snapshot mismatch" in text
 
 
 def test_http_bound_before_the_check_fails_head_and_says_so():
