@@ -277,8 +277,11 @@ def corrupt_manifest(run: LaneRun) -> None:
 
 
 def truncate_image(run: LaneRun) -> str:
+    """Truncate the largest process core image to half. A core image, not a pages image: CRIU 4.2.1 fails a
+    short core image cleanly (``Read N bytes while M expected``, ``Restoring FAILED.``), but its restorer spins
+    on a short pages image instead of failing, and vLLM passes CRIU no timeout (README: findings)."""
     script = (
-        f"f=$(find {ARTIFACT}/images -type f ! -name '*.log' -printf '%s %p\\n' | sort -rn | head -1 | "
+        f"f=$(find {ARTIFACT}/images -type f -name 'core-*.img' -printf '%s %p\\n' | sort -rn | head -1 | "
         'cut -d\' \' -f2-); [ -n "$f" ] || exit 3; s=$(stat -c %s "$f"); truncate -s $((s/2)) "$f"; '
         'echo "$f"'
     )
