@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU tier: a full qualification (both runners, head and base, lifecycle and injected failures) of the
+# reference engine on this machine's GPU with the host runtime (no Docker): real CRIU 4.2.1 with CRIU's own CUDA
+# plugin and our cuda-checkpoint (the criu kit), real CUDA in the engine. For a bare GPU host with root, an NVIDIA
+# driver and a Python with CUDA torch, pytest and requests, and no network (the lent H200): everything else comes
+# from CARRY, made on a machine with Docker and a network by `scripts/gpu-tier.sh --prepare CARRY`.
+#
+#   scripts/gpu-tier.sh --prepare CARRY     # here: criu kit tarball + the wheels the GPU host lacks (docker SDK)
+#   scripts/gpu-tier.sh CARRY OUT [pytest args...]    # there: installs into a scratch prefix, qualifies -> OUT/
+#
+# Env: PYTHON (default python3), PREFIX (default /tmp/vsnap-gpu-tier), VSNAP_GPU_TIER_RUNNERS (default v1,v2),
+# VSNAP_GPU_MEMORY_UTILIZATION (default 0.05: the KV pool of a tiny model need not fill an H200).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+log() { echo "gpu-tier: $*" >&2; }
+
+if [ "${1:-}" = "--prepare" ]; then
+  carry=${2:?usage: gpu-tier.sh --prepare CARRY}
+  mkdir -p "$carry/whl"
+  bash "$here/docker/criu/export.sh" "$carry" || exit 1
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$carry/whl" docker==7.1.0 || exit 1
+  du -sh "$carry"
+  exit 0
+fi
+
+carry=${1:?usage: gpu-tier.sh CARRY OUT [pytest args...]}
+out=${2:?usage: gpu-tier.sh CARRY OUT [pytest args...]}
+shift 2
+carry="$(cd "$carry" && pwd)"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+python=${PYTHON:-python3}
+prefix=${PREFIX:-/tmp/vsnap-gpu-tier}
+runners=${VSNAP_GPU_TIER_RUNNERS:-v1,v2}
+util=${VSNAP_GPU_MEMORY_UTILIZATION:-0.05}
+
+[ "$(id -u)" = 0 ] || { log "needs root (CRIU, mount namespaces)"; exit 2; }
+if [ "$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null || echo 2)" != 2 ]; then
+  log "setting kernel.io_uring_disabled=2 (was $(cat /proc/sys/kernel/io_uring_disabled)): CRIU needs it"
+  echo 2 >/proc/sys/kernel/io_uring_disabled || exit 2
+fi
+rm -rf "$prefix"
+mkdir -p "$prefix/site"
+tar -C "$prefix" -xzf "$carry/vsnap-criu-kit.tar.gz" || { log "no criu kit in $carry"; exit 2; }
+if ! "$python" -c 'import docker' 2>/dev/null; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$prefix/site" "$carry"/whl/*.whl || exit 2
+fi
+options="$(bash "$here/scripts/host-reference.sh" "$python" "$prefix/ref")" || exit 2
+
+export PATH="$prefix/vsnap-criu/sbin:$prefix/vsnap-criu/bin:$PATH:$prefix/ref/sim/bin"
+export CRIU_CUDA_PLUGIN_DIR="$prefix/vsnap-criu/lib/criu"
+export PYTHONPATH="$here:$prefix/site"  # the harness (this checkout) and its carried wheels; lanes drop it
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  echo "kernel: $(uname -r)"
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+  echo "criu: $(criu --version | head -1)"
+  "$python" -c 'import sys, torch; print("python:", sys.version.split()[0], "torch:", torch.__version__, "cuda:", torch.version.cuda, torch.cuda.is_available())'
+} | tee "$out/host.txt"
+
+start=$(date +%s)
+# -c /dev/null: none of the checkout's ini defaults; the reference engine's settings are passed here explicitly
+# (its fault timeout of 20 s keeps the fault suite short; a real engine keeps the 300 s default)
+# shellcheck disable=SC2086
+"$python" -m pytest -c /dev/null -p vsnap_qual -p no:cacheprovider --rootdir="$here" "$here/suites/" $options \
+  --vsnap-runners="$runners" --vsnap-gpu-memory-utilization="$util" --vsnap-fault-timeout=20 \
+  --vsnap-report-dir="$out/report" --junitxml="$out/report/junit.xml" -q "$@" 2>&1 | tee "$out/pytest.log" | grep -v "pid=" | tail -40
+status=${PIPESTATUS[0]}
+echo "wall_s: $(( $(date +%s) - start ))" | tee -a "$out/host.txt"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >"$out/gpu-after.txt" 2>&1
+echo "compute apps after the run: $(wc -l <"$out/gpu-after.txt")" | tee -a "$out/host.txt"
+[ "$status" = 5 ] && status=1
+exit "$status"
