@@ -164,6 +164,7 @@ class OverlayFileResult(TypedDict, total=False):
     imported: list[ImportedModule]
     fresh_import: FreshImport
     fresh_ok: bool
+    verified_in: str
     ok: bool
 
 

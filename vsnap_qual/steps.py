@@ -473,6 +473,11 @@ def overlay_verification(run: LaneTools, rec: dict[str, Any]) -> None:
         item["fresh_import"] = fresh
         item["fresh_ok"] = fresh["exit_code"] == 0 and fresh["sha256"] == item["host_sha256"]
         item["ok"] = checks.overlay_file_ok(item["host_sha256"], item["imported"], fresh["exit_code"], fresh["sha256"])
+        item["verified_in"] = (
+            "engine processes and a fresh interpreter"
+            if item["imported"]
+            else "a fresh interpreter only (no engine process imported it: code of the vllm CLI process)"
+        )
     rec["results"]["files"] = files
     rec["results"]["probe_loaded_pids"] = run.probe_loaded_pids()
     require_findings(checks.overlay_findings(files))

@@ -258,16 +258,16 @@ def canary_frame(results: Mapping[str, Any]) -> pd.DataFrame:
     for runner in results.get("runners") or []:
         for arm in results.get("arms") or []:
             reference_step = latest.get((runner, arm, ORDINARY)) or latest.get((runner, ref_arm, ORDINARY))
-            reference = {_prompt(c): c for c in _canaries(_results(reference_step).get("canary"))}
+            reference = {_canary_key(c): c for c in _canaries(_results(reference_step).get("canary"))}
             for step_name in _CANARY_STEPS:
                 step = latest.get((runner, arm, step_name))
                 canaries = _canaries(_results(step).get("canary"))
                 if step is None or not canaries:
                     continue
-                compares = {_prompt(c): c for c in _canaries(_results(step).get("canary_compare"))}
+                compares = {_canary_key(c): c for c in _canaries(_results(step).get("canary_compare"))}
                 is_reference = step is reference_step
                 for index, canary in enumerate(canaries):
-                    prompt = _prompt(canary)
+                    prompt = _canary_key(canary)
                     rows.append(
                         _canary_row(
                             runner,
@@ -296,6 +296,8 @@ def canary_frame(results: Mapping[str, Any]) -> pd.DataFrame:
             "delta",
             "status",
             "ok",
+            "tokens",
+            "first_divergence",
         ],
     )
 
@@ -306,6 +308,24 @@ def _canaries(value: Any) -> list[dict[str, Any]]:
 
 def _prompt(canary: Mapping[str, Any]) -> str:
     return str(canary.get("prompt", ""))
+
+
+def _tokens(canary: Mapping[str, Any]) -> int:
+    """How many tokens a canary (or a comparison) generated: vLLM's one-token canary, or a multi-token one."""
+    if isinstance(canary.get("tokens"), int):
+        return int(canary["tokens"])
+    expected = canary.get("expected")
+    ids = (
+        canary.get("token_ids")
+        if "token_ids" in canary
+        else (expected if isinstance(expected, dict) else {}).get("token_ids")
+    )
+    return len(as_list(ids)) or 1
+
+
+def _canary_key(canary: Mapping[str, Any]) -> tuple[str, int]:
+    """A canary is its prompt and its length (the same prompt runs as the one-token canary and a long one)."""
+    return (_prompt(canary), _tokens(canary))
 
 
 def _canary_row(
@@ -322,10 +342,14 @@ def _canary_row(
     logprob = _number(canary.get("logprob"))
     ref_logprob = _number(reference.get("logprob")) if reference else None
     delta = None if logprob is None or ref_logprob is None else logprob - ref_logprob
+    divergence = None
     if is_reference:
         status, ok = "reference", True
     elif compare is not None:
         delta = _number(compare.get("logprob_delta")) if compare.get("logprob_delta") is not None else delta
+        if compare.get("max_logprob_delta") is not None:
+            delta = _number(compare.get("max_logprob_delta"))
+        divergence = compare.get("first_divergence")
         ok = bool(compare.get("ok"))
         if not ok:
             status = "mismatch"
@@ -348,6 +372,8 @@ def _canary_row(
         "delta": delta,
         "status": status,
         "ok": ok,
+        "tokens": _tokens(canary),
+        "first_divergence": divergence,
     }
 
 

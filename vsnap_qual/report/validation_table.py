@@ -63,8 +63,10 @@ def validation_checks(results: Mapping[str, Any], comparisons: Comparisons) -> l
         ("overlay", _overlay(comparisons)),
         ("digests", _digests(comparisons)),
         ("canary", _canary(comparisons)),
+        ("multi-token", _multi_token(comparisons)),
         ("faults", _faults(comparisons)),
-        ("KV", _kv(comparisons)),
+        ("KV", _kv(results, comparisons)),
+        ("liveness", _liveness(results)),
         ("ready", _readiness(comparisons)),
         ("cleanup", _cleanup(comparisons)),
     ]
@@ -142,8 +144,12 @@ def _digests(comparisons: Comparisons) -> Check:
     )
 
 
-def _canary(comparisons: Comparisons) -> Check:
+def _canary(comparisons: Comparisons, multi: bool = False) -> Check:
     frame = comparisons.canary
+    if not frame.empty and "tokens" in frame:
+        frame = frame[(frame["tokens"] > 1) == multi]
+    if multi:
+        return _multi_token_check(frame)
     if frame.empty or (frame["status"] == "reference").all():
         return Check("canary equal to the ordinary reference", None, "no canary compared")
     parts = []
@@ -168,6 +174,61 @@ def _canary(comparisons: Comparisons) -> Check:
     return Check(name, _all_ok(list(compared["ok"])), "; ".join(parts), tuple(details[:_NAMES_SHOWN]))
 
 
+def _multi_token(comparisons: Comparisons) -> Check:
+    return _canary(comparisons, multi=True)
+
+
+def _multi_token_check(frame: Any) -> Check:
+    """Multi-token canaries: N prompts × M greedy tokens, ids exact, |Δ logprob| per position, first divergence."""
+    name = "multi-token canary equal to the ordinary reference"
+    compared = frame[frame["status"] != "reference"] if not frame.empty else frame
+    if compared.empty:
+        return Check(name, None, "no multi-token canary compared")
+    tokens = int(compared["tokens"].max())
+    parts, details = [], []
+    for (runner, arm), group in compared.groupby(["runner", "arm"], sort=False):
+        prompts = group["prompt"].nunique()
+        equal = int(group.groupby("prompt", sort=False)["ok"].all().sum())
+        deltas = group["delta"].dropna().abs()
+        parts.append(f"{runner}/{arm}: {equal}/{prompts} equal, max |Δ logprob| {figures.delta(deltas.max())}")
+        for row in records(group[group["ok"] != True]):  # noqa: E712 (False and not judged)
+            details.append(
+                f"{runner}/{arm}/{row['step']} {row['prompt']!r}: {row['status']}, first diverging position "
+                f"{row['first_divergence']}"
+            )
+    return Check(f"{name} ({tokens} tokens each)", _all_ok(list(compared["ok"])), "; ".join(parts), tuple(details[:10]))
+
+
+def _step_results(step: Any) -> dict[str, Any]:
+    found = step.get("results") if isinstance(step, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _liveness(results: Mapping[str, Any]) -> Check:
+    """Each restored server stayed alive and serving through its soak (and until the restart / final stop)."""
+    name = "restored server alive through the soak after each restore"
+    rows = [
+        (key, _step_results(step)["soak"])
+        for key, step in latest_steps(results).items()
+        if key[2] in procedure.RESTORES and isinstance(_step_results(step).get("soak"), dict)
+    ]
+    if not rows:
+        return Check(name, None, "no soak recorded")
+    dead = [
+        f"{r}/{a}/{s} died {soak.get('died_after_s')} s after restore"
+        for (r, a, s), soak in rows
+        if not soak.get("alive")
+    ]
+    seconds = max(float(soak.get("seconds") or 0.0) for _k, soak in rows)
+    probes = sum(int(soak.get("probes") or 0) for _k, soak in rows)
+    result = f"{len(rows) - len(dead)}/{len(rows)} restores alive ({probes} probes, soak {figures.seconds(seconds)})"
+    return Check(name, not dead, result, tuple(dead))
+
+
 def _faults(comparisons: Comparisons) -> Check:
     rows = records(comparisons.faults)
     if not rows:
@@ -184,24 +245,28 @@ def _faults(comparisons: Comparisons) -> Check:
     return Check("injected failures", not bad, result, (f"unexpected: {_names(bad)}",) if bad else ())
 
 
-def _kv(comparisons: Comparisons) -> Check:
+def _kv(results: Mapping[str, Any], comparisons: Comparisons) -> Check:
+    """Judged by the restores: restored capacity equal to the create-time capacity, and the snapshot's within
+    ``--vsnap-kv-tolerance`` of ordinary serving (a figure not observed is not a pass)."""
+    name = "KV-cache capacity: restored = created; snapshot vs ordinary within tolerance (tokens)"
+    judged = [
+        (key, _step_results(step)["kv_judgement"])
+        for key, step in latest_steps(results).items()
+        if key[2] in procedure.RESTORES and isinstance(_step_results(step).get("kv_judgement"), dict)
+    ]
     rows = records(comparisons.kv)
-    if not rows:
-        return Check("KV-cache capacity, ordinary / snapshot (tokens)", None, "not measured")
+    if not rows and not judged:
+        return Check(name, None, "not measured")
     parts = []
-    by_runner: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_runner.setdefault(str(row["runner"]), []).append(row)
-    for runner, lane_rows in by_runner.items():
-        head = lane_rows[0]
-        text = (
-            f"{runner} {figures.count(head['ordinary'])} / {figures.count(head['snapshot'])} "
-            f"({figures.signed_count(head['delta'])}, {figures.percent(head['delta_pct'])})"
+        restored = [j.get("restored") for (r, a, _s), j in judged if r == row["runner"] and a == row["arm"]]
+        parts.append(
+            f"{row['runner']}/{row['arm']} {figures.count(row['ordinary'])} / {figures.count(row['snapshot'])} "
+            f"({figures.percent(row['delta_pct'])}), restored {', '.join(figures.count(v) for v in restored) or '–'}"
         )
-        others = [f"{r['arm']} {figures.count(r['ordinary'])} / {figures.count(r['snapshot'])}" for r in lane_rows[1:]]
-        parts.append(text + (f"; {', '.join(others)}" if others else ""))
-    # Informational: capacity is fixed at create and may differ slightly from ordinary serving.
-    return Check("KV-cache capacity, ordinary / snapshot (tokens)", True, " · ".join(parts), informational=True)
+    problems = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in judged for p in _as_list(j.get("problems"))]
+    ok = None if not judged else not problems
+    return Check(name, ok, " · ".join(parts) or "not measured", tuple(problems[:10]))
 
 
 def _readiness(comparisons: Comparisons) -> Check:
