@@ -54,13 +54,17 @@ def test_every_step_and_fault_passes_on_both_runners_and_arms(full_run):
 def test_restores_match_the_ordinary_reference(full_run):
     for runner in ("v1", "v2"):
         ordinary = full_run.step(lane=f"{runner}-head", step="ordinary")["results"]
-        assert len(ordinary["canary"]) == 5
+        # vLLM's one-token canary first, then 5 prompts x 16 greedy tokens
+        assert len(ordinary["canary"]) == 6 and len(ordinary["canary"][0]["token_ids"]) == 1
+        assert all(len(c["token_ids"]) == 16 for c in ordinary["canary"][1:])
         assert ordinary["kv_tokens"] and ordinary["kv_tokens"] > 0
         total = len(ordinary["digests"])
         assert total > 0 and all(d["sha256"] for d in ordinary["digests"].values())
         for n in (1, 2):
             restore = full_run.step(lane=f"{runner}-head", step=f"restore-{n}")["results"]
-            assert len(restore["canary_compare"]) == 5 and all(c["ok"] for c in restore["canary_compare"])
+            assert len(restore["canary_compare"]) == 6 and all(c["ok"] for c in restore["canary_compare"])
+            assert restore["kv_judgement"]["ok"] and restore["kv_tokens"] == restore["kv_create"]
+            assert restore["soak"]["alive"] and restore["soak"]["probes"] > 0
             assert restore["digest_compare"]["unchanged"] == total == restore["digest_compare"]["total"]
             assert restore["kv_tokens"] > 0 and restore["kv_ordinary"] == ordinary["kv_tokens"]
         restart = full_run.step(lane=f"{runner}-head", step="restart")["results"]
@@ -85,6 +89,14 @@ def test_reports_exist_and_hold_no_secret(full_run):
     for name in ("results.json", "report.html", "summary.md", "evidence.jsonl"):
         assert (full_run.report_dir / name).is_file(), name
     assert full_run.results["verdict"]
+    summary = (full_run.report_dir / "summary.md").read_text()
+    for row in (
+        "KV-cache capacity: restored = created",
+        "restored server alive through the soak",
+        "cleanup audits",
+        "multi-token canary equal to the ordinary reference (16 tokens each)",
+    ):
+        assert f"| {row}" in summary, row
     for path in full_run.report_dir.rglob("*"):
         if path.is_file():
             data = path.read_bytes()

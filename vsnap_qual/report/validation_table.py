@@ -194,7 +194,7 @@ def _multi_token_check(frame: Any) -> Check:
         for row in records(group[group["ok"] != True]):  # noqa: E712 (False and not judged)
             details.append(
                 f"{runner}/{arm}/{row['step']} {row['prompt']!r}: {row['status']}, first diverging position "
-                f"{row['first_divergence']}"
+                f"{_position(row['first_divergence'])}"
             )
     return Check(f"{name} ({tokens} tokens each)", _all_ok(list(compared["ok"])), "; ".join(parts), tuple(details[:10]))
 
@@ -206,6 +206,13 @@ def _step_results(step: Any) -> dict[str, Any]:
 
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _position(value: Any) -> str:
+    try:
+        return str(int(value))
+    except (TypeError, ValueError):
+        return "none"
 
 
 def _liveness(results: Mapping[str, Any]) -> Check:
