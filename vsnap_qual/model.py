@@ -123,6 +123,8 @@ class CleanupAudit(TypedDict, total=False):
     link_remaps_new: list[str]
     link_remaps_ours: list[str]
     link_remaps_others: dict[str, list[str]]
+    #: new entries that went away within the grace (another CRIU operation in flight on the host's /dev/shm)
+    link_remaps_transient: list[str]
     lane: str
     step: str
     #: strict cleanup: processes alive ``grace_s`` after SIGTERM (GPU holders first), the tree as recorded
