@@ -600,6 +600,15 @@ class LaneRun(StepRecorder):
         IPC namespaces ``/dev/shm`` is shared, so one lane's leak must not be reported as every lane's."""
         baseline = set(self.link_remaps_baseline.splitlines())
         new = [e for e in listing.splitlines() if e and e not in baseline]
+        transient: list[str] = []
+        deadline = time.time() + self.config.cleanup_grace
+        while new and time.time() < deadline:
+            # /dev/shm is the host's: another CRIU dump in flight (another lane, session or tool) has its link
+            # remaps there for a moment. A leak stays; an entry that goes within the grace was not a leak.
+            time.sleep(0.5)
+            now = set(self.box.sh(LINK_REMAPS, 30).stdout.splitlines())
+            transient += [e for e in new if e not in now]
+            new = [e for e in new if e in now]
         claims = self.store.report_dir / "lanes" / "link-remaps"
         claims.mkdir(parents=True, exist_ok=True)
         ours: list[str] = []
@@ -613,7 +622,13 @@ class LaneRun(StepRecorder):
             except FileExistsError:
                 owner = claim.read_text().strip() or "?"
             (ours.append(entry) if owner == self.lane.name else others.setdefault(owner, []).append(entry))
-        return {"lane": self.lane.name, "link_remaps_new": new, "link_remaps_ours": ours, "link_remaps_others": others}
+        return {
+            "lane": self.lane.name,
+            "link_remaps_new": new,
+            "link_remaps_ours": ours,
+            "link_remaps_others": others,
+            "link_remaps_transient": transient,
+        }
 
 
 def _first_line(text: str) -> str:
