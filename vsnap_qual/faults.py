@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import engine
+from vsnap_qual import engine, procedure
 from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.options import VLLM_CANARY_PROMPT
 from vsnap_qual.procedure import Fault
@@ -51,40 +51,71 @@ def _before_mutation(message: str) -> Expect:
     return Expect(1, False, None, True, message=message)
 
 
-EXPECTATIONS: dict[str, dict[str, Expect]] = {
-    # head: private canary before HTTP bind, error.json with the failing phase (the change under test)
-    "head": {
-        "wake-raise": Expect(1, False, "recovery: restore memory", None),
-        "communicators-raise": Expect(1, False, "recovery: restore communicators", None),
-        "canary-perturb": Expect(1, False, "recovery: canary", None),
-        "recovery-deadline": Expect(1, False, "recovery: restore memory", None),
-        "cancel-sigint": Expect("nonzero", False, None, None),
-        "cancel-sigterm": Expect("nonzero", False, None, None),
-        "create-partial-sleep": Expect(1, None, None, None, message="snapshot child exited before ready"),
-        "identity-drift": _before_mutation("snapshot mismatch"),
-        "pid-occupied": _before_mutation("captured PID is already occupied"),
-        "port-in-use": Expect(1, None, None, None, message="already in use"),
-        "manifest-field": _before_mutation("invalid snapshot manifest"),
-        "image-truncated": Expect(1, False, None, None),
-    },
-    # base: as released (vllm 0.33.0) — HTTP bound before the public canary, no error.json, no checkpoint hooks
-    "base": {
-        "wake-raise": Expect(1, False, "absent", None),
-        "communicators-raise": Expect(0, True, "absent", None, fires=False),
-        "canary-perturb": Expect(1, True, "absent", None, message="snapshot oracle mismatch"),
-        "recovery-deadline": Expect(0, True, "absent", None),
-        "cancel-sigint": Expect("nonzero", False, None, None),
-        # as released, SIGTERM ends the controller by Python's default action, skipping its BaseException
-        # cleanup: the released child may go on and bind; what is left is recorded, not judged
-        "cancel-sigterm": Expect("nonzero", None, None, None, cleanup=False),
-        "create-partial-sleep": Expect(1, None, None, None, message="snapshot child exited before ready"),
-        "identity-drift": _before_mutation("snapshot mismatch"),
-        "pid-occupied": _before_mutation("captured PID is already occupied"),
-        "port-in-use": Expect(1, None, None, None, message="already in use"),
-        "manifest-field": _before_mutation("invalid snapshot manifest"),
-        "image-truncated": Expect(1, False, None, None),
-    },
+#: What each fault must produce on the head behaviour (private canary before HTTP bind, error.json with the
+#: failing phase: the change under test), written once.
+HEAD: dict[str, Expect] = {
+    "wake-raise": Expect(1, False, "recovery: restore memory", None),
+    "communicators-raise": Expect(1, False, "recovery: restore communicators", None),
+    "canary-perturb": Expect(1, False, "recovery: canary", None),
+    "recovery-deadline": Expect(1, False, "recovery: restore memory", None),
+    "cancel-sigint": Expect("nonzero", False, None, None),
+    "cancel-sigterm": Expect("nonzero", False, None, None),
+    "create-partial-sleep": Expect(1, None, None, None, message="snapshot child exited before ready"),
+    "identity-drift": _before_mutation("snapshot mismatch"),
+    "pid-occupied": _before_mutation("captured PID is already occupied"),
+    "port-in-use": Expect(1, None, None, None, message="already in use"),
+    "manifest-field": _before_mutation("invalid snapshot manifest"),
+    "image-truncated": Expect(1, False, None, None),
 }
+#: Where the base behaviour (as released, vLLM 0.33.0: HTTP bound before the public canary, no error.json, no
+#: checkpoint hooks) differs from the head's; every other fault is judged alike.
+BASE_OVERRIDES: dict[str, Expect] = {
+    "wake-raise": Expect(1, False, "absent", None),
+    "communicators-raise": Expect(0, True, "absent", None, fires=False),
+    "canary-perturb": Expect(1, True, "absent", None, message="snapshot oracle mismatch"),
+    "recovery-deadline": Expect(0, True, "absent", None),
+    # as released, SIGTERM ends the controller by Python's default action, skipping its BaseException
+    # cleanup: the released child may go on and bind; what is left is recorded, not judged
+    "cancel-sigterm": Expect("nonzero", None, None, None, cleanup=False),
+}
+EXPECTATIONS: dict[str, dict[str, Expect]] = {"head": HEAD, "base": {**HEAD, **BASE_OVERRIDES}}
+
+
+class Injector:
+    """How a fault point added through :func:`register` is injected and how it is known to have fired.
+
+    ``inject`` runs before the faulted ``vllm snapshot restore`` (it may add variables to ``env`` and must record
+    what it did in ``injected``); ``fired`` decides from the harness's own evidence (``injected``, and what the
+    restore did in ``obs``) whether the injection held at the moment of the action; ``release`` undoes it."""
+
+    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def release(self, run: LaneRun, injected: dict[str, Any]) -> None:
+        """Undo the injection (default: nothing to undo)."""
+
+
+INJECTORS: dict[str, Injector] = {}
+
+
+def register(fault: Fault, head: Expect, base: Expect | None = None, injector: Injector | None = None) -> None:
+    """Add a fault point from a conftest (``docs/adding-a-fault.md``): its catalogue entry, its head expectation
+    (the base arm's is the same unless ``base`` is given) and, for a new kind, its injector."""
+    if fault.kind not in BUILTIN_KINDS and injector is None:
+        raise ValueError(f"fault {fault.id!r} of a new kind {fault.kind!r} needs an injector")
+    procedure.add_fault(fault)
+    HEAD[fault.id] = EXPECTATIONS["head"][fault.id] = head
+    EXPECTATIONS["base"][fault.id] = base or head
+    if base is not None:
+        BASE_OVERRIDES[fault.id] = base
+    if injector is not None:
+        INJECTORS[fault.kind] = injector
+
+
+BUILTIN_KINDS = ("hook", "signal", "create", "env", "pid", "port", "manifest", "image")
 
 
 @dataclass
@@ -351,6 +382,8 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
             injected["manifest"] = "schema_version=2"
         elif fault.kind == "image":
             injected["truncated"] = truncate_image(run)
+        elif fault.kind in INJECTORS:
+            INJECTORS[fault.kind].inject(run, injected, env)
         before = run.artifact_digest()
 
         if fault.kind == "create":
@@ -418,6 +451,8 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
         disarm(run)
         if holder is not None and holder.where in ("container", "host"):
             holder.release()
+        if fault.kind in INJECTORS:
+            INJECTORS[fault.kind].release(run, injected)
     # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
     # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
     if obs.exit_code == 0:
@@ -442,6 +477,8 @@ def _fired(fault: Fault, obs: Observation, injected: dict[str, Any]) -> bool:
         return bool(injected.get("seen_in_restore_env"))
     if fault.kind == "port":
         return bool(injected.get("bound_at_restore"))
+    if fault.kind in INJECTORS:
+        return INJECTORS[fault.kind].fired(obs, injected)
     return True  # manifest, image: the injection is verified when it is made
 
 

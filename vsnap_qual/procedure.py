@@ -104,6 +104,18 @@ CANARY_STEPS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2)
 RESTORES: tuple[str, ...] = (RESTORE_1, RESTORE_2)
 
 
+def add_fault(fault: Fault) -> None:
+    """Add a fault point to the catalogue (``faults.register`` calls this; see ``docs/adding-a-fault.md``).
+    Must run before the suites are collected (a conftest's import, or ``pytest_configure``)."""
+    global FAULTS, FAULTS_BY_ID, FAULT_STEPS
+    if fault.id in FAULTS_BY_ID:
+        raise ValueError(f"fault {fault.id!r} is already in the catalogue")
+    FAULTS = (*FAULTS, fault)
+    FAULTS_BY_ID = {f.id: f for f in FAULTS}
+    FAULT_STEPS = (*FAULT_STEPS, Step(fault.step, fault.title, (FAULT_ARTIFACT,), "faults"))
+    STEPS[fault.step] = FAULT_STEPS[-1]
+
+
 def is_fault_step(name: str) -> bool:
     """True for ``fault:<id>`` steps."""
     return name.startswith(FAULT_PREFIX)

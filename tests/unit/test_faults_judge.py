@@ -80,3 +80,41 @@ def test_mutation_leftovers_and_broken_followup_are_named():
     problems = faults.judge(fault, EXPECTATIONS["head"]["identity-drift"], obs, results)
     text = " | ".join(problems)
     assert "mutated" in text and "cleanup incomplete" in text and "no longer restores" in text
+
+
+def test_expectations_are_written_once_with_the_base_as_overrides():
+    from vsnap_qual.faults import BASE_OVERRIDES, HEAD
+
+    same = [f for f in FAULTS_BY_ID if f not in BASE_OVERRIDES]
+    assert same and all(EXPECTATIONS["base"][f] is HEAD[f] for f in same)
+    assert all(EXPECTATIONS["base"][f] == BASE_OVERRIDES[f] != HEAD[f] for f in BASE_OVERRIDES)
+
+
+def test_a_conftest_can_add_a_fault_point_with_its_own_injector(monkeypatch):
+    from vsnap_qual import procedure
+    from vsnap_qual.procedure import Fault
+
+    for name in ("FAULTS", "FAULTS_BY_ID", "FAULT_STEPS"):
+        monkeypatch.setattr(procedure, name, getattr(procedure, name))
+    monkeypatch.setattr(procedure, "STEPS", dict(procedure.STEPS))
+    monkeypatch.setattr(faults, "HEAD", dict(faults.HEAD))
+    monkeypatch.setattr(faults, "EXPECTATIONS", {k: dict(v) for k, v in EXPECTATIONS.items()})
+    monkeypatch.setattr(faults, "INJECTORS", {})
+
+    class HoldLock(faults.Injector):
+        def inject(self, run, injected, env):
+            injected["lock"] = "held"
+
+        def fired(self, obs, injected):
+            return injected.get("lock") == "held"
+
+    fault = Fault("lock-held", "a lock file is held at restore", "lock")
+    try:
+        faults.register(fault, faults.Expect(1, False, None, True))
+    except ValueError as exc:
+        assert "needs an injector" in str(exc)
+    faults.register(fault, faults.Expect(1, False, None, True), injector=HoldLock())
+    assert procedure.FAULTS_BY_ID["lock-held"] is fault and procedure.step("fault:lock-held").requires
+    assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)])
+    assert faults.EXPECTATIONS["base"]["lock-held"] == faults.EXPECTATIONS["head"]["lock-held"]
+    assert faults._fired(fault, Observation(), {"lock": "held"}) and not faults._fired(fault, Observation(), {})
