@@ -21,24 +21,28 @@ class TestFaults:
     def test_fault_artifact(self, fault_lane: LaneRun, request: pytest.FixtureRequest) -> None:
         """The fault lane's own artifact, created with a short VLLM_SNAPSHOT_TIMEOUT_S, and a pristine copy."""
         with fault_lane.step(procedure.FAULT_ARTIFACT, request.node.nodeid) as record:
+            # which expectations judge this lane's faults, chosen before its first engine command
+            record["results"]["expect"], record["results"]["expect_reason"] = faults.lane_expectation(fault_lane)
             faults.prepare_artifact(fault_lane, record)
 
     @pytest.mark.vsnap_step(procedure.FAULT_PREFIX)  # the step is fault:<id> of the parametrized fault
     @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
     def test_fault(self, fault_lane: LaneRun, fault: faults.Fault, request: pytest.FixtureRequest) -> None:
         """Inject one failure; judge exit code, HTTP, error.json phase, mutation, cleanup and the next restore."""
-        expect = EXPECTATIONS[fault_lane.lane.expect][fault.id]
         with fault_lane.step(fault.step, request.node.nodeid) as record:
+            behaviour, reason = faults.lane_expectation(fault_lane)
+            expect = EXPECTATIONS[behaviour][fault.id]
             observed = faults.run_fault(fault_lane, fault, record)
             problems = faults.judge(fault, expect, observed, record["results"])
             record["results"]["cleanup"]["judged"] = expect.cleanup  # recorded either way
             record["results"].update(
                 fault=fault.id,
                 title=fault.title,
-                expect=fault_lane.lane.expect,
+                expect=behaviour,
+                expect_reason=reason,
                 expected=faults.asdict(expect),
                 observed=faults.observation_dict(observed),
                 mismatches=problems,
             )
             if problems:
-                raise StepFailed(f"{fault.title} ({fault_lane.lane.expect} expectations): " + "; ".join(problems))
+                raise StepFailed(f"{fault.title} ({behaviour} expectations, {reason}): " + "; ".join(problems))

@@ -23,7 +23,17 @@ from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.options import VLLM_CANARY_PROMPT
 from vsnap_qual.procedure import Fault
 from vsnap_qual.runtime import ExecResult
-from vsnap_qual.steps import ARTIFACT, CONTROL, EXCEPTION_LINE, WORK, check, skip_if_limitation, vllm_reason
+from vsnap_qual.steps import (
+    ARTIFACT,
+    CONTROL,
+    EXCEPTION_LINE,
+    PACKAGE_PROBE,
+    WORK,
+    check,
+    choose_expectation,
+    skip_if_limitation,
+    vllm_reason,
+)
 
 BACKUP = f"{WORK}/artifact.pristine"
 ANY = "any"
@@ -133,6 +143,25 @@ class Observation:
     stderr_tail: str = ""
     error_lines: list[str] = field(default_factory=list)  # exception lines anywhere in stderr
     seconds: float = 0.0
+
+
+def lane_expectation(run: LaneRun) -> tuple[str, str]:
+    """The behaviour this lane's faults are judged by, and why: ``--vsnap-expect``/``--vsnap-base-expect`` when
+    they name one, else (``auto``) what the lane's installed snapshot package implements, probed in the lane
+    (with its overlay) by a plain interpreter before the lane's first engine command. Probed once per lane."""
+    cached = getattr(run, "_vsnap_expectation", None)
+    if cached is None:
+        option = "--vsnap-expect" if run.lane.arm == "head" else "--vsnap-base-expect"
+        info: dict[str, Any] = {}
+        if run.lane.expect == "auto":
+            probe = run.box.exec(["python3", "-c", PACKAGE_PROBE], run.config.timeouts["exec"])
+            try:
+                info = json.loads(probe.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                info = {"snapshot_behaviour_reason": f"the package probe failed: {probe.tail()}"}
+        cached = choose_expectation(run.lane.expect, info, option)
+        run._vsnap_expectation = cached  # type: ignore[attr-defined]
+    return cached
 
 
 # ---- the fault lane's own artifact -------------------------------------------------------------------------

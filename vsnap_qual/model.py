@@ -251,6 +251,8 @@ class StepResults(TypedDict, total=False):
     fault: str
     title: str
     expect: Behaviour
+    #: why these expectations: the option that named them, or what the image's snapshot package implements
+    expect_reason: str
     expected: FaultExpectation | dict[str, Any]
     observed: FaultObservation
     mismatches: list[str]

@@ -173,8 +173,10 @@ def parse_privileges(value: str) -> str:
 
 def parse_expect(value: str) -> str:
     value = value.strip()
-    if value not in ("head", "base"):
-        raise argparse.ArgumentTypeError(f"{value!r}: use 'head' (private canary before HTTP) or 'base'")
+    if value not in ("head", "base", "auto"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use 'head' (private canary before HTTP), 'base', or 'auto' (from the image's snapshot package)"
+        )
     return value
 
 

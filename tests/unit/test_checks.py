@@ -359,3 +359,16 @@ def test_link_remaps_name_the_file_and_the_lane() -> None:
     }
     text = checks.audit_problems(audit)
     assert text == "link remap left in /dev/shm by lane v1-head (restart): /dev/shm/link_remap.42"
+
+
+def test_expectations_come_from_what_the_image_implements_unless_an_option_names_them() -> None:
+    head = {"snapshot_behaviour": "head", "snapshot_behaviour_reason": "engine.py defines SnapshotSession"}
+    base = {"snapshot_behaviour": "base", "snapshot_behaviour_reason": "no SnapshotSession"}
+    assert steps.choose_expectation("auto", head, "--vsnap-expect") == (
+        "head",
+        "detected from the image: engine.py defines SnapshotSession",
+    )
+    assert steps.choose_expectation("auto", base, "--vsnap-expect")[0] == "base"
+    assert steps.choose_expectation("head", base, "--vsnap-expect") == ("head", "--vsnap-expect=head")  # override
+    with pytest.raises(steps.StepFailed, match="--vsnap-base-expect=auto: cannot tell"):
+        steps.choose_expectation("auto", {"snapshot_behaviour": "none"}, "--vsnap-base-expect")
