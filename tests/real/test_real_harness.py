@@ -18,7 +18,8 @@ from realtier import IMAGE, OVERLAY_COMMENT, OVERLAY_IMAGE_PATH, REPO, RealConta
 EMPTY_SHA256 = sha256_hex(b"")
 # 1 GiB (VLLM_CPU_KVCACHE_SPACE=1) / (2 (K,V) x 2 kv heads x head_dim 32 x 4 B fp32 x 2 layers) per token.
 EXPECTED_KV_TOKENS = (1 << 30) // (2 * 2 * 32 * 4 * 2)
-CREATE_REASON = "snapshot dependency not found: cuda-checkpoint"
+# vLLM 0.32.0's own stop on a CPU: create's child refuses --enable-sleep-mode (vllm/config/model.py:657).
+CREATE_REASON = "Sleep mode is not supported on current platform"
 V2_REASON = "Model Runner V2 requires Triton"
 
 
@@ -44,7 +45,8 @@ def harness_run(
         f"--vsnap-model={real.model}",
         f"--vsnap-revision={real.revision}",
         "--vsnap-dtype=float32",
-        "--vsnap-privileges=host-namespaces",
+        "--vsnap-privileges=all-caps",  # real CRIU; this host refuses --privileged
+        "--vsnap-expect=base",  # 0.32.0 is the released behaviour
         f"--vsnap-overlay={checkout}",
         "--vsnap-overlay-files=vllm/snapshot/runtime.py",
         f"--vsnap-report-dir={report}",
@@ -78,6 +80,7 @@ def test_run_is_complete(harness_run: dict[str, Any]) -> None:
         assert env["versions"]["vllm"] == "0.32.0"
         assert env["versions"]["torch"] == "2.13.0+cpu"
         assert env["gpu"] is None
+        assert env["versions"]["criu"] == "Version: 4.2.1"
 
 
 def test_v1_ordinary_reference_reads_real_vllm(harness_run: dict[str, Any]) -> None:
@@ -85,7 +88,8 @@ def test_v1_ordinary_reference_reads_real_vllm(harness_run: dict[str, Any]) -> N
     assert rec["outcome"] == "passed", rec["message"]
     results = rec["results"]
     canary = results["canary"]
-    assert canary and all(len(c["token_ids"]) == 1 for c in canary)
+    assert canary and all(c["token_ids"] for c in canary)
+    assert any(len(c["token_ids"]) > 1 for c in canary)  # the plan has multi-token canaries too
     digests = results["digests"]
     assert len(digests) == 18  # the CPU worker's named_parameters()
     assert all(d["sha256"] != EMPTY_SHA256 for d in digests.values())
@@ -104,13 +108,15 @@ def test_v2_is_reported_unsupported_with_vllms_reason(harness_run: dict[str, Any
 def test_create_reports_vllms_preflight_reason_and_later_steps_skip_with_it(
     harness_run: dict[str, Any], runner: str
 ) -> None:
+    # V2 cannot even start an engine; its create stops at whichever of vLLM's two refusals comes first.
+    reasons = (CREATE_REASON,) if runner == "v1" else (CREATE_REASON, V2_REASON)
     create = _step(harness_run, runner, "create")
     assert create["outcome"] != "passed"
-    assert CREATE_REASON in (create["message"] or "")
+    assert any(r in (create["message"] or "") for r in reasons), create["message"]
     for later in ("inspect", "restart"):
         rec = _step(harness_run, runner, later)
         assert rec["outcome"] == "skipped"
-        assert CREATE_REASON in (rec["message"] or ""), rec["message"]
+        assert any(r in (rec["message"] or "") for r in reasons), rec["message"]
 
 
 def test_overlay_of_a_real_snapshot_file_is_verified(harness_run: dict[str, Any]) -> None:
