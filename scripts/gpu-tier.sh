@@ -43,14 +43,15 @@ fi
 rm -rf "$prefix"
 mkdir -p "$prefix/site"
 tar -C "$prefix" -xzf "$carry/vsnap-criu-kit.tar.gz" || { log "no criu kit in $carry"; exit 2; }
-if ! "$python" -c 'import docker' 2>/dev/null; then
+# `import docker.errors`, not `import docker`: this checkout's docker/ folder (image recipes) is a namespace package
+if ! (cd / && "$python" -c 'import docker.errors') 2>/dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --target "$prefix/site" "$carry"/whl/*.whl || exit 2
 fi
 options="$(bash "$here/scripts/host-reference.sh" "$python" "$prefix/ref")" || exit 2
 
 export PATH="$prefix/vsnap-criu/sbin:$prefix/vsnap-criu/bin:$PATH:$prefix/ref/sim/bin"
 export CRIU_CUDA_PLUGIN_DIR="$prefix/vsnap-criu/lib/criu"
-export PYTHONPATH="$here:$prefix/site"  # the harness (this checkout) and its carried wheels; lanes drop it
+export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (this checkout); lanes drop it
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet 2>/dev/null || echo ' (dirty)')"
