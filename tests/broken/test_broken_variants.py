@@ -1,0 +1,143 @@
+"""The qualification against deliberately broken engines: each variant (``variants.py``) carries one snapshot
+defect, and the qualification must fail for that defect, with a message that names it. The unmodified reference
+engine passes the same selection (the control).
+
+Each run is one lane (runner v1, the image under test with the variant as its overlay), lifecycle only, except
+the environment-drift variant, which runs the fault that drifts the environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pytest
+from suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
+from variants import LEAKED_REMAP, VARIANTS, build_overlay
+
+pytestmark = pytest.mark.docker
+LANE = "v1-head"
+LIFECYCLE = ("-m", "not fault", "--vsnap-runners=v1")
+
+
+def qualify(tmp_path: Path, docker_client, name: str | None, *args: str) -> SuiteRun:
+    """One qualification of lane v1-head with the variant ``name`` as the overlay (None: the unmodified image)."""
+    options = list(args or LIFECYCLE)
+    if name is not None:
+        variant = VARIANTS[name]
+        checkout = build_overlay(
+            variant, lambda module: image_file(docker_client, REFERENCE_HEAD, module), tmp_path / "vllm-checkout"
+        )
+        options += [f"--vsnap-overlay={checkout}", f"--vsnap-overlay-files={','.join(variant.files)}"]
+    return run_suite(tmp_path / "report", *options, timeout=1200)
+
+
+def failed_step(run: SuiteRun, step: str) -> dict:
+    assert run.returncode == 1, run.output[-4000:]
+    record = run.step(lane=LANE, step=step)
+    assert record["outcome"] == "failed", (step, record["outcome"], record["message"])
+    return record
+
+
+def passed(run: SuiteRun, *steps: str) -> None:
+    for step in steps:
+        record = run.step(lane=LANE, step=step)
+        assert record["outcome"] == "passed", (step, record["message"])
+
+
+def test_the_unmodified_reference_passes_the_same_checks(tmp_path, docker_client, reference_images):
+    """The control: the checks below fail the variants, not the engine they are made from."""
+    run = qualify(tmp_path, docker_client, None)
+    assert run.returncode == 0, run.output[-4000:]
+    restore = run.step(lane=LANE, step="restore-1")["results"]
+    assert restore["kv_judgement"]["ok"] and restore["soak"]["alive"]
+    assert all(c["ok"] and c["first_divergence"] is None for c in restore["canary_compare"])
+
+
+def test_a_kv_pool_shrunk_after_restore_fails_restore_naming_both_capacities(tmp_path, docker_client, reference_images):
+    run = qualify(tmp_path, docker_client, "kv-shrunk")
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    create_kv = run.step(lane=LANE, step="create")["results"]["kv_tokens"]
+    restored_kv = restore["results"]["kv_tokens"]
+    assert create_kv and restored_kv == (create_kv // 16) * 3 // 4 * 16, (create_kv, restored_kv)
+    assert "KV capacity" in restore["message"]
+    assert f"{restored_kv:,}" in restore["message"] and f"{create_kv:,}" in restore["message"], restore["message"]
+    assert restore["results"]["kv_judgement"]["ok"] is False
+
+
+def test_a_restored_server_that_dies_after_restore_exits_0_fails_the_soak(tmp_path, docker_client, reference_images):
+    run = qualify(tmp_path, docker_client, "dies-after-restore")
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    soak = restore["results"]["soak"]
+    assert soak["alive"] is False and soak["died_after_s"] is not None
+    assert "restored server died" in restore["message"], restore["message"]
+    assert "after vllm snapshot restore exited 0" in restore["message"]
+    assert "log tail" in restore["message"]
+
+
+def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
+    tmp_path, docker_client, reference_images
+):
+    run = qualify(tmp_path, docker_client, "lingers-after-stop")
+    ordinary = failed_step(run, "ordinary")
+    message = ordinary["message"]
+    assert "GPU holder" in message and "vllm.v1.engine.core" in message, message
+    assert "after SIGTERM" in message
+    leftovers = ordinary["results"]["cleanup"]["leftovers"]
+    assert leftovers[0]["gpu_holder"] and "vllm.v1.engine.core" in leftovers[0]["cmdline"]
+    assert {"pid", "start_time", "cmdline"} <= set(leftovers[0])
+
+
+def test_output_corrupted_after_the_first_token_fails_the_multi_token_canary(tmp_path, docker_client, reference_images):
+    run = qualify(tmp_path, docker_client, "corrupt-after-first-token")
+    passed(run, "ordinary", "create", "inspect")  # vLLM's own one-token canary and oracle still agree
+    restore = failed_step(run, "restore-1")
+    compare = restore["results"]["canary_compare"]
+    assert compare[0]["expected"]["token_ids"][0] == compare[0]["actual"]["token_ids"][0]  # the first token holds
+    assert all(c["first_divergence"] == 1 for c in compare if not c["ok"]) and any(not c["ok"] for c in compare)
+    assert "first diverging position 1" in restore["message"], restore["message"]
+
+
+def test_a_leaked_link_remap_is_named_with_its_file_and_lane(tmp_path, docker_client, reference_images):
+    try:
+        run = qualify(tmp_path, docker_client, "leaks-link-remap")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(LEAKED_REMAP)  # host IPC: the lane's /dev/shm is this host's
+    failures = [s for s in run.steps(lane=LANE) if s["outcome"] == "failed"]
+    assert run.returncode == 1 and failures, run.output[-4000:]
+    first = failures[0]
+    assert LEAKED_REMAP in first["message"] and LANE in first["message"], first["message"]
+
+
+def test_an_inspect_field_changed_by_restore_names_the_field_and_the_step(tmp_path, docker_client, reference_images):
+    run = qualify(tmp_path, docker_client, "inspect-changes-after-restore")
+    passed(run, "ordinary", "create", "inspect")
+    failures = [s for s in run.steps(lane=LANE) if s["outcome"] == "failed"]
+    assert run.returncode == 1 and failures, run.output[-4000:]
+    message = failures[0]["message"]
+    assert "artifact_bytes" in message and "restore-1" in message, message
+
+
+def test_an_engine_that_ignores_the_env_drift_fails_the_fault_not_as_an_ineffective_injection(
+    tmp_path, docker_client, reference_images
+):
+    run = qualify(
+        tmp_path,
+        docker_client,
+        "ignores-env-drift",
+        "-m",
+        "fault",
+        "--vsnap-runners=v1",
+        "-k",
+        "fault_artifact or identity-drift",
+    )
+    fault = failed_step(run, "fault:identity-drift")
+    observed = fault["results"]["observed"]
+    assert observed["fired"] is True and observed["exit_code"] == 0
+    assert "ineffective injection" not in fault["message"], fault["message"]
+    assert "exit code 0, expected 1" in fault["message"]
+    assert "VLLM_VSNAP_QUAL_DRIFT" in str(fault["results"]["injected"])
