@@ -62,10 +62,11 @@ export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (this
 } | tee "$out/host.txt"
 
 start=$(date +%s)
+# -p vsnap_qual.plugin: the module (nothing is installed here, so no entry point named vsnap_qual);
 # -c /dev/null: none of the checkout's ini defaults; the reference engine's settings are passed here explicitly
 # (its fault timeout of 20 s keeps the fault suite short; a real engine keeps the 300 s default)
 # shellcheck disable=SC2086
-"$python" -m pytest -c /dev/null -p vsnap_qual -p no:cacheprovider --rootdir="$here" --confcutdir="$here" \
+"$python" -m pytest -c /dev/null -p vsnap_qual.plugin -p no:cacheprovider --rootdir="$here" --confcutdir="$here" \
   "$here/suites/" $options \
   --vsnap-runners="$runners" --vsnap-gpu-memory-utilization="$util" --vsnap-fault-timeout=20 \
   --vsnap-report-dir="$out/report" --junitxml="$out/report/junit.xml" -q "$@" 2>&1 | tee "$out/pytest.log" | grep -v "pid=" | tail -40
