@@ -320,6 +320,8 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
         kv, run.kv_snapshot, run.ordinary.get("kv_tokens"), run.config.kv_tolerance, kv_source
     )
     changes = inspect_changes(run, rec, f"inspect-after-{step}")
+    if changes:  # remembered for the later steps' findings: the step after which inspect first changed
+        run.peers.setdefault(f"{run.lane.name}:inspect-changed", {"step": step, "changes": changes})
     soak = soak_server(run, handle, result.ended)
     rec["results"].update(
         canary=[c.as_dict() for c in canary],
@@ -453,8 +455,10 @@ def restart(run: LaneTools, rec: dict[str, Any]) -> None:
     )
     found = checks.restart_findings(before, after, audit, result.exit_code, run.inspect_sha256, sha_after)
     if changes:
+        first = run.peers.get(f"{run.lane.name}:inspect-changed")
+        when = f"{first['step']} (and still after the container restart)" if first else "the container restart"
         found = [f for f in found if f.check != "inspect unchanged"]
-        found += checks.inspect_stable_findings(changes, "restore-1 and the container restart")
+        found += checks.inspect_stable_findings(changes, when)
     require_findings([*findings, *found])
 
 
