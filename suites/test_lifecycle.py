@@ -37,7 +37,7 @@ class TestLifecycle:
     @pytest.mark.vsnap_step(procedure.INSPECT)
     def test_inspect(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """``vllm snapshot inspect``: every field the upstream e2e checks, and the output's sha256."""
-        gpu = lane_run.config.gpus if lane_run.config.gpus.startswith("GPU-") else None
+        gpu = lane_run.gpu_uuid  # the lane's GPU: requested, or the only one it sees
         with lane_run.step(procedure.INSPECT, request.node.nodeid) as record:
             steps.inspect(lane_run, record, gpu)
 

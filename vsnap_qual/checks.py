@@ -396,6 +396,22 @@ def kv_findings(judgement: Mapping[str, Any]) -> list[Finding]:
     return [Finding("KV capacity", bool(judgement.get("ok")), "; ".join(judgement.get("problems") or []))]
 
 
+# ---- the GPU after a restore ------------------------------------------------------------------------------------
+def gpu_engaged_findings(holders: Sequence[int], apps: Iterable[int] | None, step: str) -> list[Finding]:
+    """After a restore, the CUDA holders the manifest names hold the GPU again (``nvidia-smi`` lists them as
+    compute apps); nothing to judge when the lane has no GPU (``apps`` None)."""
+    if apps is None:
+        return []
+    listed = set(apps)
+    missing = sorted(set(holders) - listed)
+    ok = bool(holders) and not missing
+    detail = (
+        f"after {step} the CUDA holders {sorted(missing or holders)} are not on the GPU "
+        f"(nvidia-smi lists {sorted(listed) or 'no compute app'})"
+    )
+    return [Finding("GPU engaged", ok, "" if ok else detail)]
+
+
 # ---- liveness after a restore -----------------------------------------------------------------------------------
 def soak_findings(soak: Mapping[str, Any], when: str) -> list[Finding]:
     """The restored server stayed alive and serving through the soak (``soak`` as ``steps.soak`` records it)."""

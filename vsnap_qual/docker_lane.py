@@ -72,6 +72,8 @@ class LaneRun(StepRecorder):
     link_remaps_baseline: str = ""
     server: ServerHandle | None = None
     kv_snapshot: int | None = None
+    gpu_uuid: str | None = None  # the lane's GPU (the requested one, else the only one visible)
+    gpus_requested: bool = False
     peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # lane name -> ordinary results (same worker)
 
     @property
@@ -123,6 +125,7 @@ class LaneRun(StepRecorder):
 
     def start(self, image: ImageInfo, package_info: dict[str, Any], gpus: str) -> None:
         """Start the lane's long-lived container and record the environment evidence."""
+        self.gpus_requested = gpus != "none"
         self.package_dir = package_info.get("package_dir")
         self.control_host = self.store.report_dir / "lanes" / f"{self.lane.name}-{self.purpose}"
         for sub in ("probe", "faults", "logs"):
@@ -162,14 +165,18 @@ class LaneRun(StepRecorder):
         self.link_remaps_baseline = self.box.sh(LINK_REMAPS, 30).stdout
         versions = dict(package_info)
         versions["criu"] = _first_line(self.box.sh("criu --version 2>/dev/null", 30).stdout) or None
-        gpu = None
+        gpu: dict[str, Any] | None = None
         if gpus != "none":
             smi = self.box.sh(
                 "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader 2>/dev/null",
                 30,
             )
-            gpu = smi.stdout.strip() or None
-            versions["driver"] = gpu.split(",")[2].strip() if gpu and gpu.count(",") >= 2 else None
+            visible = parse_gpus(smi.stdout)
+            if visible:
+                gpu = {**visible[0], "count": len(visible)}
+                versions["driver"] = visible[0]["driver"]
+                # the GPU this lane's snapshot must name: the one requested, else the only one it sees
+                self.gpu_uuid = gpus if gpus.startswith("GPU-") else (visible[0]["uuid"] if len(visible) == 1 else None)
         versions["cuda"] = self.box.sh("printenv CUDA_VERSION", 10).stdout.strip() or None
         self.store.write(
             model.EnvironmentRecord(
@@ -586,6 +593,15 @@ class LaneRun(StepRecorder):
         with self.engine_wait():
             return engine.health_ok(port)
 
+    def gpu_apps(self) -> set[int] | None:
+        """The PIDs nvidia-smi lists as compute apps, seen from the lane; None when the lane has no GPU."""
+        if self.gpu_uuid is None and not self.gpus_requested:
+            return None
+        listing = self.box.sh("nvidia-smi --query-compute-apps=pid --format=csv,noheader", 30)
+        if listing.exit_code != 0:
+            raise StepFailed(f"nvidia-smi cannot list compute apps: exit {listing.exit_code} {listing.tail()}")
+        return {int(x) for x in listing.stdout.split() if x.strip().isdigit()}
+
     def alive(self, pids: list[int]) -> list[int]:
         """Which of ``pids`` still exist (one exec)."""
         return self._probe_state(pids)[0] if pids else []
@@ -629,6 +645,19 @@ class LaneRun(StepRecorder):
             "link_remaps_others": others,
             "link_remaps_transient": transient,
         }
+
+
+def parse_gpus(csv: str) -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader`` rows."""
+    rows = []
+    for line in csv.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) >= 4 and cols[1].startswith("GPU-"):
+            mib = cols[3].split()[0]
+            rows.append(
+                {"name": cols[0], "uuid": cols[1], "driver": cols[2], "memory_mib": int(mib) if mib.isdigit() else None}
+            )
+    return rows
 
 
 def _first_line(text: str) -> str:

@@ -148,6 +148,7 @@ class LaneTools(Protocol):
     def serve(self, record: dict[str, Any]) -> ServerHandle: ...
     def stop(self, handle: ServerHandle) -> list[dict[str, Any]]: ...
     def health(self, port: int) -> bool: ...
+    def gpu_apps(self) -> set[int] | None: ...
     def alive(self, pids: list[int]) -> list[int]: ...
     def restored_log_tail(self, lines: int = 40) -> str: ...
     def server_log(self, record: dict[str, Any]) -> str: ...
@@ -319,6 +320,9 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     kv_judgement = checks.kv_judgement(
         kv, run.kv_snapshot, run.ordinary.get("kv_tokens"), run.config.kv_tolerance, kv_source
     )
+    holders = [int(p) for p in run.manifest.get("cuda_holders") or []]
+    apps = run.gpu_apps()
+    gpu_engaged = checks.gpu_engaged_findings(holders, apps, step)
     changes = inspect_changes(run, rec, f"inspect-after-{step}")
     if changes:  # remembered for the later steps' findings: the step after which inspect first changed
         run.peers.setdefault(f"{run.lane.name}:inspect-changed", {"step": step, "changes": changes})
@@ -338,6 +342,7 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
         pids=handle.pids,
         root_pid=handle.root_pid,
         listener_first_bound=restored.first_bound,
+        gpu_engaged=None if apps is None else {"holders": holders, "gpu_apps": sorted(apps)},
         # restore's "cold start": from the command to a serving listener (the ordinary step's ready_seconds)
         ready_seconds=round((restored.first_bound or result.ended) - result.started, 3),
     )
@@ -346,6 +351,7 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
             *checks.soak_findings(soak, f"{run.config.soak_s:g} s soak after {step}"),
             *checks.restore_findings(compare, digest_compare),
             *checks.kv_findings(kv_judgement),
+            *gpu_engaged,
             *checks.inspect_stable_findings(changes, step),
         ]
     )

@@ -139,6 +139,7 @@ class FakeLane:
         self.leftovers: list[dict[str, Any]] = []
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
         self.inspected: dict[str, Any] = _manifest()
+        self.gpu_listed: set[int] | None = None  # nvidia-smi's compute apps after a restore (None: no GPU)
 
     served_model = "org/m"
 
@@ -152,6 +153,10 @@ class FakeLane:
 
     def health(self, port: int) -> bool:
         return self._alive()
+
+    def gpu_apps(self) -> set[int] | None:
+        return self.gpu_listed
+
 
     def alive(self, pids: list[int]) -> list[int]:
         return list(pids) if self._alive() else []
@@ -372,3 +377,26 @@ def test_expectations_come_from_what_the_image_implements_unless_an_option_names
     assert steps.choose_expectation("head", base, "--vsnap-expect") == ("head", "--vsnap-expect=head")  # override
     with pytest.raises(steps.StepFailed, match="--vsnap-base-expect=auto: cannot tell"):
         steps.choose_expectation("auto", {"snapshot_behaviour": "none"}, "--vsnap-base-expect")
+
+
+def test_gpu_engaged_after_restore_is_judged_only_with_a_gpu() -> None:
+    assert checks.gpu_engaged_findings([21], None, "restore-1") == []
+    assert checks.failure_message(checks.gpu_engaged_findings([21], {21, 99}, "restore-1")) is None
+    lost = checks.failure_message(checks.gpu_engaged_findings([21], {99}, "restore-1"))
+    assert lost == "after restore-1 the CUDA holders [21] are not on the GPU (nvidia-smi lists [99])"
+    assert checks.failure_message(checks.gpu_engaged_findings([], set(), "restore-2")) is not None
+
+
+def test_a_restore_whose_cuda_holders_left_the_gpu_fails() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
+    steps.create(lane, _rec())  # type: ignore[arg-type]
+    steps.inspect(lane, _rec(), None)  # type: ignore[arg-type]
+    holders = lane.manifest["cuda_holders"]
+    lane.gpu_listed = set(holders)
+    rec = _rec()
+    steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+    assert rec["results"]["gpu_engaged"] == {"holders": holders, "gpu_apps": sorted(holders)}
+    lane.gpu_listed = set()
+    with pytest.raises(steps.StepFailed, match="CUDA holders .* are not on the GPU"):
+        steps.restore(lane, _rec(), 1)  # type: ignore[arg-type]
