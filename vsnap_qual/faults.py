@@ -379,7 +379,9 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     obs = Observation()
     port = run.ports["fault"]
     reset_artifact(run)
-    baseline = {p["pid"] for p in run.box.processes()}
+    # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
+    # fault still listed under one of them must not hide the next restored server from the cleanup
+    baseline = {p["pid"] for p in run.box.processes()} - set(run.manifest.get("process_tree") or [])
     ignore: set[int] = set()
     env: dict[str, str] = {}
     stall = run.config.fault_timeout + 10.0
@@ -490,6 +492,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     audit = run.cleanup_audit([p["pid"] for p in left], [port] if fault.kind != "port" else [])
     audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
     kill_leftovers(run, baseline, set())
+    settle(run, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
     rec["results"].update(injected=injected, cleanup=audit)
     rec["results"]["followup_restore"] = followup_restore(run, undo_injection=fault.kind in ("manifest", "image"))
     return obs
@@ -548,7 +551,9 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     if undo_injection:
         reset_artifact(run)
     port = run.ports["fault"]
-    baseline = {p["pid"] for p in run.box.processes()}
+    # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
+    # fault still listed under one of them must not hide the next restored server from the cleanup
+    baseline = {p["pid"] for p in run.box.processes()} - set(run.manifest.get("process_tree") or [])
     with run.engine_wait():
         result: ExecResult = run.box.exec(
             ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)],
