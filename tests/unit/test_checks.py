@@ -157,7 +157,6 @@ class FakeLane:
     def gpu_apps(self) -> set[int] | None:
         return self.gpu_listed
 
-
     def alive(self, pids: list[int]) -> list[int]:
         return list(pids) if self._alive() else []
 
@@ -400,3 +399,35 @@ def test_a_restore_whose_cuda_holders_left_the_gpu_fails() -> None:
     lane.gpu_listed = set()
     with pytest.raises(steps.StepFailed, match="CUDA holders .* are not on the GPU"):
         steps.restore(lane, _rec(), 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("files", "behaviour"),
+    [
+        ({"engine.py": "class SnapshotSession:\n    pass\n", "server.py": "x = 'error.json'\n"}, "head"),
+        ({"server.py": "x = 1\n"}, "base"),
+        ({}, "none"),
+    ],
+)
+def test_the_package_probe_tells_the_snapshot_behaviour_from_the_installed_package(
+    tmp_path, files: dict[str, str], behaviour: str
+) -> None:
+    import subprocess
+    import sys
+
+    package = tmp_path / "vllm"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    if files:
+        (package / "snapshot").mkdir()
+        for name, text in files.items():
+            (package / "snapshot" / name).write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-c", steps.PACKAGE_PROBE],
+        env={"PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["snapshot_behaviour"] == behaviour and info["snapshot_behaviour_reason"]
