@@ -249,7 +249,15 @@ def _faults(comparisons: Comparisons) -> Check:
     never_bound = sum(1 for r in rows if r["http_bound"] is False)
     cleaned = sum(1 for r in rows if r["cleanup_ok"])
     result = f"{len(passed)}/{len(rows)} as expected; HTTP never bound in {never_bound}, cleanup verified in {cleaned}"
-    return Check("injected failures", not bad, result, (f"unexpected: {_names(bad)}",) if bad else ())
+    chosen = sorted(
+        {
+            f"{r['arm']} arm judged by {r['expect']} expectations ({r['expect_reason']})"
+            for r in rows
+            if r.get("expect_reason")
+        }
+    )
+    details = ((f"unexpected: {_names(bad)}",) if bad else ()) + tuple(chosen)
+    return Check("injected failures", not bad, result, details)
 
 
 def _kv(results: Mapping[str, Any], comparisons: Comparisons) -> Check:
