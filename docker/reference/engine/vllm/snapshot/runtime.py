@@ -572,12 +572,19 @@ class LocalSnapshotTools:
         process = self._children.get(inventory.root_pid)
         if process is not None:
             process.wait(timeout=10)
+        # Deviation from vLLM 0.33.0, which checks `os.kill(pid, 0)` once: CRIU's SIGKILL races the exit of a
+        # large process (and its reaping by a subreaper), so a single look can see a dying PID and report
+        # "process survived CRIU dump". The reference gives the tree 2 s to be gone (docker/reference/README.md).
+        deadline = time.monotonic() + 2.0
         for pid in inventory.process_tree:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                continue
-            raise SnapshotCreateError(f"process survived CRIU dump: {pid}")
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                if time.monotonic() > deadline:
+                    raise SnapshotCreateError(f"process survived CRIU dump: {pid}")
+                time.sleep(0.01)
         self._children.pop(inventory.root_pid, None)
 
     # -- identity and manifest ----------------------------------------------------------------------------
