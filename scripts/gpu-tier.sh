@@ -61,12 +61,16 @@ export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (this
   "$python" -c 'import sys, torch; print("python:", sys.version.split()[0], "torch:", torch.__version__, "cuda:", torch.version.cuda, torch.cuda.is_available())'
 } | tee "$out/host.txt"
 
+# the plugin by its entry point where vsnap-qual is installed, else by its module (nothing installed: bare host)
+plugin=vsnap_qual.plugin
+if "$python" -c 'import importlib.metadata as m, sys; sys.exit(not any(e.name == "vsnap_qual" for e in m.entry_points(group="pytest11")))' 2>/dev/null; then
+  plugin=vsnap_qual
+fi
 start=$(date +%s)
-# -p vsnap_qual.plugin: the module (nothing is installed here, so no entry point named vsnap_qual);
 # -c /dev/null: none of the checkout's ini defaults; the reference engine's settings are passed here explicitly
 # (its fault timeout of 20 s keeps the fault suite short; a real engine keeps the 300 s default)
 # shellcheck disable=SC2086
-"$python" -m pytest -c /dev/null -p vsnap_qual.plugin -p no:cacheprovider --rootdir="$here" --confcutdir="$here" \
+"$python" -m pytest -c /dev/null -p "$plugin" -p no:cacheprovider --rootdir="$here" --confcutdir="$here" \
   "$here/suites/" $options \
   --vsnap-runners="$runners" --vsnap-gpu-memory-utilization="$util" --vsnap-fault-timeout=20 \
   --vsnap-report-dir="$out/report" --junitxml="$out/report/junit.xml" -q "$@" 2>&1 | tee "$out/pytest.log" | grep -v "pid=" | tail -40

@@ -1,0 +1,88 @@
+"""The qualification with ``--vsnap-runtime=host`` on this CPU machine, as the GPU tier runs it on a GPU host: the
+reference engine installed on the host (scripts/host-reference.sh), real CRIU from the criu kit, no container.
+Root only (CI and the dev machines are root); the kit tarball comes from the kit image `make test` builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.docker,  # only to export the criu kit from its image
+    pytest.mark.skipif(os.geteuid() != 0, reason="host lanes need root"),
+]
+
+
+@pytest.fixture(scope="module")
+def host_target(tmp_path_factory) -> dict[str, object]:
+    """The reference engine (head and base) for this Python, the criu kit unpacked, and the options to use."""
+    base = tmp_path_factory.mktemp("host-target")
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    export = ["bash", str(ROOT / "docker" / "criu" / "export.sh"), str(base)]
+    subprocess.run(export, check=True, timeout=1200, env={**os.environ, "VSNAP_CRIU_EXPORT_PYTHONS": python})
+    with tarfile.open(base / "vsnap-criu-kit.tar.gz") as tar:
+        tar.extractall(base, filter="tar")
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "host-reference.sh"), sys.executable, str(base / "ref")],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    kit = base / "vsnap-criu"
+    path = os.pathsep.join([str(kit / "sbin"), str(kit / "bin"), os.environ["PATH"], str(base / "ref" / "sim" / "bin")])
+    return {
+        "options": done.stdout.split(),
+        "env": {**os.environ, "PATH": path, "CRIU_CUDA_PLUGIN_DIR": str(kit / "lib" / "criu")},
+        "base": base,
+    }
+
+
+def _qualify(target: dict[str, object], report: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable, "-m", "pytest", "-c", os.devnull, "-p", "vsnap_qual", "-p", "no:cacheprovider",
+        f"--rootdir={ROOT}", f"--confcutdir={ROOT}", str(ROOT / "suites"), *target["options"],  # type: ignore[misc]
+        f"--vsnap-report-dir={report}", "--vsnap-fault-timeout=20", "-q", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, env=target["env"])  # type: ignore[arg-type]
+
+
+def _records(report: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (report / "evidence.jsonl").read_text().splitlines()]
+
+
+def test_host_runtime_lifecycle_with_real_criu_passes(host_target, tmp_path):
+    report = tmp_path / "report"
+    done = _qualify(host_target, report, "--vsnap-runners=v1", "-k", "not compare", "-m", "not fault")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    results = json.loads((report / "results.json").read_text())
+    assert results["verdict"]["status"] == "pass", results["verdict"]
+    records = _records(report)
+    env = next(r for r in records if r["kind"] == "environment")
+    assert str(env["container_id"]).startswith("host-lane:"), "no container: a host lane"
+    assert env["image"]["labels"]["ai.vsnap.runtime"] == "host"  # type: ignore[index]
+    assert "Version: 4.2.1" in str(env["versions"]["criu"])  # type: ignore[index]
+    steps = {r["step"]: r for r in records if r["kind"] == "step" and r.get("lane") == "v1-head"}
+    tree = steps["inspect"]["results"]["manifest"]["process_tree"]  # type: ignore[index]
+    for n in (1, 2):  # real CRIU: the restored tree is the captured one, PID for PID, across the restart
+        assert steps[f"restore-{n}"]["results"]["root_pid"] == tree[0]  # type: ignore[index]
+        assert set(tree) <= set(steps[f"restore-{n}"]["results"]["pids"])  # type: ignore[index]
+    assert not list(Path("/var/tmp/vsnap-lanes").glob("vsnap-*-v1-head-*")), "the lane was removed"
+
+
+def test_host_runtime_judges_injected_failures(host_target, tmp_path):
+    report = tmp_path / "report"
+    faults = "fault_artifact or pid-occupied or image-truncated or wake-raise"
+    done = _qualify(host_target, report, "--vsnap-runners=v1", "-m", "fault", "-k", faults)
+    assert (report / "results.json").exists(), done.stdout[-4000:] + done.stderr[-2000:]
+    results = json.loads((report / "results.json").read_text())
+    ran = [r for r in _records(report) if r["kind"] == "step" and str(r["step"]).startswith("fault:")]
+    assert {r["step"] for r in ran} == {"fault:pid-occupied", "fault:image-truncated", "fault:wake-raise"}
+    assert {r["arm"] for r in ran} == {"head", "base"}, "both expectation tables are exercised"
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert all(r["outcome"] == "passed" for r in ran), [r.get("message") for r in ran]
+    assert results["verdict"]["status"] == "pass"
