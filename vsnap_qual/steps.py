@@ -83,6 +83,7 @@ LIMITATIONS: tuple[str, ...] = (
     "Model Runner V2 requires Triton",
     "No CUDA GPUs are available",
     "snapshot tree has no CUDA-holding process",
+    "Sleep mode is not supported on current platform",  # vLLM on a CPU: snapshots need sleep mode (model.py:657)
 )
 EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)|Value error)\b.*")
 
