@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -33,18 +34,14 @@ def lane_with_artifact(lane_factory, request: pytest.FixtureRequest, tmp_path: P
 
 @pytest.mark.docker
 @pytest.mark.parametrize("lane_with_artifact", ["head"], indirect=True)
-def test_head_recovery_failure_never_binds_and_keeps_error_json(
-    lane_with_artifact: Lane, tmp_path: Path
-) -> None:
+def test_head_recovery_failure_never_binds_and_keeps_error_json(lane_with_artifact: Lane, tmp_path: Path) -> None:
     lane = lane_with_artifact
     marker = tmp_path / "control" / "refplug" / "raise-wake_up"
     marker.write_text("")
     port = free_port()
     failed = restore(lane, port)
     assert failed.code == 1
-    assert failed.stderr.rstrip().endswith(
-        "SnapshotRestoreError: restored process exited before binding HTTP"
-    )
+    assert failed.stderr.rstrip().endswith("SnapshotRestoreError: restored process exited before binding HTTP")
     error = json.loads(lane.read(f"{ARTIFACT}/error.json"))
     assert error["phase"] == "recovery: restore memory"
     assert error["error_type"] == "Exception" and "refplug fault: wake_up" in error["error"]
@@ -63,6 +60,48 @@ def test_head_recovery_failure_never_binds_and_keeps_error_json(
     assert restored_processes(lane).count("vllm.") == 2  # the check sees a live restored tree
     lane.stop_session(int(lane.read(f"{ARTIFACT}/restored.pid")))
     assert restored_processes(lane) == ""
+
+
+def _sigterm_restore_during_recovery(lane: Lane, tmp_path: Path) -> tuple[int, str]:
+    """Restore with the worker's wake-up stalled, SIGTERM the `vllm snapshot restore` command while the restored
+    tree recovers; its exit code and what is left of the restored tree the moment it exited."""
+    (tmp_path / "control" / "refplug" / "stall-wake_up").write_text("30")
+    port = free_port()
+    lane.background(
+        f"vllm snapshot restore {ARTIFACT} --host 127.0.0.1 --port {port} > /tmp/sigterm.log 2>&1; "
+        "echo $? > /tmp/sigterm.rc; "
+        "for p in $(pgrep -f 'vllm.(snapshot.server|v1.engine.core)'); do "
+        f"grep -qs {lane.container.id} /proc/$p/cgroup && tr '\\0' ' ' < /proc/$p/cmdline && echo; done "
+        "> /tmp/left.tmp; mv /tmp/left.tmp /tmp/left.txt"
+    )
+    find = (
+        "for p in $(pgrep -f 'python3 [^ ]*vllm snapshot restore'); do grep -qs "
+        f"{lane.container.id} /proc/$p/cgroup && echo $p; done"
+    )
+    for _ in range(600):  # the restored tree is up (stalled in recovery) once both engine processes exist
+        if restored_processes(lane).count("vllm.") == 2:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the restored tree never appeared")
+    target = lane.sh(find).stdout.split()
+    assert target, "no vllm snapshot restore command to signal"
+    lane.sh(f"kill -TERM {' '.join(target)}")
+    for _ in range(300):
+        if lane.exec(["test", "-e", "/tmp/left.txt"]).code == 0:
+            break
+        time.sleep(0.1)
+    return int(lane.read("/tmp/sigterm.rc").strip()), lane.read("/tmp/left.txt")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("lane_with_artifact", ["head"], indirect=True)
+def test_head_sigterm_during_recovery_terminates_the_restored_tree_at_once(
+    lane_with_artifact: Lane, tmp_path: Path
+) -> None:
+    code, left = _sigterm_restore_during_recovery(lane_with_artifact, tmp_path)
+    assert code != 0
+    assert "vllm." not in left, f"restored processes outlived the SIGTERM'd restore: {left}"
 
 
 @pytest.mark.docker
@@ -95,8 +134,7 @@ def test_restore_preconditions(lane_with_artifact: Lane) -> None:
     )
     assert mismatch.code == 1
     assert mismatch.stderr.rstrip().splitlines()[-1] == (
-        "vllm.snapshot.manifest.SnapshotCompatibilityError: "
-        "snapshot mismatch: driver_version, gpu_name, environment"
+        "vllm.snapshot.manifest.SnapshotCompatibilityError: snapshot mismatch: driver_version, gpu_name, environment"
     )
     assert lane.exec(["test", "-e", f"{ARTIFACT}/release.json"]).code == 1
 
@@ -157,6 +195,7 @@ def test_real_criu_restore_failures(lane_with_artifact: Lane, tmp_path: Path) ->
     """Faults that only CRIU itself can see: each is vLLM's own failure (exit 1, CRIU's restore.log tail) and
     leaves nothing running; the artifact is untouched and restores once the fault is gone."""
     lane = lane_with_artifact
+
     def registrations() -> dict[str, int]:
         """refplug's register() records: loaded-<pid> -> write time (a re-run rewrites it)."""
         return {path.name: path.stat().st_mtime_ns for path in (tmp_path / "control" / "refplug").glob("loaded-*")}

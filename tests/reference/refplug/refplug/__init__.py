@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,7 @@ def register() -> None:
     if directory is None:
         return
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"loaded-{os.getpid()}").write_text(
-        " ".join(Path("/proc/self/cmdline").read_text().split("\0"))
-    )
+    (directory / f"loaded-{os.getpid()}").write_text(" ".join(Path("/proc/self/cmdline").read_text().split("\0")))
     from vllm.v1.worker import gpu_worker
 
     for method in ("wake_up", "reload_weights"):
@@ -36,10 +35,11 @@ def register() -> None:
             continue
 
         @functools.wraps(original)
-        def wrapper(
-            self: Any, *args: Any, _original: Any = original, _method: str = method, **kwargs: Any
-        ) -> Any:
+        def wrapper(self: Any, *args: Any, _original: Any = original, _method: str = method, **kwargs: Any) -> Any:
             result = _original(self, *args, **kwargs)
+            stall = directory / f"stall-{_method}"
+            if stall.exists():
+                time.sleep(float(stall.read_text().strip() or "30"))
             marker = directory / f"raise-{_method}"
             if marker.exists():
                 raise RuntimeError(f"refplug fault: {_method}")

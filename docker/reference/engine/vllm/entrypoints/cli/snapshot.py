@@ -65,9 +65,21 @@ def run_inspect(args: argparse.Namespace) -> None:
     print(json.dumps(inspect_snapshot(Path(args.snapshot_dir)), indent=2))
 
 
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_restore(args: argparse.Namespace) -> None:
+    import importlib.util
+    import signal
+
     from vllm.snapshot.controller import restore_snapshot
 
+    # Head behaviour (the flavour with SnapshotSession, vllm/snapshot/engine.py): a SIGTERM'd restore raises, so
+    # the controller's BaseException cleanup terminates the pinned restored tree at once. As released (base),
+    # SIGTERM ends the command by Python's default action and the restored child lives on until its deadline.
+    if importlib.util.find_spec("vllm.snapshot.engine") is not None:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     restore_snapshot(args)
 
 
