@@ -54,7 +54,11 @@ export CRIU_CUDA_PLUGIN_DIR="$prefix/vsnap-criu/lib/criu"
 export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (this checkout); lanes drop it
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  if [ -f "$here/COMMIT" ]; then  # an exported tree (git archive) names its commit in COMMIT
+    echo "commit: $(cat "$here/COMMIT") (exported tree)"
+  else
+    echo "commit: $(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  fi
   echo "kernel: $(uname -r)"
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
   echo "criu: $(criu --version | head -1)"
