@@ -589,6 +589,21 @@ class LaneRun(StepRecorder):
         handle.tree = [{**t, "gpu_holder": t["pid"] in holders} for t in tree.values()]
         return checks.order_leftovers(leftovers)
 
+    def identify(self, pids: list[int]) -> dict[int, str]:
+        """The start time (``/proc/PID/stat`` field 22) of each of ``pids`` that exists: with host PID
+        namespaces a PID is reused by other processes, so "still alive" means the same PID *and* start time."""
+        if not pids:
+            return {}
+        listed = " ".join(str(int(p)) for p in pids)
+        start = "$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
+        script = f'for p in {listed}; do [ -r /proc/$p/stat ] && echo "$p {start}"; done; true'
+        found = {}
+        for line in self.box.sh(script, 30).stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit():
+                found[int(parts[0])] = parts[1]
+        return found
+
     def health(self, port: int) -> bool:
         with self.engine_wait():
             return engine.health_ok(port)

@@ -129,6 +129,8 @@ class CleanupAudit(TypedDict, total=False):
     step: str
     #: strict cleanup: processes alive ``grace_s`` after SIGTERM (GPU holders first), the tree as recorded
     leftovers: list[LeftoverProcess]
+    #: PIDs found alive that another process (a later start time) now holds: not leftovers
+    pids_reused: list[int]
     grace_s: float
     tree: list[LeftoverProcess]
     ok: bool

@@ -151,6 +151,7 @@ class LaneTools(Protocol):
     def health(self, port: int) -> bool: ...
     def gpu_apps(self) -> set[int] | None: ...
     def alive(self, pids: list[int]) -> list[int]: ...
+    def identify(self, pids: list[int]) -> dict[int, str]: ...
     def restored_log_tail(self, lines: int = 40) -> str: ...
     def server_log(self, record: dict[str, Any]) -> str: ...
     def restored_server(self, port: int) -> ServerHandle | None: ...
@@ -227,10 +228,28 @@ def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[dict[str,
     """The cleanup audit after a stop, with the processes that outlived the grace (by PID, start time and
     command line; GPU holders first): any leftover fails the audit, even though the harness then killed it."""
     audit = run.audit(handle.pids, [handle.port])
+    drop_reused(run, audit, {int(t["pid"]): str(t["start_time"]) for t in handle.tree})
     audit.update(leftovers=leftovers, grace_s=run.config.cleanup_grace, tree=handle.tree)
     if leftovers:
         audit["ok"] = False
     return audit
+
+
+def drop_reused(run: LaneTools, audit: dict[str, Any], recorded: dict[int, str]) -> None:
+    """A PID the audit found alive is a leftover only if it is the same process (same start time) as the one
+    recorded: with host PID namespaces (PIDs wrap at kernel.pid_max) another process may have it by now."""
+    alive = list(audit.get("pids_alive") or [])
+    if not alive or not recorded or audit.get("error"):
+        return
+    now = run.identify(alive)
+    reused = [p for p in alive if p in recorded and now.get(p) != recorded[p]]
+    if not reused:
+        return
+    kept = [p for p in alive if p not in reused]
+    audit.update(pids_alive=kept, pids_gone=not kept, pids_reused=reused)
+    audit["ok"] = checks.audit_ok(
+        kept, list(audit.get("ports_open") or []), audit.get("gpu_idle"), bool(audit.get("link_remaps_equal"))
+    )
 
 
 def create(run: LaneTools, rec: dict[str, Any]) -> None:
@@ -429,6 +448,7 @@ def restart(run: LaneTools, rec: dict[str, Any]) -> None:
     before = run.environment_id()
     handle = run.server
     findings: list[checks.Finding] = []
+    recorded = run.identify(handle.pids) if handle is not None else {}
     if handle is not None:
         look = probe_liveness(run, handle, time.time())
         rec["results"]["alive_before_restart"] = look["alive"]
@@ -444,6 +464,7 @@ def restart(run: LaneTools, rec: dict[str, Any]) -> None:
     run.restart()
     after = run.environment_id()
     audit = run.audit(handle.pids if handle else [], [handle.port] if handle else [])
+    drop_reused(run, audit, recorded)
     audit["step"] = "seen at the restart"
     run.server = None
     result = run.snapshot_inspect(rec, name="inspect-after-restart")

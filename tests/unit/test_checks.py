@@ -139,6 +139,7 @@ class FakeLane:
         self.leftovers: list[dict[str, Any]] = []
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
         self.inspected: dict[str, Any] = _manifest()
+        self.start_times: dict[int, str] = {}
         self.gpu_listed: set[int] | None = None  # nvidia-smi's compute apps after a restore (None: no GPU)
 
     served_model = "org/m"
@@ -168,6 +169,9 @@ class FakeLane:
 
     def restored_log_tail(self, lines: int = 40) -> str:
         return "EngineCore: killed"
+
+    def identify(self, pids: list[int]) -> dict[int, str]:
+        return {p: self.start_times.get(p, "100") for p in pids}
 
     def server_log(self, record: dict[str, Any]) -> str:
         return "INFO GPU KV cache size: 4,096 tokens"
@@ -431,3 +435,13 @@ def test_the_package_probe_tells_the_snapshot_behaviour_from_the_installed_packa
     )
     info = json.loads(done.stdout.strip().splitlines()[-1])
     assert info["snapshot_behaviour"] == behaviour and info["snapshot_behaviour_reason"]
+
+
+def test_a_pid_reused_by_another_process_is_not_a_leftover() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    audit = {**AUDIT_OK, "ok": False, "pids_gone": False, "pids_alive": [7, 8], "ports_open": []}
+    lane.start_times = {7: "999"}  # PID 7 now belongs to a process started later; PID 8 is the same one
+    steps.drop_reused(lane, audit, {7: "100", 8: "100"})  # type: ignore[arg-type]
+    assert audit["pids_alive"] == [8] and audit["pids_reused"] == [7] and audit["ok"] is False
+    steps.drop_reused(lane, audit := {**audit, "pids_alive": [7]}, {7: "100"})  # type: ignore[arg-type]
+    assert audit["pids_gone"] and audit["ok"]
