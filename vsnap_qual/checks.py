@@ -461,3 +461,20 @@ def inspect_stable_findings(changes: Mapping[str, Mapping[str, Any]], after_step
             f"inspect output changed after {after_step}: fields {', '.join(changes)} ({shown})",
         )
     ]
+
+
+# ---- host collisions (not the engine's defect) --------------------------------------------------------------
+_COLLISION = ("Unable to create a thread: -17", "File exists", "-17 (File exists)")
+
+
+def captured_id_collision(stdout: str, stderr: str) -> str | None:
+    """CRIU could not recreate a captured PID or thread ID because another process on the host took it between
+    vLLM's PID check and CRIU's clone (EEXIST, -17): with host PID namespaces on a busy host that is the host's
+    doing, not the engine's. The CRIU log line that says so, else None."""
+    if "CRIU restore.log (tail):" not in stdout:
+        return None
+    tail = stdout.split("CRIU restore.log (tail):", 1)[1]
+    for line in tail.splitlines():
+        if any(marker in line for marker in _COLLISION):
+            return line.strip()
+    return None

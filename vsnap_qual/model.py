@@ -231,6 +231,8 @@ class StepResults(TypedDict, total=False):
     soak: Soak
     inspect_changes: dict[str, dict[str, Any]]
     alive_before_restart: bool
+    #: a restore (or fault) run a second time, and why the first did not count
+    retried_after: str
     alive_at_stop: bool
     # create
     artifact_bytes: int | None

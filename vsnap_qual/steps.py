@@ -310,6 +310,13 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
     restored = run.snapshot_restore(rec, n)
     result = restored.result
+    collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
+    if collision:  # another host process took a captured PID/TID for a moment: restore once more
+        rec["results"]["retried_after"] = (
+            f"CRIU could not recreate a captured ID (another process took it): {collision}"
+        )
+        restored = run.snapshot_restore(rec, n)
+        result = restored.result
     if result.exit_code != 0:
         error_json = run.artifact_file("error.json")
         rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None

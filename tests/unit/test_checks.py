@@ -445,3 +445,13 @@ def test_a_pid_reused_by_another_process_is_not_a_leftover() -> None:
     assert audit["pids_alive"] == [8] and audit["pids_reused"] == [7] and audit["ok"] is False
     steps.drop_reused(lane, audit := {**audit, "pids_alive": [7]}, {7: "100"})  # type: ignore[arg-type]
     assert audit["pids_gone"] and audit["ok"]
+
+
+def test_a_captured_id_taken_by_another_host_process_is_told_apart_from_an_engine_failure() -> None:
+    busy = "INFO CRIU restore.log (tail):\n(00.1) Error (criu/cr-restore.c:123): Unable to create a thread: -17\n"
+    assert (
+        checks.captured_id_collision(busy, "") == "(00.1) Error (criu/cr-restore.c:123): Unable to create a thread: -17"
+    )
+    truncated = "INFO CRIU restore.log (tail):\nRead 10 bytes while 20 expected from core-1.img\nRestoring FAILED.\n"
+    assert checks.captured_id_collision(truncated, "") is None
+    assert checks.captured_id_collision("Unable to create a thread: -17", "") is None  # not CRIU's log tail
