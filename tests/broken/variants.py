@@ -102,6 +102,12 @@ VARIANTS: dict[str, Variant] = {
             "lingers-after-stop",
             "the engine core (the GPU holder) keeps running for 12 s after SIGTERM or after its API server is gone",
             (
+                Patch(  # SIGTERM ignored from the start (a handler racing the shutdown would make it flaky)
+                    _CORE,
+                    "    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(0)))\n",
+                    f"    signal.signal(signal.SIGTERM, signal.SIG_IGN)  {MARK}: SIGTERM ignored\n",
+                    where="replace",
+                ),
                 Patch(
                     _CORE,
                     "    try:\n        _serve_requests(engine, connection)\n    finally:\n",
