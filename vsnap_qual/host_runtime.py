@@ -44,6 +44,7 @@ from vsnap_qual.runtime import (
     HOST_GRACE_S,
     ExecResult,
     RuntimeFailure,
+    ShellBox,
     exec_timed_out,
     listening_ports,
     owner_alive,
@@ -137,11 +138,12 @@ class _Log:
                 self._handle = None
 
 
-class HostLane:
+class HostLane(ShellBox):
     """A lane as host processes in a mount namespace of its own; the interface of ``runtime.EngineContainer``."""
 
     def __init__(self, spec: HostSpec) -> None:
         self.spec = spec
+        self.box_name = f"lane {spec.name}"
         self.dir = spec.root / spec.name
         self.holder: subprocess.Popen[bytes] | None = None
         self.holder_start: int | None = None
@@ -425,30 +427,10 @@ class HostLane:
             timed_out=host_deadline or exec_timed_out(code, ended - started, limit),
         )
 
-    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
-        return self.exec(["sh", "-c", script], timeout, env=env)
-
-    def spawn(self, argv: list[str], log_in_lane: str, *, env: Mapping[str, str] | None = None) -> int:
-        """Start ``argv`` detached in its own session, output to a file; return its PID."""
-        pidfile = f"{log_in_lane}.pid"
-        script = (
-            f'mkdir -p "$(dirname {shlex.quote(log_in_lane)})"; '
-            f"setsid {shlex.join(argv)} </dev/null >>{shlex.quote(log_in_lane)} 2>&1 & "
-            f"echo $! > {shlex.quote(pidfile)}"
-        )
-        result = self.exec(["sh", "-c", script], 30.0, env=env)
-        if result.exit_code != 0:
-            raise HostRuntimeFailure(f"could not start {argv[0]} in lane {self.spec.name}: {result.tail()}")
-        return int(self.read_text(pidfile).strip())
-
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes as the lane sees it, or None when it does not exist (or is not a regular file)."""
         done = self.exec(["sh", "-c", 'test -f "$1" && exec base64 -w0 -- "$1"', "read", path], 60)
         return base64.b64decode(done.stdout) if done.exit_code == 0 else None
-
-    def read_text(self, path: str) -> str:
-        data = self.read_bytes(path)
-        return "" if data is None else data.decode("utf-8", "replace")
 
     def processes(self) -> list[dict[str, Any]]:
         """The lane's processes (its mount namespace only), with pid, ppid, sid, stat, args; fails closed."""

@@ -324,13 +324,55 @@ def create_container(client: DockerClient, kwargs: dict[str, Any], unmask_proc: 
     return client.containers.get(created["Id"])
 
 
-class EngineContainer:
+class ShellBox:
+    """What every lane box (a container, a host lane) builds on its own ``exec`` and ``read_bytes``: a shell
+    script, a detached process, a file as text."""
+
+    box_name: str
+
+    def exec(
+        self,
+        argv: list[str],
+        timeout: float,
+        *,
+        env: Mapping[str, str] | None = None,
+        log: Path | None = None,
+        stdin_null: bool = True,
+    ) -> ExecResult:
+        raise NotImplementedError
+
+    def read_bytes(self, path: str) -> bytes | None:
+        raise NotImplementedError
+
+    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
+        return self.exec(["sh", "-c", script], timeout, env=env)
+
+    def spawn(self, argv: list[str], log_path: str, *, env: Mapping[str, str] | None = None) -> int:
+        """Start ``argv`` detached in its own session, output to ``log_path`` (as the box sees it); its PID."""
+        pidfile = f"{log_path}.pid"
+        script = (
+            f'mkdir -p "$(dirname {shlex.quote(log_path)})"; '
+            f"setsid {shlex.join(argv)} </dev/null >>{shlex.quote(log_path)} 2>&1 & "
+            f"echo $! > {shlex.quote(pidfile)}"
+        )
+        result = self.exec(["sh", "-c", script], 30.0, env=env)
+        if result.exit_code != 0:
+            raise RuntimeFailure(f"could not start {argv[0]} in {self.box_name}: {result.tail()}")
+        return int(self.read_text(pidfile).strip())
+
+    def read_text(self, path: str) -> str:
+        data = self.read_bytes(path)
+        return "" if data is None else data.decode("utf-8", "replace")
+
+
+class EngineContainer(ShellBox):
     """A long-lived ``sleep infinity`` container in which every engine command is executed."""
 
     def __init__(self, client: DockerClient, container: Container, spec: ContainerSpec) -> None:
         self.client = client
         self.container = container
         self.spec = spec
+        self.box_name = spec.name
 
     @classmethod
     def start(cls, client: DockerClient, spec: ContainerSpec) -> EngineContainer:
@@ -440,23 +482,6 @@ class EngineContainer:
             timed_out=exec_timed_out(code, ended - started, timeout),
         )
 
-    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
-        return self.exec(["sh", "-c", script], timeout, env=env)
-
-    def spawn(self, argv: list[str], log_in_container: str, *, env: Mapping[str, str] | None = None) -> int:
-        """Start ``argv`` detached in its own session, output to a file; return its in-container PID."""
-        pidfile = f"{log_in_container}.pid"
-        script = (
-            f'mkdir -p "$(dirname {shlex.quote(log_in_container)})"; '
-            f"setsid {shlex.join(argv)} </dev/null >>{shlex.quote(log_in_container)} 2>&1 & "
-            f"echo $! > {shlex.quote(pidfile)}"
-        )
-        result = self.exec(["sh", "-c", script], 30.0, env=env)
-        if result.exit_code != 0:
-            raise RuntimeFailure(f"could not start {argv[0]} in {self.spec.name}: {result.tail()}")
-        pid_text = self.read_text(pidfile).strip()
-        return int(pid_text)
-
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes from the container, or None when it does not exist."""
         try:
@@ -470,10 +495,6 @@ class EngineContainer:
                 return None
             extracted = tar.extractfile(member)
             return extracted.read() if extracted else None
-
-    def read_text(self, path: str) -> str:
-        data = self.read_bytes(path)
-        return "" if data is None else data.decode("utf-8", "replace")
 
     def processes(self) -> list[dict[str, Any]]:
         """This container's processes (its cgroup only, even with pid=host), with pid, ppid, sid, stat, args.
