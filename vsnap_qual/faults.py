@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import engine, procedure
+from vsnap_qual import checks, engine, procedure
 from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.options import VLLM_CANARY_PROMPT
 from vsnap_qual.procedure import Fault
@@ -554,12 +554,17 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
     baseline = {p["pid"] for p in run.box.processes()} - set(run.manifest.get("process_tree") or [])
+    argv = ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
     with run.engine_wait():
-        result: ExecResult = run.box.exec(
-            ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)],
-            run.config.timeouts["restore"],
-        )
-    outcome: dict[str, Any] = {"exit_code": result.exit_code, "seconds": round(result.seconds, 3)}
+        result: ExecResult = run.box.exec(argv, run.config.timeouts["restore"])
+    outcome: dict[str, Any] = {}
+    collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
+    if collision:  # another host process took a captured PID/TID for a moment (host's doing): once more
+        outcome["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
+        kill_leftovers(run, baseline, set())
+        with run.engine_wait():
+            result = run.box.exec(argv, run.config.timeouts["restore"])
+    outcome.update(exit_code=result.exit_code, seconds=round(result.seconds, 3))
     if result.exit_code == 0:
         try:
             got = engine.completion(port, run.served_model, VLLM_CANARY_PROMPT, timeout=run.config.timeouts["http"])
@@ -576,6 +581,10 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     else:
         outcome["canary_ok"] = False
         outcome["stderr_tail"] = result.tail(15)
+        # vLLM logs CRIU's own reason on stdout (`CRIU restore.log (tail):`); stderr only has the exit status
+        reason = [ln.strip() for ln in result.stdout.splitlines() if "Error (criu/" in ln or "FAILED" in ln]
+        if reason:
+            outcome["criu_reason"] = reason[-3:]
     kill_leftovers(run, baseline, set())
     left = settle(run, baseline, set())
     outcome["cleanup_ok"] = not left and not engine.port_open(port)

@@ -200,8 +200,13 @@ class FaultObservation(TypedDict, total=False):
 class FollowupRestore(TypedDict, total=False):
     exit_code: int | None
     seconds: float
+    canary: Canary
     canary_ok: bool | None
     error: str
+    stderr_tail: str
+    criu_reason: list[str]  # CRIU's own error lines (vLLM logs them on stdout)
+    retried_after: str  # a captured PID/TID taken by another host process: the restore ran once more
+    cleanup_ok: bool
     cleanup: CleanupAudit
 
 
