@@ -553,7 +553,13 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     port = run.ports["fault"]
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
-    baseline = {p["pid"] for p in run.box.processes()} - set(run.manifest.get("process_tree") or [])
+    captured = set(run.manifest.get("process_tree") or [])
+    baseline = {p["pid"] for p in run.box.processes()} - captured
+    # the faulted restore's tree may still be exiting (killed by vLLM's cleanup or ours a moment ago): its PIDs
+    # are the captured ones, which CRIU must recreate, so give it the cleanup grace to be gone first
+    deadline = time.time() + run.config.cleanup_grace
+    while captured & {p["pid"] for p in run.box.processes()} and time.time() < deadline:
+        time.sleep(0.1)
     argv = ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
     with run.engine_wait():
         result: ExecResult = run.box.exec(argv, run.config.timeouts["restore"])

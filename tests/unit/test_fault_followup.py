@@ -38,7 +38,7 @@ def _run(box: Box) -> Any:
         ports={"fault": 1},  # nothing listens on port 1
         manifest={"process_tree": [40, 41]},
         engine_wait=contextlib.nullcontext,
-        config=SimpleNamespace(timeouts={"restore": 60, "http": 5}),
+        config=SimpleNamespace(timeouts={"restore": 60, "http": 5}, cleanup_grace=5.0),
     )
 
 
@@ -57,3 +57,18 @@ def test_any_other_failure_is_not_retried():
     outcome = faults.followup_restore(_run(box), undo_injection=False)
     assert box.restores == 1 and "retried_after" not in outcome
     assert outcome["exit_code"] == 1
+
+
+def test_the_follow_up_waits_for_the_faulted_tree_to_be_gone():
+    """The captured PIDs of the faulted restore's tree must be free before CRIU is asked to recreate them."""
+    box = Box([(1, CORRUPT)])
+    listings = [[{"pid": 40}], [{"pid": 40}], [{"pid": 40}], []]
+    seen: list[int] = []
+
+    def processes() -> list[dict[str, Any]]:
+        seen.append(box.restores)
+        return listings.pop(0) if listings else []
+
+    box.processes = processes  # type: ignore[method-assign]
+    faults.followup_restore(_run(box), undo_injection=False)
+    assert seen[:4] == [0, 0, 0, 0], "no restore while a captured PID is still alive"
