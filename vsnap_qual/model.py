@@ -342,8 +342,9 @@ class EnvironmentRecord(TypedDict):
     purpose: NotRequired[Purpose]
 
 
-class StepRecord(TypedDict):
-    kind: Literal["step"]
+class Step(TypedDict):
+    """A step record as ``results.json`` carries it (the record without ``kind``)."""
+
     time: str
     runner: Runner
     arm: Arm
@@ -361,6 +362,12 @@ class StepRecord(TypedDict):
     engine_seconds: NotRequired[float]
     logs: list[str]
     results: StepResults
+
+
+class StepRecord(Step):
+    """A step as the evidence store writes it: the ``results.json`` step plus its record kind."""
+
+    kind: Literal["step"]
 
 
 class PlanRecord(TypedDict):
@@ -427,28 +434,6 @@ class Lane(TypedDict):
     runner: str
     arm: str
     environment: dict[str, Any] | None
-
-
-class Step(TypedDict):
-    """A step record as ``results.json`` carries it (the record without ``kind``)."""
-
-    time: str
-    runner: Runner
-    arm: Arm
-    lane: NotRequired[str]
-    purpose: NotRequired[Purpose]
-    step: str
-    nodeid: str
-    outcome: Outcome
-    message: str
-    argv: list[str] | None
-    exit_code: int | None
-    started: str
-    ended: str
-    seconds: float
-    engine_seconds: NotRequired[float]
-    logs: list[str]
-    results: StepResults
 
 
 class HarnessError(TypedDict):
