@@ -264,10 +264,56 @@ def settle(run: LaneRun, baseline: set[int], ignore: set[int], limit: float = 5.
     return left
 
 
-def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> None:
+def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[int]:
     leftovers = [p["pid"] for p in new_processes(run, baseline, ignore)]
     if leftovers:
         run.box.sh("kill -KILL " + " ".join(map(str, leftovers)) + " 2>/dev/null; true", 15)
+    return leftovers
+
+
+def ids_held(run: LaneRun, ids: set[int]) -> list[str]:
+    """Which of these PIDs/TIDs still name a task in the lane's PID namespace, whatever it is: a process of the
+    lane or not, a thread of another process, a zombie, one still tearing down its GPU context after SIGKILL.
+    That is what vLLM's ``os.kill(pid, 0)`` availability probe and CRIU's ``clone3(set_tid)`` see, whereas the
+    lane's process listing leaves out zombies and exiting processes. Each as ``PID name state tgid ppid``."""
+    if not ids:
+        return []
+    script = (
+        "for p in " + " ".join(str(int(i)) for i in sorted(ids)) + "; do [ -e /proc/$p ] && "
+        "{ printf '%s ' $p; awk -F'\t' '/^(Name|State|Tgid|PPid):/{printf \"%s \", $2}' /proc/$p/status "
+        "2>/dev/null; echo; }; done; true"
+    )
+    result = run.box.sh(script, 15)
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def wait_ids_free(run: LaneRun, ids: set[int], limit: float) -> dict[str, Any]:
+    """Wait (up to ``limit`` s) until none of ``ids`` names a task any more; what was waited for is evidence."""
+    started = time.time()
+    held = ids_held(run, ids)
+    first = held
+    while held and time.time() - started < limit:
+        time.sleep(0.2)
+        held = ids_held(run, ids)
+    outcome: dict[str, Any] = {}
+    if first:
+        outcome = {"held_at_first": first, "waited_s": round(time.time() - started, 2)}
+    if held:
+        outcome["still_held"] = held
+    return outcome
+
+
+def move_pid_cursor_past(run: LaneRun, ids: set[int]) -> bool:
+    """Set the PID namespace's allocation cursor (``ns_last_pid``) past the captured IDs, so that processes and
+    threads forked after an injection that set it just below a captured PID do not take the other captured IDs
+    (CRIU must recreate each captured PID and TID; the threads' TIDs follow their process's PID)."""
+    past = max(ids) + 512
+    result = run.box.sh(
+        f"max=$(cat /proc/sys/kernel/pid_max); n={past}; [ $n -lt $max ] || n=300; "
+        "echo $n > /proc/sys/kernel/ns_last_pid",
+        15,
+    )
+    return result.exit_code == 0
 
 
 class PidHolder:
@@ -378,6 +424,10 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again."""
     obs = Observation()
     port = run.ports["fault"]
+    captured = set(run.manifest.get("process_tree") or [])
+    # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
+    # long its teardown took): else this fault would be judged on what the previous one left
+    before_fault = wait_ids_free(run, captured, run.config.timeouts["stop"])
     reset_artifact(run)
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
@@ -404,6 +454,8 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
                 if injected["occupied"] and run.pid_alive(holder.pid):
                     break
                 holder.release()
+            # occupying set the allocation cursor just below the captured PID: move it past the others
+            injected["pid_cursor_moved"] = move_pid_cursor_past(run, captured)
             ignore.add(holder.pid)
         elif fault.kind == "port":
             ignore.add(block_port(run, port))
@@ -491,9 +543,17 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     left = settle(run, baseline, ignore, limit=run.config.cleanup_grace)
     audit = run.cleanup_audit([p["pid"] for p in left], [port] if fault.kind != "port" else [])
     audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
-    kill_leftovers(run, baseline, set())
+    killed = kill_leftovers(run, baseline, set())
     settle(run, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
+    # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
+    # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
+    after_fault = wait_ids_free(run, captured | set(killed), run.config.timeouts["stop"])
+    if killed:
+        audit["killed_by_harness"] = killed
     rec["results"].update(injected=injected, cleanup=audit)
+    waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
+    if waits:
+        rec["results"]["captured_id_waits"] = waits
     rec["results"]["followup_restore"] = followup_restore(run, undo_injection=fault.kind in ("manifest", "image"))
     return obs
 
@@ -556,18 +616,20 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     captured = set(run.manifest.get("process_tree") or [])
     baseline = {p["pid"] for p in run.box.processes()} - captured
     # the faulted restore's tree may still be exiting (killed by vLLM's cleanup or ours a moment ago): its PIDs
-    # are the captured ones, which CRIU must recreate, so give it the cleanup grace to be gone first
-    deadline = time.time() + run.config.cleanup_grace
-    while captured & {p["pid"] for p in run.box.processes()} and time.time() < deadline:
-        time.sleep(0.1)
+    # are the captured ones, which CRIU must recreate, so they must be free first
+    outcome: dict[str, Any] = {}
+    waited = wait_ids_free(run, captured, run.config.timeouts["stop"])
+    if waited:
+        outcome["captured_ids_wait"] = waited
     argv = ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
     with run.engine_wait():
         result: ExecResult = run.box.exec(argv, run.config.timeouts["restore"])
-    outcome: dict[str, Any] = {}
     collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment (host's doing): once more
         outcome["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
+        outcome["held_at_retry"] = ids_held(run, captured)
         kill_leftovers(run, baseline, set())
+        wait_ids_free(run, captured, run.config.cleanup_grace)
         with run.engine_wait():
             result = run.box.exec(argv, run.config.timeouts["restore"])
     outcome.update(exit_code=result.exit_code, seconds=round(result.seconds, 3))
@@ -643,7 +705,14 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
         )
     follow = results.get("followup_restore", {})
     if expect.followup_restore and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
-        problems.append(f"the artifact no longer restores after the failure: {follow}")
+        still = (follow.get("captured_ids_wait") or {}).get("still_held")
+        if still:  # the artifact was never tried: a captured PID never came free
+            problems.append(
+                f"the follow-up restore could not be tried fairly: captured PIDs still held after the fault's "
+                f"tree was killed ({'; '.join(still)})"
+            )
+        else:
+            problems.append(f"the artifact no longer restores after the failure: {follow}")
     return problems
 
 

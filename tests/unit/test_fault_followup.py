@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from vsnap_qual import faults
+from vsnap_qual.faults import ANY
 from vsnap_qual.runtime import ExecResult
 
 TAIL = "CRIU restore.log (tail):\n"
@@ -38,7 +44,7 @@ def _run(box: Box) -> Any:
         ports={"fault": 1},  # nothing listens on port 1
         manifest={"process_tree": [40, 41]},
         engine_wait=contextlib.nullcontext,
-        config=SimpleNamespace(timeouts={"restore": 60, "http": 5}, cleanup_grace=5.0),
+        config=SimpleNamespace(timeouts={"restore": 60, "http": 5, "stop": 60}, cleanup_grace=5.0),
     )
 
 
@@ -59,16 +65,98 @@ def test_any_other_failure_is_not_retried():
     assert outcome["exit_code"] == 1
 
 
-def test_the_follow_up_waits_for_the_faulted_tree_to_be_gone():
-    """The captured PIDs of the faulted restore's tree must be free before CRIU is asked to recreate them."""
-    box = Box([(1, CORRUPT)])
-    listings = [[{"pid": 40}], [{"pid": 40}], [{"pid": 40}], []]
-    seen: list[int] = []
+class LocalBox(Box):
+    """Shell scripts run for real on this machine (its /proc is the lane's PID namespace); restores are fake."""
 
-    def processes() -> list[dict[str, Any]]:
-        seen.append(box.restores)
-        return listings.pop(0) if listings else []
+    def __init__(self, outputs: list[tuple[int, str]]) -> None:
+        super().__init__(outputs)
+        self.held_at_restore: list[list[str]] = []
+        self.captured: set[int] = set()
 
-    box.processes = processes  # type: ignore[method-assign]
-    faults.followup_restore(_run(box), undo_injection=False)
-    assert seen[:4] == [0, 0, 0, 0], "no restore while a captured PID is still alive"
+    def sh(self, script: str, timeout: float = 60.0) -> ExecResult:
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=timeout)
+        return ExecResult(["sh"], done.returncode, done.stdout, done.stderr, 0, 0)
+
+    def exec(self, argv: list[str], timeout: float, **kw: Any) -> ExecResult:
+        self.held_at_restore.append(faults.ids_held(_run(self), self.captured))
+        return super().exec(argv, timeout, **kw)
+
+
+def _zombie() -> int:
+    """A child that has exited and is not reaped yet: a zombie, which the lane's listing leaves out but which
+    still takes its PID (vLLM's ``os.kill(pid, 0)`` succeeds on it)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    deadline = time.time() + 10
+    while Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z":
+        assert time.time() < deadline
+        time.sleep(0.01)
+    return pid
+
+
+def test_a_zombie_and_a_thread_of_another_process_hold_their_ids():
+    box = LocalBox([])
+    zombie = _zombie()
+    ready, stop = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def worker() -> None:
+        tids.append(threading.get_native_id())
+        ready.set()
+        stop.wait(30)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait(10)
+    try:
+        held = faults.ids_held(_run(box), {zombie, tids[0]})
+        by_id = {int(line.split()[0]): line.split() for line in held}
+        assert set(by_id) == {zombie, tids[0]}
+        assert by_id[zombie][2] == "Z", held  # PID name State ...: the zombie's state
+        assert int(by_id[tids[0]][-2]) == os.getpid(), held  # the thread's Tgid is this process
+    finally:
+        stop.set()
+        thread.join()
+        os.waitpid(zombie, 0)
+    assert faults.ids_held(_run(box), {zombie}) == []
+
+
+def test_the_follow_up_waits_until_no_captured_id_names_a_task():
+    """The captured PIDs of the faulted restore's tree (here a zombie, as one left exiting or unreaped) must be
+    free before CRIU is asked to recreate them; the wait is recorded."""
+    box = LocalBox([(1, CORRUPT)])
+    zombie = _zombie()
+    box.captured = {zombie}
+    reaper = threading.Timer(0.6, os.waitpid, (zombie, 0))
+    reaper.start()
+    run = _run(box)
+    run.manifest = {"process_tree": [zombie]}
+    outcome = faults.followup_restore(run, undo_injection=False)
+    reaper.join()
+    assert box.held_at_restore == [[]], "no restore while a captured PID still names a task"
+    assert outcome["captured_ids_wait"]["waited_s"] >= 0.5
+    assert "still_held" not in outcome["captured_ids_wait"]
+
+
+def test_a_captured_id_that_never_comes_free_is_named_not_blamed_on_the_artifact():
+    box = LocalBox([(1, CORRUPT)])
+    zombie = _zombie()
+    run = _run(box)
+    run.manifest = {"process_tree": [zombie]}
+    run.config.timeouts["stop"] = 0.5
+    try:
+        follow = faults.followup_restore(run, undo_injection=False)
+    finally:
+        os.waitpid(zombie, 0)
+    problems = faults.judge(
+        SimpleNamespace(id="x", kind="signal"),  # type: ignore[arg-type]
+        faults.Expect(ANY, None, None, None, fires=False),
+        faults.Observation(),
+        {"cleanup": {"ok": True}, "followup_restore": follow},
+    )
+    assert problems == [
+        f"the follow-up restore could not be tried fairly: captured PIDs still held after the fault's tree was "
+        f"killed ({follow['captured_ids_wait']['still_held'][0]})"
+    ]
+    assert follow["captured_ids_wait"]["still_held"][0].startswith(f"{zombie} ")
