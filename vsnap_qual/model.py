@@ -444,6 +444,9 @@ class HarnessError(TypedDict):
 
 
 class Check(TypedDict):
+    """One validation-table row: ``id`` is stable across runs (``canary.single-token``), ``name`` the sentence."""
+
+    id: str
     name: str
     ok: bool | None
     result: str

@@ -144,7 +144,8 @@ def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:
     results = _results(report_dir)
     results["steps"].append({"runner": "v1", "arm": "base", "step": "vs-head", "outcome": "failed", "results": {}})
     matrix = step_matrix(results)
-    assert list(matrix.columns)[-3:] == ["vs-head", "faults", "faults_ok"]
+    # after the core steps, the others in the procedure table's order (results.json's step order)
+    assert list(matrix.columns)[-4:] == ["vs-head", "fault-artifact", "faults", "faults_ok"]
     assert records(matrix)[1]["vs-head"] == "failed"
 
 

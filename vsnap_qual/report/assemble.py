@@ -161,6 +161,7 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
             "outcome": last.get("outcome"),
             "ended": last.get("ended") or last.get("time"),
         }
+    steps = ordered_steps(steps, runners, arms)
     run = {
         "run_id": session.get("run_id"),
         "harness_version": session.get("harness_version"),
@@ -196,6 +197,28 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
 
     results["verdict"] = judge(results)  # the one verdict, recorded here; views render it
     return cast(model.Results, results)
+
+
+def ordered_steps(steps: list[dict[str, Any]], runners: list[str], arms: list[str]) -> list[dict[str, Any]]:
+    """The step records in a fixed order, whatever order the lanes finished in (``pytest -n``): the procedure
+    table's order (``procedure.STEPS``; a step it does not name after them, as first seen), then runner, then
+    arm. A repeated step's records keep their written order, so the last one stays the one that counts."""
+    procedure_order = {name: i for i, name in enumerate(procedure.STEPS)}
+    unknown: dict[str, int] = {}
+    for record in steps:
+        name = str(record.get("step"))
+        if name not in procedure_order:
+            unknown.setdefault(name, len(procedure_order) + len(unknown))
+
+    def key(record: dict[str, Any]) -> tuple[int, int, int]:
+        name, runner, arm = str(record.get("step")), str(record.get("runner")), str(record.get("arm"))
+        return (
+            procedure_order.get(name, unknown.get(name, 0)),
+            runners.index(runner) if runner in runners else len(runners),
+            arms.index(arm) if arm in arms else len(arms),
+        )
+
+    return sorted(steps, key=key)
 
 
 def _coverage(required: dict[str, Any], plans: list[dict[str, Any]]) -> dict[str, Any]:

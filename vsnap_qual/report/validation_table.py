@@ -21,7 +21,10 @@ _NAMES_SHOWN = 10
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the validation table. ``ok`` is None when the check did not run."""
+    """One line of the validation table. ``ok`` is None when the check did not run.
+
+    ``id`` is stable across runs (``canary.single-token``); ``name`` is the sentence a reviewer reads, and may
+    carry the run's figures (``(2 restores each)``)."""
 
     name: str
     ok: bool | None
@@ -33,6 +36,8 @@ class Check:
     short: str = ""
     #: The run stopped before this check could finish (``ok`` is None).
     pending: bool = False
+    #: The stable id (``CHECK_IDS``): what tools and run diffs key on.
+    id: str = ""
 
     @property
     def status(self) -> str:
@@ -56,21 +61,37 @@ def _all_ok(values: list[bool | None]) -> bool | None:
     return None if not values or None in values else True
 
 
+#: Each row's stable id → its one-word short name (the terminal summary), in the order a reviewer reads them.
+#: An id never changes with the data; a new check gets a new id.
+CHECK_IDS: dict[str, str] = {
+    "lifecycle": "lifecycle",
+    "overlay": "overlay",
+    "digests": "digests",
+    "canary.single-token": "canary",
+    "canary.multi-token": "multi-token",
+    "faults": "faults",
+    "kv": "KV",
+    "liveness": "liveness",
+    "ready": "ready",
+    "cleanup": "cleanup",
+}
+
+
 def validation_checks(results: Mapping[str, Any], comparisons: Comparisons) -> list[Check]:
     """The rows of the validation table, in the order a reviewer reads them."""
-    checks = [
-        ("lifecycle", _lifecycle(results)),
-        ("overlay", _overlay(comparisons)),
-        ("digests", _digests(comparisons)),
-        ("canary", _canary(comparisons)),
-        ("multi-token", _multi_token(comparisons)),
-        ("faults", _faults(comparisons)),
-        ("KV", _kv(results, comparisons)),
-        ("liveness", _liveness(results)),
-        ("ready", _readiness(comparisons)),
-        ("cleanup", _cleanup(comparisons)),
-    ]
-    return [replace(check, short=short) for short, check in checks]
+    rows = {
+        "lifecycle": lambda: _lifecycle(results),
+        "overlay": lambda: _overlay(comparisons),
+        "digests": lambda: _digests(comparisons),
+        "canary.single-token": lambda: _canary(comparisons),
+        "canary.multi-token": lambda: _multi_token(comparisons),
+        "faults": lambda: _faults(comparisons),
+        "kv": lambda: _kv(results, comparisons),
+        "liveness": lambda: _liveness(results),
+        "ready": lambda: _readiness(comparisons),
+        "cleanup": lambda: _cleanup(comparisons),
+    }
+    return [replace(rows[check_id](), id=check_id, short=short) for check_id, short in CHECK_IDS.items()]
 
 
 def _lifecycle(results: Mapping[str, Any]) -> Check:
