@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from realtier import OVERLAY_IMAGE_PATH, OVERLAY_MODULE, RealContainer
 
 
@@ -92,6 +94,50 @@ def test_snapshot_create_stops_inside_vllm_at_its_sleep_mode_check(real: RealCon
     assert real.run(["test", "-e", artifact], timeout_s=10).exit_code == 1
     left = real.run(["sh", "-c", f"grep -l -- '--ready-file {artifact}/ready[.]json' /proc/[0-9]*/cmdline"], 30)
     assert left.stdout.strip() == "", left.stdout
+
+
+# What vLLM itself decides on this host, printed as JSON by vLLM's own code in the image (no vLLM file changed).
+PLATFORM_PROBE = r"""
+import json, os
+from importlib.metadata import entry_points
+from vllm.platforms import builtin_platform_plugins, current_platform, vllm_version_matches_substr
+from vllm.platforms.interface import Platform, PlatformEnum
+active = {}
+for name, detect in builtin_platform_plugins.items():
+    try:
+        active[name] = detect()
+    except Exception as exc:
+        active[name] = f"raised {type(exc).__name__}"
+sleepy = [e.name for e in PlatformEnum if type("P", (Platform,), {"_enum": e})().is_sleep_mode_available()]
+print(json.dumps({
+    "platform": f"{type(current_platform).__module__}.{type(current_platform).__qualname__}",
+    "sleep_mode_available": current_platform.is_sleep_mode_available(),
+    "sleep_mode_platforms": sleepy,
+    "detected": active,
+    "version_says_cpu": vllm_version_matches_substr("cpu"),
+    "platform_plugins": sorted(ep.name for ep in entry_points(group="vllm.platform_plugins")),
+}))
+"""
+
+
+def test_the_sleep_mode_stop_is_vllms_platform_rule_not_this_environment(real: RealContainer) -> None:
+    """No setting of this host or image could make vLLM's create pass its sleep-mode check legitimately
+    (issue 15, item 5): vLLM grants sleep mode to the CUDA, ROCm and XPU platforms only
+    (vllm/platforms/interface.py:231-236); on this host its own detection (vllm/platforms/__init__.py:243-296)
+    finds the CPU platform and nothing else, and its CUDA detection would refuse even a working NVML, because the
+    installed dist is a CPU build (``vllm_version_matches_substr("cpu")``, __init__.py:74-77). Only an out-of-tree
+    platform plugin claiming sleep mode for the CPU gets past it (the experiment image), and the qualification
+    image has none."""
+    res = real.run(["python3", "-c", PLATFORM_PROBE], timeout_s=240)
+    assert res.exit_code == 0, res.output[-3000:]
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    assert found["platform"] == "vllm.platforms.cpu.CpuPlatform"
+    assert found["sleep_mode_available"] is False
+    assert found["sleep_mode_platforms"] == ["CUDA", "ROCM", "XPU"]
+    assert found["detected"]["cpu"] == "vllm.platforms.cpu.CpuPlatform"
+    assert [name for name, qual in found["detected"].items() if qual and not qual.startswith("raised")] == ["cpu"]
+    assert found["version_says_cpu"] is True
+    assert found["platform_plugins"] == []  # nothing plugged in: the sleep_platform experiment is not in it
 
 
 def test_snapshot_create_rejects_a_local_model_path(real: RealContainer) -> None:
