@@ -18,26 +18,26 @@ pytestmark = pytest.mark.fault
 
 class TestFaults:
     @pytest.mark.vsnap_step(procedure.FAULT_ARTIFACT)
-    def test_fault_artifact(self, fault_lane: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_fault_artifact(self, vsnap_fault_lane: LaneRun, request: pytest.FixtureRequest) -> None:
         """The fault lane's own artifact, created with a short VLLM_SNAPSHOT_TIMEOUT_S, and a pristine copy."""
-        with fault_lane.step(procedure.FAULT_ARTIFACT, request.node.nodeid) as record:
+        with vsnap_fault_lane.step(procedure.FAULT_ARTIFACT, request.node.nodeid) as record:
             # which expectations judge this lane's faults, chosen before its first engine command
-            record["results"]["expect"], record["results"]["expect_reason"] = faults.lane_expectation(fault_lane)
-            faults.prepare_artifact(fault_lane, record)
+            record["results"]["expect"], record["results"]["expect_reason"] = faults.lane_expectation(vsnap_fault_lane)
+            faults.prepare_artifact(vsnap_fault_lane, record)
 
     @pytest.mark.vsnap_step(procedure.FAULT_PREFIX)  # the step is fault:<id> of the parametrized fault
     @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
-    def test_fault(self, fault_lane: LaneRun, fault: faults.Fault, request: pytest.FixtureRequest) -> None:
+    def test_fault(self, vsnap_fault_lane: LaneRun, fault: faults.Fault, request: pytest.FixtureRequest) -> None:
         """Inject one failure; judge exit code, HTTP, error.json phase, mutation, cleanup and the next restore."""
-        with fault_lane.step(fault.step, request.node.nodeid) as record:
-            behaviour, reason = faults.lane_expectation(fault_lane)
+        with vsnap_fault_lane.step(fault.step, request.node.nodeid) as record:
+            behaviour, reason = faults.lane_expectation(vsnap_fault_lane)
             expect = EXPECTATIONS[behaviour][fault.id]
-            observed = faults.run_fault(fault_lane, fault, record)
+            observed = faults.run_fault(vsnap_fault_lane, fault, record)
             problems = faults.judge(fault, expect, observed, record["results"])
             if problems and problems[0].startswith("ineffective injection"):
                 # an injection that did not hold is tried once more before it is reported as ineffective
                 first = problems[0]
-                observed = faults.run_fault(fault_lane, fault, record)
+                observed = faults.run_fault(vsnap_fault_lane, fault, record)
                 problems = faults.judge(fault, expect, observed, record["results"])
                 record["results"]["retried_after"] = first
             record["results"]["cleanup"]["judged"] = expect.cleanup  # recorded either way

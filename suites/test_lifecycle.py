@@ -15,54 +15,54 @@ from vsnap_qual.docker_lane import LaneRun
 
 class TestLifecycle:
     @pytest.mark.vsnap_step(procedure.ORDINARY)
-    def test_ordinary_reference(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_ordinary_reference(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """An ordinary ``vllm serve``: canary outputs, parameter digests and KV capacity to compare against."""
-        with lane_run.step(procedure.ORDINARY, request.node.nodeid) as record:
-            steps.ordinary_reference(lane_run, record)
+        with vsnap_lane_run.step(procedure.ORDINARY, request.node.nodeid) as record:
+            steps.ordinary_reference(vsnap_lane_run, record)
 
     @pytest.mark.vsnap_step(procedure.VS_HEAD)
-    def test_agrees_with_base_image(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_agrees_with_base_image(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Base arm only: its ordinary outputs and parameter bytes equal the image under test's."""
-        if lane_run.lane.arm != "base":
-            pytest.skip(f"{lane_run.lane.name}: compared from the base arm")
-        with lane_run.step(procedure.VS_HEAD, request.node.nodeid) as record:
-            steps.compare_arms(lane_run, record)
+        if vsnap_lane_run.lane.arm != "base":
+            pytest.skip(f"{vsnap_lane_run.lane.name}: compared from the base arm")
+        with vsnap_lane_run.step(procedure.VS_HEAD, request.node.nodeid) as record:
+            steps.compare_arms(vsnap_lane_run, record)
 
     @pytest.mark.vsnap_step(procedure.CREATE)
-    def test_create(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_create(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """``vllm snapshot create`` offline, with the same engine arguments; the captured tree is gone after."""
-        with lane_run.step(procedure.CREATE, request.node.nodeid) as record:
-            steps.create(lane_run, record)
+        with vsnap_lane_run.step(procedure.CREATE, request.node.nodeid) as record:
+            steps.create(vsnap_lane_run, record)
 
     @pytest.mark.vsnap_step(procedure.INSPECT)
-    def test_inspect(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_inspect(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """``vllm snapshot inspect``: every field the upstream e2e checks, and the output's sha256."""
-        gpu = lane_run.gpu_uuid  # the lane's GPU: requested, or the only one it sees
-        with lane_run.step(procedure.INSPECT, request.node.nodeid) as record:
-            steps.inspect(lane_run, record, gpu)
+        gpu = vsnap_lane_run.gpu_uuid  # the lane's GPU: requested, or the only one it sees
+        with vsnap_lane_run.step(procedure.INSPECT, request.node.nodeid) as record:
+            steps.inspect(vsnap_lane_run, record, gpu)
 
     @pytest.mark.vsnap_step(procedure.RESTORE_1)
-    def test_restore_1(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_restore_1(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """First restore: exit 0, listener up, canary and digests equal to the ordinary reference."""
-        with lane_run.step(procedure.RESTORE_1, request.node.nodeid) as record:
-            steps.restore(lane_run, record, 1)
+        with vsnap_lane_run.step(procedure.RESTORE_1, request.node.nodeid) as record:
+            steps.restore(vsnap_lane_run, record, 1)
 
     @pytest.mark.vsnap_step(procedure.RESTART)
-    def test_container_restart(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_container_restart(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Stop and start the same container: the restored server is gone, inspect output unchanged."""
-        with lane_run.step(procedure.RESTART, request.node.nodeid) as record:
-            steps.restart(lane_run, record)
+        with vsnap_lane_run.step(procedure.RESTART, request.node.nodeid) as record:
+            steps.restart(vsnap_lane_run, record)
 
     @pytest.mark.vsnap_step(procedure.RESTORE_2)
-    def test_restore_2(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_restore_2(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Second restore after the restart: the same checks, then stop and audit cleanup."""
-        with lane_run.step(procedure.RESTORE_2, request.node.nodeid) as record:
-            steps.restore_then_stop(lane_run, record, 2)
+        with vsnap_lane_run.step(procedure.RESTORE_2, request.node.nodeid) as record:
+            steps.restore_then_stop(vsnap_lane_run, record, 2)
 
     @pytest.mark.vsnap_step(procedure.OVERLAY)
-    def test_overlay_verified(self, lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_overlay_verified(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Every overlaid file is the one the engine processes imported (skipped without an overlay)."""
-        if not lane_run.overlay:
-            pytest.skip(f"{lane_run.lane.name}: no overlay on this arm")
-        with lane_run.step(procedure.OVERLAY, request.node.nodeid) as record:
-            steps.overlay_verification(lane_run, record)
+        if not vsnap_lane_run.overlay:
+            pytest.skip(f"{vsnap_lane_run.lane.name}: no overlay on this arm")
+        with vsnap_lane_run.step(procedure.OVERLAY, request.node.nodeid) as record:
+            steps.overlay_verification(vsnap_lane_run, record)

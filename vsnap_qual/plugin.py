@@ -1,7 +1,10 @@
 """The pytest plugin: options, validation before anything starts, lanes as fixtures, evidence, reports.
 
-The plugin is active when an image is configured (``--vsnap-image``, ``VSNAP_IMAGE`` or ini ``vsnap_image``).
-Only the controller process (not xdist workers) runs preflight and writes the reports.
+Whether it acts at all is decided in one place, :func:`active` (README, Assumptions: "Active"). Inactive (pytest
+run on any other project where vsnap-qual is installed), it only registers its ``--vsnap-*`` options: no signal
+handler, header line, environment read, marker or evidence. Only the controller process (not xdist workers) runs
+preflight and writes the reports; with ``-n`` the plugin's own xdist scheduler keeps each runner's lanes on one
+worker (:class:`LaneScheduling`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import os
 import platform
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +36,10 @@ from vsnap_qual.preflight import PreflightError, PreflightResult, check_report_d
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
-PEERS_KEY = pytest.StashKey[dict[str, dict[str, object]]]()  # lane name -> its ordinary reference results
 PEERS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()  # lane name -> ordinary results, within one worker
 PREFLIGHT_FILE = "preflight.json"
+SUITES_MARK = "VSNAP_SUITES"  # a module-level True in the qualification suites' conftest.py
+SUITES_PACKAGE = "vsnap_qual.suites"  # the suites as installed (``pytest --pyargs vsnap_qual.suites``)
 
 
 def _is_controller(config: pytest.Config) -> bool:
@@ -46,12 +50,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
-def _active(config: pytest.Config) -> bool:
-    if config.getoption("vsnap_image") or os.environ.get("VSNAP_IMAGE"):
-        return True
-    if (config.getoption("vsnap_runtime") or os.environ.get("VSNAP_RUNTIME") or "").strip() == "host":
-        return True  # the host runtime qualifies a Python, not an image
-    return bool(str(config.getini("vsnap_image") or "").strip())
+def active(config: pytest.Config) -> str | None:
+    """Why vsnap-qual acts in this session, or None when it must stay invisible. The one rule:
+
+    1. a ``--vsnap-*`` option on the command line (or in ``addopts``);
+    2. a ``vsnap_*`` key of the pytest configuration file set to a value other than its default;
+    3. the session collects vsnap-qual's suites: their ``conftest.py`` is an initial conftest (``pytest suites/``
+       from a checkout) or ``--pyargs vsnap_qual.suites``;
+    4. an xdist worker of an active controller.
+
+    The environment alone never activates it (``VSNAP_IMAGE`` exported changes no other project's run); once
+    active, ``VSNAP_*`` variables are read as documented (command line > environment > ini > default).
+    """
+    if getattr(config, "workerinput", {}).get("vsnap_run_id"):
+        return "worker of an active controller"
+    given = [spec.cli for spec in options.OPTIONS if config.getoption(spec.dest, None) is not None]
+    if given:
+        return f"option {given[0]}"
+    for spec in options.OPTIONS:
+        value = str(config.getini(spec.dest) or "").strip()
+        if value and value != spec.default:
+            return f"ini {spec.dest}"
+    if any(getattr(plugin, SUITES_MARK, False) is True for plugin in config.pluginmanager.get_plugins()):
+        return "the qualification suites are collected"
+    if config.getoption("pyargs", False) and any(_is_suites_arg(str(arg)) for arg in config.args):
+        return "the qualification suites are collected (--pyargs)"
+    return None
+
+
+def _is_suites_arg(arg: str) -> bool:
+    name = arg.split("::", 1)[0]
+    return name == SUITES_PACKAGE or name.startswith(SUITES_PACKAGE + ".")
 
 
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
@@ -60,26 +89,27 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if active(config) is None:
+        return
     config.addinivalue_line("markers", "fault: an injected-failure qualification test")
     config.addinivalue_line(
         "markers", "vsnap_step(name): the procedure step a suite test runs (vsnap_qual/procedure.py)"
     )
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        # SIGTERM (CI cancel, `timeout`, pkill) would skip every finalizer: make it an interrupt, so the
-        # containers this session started are removed, vsnap-qual's lanes or a test's own
-        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-    if not _active(config):
-        return
     parsed = options.resolve(config)
     workerinput = getattr(config, "workerinput", {})
     run_id = workerinput.get("vsnap_run_id") or new_run_id()
     qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        # SIGTERM (CI cancel, `timeout`, pkill) would skip every finalizer: make it an interrupt, so the
+        # containers this session started are removed, vsnap-qual's lanes or a test's own
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     config.stash[CONFIG_KEY] = qual
     _CONFIG["config"] = config
     workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
-    if workers and config.getoption("dist", "no") not in ("loadgroup", "no"):
+    if workers and config.getoption("dist", "no") == "each":
         raise pytest.UsageError(
-            f"-n {workers} needs --dist loadgroup: a lane's steps must run in one worker (suites/pytest.ini sets it)"
+            f"-n {workers} --dist each would run every lane's steps on every worker at once; drop --dist "
+            "(vsnap-qual schedules the workers itself: each runner's lanes on one worker)"
         )
     if _is_controller(config):
         try:
@@ -88,6 +118,39 @@ def pytest_configure(config: pytest.Config) -> None:
         except (PreflightError, ReportDirInUse) as exc:
             raise pytest.UsageError(str(exc)) from None
     config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
+
+
+def lane_group(nodeid: str, lanes: Sequence[Lane]) -> str | None:
+    """The worker group of a suite item: its lane's runner (both arms of a runner share a worker, so the base arm
+    compares with the head arm), from the lane id among its parameters (``[v1-head]``, ``[v2-base-wake-raise]``);
+    None for any other test."""
+    last = nodeid.rsplit("::", 1)[-1]
+    if "[" not in last or not last.endswith("]"):
+        return None
+    parts = last[last.index("[") + 1 : -1].split("-")
+    for lane in lanes:
+        name = lane.name.split("-")
+        if any(parts[i : i + len(name)] == name for i in range(len(parts) - len(name) + 1)):
+            return f"vsnap-runner-{lane.runner}"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n``: xdist's scope scheduling with each runner's lanes as one scope (node ids stay pytest's own:
+    no ``@group`` suffix); every other test is a scope of its own."""
+    qual = config.stash.get(CONFIG_KEY, None)
+    if qual is None:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    lanes = qual.lanes
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_group(nodeid, lanes) or nodeid
+
+    return LaneScheduling(config, log)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -100,7 +163,7 @@ def pytest_configure_node(node: Any) -> None:  # xdist hook: hand the run id to 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     qual = config.stash.get(CONFIG_KEY, None)
     if qual is None:
-        return ["vsnap-qual: inactive (no --vsnap-image)"]
+        return []  # inactive: invisible
     lanes = ", ".join(lane.name for lane in qual.lanes)
     return [
         f"vsnap-qual {__version__}: image {qual.image}, model {qual.model}@{qual.revision[:12]}, "
@@ -186,26 +249,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if qual is None:
         return  # inactive: the vsnap_config fixture says which options to set
     lanes = qual.lanes
-    metafunc.parametrize(
-        "vsnap_lane",
-        [pytest.param(lane, id=lane.name, marks=pytest.mark.xdist_group(lane.runner)) for lane in lanes],
-        scope="class",
-    )
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group every lane item by its runner for ``--dist loadgroup`` (before xdist reads the marks): one worker
-    owns a runner's lanes, so a lane's steps never run in two processes."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        lane = callspec.params.get("vsnap_lane") if callspec is not None else None
-        if isinstance(lane, Lane) and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(lane.runner))
+    metafunc.parametrize("vsnap_lane", [pytest.param(lane, id=lane.name) for lane in lanes], scope="class")
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    if items:
+    if items and CONFIG_KEY in items[0].config.stash:
         config = items[0].config
         config.stash.setdefault(DESELECTED_KEY, []).extend(items)
 
@@ -292,8 +340,8 @@ def vsnap_config(request: pytest.FixtureRequest) -> QualConfig:
     qual = request.config.stash.get(CONFIG_KEY, None)
     if qual is None:
         raise pytest.UsageError(
-            "vsnap-qual is not configured: pass --vsnap-image (and --vsnap-model, "
-            "--vsnap-revision) or set them in the ini file"
+            "vsnap-qual is not active in this session: pass --vsnap-image (and --vsnap-model, "
+            "--vsnap-revision) or set them in the ini file (VSNAP_* variables alone do not activate it)"
         )
     return qual
 
@@ -391,13 +439,13 @@ def host_image(python: str, pre: PreflightResult) -> runtime.ImageInfo:
 
 
 @pytest.fixture
-def lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
+def vsnap_lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
     """One lifecycle lane: a long-lived container for one runner on one image arm."""
     return lane_for(request, vsnap_lane, "lifecycle")
 
 
 @pytest.fixture
-def fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
+def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
     """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
     return lane_for(request, vsnap_lane, "faults")
 
@@ -407,7 +455,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Attach the lane's recent logs to failing reports."""
     report = yield
     if report.failed and call.when == "call":
-        for name in ("lane_run", "fault_lane"):
+        for name in ("vsnap_lane_run", "vsnap_fault_lane"):
             run = getattr(item, "funcargs", {}).get(name)
             if isinstance(run, LaneRun) and run.last_logs:
                 for path in run.last_logs[-2:]:

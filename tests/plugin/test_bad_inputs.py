@@ -12,7 +12,7 @@ from vsnap_qual import runtime
 
 REV = "0" * 40
 SUITE = """
-def test_uses_a_lane(lane_run):
+def test_uses_a_lane(vsnap_lane_run):
     pass
 """
 

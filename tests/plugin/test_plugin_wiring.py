@@ -33,17 +33,19 @@ def test_plugin_loads_with_autoload_disabled_and_can_be_disabled(pytester, monke
     pytester.makepyfile("def test_ok():\n    pass\n")
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     loaded = pytester.runpytest_subprocess("-p", "vsnap_qual", "--co", "-q", "--vsnap-runners=v1")
-    assert loaded.ret == 0, loaded.stdout.str()
+    # loaded: the option is known and, given, activates the plugin, which then names what is missing
+    assert loaded.ret == 4 and "--vsnap-image" in loaded.stderr.str(), loaded.stderr.str()
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
     disabled = pytester.runpytest_subprocess("-p", "no:vsnap_qual", "--vsnap-runners=v1")
     assert disabled.ret == 4 and "unrecognized arguments: --vsnap-runners" in disabled.stderr.str()
 
 
-def test_inactive_without_an_image_and_says_so(pytester):
+def test_inactive_it_prints_nothing(pytester):
     pytester.makepyfile("def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest_subprocess("-p", "no:xdist")
     assert result.ret == 0
-    assert "vsnap-qual: inactive (no --vsnap-image)" in result.stdout.str()
+    shown = [line for line in result.stdout.lines + result.stderr.lines if "vsnap" in line.lower()]
+    assert [line for line in shown if not line.startswith("plugins:")] == [], shown  # pytest's own plugin list
 
 
 def test_a_suite_without_configuration_says_which_options_to_set(pytester):
@@ -61,6 +63,10 @@ def test_missing_model_and_revision_are_named(pytester):
 
 def test_run_pytest_script_turns_no_tests_into_a_failure(tmp_path):
     (tmp_path / "test_none.py").write_text("# no tests here\n")
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "run-pytest.sh"), str(tmp_path), "-p", "no:cacheprovider"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run-pytest.sh"), str(tmp_path), "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1 and "collected no tests" in done.stderr
