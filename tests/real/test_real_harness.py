@@ -111,8 +111,11 @@ def test_create_reports_vllms_preflight_reason_and_later_steps_skip_with_it(
     # V2 cannot even start an engine; its create stops at whichever of vLLM's two refusals comes first.
     reasons = (CREATE_REASON,) if runner == "v1" else (CREATE_REASON, V2_REASON)
     create = _step(harness_run, runner, "create")
-    assert create["outcome"] != "passed"
+    # vLLM's own refusal is an environment limitation (steps.LIMITATIONS), quoted, not a failed create.
+    assert create["outcome"] == "skipped", create["message"]
+    assert (create["message"] or "").startswith("environment limitation: "), create["message"]
     assert any(r in (create["message"] or "") for r in reasons), create["message"]
+    assert any(r in create["results"]["vllm_reason"] for r in reasons), create["results"]
     for later in ("inspect", "restart"):
         rec = _step(harness_run, runner, later)
         assert rec["outcome"] == "skipped"
@@ -139,3 +142,13 @@ def test_report_files_written(harness_run: dict[str, Any]) -> None:
     report: Path = harness_run["report"]
     for name in ("results.json", "report.html", "summary.md"):
         assert (report / name).exists(), name
+
+
+def test_verdict_is_not_a_qualification_and_quotes_vllm(harness_run: dict[str, Any]) -> None:
+    # Nothing failed, vLLM refused: the verdict is PARTIAL (never PASS, never FAIL), and its reasons quote vLLM.
+    results = json.loads((harness_run["report"] / "results.json").read_text())
+    verdict = results["verdict"]
+    assert verdict["status"] == "partial", verdict["reasons"]
+    assert verdict["failed"] == [], verdict["failed"]
+    assert any(CREATE_REASON in reason for reason in verdict["reasons"]), verdict["reasons"]
+    assert any(V2_REASON in reason for reason in verdict["reasons"]), verdict["reasons"]
