@@ -86,7 +86,13 @@ class QualConfig:
     soak_s: float = 3.0  # liveness soak after each restore
     canary_tokens: int = 16  # greedy tokens per multi-token canary
     cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone
+    workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def concurrent_runners(self) -> int:
+        """How many runner lanes run at once: xdist gives each runner's lanes to one worker (head then base)."""
+        return max(1, min(self.workers, len(self.runners)))
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
@@ -188,6 +194,17 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             f"{', '.join(missing)} must be set (command line, VSNAP_* environment or the pytest ini file); "
             "e.g. --vsnap-image=vllm/vllm-openai:nightly --vsnap-model=Qwen/Qwen3-0.6B --vsnap-revision=<40 hex>"
         )
+    if (
+        runtime == "docker"
+        and parsed.get("vsnap_base_image") == parsed["vsnap_image"]
+        and not parsed.get("vsnap_overlay")
+    ):
+        raise pytest.UsageError(
+            f"--vsnap-base-image is the image under test ({parsed['vsnap_image']}) and there is no --vsnap-overlay, "
+            "so both arms would run the same engine: give the unmodified image your change is compared with "
+            "(e.g. --vsnap-base-image=vllm/vllm-openai:v0.33.0), add --vsnap-overlay=<your vLLM checkout>, or drop "
+            "--vsnap-base-image"
+        )
     if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
         raise pytest.UsageError("--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files")
     prompts = _with_vllm_canary(parsed.get("vsnap_prompts") or DEFAULT_PROMPTS)
@@ -246,4 +263,5 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         soak_s=_get(parsed, "vsnap_soak", 3.0),
         canary_tokens=_get(parsed, "vsnap_canary_tokens", 16),
         cleanup_grace=cleanup_grace,
+        workers=int(parsed.get("vsnap_workers") or 0),
     )

@@ -144,12 +144,20 @@ def parse_runners(value: str) -> tuple[str, ...]:
 
 
 def parse_gpus(value: str) -> str:
+    """``auto``, ``all``, ``none``, or GPU UUIDs (comma-separated: runner lanes take them in turn; see gpus.py)."""
     value = value.strip()
-    if value in ("auto", "all", "none") or GPU_UUID.match(value):
+    if value in ("auto", "all", "none"):
         return value
-    raise argparse.ArgumentTypeError(
-        f"{value!r}: use 'auto' (all if Docker has an NVIDIA runtime, else none), 'all', 'none' or one GPU UUID"
-    )
+    uuids = [u.strip() for u in value.split(",") if u.strip()]
+    bad = [u for u in uuids if not GPU_UUID.match(u)]
+    if not uuids or bad:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use 'auto' (one GPU per runner lane when the host has GPUs, else none), 'all' (every lane "
+            "all GPUs), 'none', or GPU UUIDs from `nvidia-smi -L` (GPU-…, comma-separated: one per runner lane)"
+        )
+    if len(set(uuids)) != len(uuids):
+        raise argparse.ArgumentTypeError(f"{value!r} names a GPU twice; name each GPU once")
+    return ",".join(uuids)
 
 
 PRIVILEGES: dict[str, str] = {
@@ -193,15 +201,54 @@ def parse_timeouts(value: str) -> dict[str, float]:
     return timeouts
 
 
+# Every flag the harness itself puts on an engine command line (config.QualConfig.engine_argv, vllm serve's and
+# vllm snapshot restore's --host/--port, create's --snapshot-dir) and the option that sets it; a test checks this
+# against the argv the harness builds. --model: the model is the positional argument (--vsnap-model).
+HARNESS_FLAGS: dict[str, str] = {
+    "--model": "--vsnap-model",
+    "--revision": "--vsnap-revision",
+    "--tokenizer-revision": "--vsnap-tokenizer-revision",
+    "--dtype": "--vsnap-dtype",
+    "--max-model-len": "--vsnap-max-model-len",
+    "--gpu-memory-utilization": "--vsnap-gpu-memory-utilization",
+    "--worker-extension-cls": "",  # the harness's digest probe
+    "--host": "",  # 127.0.0.1: the harness connects there
+    "--port": "--vsnap-port-base",
+    "--snapshot-dir": "",  # the lane's artifact path
+}
+# Real vLLM flags that are prefixes of a harness flag (argparse takes an exact name over an abbreviation).
+_NOT_ABBREVIATIONS = frozenset({"--tokenizer", "--model", "--max-model"})
+
+
+def harness_flag(arg: str) -> str | None:
+    """The harness flag ``arg`` sets, exactly or as an abbreviation vLLM's parser would accept, else None."""
+    if not arg.startswith("--"):
+        return None
+    name = arg.split("=", 1)[0]
+    if name in HARNESS_FLAGS:
+        return name
+    if len(name) < 5 or name in _NOT_ABBREVIATIONS:
+        return None
+    matches = [flag for flag in HARNESS_FLAGS if flag.startswith(name)]
+    return matches[0] if len(matches) == 1 else None
+
+
 def parse_engine_args(value: str) -> tuple[str, ...]:
     try:
         args = tuple(shlex.split(value))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"cannot split {value!r}: {exc}") from None
-    owned = {"--host", "--port", "--snapshot-dir", "--worker-extension-cls"}
-    clash = [a for a in args if a.split("=", 1)[0] in owned]
-    if clash:
-        raise argparse.ArgumentTypeError(f"{', '.join(clash)} is set by the harness; remove it")
+    clashes = []
+    for arg in args:
+        flag = harness_flag(arg)
+        if flag is None:
+            continue
+        owner = HARNESS_FLAGS[flag]
+        how = f"set it with {owner}" if owner else "the harness chooses it"
+        shown = arg if arg.split("=", 1)[0] == flag else f"{arg} (abbreviates {flag})"
+        clashes.append(f"{shown} is set by the harness on every engine command ({how})")
+    if clashes:
+        raise argparse.ArgumentTypeError("; ".join(clashes) + "; remove it from --vsnap-engine-args")
     return args
 
 
@@ -255,20 +302,28 @@ def parse_file_list(value: str) -> tuple[str, ...]:
 
 
 def parse_prompts(value: str) -> tuple[str, ...]:
-    """A file of prompts: a JSON list of strings, or one prompt per non-empty line."""
+    """A file of prompts: a JSON list of strings, or one prompt per non-empty line. A leading UTF-8 byte-order
+    mark (as some editors write) is dropped; text starting with ``[`` or ``{`` must be a JSON list."""
     path = Path(value).expanduser()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is not part of the first prompt
     except OSError as exc:
         raise argparse.ArgumentTypeError(f"cannot read prompts file {value!r}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise argparse.ArgumentTypeError(f"prompts file {value!r} is not UTF-8 text") from None
     prompts: list[Any]
-    if text.lstrip().startswith("["):
+    if text.lstrip().startswith(("[", "{")):
         try:
-            prompts = json.loads(text)
+            loaded = json.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"prompts file {value!r} is not valid JSON: {exc}") from None
+        if not isinstance(loaded, list):
+            kind = "an object" if isinstance(loaded, dict) else "a single value"
+            raise argparse.ArgumentTypeError(
+                f"prompts file {value!r} holds {kind}, not a JSON list: write "
+                '["first prompt", "second prompt"], or one prompt per line'
+            )
+        prompts = loaded
     else:
         prompts = [line for line in text.splitlines() if line.strip()]
     if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
@@ -349,7 +404,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("prompts", parse_prompts, "", "file of canary prompts (JSON list or one per line)"),
     OptionSpec("logprob-tolerance", parse_tolerance, "0.001", "max |Δ logprob| vs the ordinary reference"),
     OptionSpec("model-cache", parse_optional_dir, "", "host HF cache (HF_HOME or its hub/), mounted read-only"),
-    OptionSpec("gpus", parse_gpus, "auto", "GPUs for the engine: auto, all, none, or one GPU UUID"),
+    OptionSpec(
+        "gpus",
+        parse_gpus,
+        "auto",
+        "GPUs: auto (one per runner lane), all (every lane all), none, or GPU UUIDs (one per runner lane)",
+    ),
     OptionSpec(
         "privileges",
         parse_privileges,
@@ -363,8 +423,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("port-base", parse_port_base, "0", "first host port to use; 0 picks free ports"),
     OptionSpec("timeouts", parse_timeouts, "", "per-step timeouts, e.g. serve=600,create=1800,restore=900,http=120"),
     OptionSpec("report-dir", parse_optional_path, "", "report directory (default reports/<run id>)"),
-    OptionSpec("expect", parse_expect, "head", "behaviour expected of --vsnap-image: head or base"),
-    OptionSpec("base-expect", parse_expect, "base", "behaviour expected of --vsnap-base-image"),
+    OptionSpec(
+        "expect",
+        parse_expect,
+        "auto",
+        "behaviour expected of --vsnap-image: auto (from its snapshot package), head or base",
+    ),
+    OptionSpec("base-expect", parse_expect, "auto", "behaviour expected of --vsnap-base-image: auto, head or base"),
     OptionSpec("fault-timeout", parse_seconds, "300", "VLLM_SNAPSHOT_TIMEOUT_S for the fault artifact"),
     OptionSpec("probe-dir", parse_optional_dir, "", "probe package to mount instead of the built-in one"),
     OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),
@@ -416,14 +481,97 @@ def raw_values(
     return chosen
 
 
+OPTIONS_BY_ENV = {spec.env: spec for spec in OPTIONS}
+
+
+def _distance(a: str, b: str) -> int:
+    """Edit distance with adjacent transpositions (optimal string alignment)."""
+    rows = [list(range(len(b) + 1))]
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            cost = 0 if ca == cb else 1
+            best = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost)
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                best = min(best, rows[-2][j - 2] + 1)
+            row.append(best)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def misspelled_variable(name: str) -> str | None:
+    """The option variable ``name`` is a misspelling of (a letter off, two swapped, or another case), or None.
+    Other ``VSNAP_*`` names are left alone: this project's build scripts and tests use some of their own."""
+    if name in OPTIONS_BY_ENV or not name.upper().startswith("VSNAP_"):
+        return None
+    if name.upper() in OPTIONS_BY_ENV:
+        return name.upper()
+    suffix = name.upper()[len("VSNAP_") :]
+    close = [env for env in OPTIONS_BY_ENV if _distance(suffix, env[len("VSNAP_") :]) <= 1]
+    return close[0] if len(close) == 1 else None
+
+
+def environment_problems(
+    env: Mapping[str, str], ini: Mapping[str, str], cli: Mapping[str, str | None] | None = None
+) -> list[str]:
+    """``VSNAP_*`` variables that would be silently ignored (misspelt) or silently override something with
+    nothing (set but empty), each with its fix."""
+    problems = []
+    for name in sorted(env):
+        meant = misspelled_variable(name)
+        if meant:
+            problems.append(
+                f"environment variable {name} is not a vsnap-qual option: did you mean {meant} "
+                f"({OPTIONS_BY_ENV[meant].cli})? Rename it, or unset it"
+            )
+    for spec in OPTIONS:
+        if spec.env not in env or env[spec.env].strip() or spec.flag:
+            continue
+        if cli is not None and cli.get(spec.dest) is not None:
+            continue  # the command line wins anyway
+        shadowed = str(ini.get(spec.dest) or "").strip()
+        if shadowed:
+            problems.append(
+                f"{spec.env} is set but empty in the environment, and an empty value overrides ini "
+                f"{spec.dest} = {shadowed!r}: unset {spec.env} to use the ini value, or give it a value "
+                f"(to clear the option, pass {spec.cli}= on the command line)"
+            )
+        elif spec.default:
+            problems.append(
+                f"{spec.env} is set but empty in the environment: unset it (default {spec.default}) or give it a value"
+            )
+    return problems
+
+
+def check_environment(
+    env: Mapping[str, str], ini: Mapping[str, str], cli: Mapping[str, str | None] | None = None
+) -> None:
+    problems = environment_problems(env, ini, cli)
+    if problems:
+        raise OptionError("; ".join(problems))
+
+
+def xdist_workers(config: pytest.Config) -> int:
+    """How many xdist workers run this session's tests (0: no xdist, all in this process)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return 0
+    workers = getattr(config.option, "numprocesses", None)
+    return workers if isinstance(workers, int) and workers > 0 else 0
+
+
 def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
+    """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix.
+    ``vsnap_workers`` is xdist's worker count (``-n``): how many runner lanes may run at once."""
     cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
     ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
+    environ = os.environ if env is None else env
     try:
-        return parse_values(raw_values(cli, os.environ if env is None else env, ini))
+        check_environment(environ, ini, cli)
+        parsed = parse_values(raw_values(cli, environ, ini))
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
+    parsed["vsnap_workers"] = xdist_workers(config)
+    return parsed
 
 
 class OptionError(ValueError):
@@ -456,7 +604,9 @@ def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> d
     namespace, rest = parser.parse_known_args(argv)
     if rest:
         raise OptionError(f"unknown arguments: {' '.join(rest)}")
-    return parse_values(raw_values(vars(namespace), os.environ if env is None else env, {}))
+    environ = os.environ if env is None else env
+    check_environment(environ, {}, vars(namespace))
+    return parse_values(raw_values(vars(namespace), environ, {}))
 
 
 def reference_markdown() -> str:

@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 
 class OverlayError(ValueError):
@@ -49,8 +50,27 @@ def _git(checkout: Path, *args: str) -> str:
     return done.stdout
 
 
+def _probe_git(checkout: Path, *args: str) -> bool:
+    """Whether a git query succeeds in ``checkout`` (its own error is not for the user: callers name the fix)."""
+    try:
+        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, timeout=60, check=False)
+    except FileNotFoundError:
+        raise OverlayError("git is not installed; pass --vsnap-overlay-files instead of a git ref") from None
+    return done.returncode == 0
+
+
 def changed_files(checkout: Path, ref: str) -> list[str]:
     """``vllm/**.py`` files added or modified since ``ref``, committed or not, plus untracked ones."""
+    if not _probe_git(checkout, "rev-parse", "--is-inside-work-tree"):
+        raise OverlayError(
+            f"{checkout} is not a git checkout, so the changed files cannot be found: point --vsnap-overlay at a "
+            "git clone of vLLM, or name the files to overlay with --vsnap-overlay-files=vllm/a.py,vllm/b/c.py"
+        )
+    if not _probe_git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"):
+        raise OverlayError(
+            f"--vsnap-overlay-ref={ref} is not a commit in {checkout}: give the branch, tag or commit your change "
+            "starts from (e.g. origin/main), or name the files with --vsnap-overlay-files"
+        )
     tracked = _git(checkout, "diff", "--name-only", "--diff-filter=AMR", ref, "--", "vllm")
     untracked = _git(checkout, "ls-files", "--others", "--exclude-standard", "--", "vllm")
     names = {n.strip() for n in (tracked + untracked).splitlines() if n.strip().endswith(".py")}
@@ -74,3 +94,62 @@ def collect(checkout: Path, ref: str, explicit: tuple[str, ...] = ()) -> list[Ov
             raise OverlayError(f"overlay file {name} does not exist in {checkout}")
         files.append(OverlayFile(name, path.resolve(), sha256_file(path)))
     return files
+
+
+# ---- what the overlay verification found, in plain words -------------------------------------------------
+OVERLAY_IN_EFFECT = "in effect"  # imported by the engine processes from the overlay, and by a fresh interpreter
+OVERLAY_NOT_IMPORTED = "overlaid, not imported by the engine"  # no engine process loaded it; fresh import holds
+OVERLAY_NOT_IN_EFFECT = "not in effect"
+
+
+def file_finding(item: dict[str, Any]) -> tuple[str, str]:
+    """How one overlaid file fared, as (status, plain sentence): ``item`` is a step's ``files`` entry
+    (``relative``, ``host_sha256``, ``imported`` [{pid, role, path, sha256}], ``fresh_import`` {exit_code, path,
+    sha256}). A file no engine process imported (a new helper, or code of the ``vllm`` command's own process,
+    which loads no plugins) is not a failure when a fresh interpreter imports exactly the overlay's bytes; a file
+    an engine process imported with other bytes, or that a fresh interpreter cannot import as overlaid, is."""
+    name = str(item.get("relative") or item.get("module") or "?")
+    want = str(item.get("host_sha256") or "")
+    fresh = item.get("fresh_import") or {}
+    imported = list(item.get("imported") or [])
+    wrong = [i for i in imported if i.get("sha256") != want]
+    if wrong:
+        where = "; ".join(
+            f"{i.get('role') or 'process'} (pid {i.get('pid')}) loaded {i.get('path') or 'an unknown file'}"
+            + (f" whose sha256 starts {str(i.get('sha256'))[:12]}" if i.get("sha256") else "")
+            for i in wrong
+        )
+        return OVERLAY_NOT_IN_EFFECT, (
+            f"{name}: the engine imported it from somewhere other than the overlay: {where} "
+            f"(the overlay's sha256 starts {want[:12]})"
+        )
+    if fresh.get("exit_code") != 0:
+        return OVERLAY_NOT_IN_EFFECT, (
+            f"{name}: a fresh interpreter cannot import it (exit {fresh.get('exit_code')}), so the overlay is not "
+            "importable in the image"
+        )
+    if fresh.get("sha256") != want:
+        return OVERLAY_NOT_IN_EFFECT, (
+            f"{name}: a fresh interpreter imports {fresh.get('path') or 'another file'}, not the overlay's bytes "
+            f"(sha256 starts {str(fresh.get('sha256') or '')[:12]}, the overlay's {want[:12]})"
+        )
+    if not imported:
+        return OVERLAY_NOT_IMPORTED, (
+            f"{name}: overlaid, not imported by the engine (no engine process loaded it); a fresh interpreter "
+            "imports exactly the overlay's file"
+        )
+    roles = ", ".join(sorted({str(i.get("role") or "process") for i in imported}))
+    return OVERLAY_IN_EFFECT, f"{name}: in effect in {len(imported)} engine processes ({roles}) and a fresh import"
+
+
+def findings_line(files: list[dict[str, Any]]) -> tuple[bool, str]:
+    """Whether the overlay is in effect (no file ``not in effect``) and one plain line saying what was found."""
+    found = [file_finding(f) for f in files]
+    bad = [text for status, text in found if status == OVERLAY_NOT_IN_EFFECT]
+    if bad:
+        return False, "overlay not in effect: " + "; ".join(bad)
+    unused = [text.split(":", 1)[0] for status, text in found if status == OVERLAY_NOT_IMPORTED]
+    line = f"{len(found) - len(unused)} of {len(found)} overlaid files imported by the engine from the overlay"
+    if unused:
+        line += f"; overlaid, not imported by the engine (fresh import verified): {', '.join(unused)}"
+    return True, line

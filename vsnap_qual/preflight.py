@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual import gpus as gpus_mod
 from vsnap_qual import host_runtime, runtime
 from vsnap_qual import overlay as overlay_mod
-from vsnap_qual.config import QualConfig
+from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.steps import PACKAGE_PROBE
 
@@ -30,15 +31,21 @@ class PreflightError(Exception):
 class PreflightResult:
     """What preflight learned and the lanes need: images, package layout, GPUs, overlay."""
 
-    gpus: str
+    gpus: str  # the first runner lane's GPUs (all lanes' when they share them); per lane: gpus_for
     images: dict[str, str] = field(default_factory=dict)  # ref -> image id
     packages: dict[str, dict[str, Any]] = field(default_factory=dict)  # ref -> package probe output
     overlay: list[OverlayFile] = field(default_factory=list)
+    lane_gpus: dict[str, str] = field(default_factory=dict)  # runner -> "none" | "all" | "GPU-<uuid>"
+
+    def gpus_for(self, lane: Lane) -> str:
+        """The GPUs of ``lane``: its runner's own GPU under ``--vsnap-gpus=auto`` (or a list), else the shared value."""
+        return self.lane_gpus.get(lane.runner, self.gpus)
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "gpus": self.gpus,
+                "lane_gpus": self.lane_gpus,
                 "images": self.images,
                 "packages": self.packages,
                 "overlay": [
@@ -51,7 +58,13 @@ class PreflightResult:
     def from_json(cls, text: str) -> PreflightResult:
         data = json.loads(text)
         files = [OverlayFile(f["relative"], Path(f["host_path"]), f["sha256"]) for f in data["overlay"]]
-        return cls(gpus=data["gpus"], images=data["images"], packages=data["packages"], overlay=files)
+        return cls(
+            gpus=data["gpus"],
+            images=data["images"],
+            packages=data["packages"],
+            overlay=files,
+            lane_gpus=data.get("lane_gpus") or {},
+        )
 
 
 def check_report_dir(path: Path) -> None:
@@ -194,16 +207,15 @@ def run_preflight(config: QualConfig) -> PreflightResult:
         client = runtime.connect()
     except runtime.RuntimeFailure as exc:
         raise PreflightError(str(exc)) from None
-    gpus = config.gpus
     has_nvidia = runtime.nvidia_runtime_present(client)
-    if gpus == "auto":
-        gpus = "all" if has_nvidia else "none"
-    elif gpus != "none" and not has_nvidia:
+    if config.gpus not in ("auto", "none") and not has_nvidia:
         raise PreflightError(
-            f"--vsnap-gpus={gpus}: Docker has no NVIDIA runtime or CDI spec; install the NVIDIA "
+            f"--vsnap-gpus={config.gpus}: Docker has no NVIDIA runtime or CDI spec; install the NVIDIA "
             "Container Toolkit, or run with --vsnap-gpus=none"
         )
-    result = PreflightResult(gpus=gpus, overlay=files)
+    # the Docker daemon is assumed to run on this host (as for --vsnap-privileges): its GPUs are nvidia-smi's
+    available = gpus_mod.host_gpus() if has_nvidia and config.gpus != "none" else None
+    result = lane_gpu_result(config, has_nvidia, available, files)
     refs = [r for r in (config.image, config.base_image) if r]
     for ref in refs:
         option = "--vsnap-image" if ref == config.image else "--vsnap-base-image"
@@ -224,14 +236,23 @@ def run_preflight(config: QualConfig) -> PreflightResult:
     return result
 
 
-def host_gpus(requested: str, dev: Path = Path("/dev")) -> str:
-    """``--vsnap-gpus`` for the host runtime: ``auto`` is all GPUs when the host has NVIDIA device nodes."""
+def lane_gpu_result(
+    config: QualConfig, present: bool, available: list[str] | None, files: list[OverlayFile]
+) -> PreflightResult:
+    """Each runner lane's GPUs (``gpus.assign``); two lanes that would run at once on one GPU are refused."""
+    try:
+        per_runner = gpus_mod.assign(config.gpus, config.runners, config.concurrent_runners, present, available)
+    except gpus_mod.GpuError as exc:
+        raise PreflightError(str(exc)) from None
+    return PreflightResult(gpus=per_runner[config.runners[0]], overlay=files, lane_gpus=per_runner)
+
+
+def host_gpus(requested: str, dev: Path = Path("/dev")) -> bool:
+    """Whether host lanes can be given GPUs (NVIDIA device nodes); explicit GPUs without them are refused."""
     present = (dev / "nvidiactl").exists()
-    if requested == "auto":
-        return "all" if present else "none"
-    if requested != "none" and not present:
+    if requested not in ("auto", "none") and not present:
         raise PreflightError(f"--vsnap-gpus={requested}: this host has no NVIDIA device (/dev/nvidiactl); use none")
-    return requested
+    return present
 
 
 def host_image_id(python: str, info: dict[str, Any]) -> str:
@@ -245,8 +266,11 @@ def _host_preflight(config: QualConfig, files: list[OverlayFile]) -> PreflightRe
     problems = host_runtime.check_host(config.host_root)
     if problems:
         raise PreflightError("--vsnap-runtime=host: " + "; ".join(problems))
-    gpus = host_gpus(config.gpus)
-    result = PreflightResult(gpus=gpus, overlay=files)
+    present = host_gpus(config.gpus)
+    # host lanes inherit this process's CUDA_VISIBLE_DEVICES (a scheduler's allocation): choose within it
+    available = gpus_mod.host_gpus(honour_cuda_visible=True) if present and config.gpus != "none" else None
+    result = lane_gpu_result(config, present, available, files)
+    gpus = result.gpus
     for python, option in ((config.image, "--vsnap-python"), (config.base_image, "--vsnap-base-python")):
         if not python:
             continue

@@ -14,12 +14,17 @@ from vsnap_qual import options
         (options.parse_revision, "C1899DE289A04D12100DB370D81485CDF75E47CA", "40-character"),
         (options.parse_runners, "v1,v3", "unknown runner v3"),
         (options.parse_runners, ",", "at least one runner"),
-        (options.parse_gpus, "gpu0", "one GPU UUID"),
+        (options.parse_gpus, "gpu0", "GPU UUIDs from `nvidia-smi -L`"),
+        (options.parse_gpus, "GPU-1b2c3d4e-aaaa,GPU-1b2c3d4e-aaaa", "names a GPU twice"),
         (options.parse_fraction, "1.5", "within (0, 1]"),
         (options.parse_tolerance, "nan", "finite"),
         (options.parse_timeouts, "serve=0", "> 0"),
         (options.parse_timeouts, "warp=5", "NAME=SECONDS"),
-        (options.parse_engine_args, "--port 9000", "set by the harness"),
+        (
+            options.parse_engine_args,
+            "--port 9000",
+            "--port is set by the harness on every engine command (set it with --vsnap-port-base)",
+        ),
         (options.parse_engine_args, "'unbalanced", "cannot split"),
         (options.parse_file_list, "setup.py", "under vllm/"),
         (options.parse_file_list, "vllm/../x.py", "under vllm/"),
@@ -40,6 +45,8 @@ def test_good_values_parse():
     assert options.parse_timeouts("")["create"] == options.DEFAULT_TIMEOUTS["create"]
     assert options.parse_engine_args("--enforce-eager --seed 3") == ("--enforce-eager", "--seed", "3")
     assert options.parse_gpus("GPU-1b2c3d4e-aaaa") == "GPU-1b2c3d4e-aaaa"
+    assert options.parse_gpus(" GPU-1b2c3d4e-aaaa, GPU-2b2c3d4e-bbbb ") == "GPU-1b2c3d4e-aaaa,GPU-2b2c3d4e-bbbb"
+    assert [options.parse_gpus(v) for v in ("auto", "all", "none")] == ["auto", "all", "none"]
     assert options.parse_revision("c1899de289a04d12100db370d81485cdf75e47ca").startswith("c1899")
 
 
@@ -70,3 +77,133 @@ def test_precedence_cli_over_env_over_ini_over_default():
     assert chosen["vsnap_max_model_len"] == ("512", "default")
     cli["vsnap_runners"] = "v1,v2"
     assert options.raw_values(cli, env, ini)["vsnap_runners"] == ("v1,v2", "--vsnap-runners")
+
+
+# ---- issue 16 item 7: bad inputs refused before anything starts, naming the option and the fix ----------------
+@pytest.mark.parametrize(
+    ("args", "flag", "fix"),
+    [
+        ("--revision main", "--revision", "--vsnap-revision"),
+        ("--revision=main", "--revision=main", "--vsnap-revision"),
+        ("--port 9000", "--port", "--vsnap-port-base"),
+        ("--host 0.0.0.0", "--host", "the harness chooses it"),
+        ("--model other/model", "--model", "--vsnap-model"),
+        ("--dtype bfloat16", "--dtype", "--vsnap-dtype"),
+        ("--max-model-len 4096", "--max-model-len", "--vsnap-max-model-len"),
+        ("--gpu-memory-utilization 0.9", "--gpu-memory-utilization", "--vsnap-gpu-memory-utilization"),
+        ("--tokenizer-revision main", "--tokenizer-revision", "--vsnap-tokenizer-revision"),
+        ("--snapshot-dir /tmp/x", "--snapshot-dir", "the harness chooses it"),
+        ("--worker-extension-cls my.Ext", "--worker-extension-cls", "the harness chooses it"),
+        ("--revis main", "--revis (abbreviates --revision)", "--vsnap-revision"),
+    ],
+)
+def test_engine_args_may_not_carry_flags_the_harness_sets(args, flag, fix):
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        options.parse_engine_args(f"--enforce-eager {args}")
+    message = str(info.value)
+    assert f"{flag} is set by the harness" in message and fix in message and "remove it" in message
+
+
+def test_engine_args_keep_real_flags_that_only_look_like_the_harness_ones():
+    args = "--tokenizer my/tok --model-impl transformers --max-num-seqs 4 --hostname-ignored x"
+    assert options.parse_engine_args(args) == tuple(args.split())
+
+
+def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
+    """HARNESS_FLAGS is the list of where the harness builds argv: config.engine_argv and the serve, create and
+    restore command lines (docker_lane.py, faults.py). A new flag there must be refused in --vsnap-engine-args."""
+    import re
+    from pathlib import Path
+
+    from vsnap_qual.config import build_config
+
+    config = build_config(
+        options.parse_standalone(["--vsnap-image=x", "--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40], env={}),
+        Path("/tmp"),
+    )
+    built = {a for a in config.engine_argv() if a.startswith("--")}
+    root = Path(options.__file__).parent
+    for name in ("docker_lane.py", "faults.py"):
+        text = (root / name).read_text()
+        for line in text.splitlines():
+            if re.search(r"\b(ARTIFACT|create_dir|serve)\b", line) and '"--' in line:
+                built |= set(re.findall(r'"(--[a-z][a-z-]+)"', line))
+    assert built - set(options.HARNESS_FLAGS) == set(), "add the new flag to options.HARNESS_FLAGS"
+    assert {"--host", "--port", "--snapshot-dir", "--revision"} <= built
+
+
+def test_a_prompts_file_with_a_byte_order_mark_loses_the_mark(tmp_path):
+    lines = tmp_path / "bom.txt"
+    lines.write_bytes("\ufeffThe first prompt\nThe second\n".encode())
+    assert options.parse_prompts(str(lines)) == ("The first prompt", "The second")
+    listed = tmp_path / "bom.json"
+    listed.write_bytes('\ufeff["a", "b"]'.encode())
+    assert options.parse_prompts(str(listed)) == ("a", "b"), "a BOM before a JSON list: still the list"
+
+
+def test_a_prompts_file_holding_a_json_object_is_refused(tmp_path):
+    obj = tmp_path / "prompts.json"
+    obj.write_text('{"prompts": ["a", "b"]}')
+    with pytest.raises(argparse.ArgumentTypeError, match=r"holds an object, not a JSON list: write \["):
+        options.parse_prompts(str(obj))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"prompts": ')
+    with pytest.raises(argparse.ArgumentTypeError, match="not valid JSON"):
+        options.parse_prompts(str(broken))
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("VSNAP_IMAGES", "VSNAP_IMAGE"),
+        ("VSNAP_MODLE", "VSNAP_MODEL"),
+        ("VSNAP_REVISON", "VSNAP_REVISION"),
+        ("VSNAP_GPU", "VSNAP_GPUS"),
+        ("VSNAP_BASEIMAGE", "VSNAP_BASE_IMAGE"),
+        ("vsnap_image", "VSNAP_IMAGE"),
+    ],
+)
+def test_a_misspelt_vsnap_variable_is_refused_with_did_you_mean(name, meant):
+    with pytest.raises(options.OptionError) as info:
+        options.parse_standalone([], env={name: "x"})
+    message = str(info.value)
+    assert f"{name} is not a vsnap-qual option: did you mean {meant}" in message
+    assert options.OPTIONS_BY_ENV[meant].cli in message
+
+
+def test_other_vsnap_variables_of_this_project_are_left_alone():
+    import subprocess
+    from pathlib import Path
+
+    root = Path(options.__file__).resolve().parents[1]
+    used = subprocess.run(
+        ["git", "grep", "-hoE", "VSNAP_[A-Z0-9_]+", "--", ".", ":!tests/unit/test_options.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "VSNAP_WORKERS" in used and "VSNAP_DRY_RUN" in used
+    flagged = {n: options.misspelled_variable(n) for n in set(used) if options.misspelled_variable(n)}
+    assert flagged == {}
+
+
+def test_an_empty_variable_over_an_ini_value_is_called_empty_not_unset():
+    cli = {spec.dest: None for spec in options.OPTIONS}
+    ini = {"vsnap_image": "vsnap-reference:head"}
+    with pytest.raises(options.OptionError) as info:
+        options.check_environment({"VSNAP_IMAGE": ""}, ini, cli)
+    message = str(info.value)
+    assert "VSNAP_IMAGE is set but empty" in message and "'vsnap-reference:head'" in message
+    assert "unset VSNAP_IMAGE" in message
+    options.check_environment({"VSNAP_IMAGE": ""}, ini, {**cli, "vsnap_image": "x"})  # the command line wins
+    options.check_environment({"VSNAP_ANNOTATE": ""}, {}, cli)  # a flag: empty is false
+    options.check_environment({"VSNAP_OVERLAY": ""}, {}, cli)  # nothing to override: unset
+    with pytest.raises(options.OptionError, match="VSNAP_DTYPE is set but empty.*default float16"):
+        options.parse_standalone([], env={"VSNAP_DTYPE": " "})
+
+
+def test_expectations_are_chosen_from_the_image_by_default():
+    parsed = options.parse_standalone([], env={})
+    assert parsed["vsnap_expect"] == "auto" and parsed["vsnap_base_expect"] == "auto"
+    assert options.parse_standalone(["--vsnap-expect=head"], env={})["vsnap_expect"] == "head"

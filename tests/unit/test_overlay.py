@@ -50,10 +50,58 @@ def test_explicit_files_and_bad_ref(checkout):
     assert [f.relative for f in files] == ["vllm/snapshot/server.py"]
     with pytest.raises(overlay.OverlayError, match="does not exist"):
         overlay.collect(checkout, "HEAD", ("vllm/missing.py",))
-    with pytest.raises(overlay.OverlayError, match="git diff"):
+    with pytest.raises(overlay.OverlayError, match="--vsnap-overlay-ref=no-such-ref is not a commit in"):
         overlay.collect(checkout, "no-such-ref")
 
 
 def test_not_a_vllm_checkout(tmp_path):
     with pytest.raises(overlay.OverlayError, match="no vllm/ package"):
         overlay.collect(tmp_path, "HEAD")
+
+
+def test_a_directory_with_vllm_that_is_not_a_git_checkout_names_the_fix(tmp_path):
+    plain = tmp_path / "vllm-copy"
+    (plain / "vllm").mkdir(parents=True)
+    (plain / "vllm" / "x.py").write_text("x = 1\n")
+    with pytest.raises(overlay.OverlayError) as info:
+        overlay.collect(plain, "HEAD")
+    message = str(info.value)
+    assert "is not a git checkout" in message and "--vsnap-overlay-files=" in message
+    assert "fatal" not in message, "git's own error is not the message"
+    assert [f.relative for f in overlay.collect(plain, "HEAD", ("vllm/x.py",))] == ["vllm/x.py"]
+
+
+def _item(imported, fresh_sha="h" * 64, exit_code=0):
+    return {
+        "relative": "vllm/snapshot/unused_mod.py",
+        "host_sha256": "h" * 64,
+        "imported": imported,
+        "fresh_import": {"exit_code": exit_code, "path": "/usr/lib/vllm/snapshot/unused_mod.py", "sha256": fresh_sha},
+    }
+
+
+def test_an_overlaid_module_no_engine_process_imports_is_reported_not_failed():
+    status, text = overlay.file_finding(_item([]))
+    assert status == overlay.OVERLAY_NOT_IMPORTED
+    assert "overlaid, not imported by the engine" in text and "{" not in text
+    ok, line = overlay.findings_line([_item([])])
+    assert ok and "not imported by the engine (fresh import verified): vllm/snapshot/unused_mod.py" in line
+
+
+def test_an_overlaid_module_imported_from_elsewhere_fails_in_plain_words():
+    elsewhere = [{"pid": 41, "role": "engine_core", "path": "/opt/vllm/snapshot/unused_mod.py", "sha256": "e" * 64}]
+    status, text = overlay.file_finding(_item(elsewhere))
+    assert status == overlay.OVERLAY_NOT_IN_EFFECT
+    assert "imported it from somewhere other than the overlay" in text and "engine_core (pid 41)" in text
+    ok, line = overlay.findings_line([_item([]), _item(elsewhere)])
+    assert not ok and line.startswith("overlay not in effect: ") and "{" not in line and "[" not in line
+
+
+def test_a_fresh_import_that_misses_the_overlay_fails_even_with_no_engine_import():
+    assert overlay.file_finding(_item([], fresh_sha="o" * 64))[0] == overlay.OVERLAY_NOT_IN_EFFECT
+    assert overlay.file_finding(_item([], exit_code=1))[0] == overlay.OVERLAY_NOT_IN_EFFECT
+    engine = [{"pid": 7, "role": "worker", "path": "/p", "sha256": "h" * 64}]
+    assert overlay.file_finding(_item(engine)) == (
+        overlay.OVERLAY_IN_EFFECT,
+        "vllm/snapshot/unused_mod.py: in effect in 1 engine processes (worker) and a fresh import",
+    )

@@ -1,0 +1,82 @@
+"""Issue 16 item 7 through the real plugin: each bad input gets exit 4 and one message naming the option and the
+fix, and no container is started (Docker is real; the image is never needed: each is refused first)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vsnap_qual import runtime
+
+REV = "0" * 40
+SUITE = """
+def test_uses_a_lane(vsnap_lane_run):
+    pass
+"""
+
+
+def _orphans(client) -> set[str]:
+    return {
+        entry["Id"]
+        for entry in client.api.containers(all=True, filters={"label": runtime.LABEL_SESSION})
+        if not runtime.owner_alive((entry.get("Labels") or {}).get(runtime.LABEL_OWNER, ""))
+    }
+
+
+def _cases(tmp_path):
+    plain = tmp_path / "vllm-copy"  # a copy of vLLM, not a git clone
+    (plain / "vllm").mkdir(parents=True)
+    (plain / "vllm" / "a.py").write_text("a = 1\n")
+    obj = tmp_path / "prompts.json"
+    obj.write_text('{"prompts": ["a"]}')
+    return [
+        ("overlay-not-git", [f"--vsnap-overlay={plain}"], {}, "", f"--vsnap-overlay: {plain} is not a git checkout"),
+        ("prompts-object", [f"--vsnap-prompts={obj}"], {}, "", "holds an object, not a JSON list"),
+        (
+            "base-is-image",
+            ["--vsnap-base-image=busybox-not-needed:x"],
+            {},
+            "",
+            "--vsnap-base-image is the image under test (busybox-not-needed:x)",
+        ),
+        ("misspelt-env", [], {"VSNAP_MODLE": "org/m"}, "", "VSNAP_MODLE is not a vsnap-qual option: did you mean"),
+        (
+            "engine-args-revision",
+            ["--vsnap-engine-args=--revision main"],
+            {},
+            "",
+            "--vsnap-engine-args: --revision is set by the harness on every engine command (set it with "
+            "--vsnap-revision)",
+        ),
+        (
+            "empty-env-over-ini",
+            [],
+            {"VSNAP_IMAGE": ""},
+            "[pytest]\nvsnap_image = busybox-not-needed:x\n",
+            "VSNAP_IMAGE is set but empty in the environment, and an empty value overrides ini vsnap_image",
+        ),
+    ]
+
+
+def test_each_new_bad_input_is_refused_before_any_container(pytester, docker_client, monkeypatch, tmp_path):
+    pytester.makepyfile(test_suite=SUITE)
+    before = _orphans(docker_client)
+    for name, args, env, ini, fragment in _cases(tmp_path):
+        image = [] if ini else ["--vsnap-image=busybox-not-needed:x"]
+        (pytester.path / "pytest.ini").write_text(ini or "[pytest]\n")
+        with monkeypatch.context() as m:
+            for key, value in env.items():
+                m.setenv(key, value)
+            result = pytester.runpytest_subprocess(
+                "-p",
+                "vsnap_qual",
+                *image,
+                "--vsnap-model=org/m",
+                f"--vsnap-revision={REV}",
+                f"--vsnap-report-dir={tmp_path / name}",
+                *args,
+            )
+        text = result.stdout.str() + result.stderr.str()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{name}: exit {result.ret}\n{text[-2000:]}"
+        assert fragment in text, f"{name}: message lacks {fragment!r}:\n{text[-2000:]}"
+        assert "Traceback" not in text and "fatal:" not in text, f"{name}: not one clear message:\n{text[-2000:]}"
+    assert _orphans(docker_client) == before, "a bad input started a container"

@@ -1,0 +1,105 @@
+"""Preflight gives each runner lane its GPUs and refuses -n 2 on one GPU before any image is touched (Docker and
+the host runtime; the Docker client is a stand-in: no container is involved in these decisions)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from vsnap_qual import gpus as gpus_mod
+from vsnap_qual import options, preflight, runtime
+from vsnap_qual.config import build_config
+
+A, B = "GPU-aaaaaaaa-1111", "GPU-bbbbbbbb-2222"
+BASE = ["--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40]
+
+
+def _config(tmp_path: Path, *argv: str, workers: int = 0):
+    parsed = options.parse_standalone([*BASE, f"--vsnap-report-dir={tmp_path / 'r'}", *argv], env={})
+    parsed["vsnap_workers"] = workers
+    return build_config(parsed, tmp_path)
+
+
+@pytest.fixture
+def docker_host(monkeypatch):
+    """A Docker host with an NVIDIA runtime whose GPUs are ``state['gpus']``; images resolve to fixed IDs."""
+    state: dict[str, Any] = {"gpus": [A], "resolved": []}
+    monkeypatch.setattr(preflight, "check_io_uring", lambda: None)
+    monkeypatch.setattr(runtime, "connect", lambda: object())
+    monkeypatch.setattr(runtime, "nvidia_runtime_present", lambda client: True)
+    monkeypatch.setattr(gpus_mod, "host_gpus", lambda **kw: state["gpus"])
+
+    def resolve_image(client, ref, pull_timeout):
+        state["resolved"].append(ref)
+        return SimpleNamespace(id="sha256:" + ref.encode().hex())
+
+    monkeypatch.setattr(runtime, "resolve_image", resolve_image)
+    monkeypatch.setattr(preflight, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm"})
+    return state
+
+
+def test_two_workers_on_one_gpu_are_refused_before_any_image(tmp_path, docker_host):
+    with pytest.raises(preflight.PreflightError) as info:
+        preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", workers=2))
+    assert "-n 2 runs 2 runner lanes at once (v1, v2) but this host has 1 GPU" in str(info.value)
+    assert docker_host["resolved"] == [], "refused before anything else started"
+
+
+def test_two_workers_on_two_gpus_get_one_each_and_workers_see_it(tmp_path, docker_host):
+    docker_host["gpus"] = [A, B]
+    config = _config(tmp_path, "--vsnap-image=img:1", workers=2)
+    result = preflight.run_preflight(config)
+    assert result.lane_gpus == {"v1": A, "v2": B}
+    by_runner = {lane.runner: result.gpus_for(lane) for lane in config.lanes}
+    assert by_runner == {"v1": A, "v2": B}
+    again = preflight.PreflightResult.from_json(result.to_json())  # what an xdist worker reads
+    assert {lane.name: again.gpus_for(lane) for lane in config.lanes} == {"v1-head": A, "v2-head": B}
+
+
+def test_serial_lanes_on_one_gpu_share_it_and_none_needs_no_gpu(tmp_path, docker_host):
+    result = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1"))
+    assert result.lane_gpus == {"v1": A, "v2": A} and result.gpus == A
+    none = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-gpus=none", workers=2))
+    assert none.lane_gpus == {"v1": "none", "v2": "none"}
+    one_runner = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-runners=v2", workers=2))
+    assert one_runner.lane_gpus == {"v2": A}, "-n 2 with one runner: one lane at a time"
+
+
+def test_old_preflight_files_still_read(tmp_path):
+    old = '{"gpus": "all", "images": {}, "packages": {}, "overlay": []}'
+    result = preflight.PreflightResult.from_json(old)
+    config = _config(tmp_path, "--vsnap-image=img:1")
+    assert [result.gpus_for(lane) for lane in config.lanes] == ["all", "all"]
+
+
+def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "check_io_uring", lambda: None)
+    monkeypatch.setattr(preflight.host_runtime, "check_host", lambda root: [])
+    monkeypatch.setattr(preflight, "host_gpus", lambda requested: True)
+    seen: dict[str, Any] = {}
+
+    def listed(**kw):
+        seen.update(kw)
+        return [A]
+
+    monkeypatch.setattr(gpus_mod, "host_gpus", listed)
+    config = _config(tmp_path, "--vsnap-runtime=host", f"--vsnap-python={sys.executable}", workers=2)
+    with pytest.raises(preflight.PreflightError, match="but this host has 1 GPU"):
+        preflight.run_preflight(config)
+    assert seen == {"honour_cuda_visible": True}, "host lanes choose within this process's CUDA_VISIBLE_DEVICES"
+
+
+def test_xdist_worker_count_comes_from_the_session():
+    def fake(has_xdist: bool, n: Any) -> Any:
+        return SimpleNamespace(
+            pluginmanager=SimpleNamespace(hasplugin=lambda name: has_xdist), option=SimpleNamespace(numprocesses=n)
+        )
+
+    assert options.xdist_workers(fake(True, 2)) == 2
+    assert options.xdist_workers(fake(True, None)) == 0
+    assert options.xdist_workers(fake(False, 2)) == 0
+    assert options.xdist_workers(fake(True, 0)) == 0
