@@ -15,8 +15,24 @@ from typing import Any
 
 from vsnap_qual import __version__
 
-#: Exit status when an input cannot be read (argparse itself exits 2 on usage errors).
-EXIT_BAD_INPUT = 1
+#: Exit status when an input cannot be read (the same as argparse's own usage errors).
+EXIT_BAD_INPUT = 2
+#: ``vsnap-qual report``: the exit status for each recorded verdict status (2 is bad input or usage).
+EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4}
+#: ``vsnap-qual compare``: the new run regressed at the ``--fail-on`` level.
+EXIT_REGRESSION = 1
+
+REPORT_EPILOG = (
+    "Exit status: the run's recorded verdict (never judged again): 0 PASS (also a narrowed PASS), 1 FAIL, "
+    "3 PARTIAL, 4 INCOMPLETE (a killed run); 2 when SOURCE cannot be read or the arguments are wrong."
+)
+COMPARE_EPILOG = (
+    "Exit status: 0 when NEW did not regress from OLD at the --fail-on level, 1 when it did (each regression "
+    "is listed on stderr), 2 when a run cannot be read or the arguments are wrong. --fail-on levels include the "
+    "ones before them: verdict (the default: the new verdict is worse, e.g. PASS -> FAIL or PARTIAL), check (also "
+    "a validation check, by id, that held and no longer does, or a step that passed and no longer does), "
+    "figure (also any change of digests, canaries or KV capacity; timings never count), never (always 0)."
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         help="results.json, evidence.jsonl, or a report directory holding one of them",
     )
     parser.add_argument("--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)")
+    parser.epilog = REPORT_EPILOG
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -65,13 +82,22 @@ def _run_report(args: argparse.Namespace) -> int:
     out_dir: Path = args.out or source.parent
     paths = render_reports(results, out_dir, log_root=source.parent)
     print(f"{paths.verdict.upper()}: wrote {paths.report_html}, {paths.summary_md}, {paths.results_json}")
-    return 0
+    return EXIT_BY_VERDICT.get(paths.verdict, EXIT_BY_VERDICT["incomplete"])
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", type=Path, help="the earlier run's results.json (or its report directory)")
     parser.add_argument("new", type=Path, help="the later run's results.json (or its report directory)")
     parser.add_argument("--markdown", action="store_true", help="print Markdown instead of plain text")
+    from vsnap_qual.report.compare_runs import FAIL_ON, FAIL_ON_DEFAULT
+
+    parser.add_argument(
+        "--fail-on",
+        choices=[*FAIL_ON, "never"],
+        default=FAIL_ON_DEFAULT,
+        help=f"what counts as a regression (exit 1); default {FAIL_ON_DEFAULT}",
+    )
+    parser.epilog = COMPARE_EPILOG
 
 
 def _load_for_compare(path: Path) -> Mapping[str, Any]:
@@ -89,7 +115,7 @@ def _load_for_compare(path: Path) -> Mapping[str, Any]:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from vsnap_qual.report.compare_runs import diff_runs, format_markdown, format_text
+    from vsnap_qual.report.compare_runs import diff_runs, format_markdown, format_text, regressions
     from vsnap_qual.report.redact import Redactor
 
     try:
@@ -99,8 +125,14 @@ def _run_compare(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     diff = diff_runs(old, new)
     text = format_markdown(diff) if args.markdown else format_text(diff)
-    sys.stdout.write(Redactor.from_environment().text(text))
-    return 0
+    redactor = Redactor.from_environment()
+    sys.stdout.write(redactor.text(text))
+    if args.fail_on == "never":
+        return 0
+    found = regressions(diff, args.fail_on)
+    for line in found:
+        print(redactor.text(f"vsnap-qual compare: regression (--fail-on={args.fail_on}): {line}"), file=sys.stderr)
+    return EXIT_REGRESSION if found else 0
 
 
 #: name → subcommand; ``build_parser`` adds them in this order.

@@ -64,14 +64,14 @@ def test_identical_runs_have_no_change(two_runs: tuple[Path, Path]) -> None:
 
 
 def test_cli_compare(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", str(two_runs[0]), str(two_runs[1])]) == 0
+    assert main(["compare", str(two_runs[0]), str(two_runs[1])]) == 1  # PASS → FAIL
     out = capsys.readouterr().out
     assert "Steps that flipped (1):" in out and "model.layers.1.mlp.down_proj.weight" in out
     # Directories and Markdown work too.
-    assert main(["compare", str(two_runs[0].parent), str(two_runs[1].parent), "--markdown"]) == 0
+    assert main(["compare", str(two_runs[0].parent), str(two_runs[1].parent), "--markdown", "--fail-on=never"]) == 0
     assert capsys.readouterr().out.startswith("## vsnap-qual compare")
 
 
 def test_cli_compare_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")]) == 1
+    assert main(["compare", str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -45,6 +45,10 @@ class RunDiff:
     new_run: str
     old_verdict: str
     new_verdict: str
+    #: the recorded verdict statuses (``pass``, ``partial``, ``fail``, ``incomplete``)
+    old_status: str = ""
+    new_status: str = ""
+    checks: list[Change] = field(default_factory=list)
     steps: list[Change] = field(default_factory=list)
     digests: list[Change] = field(default_factory=list)
     reference_digests: list[Change] = field(default_factory=list)
@@ -57,6 +61,7 @@ class RunDiff:
         """True when anything but timings differs."""
         return bool(
             self.old_verdict != self.new_verdict
+            or self.checks
             or self.steps
             or self.digests
             or self.reference_digests
@@ -73,6 +78,10 @@ def _verdict(results: Mapping[str, Any]) -> str:
     return str((results.get("verdict") or {}).get("headline") or "?")
 
 
+def _status(results: Mapping[str, Any]) -> str:
+    return str((results.get("verdict") or {}).get("status") or "incomplete")
+
+
 def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshold: float = TIMING_THRESHOLD) -> RunDiff:
     """Compare two results dictionaries (``old`` → ``new``)."""
     return RunDiff(
@@ -80,6 +89,9 @@ def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshol
         new_run=_run_name(new),
         old_verdict=_verdict(old),
         new_verdict=_verdict(new),
+        old_status=_status(old),
+        new_status=_status(new),
+        checks=_checks(old, new),
         steps=_steps(old, new),
         digests=_digests(old, new),
         reference_digests=_reference_digests(old, new),
@@ -87,6 +99,63 @@ def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshol
         kv=_kv(old, new),
         timings=_timings(old, new, timing_threshold),
     )
+
+
+def _recorded_checks(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The verdict's recorded checks by stable id (a results.json from before ids keys by its sentence)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for entry in (results.get("verdict") or {}).get("checks") or []:
+        if isinstance(entry, Mapping):
+            out[str(entry.get("id") or entry.get("name"))] = entry
+    return out
+
+
+def _checks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """Validation checks whose recorded status changed, by stable id."""
+    before, after = _recorded_checks(old), _recorded_checks(new)
+    changes = []
+    for key in list(dict.fromkeys([*before, *after])):
+        was = str(before[key].get("status")) if key in before else "absent"
+        now = str(after[key].get("status")) if key in after else "absent"
+        if was != now:
+            changes.append(Change(key, was, now, str((after.get(key) or before[key]).get("result") or "")))
+    return changes
+
+
+#: ``--fail-on`` levels, each including the ones before it.
+FAIL_ON = ("verdict", "check", "figure")
+FAIL_ON_DEFAULT = "verdict"
+#: Worse is larger: a verdict that moves up this scale is a regression.
+_VERDICT_RANK = {"pass": 0, "partial": 1, "incomplete": 2, "fail": 3}
+#: Check statuses that count as holding (a check moving from one of these to another status regressed).
+_HOLDING = ("pass", "info")
+
+
+def regressions(diff: RunDiff, fail_on: str = FAIL_ON_DEFAULT) -> list[str]:
+    """What makes ``new`` worse than ``old`` at the ``fail_on`` level (``verdict`` ⊂ ``check`` ⊂ ``figure``),
+    in words; empty when there is none. Rendered from the recorded verdicts, checks and figures only.
+
+    - ``verdict``: the new verdict is worse (PASS → PARTIAL, INCOMPLETE or FAIL; PARTIAL → FAIL …).
+    - ``check``: also a validation check (by id) that held (pass, info) and no longer does, or a step that
+      passed and now failed or did not run.
+    - ``figure``: also any change of a parameter digest's status, the ordinary digests, a canary or the KV
+      capacity (timings never count).
+    """
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"--fail-on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
+    level = FAIL_ON.index(fail_on)
+    found = []
+    old_rank, new_rank = _VERDICT_RANK.get(diff.old_status, 3), _VERDICT_RANK.get(diff.new_status, 3)
+    if new_rank > old_rank:
+        found.append(f"verdict {diff.old_verdict} → {diff.new_verdict}")
+    if level >= 1:
+        lost = [c for c in diff.checks if c.old in _HOLDING and c.new not in _HOLDING]
+        found += [f"check {c.key}: {c.old} → {c.new}" for c in lost]
+        found += [f"step {c.key}: {c.old} → {c.new}" for c in diff.steps if c.old == "passed" and c.new != "passed"]
+    if level >= 2:
+        for attribute in ("digests", "reference_digests", "canary", "kv"):
+            found += [f"{attribute} {c.key}: {c.old} → {c.new}" for c in getattr(diff, attribute)]
+    return found
 
 
 def _steps(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
@@ -236,6 +305,7 @@ def _timings(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float) -
 
 
 _SECTIONS = (
+    ("checks", "Validation checks whose status changed"),
     ("steps", "Steps that flipped"),
     ("digests", "Parameter digests whose status changed"),
     ("reference_digests", "Ordinary (reference) digests that differ between the runs"),
