@@ -225,6 +225,7 @@ def run_preflight(config: QualConfig) -> PreflightResult:
             raise PreflightError(f"{option}: {exc}") from None
         result.images[ref] = image.id
         result.packages[ref] = probe_package(client, image.id, config.run_id, config.timeouts["exec"], option)
+    check_expectations(config, result)
     if files:
         package_dir = result.packages[config.image]["package_dir"]
         missing = overlay_targets_exist(client, result.images[config.image], package_dir, files, config.run_id)
@@ -234,6 +235,29 @@ def run_preflight(config: QualConfig) -> PreflightResult:
                 f"({package_dir}): {', '.join(missing)}"
             )
     return result
+
+
+def check_expectations(config: QualConfig, result: PreflightResult) -> None:
+    """``auto`` expectations need a ``vllm/snapshot`` package to read (the lanes choose head or base from it,
+    ``steps.detected_behaviour``); an arm whose vLLM has none cannot make snapshots at all."""
+    runtime_host = config.runtime == "host"
+    arms = (
+        (config.image, config.expect, "--vsnap-python" if runtime_host else "--vsnap-image", "--vsnap-expect"),
+        (
+            config.base_image,
+            config.base_expect,
+            "--vsnap-base-python" if runtime_host else "--vsnap-base-image",
+            "--vsnap-base-expect",
+        ),
+    )
+    for ref, expect, option, expect_option in arms:
+        info = result.packages.get(ref or "") or {}
+        if ref and expect == "auto" and info.get("snapshot_behaviour") == "none":
+            raise PreflightError(
+                f"{option}: the vllm of {ref} ({info.get('vllm') or 'unknown version'}, {info.get('package_dir')}) "
+                f"has no vllm/snapshot package, so it cannot make snapshots and {expect_option}=auto has nothing to "
+                "read: qualify an image whose vLLM has `vllm snapshot` (0.31 or later)"
+            )
 
 
 def lane_gpu_result(
@@ -309,6 +333,7 @@ def _host_preflight(config: QualConfig, files: list[OverlayFile]) -> PreflightRe
                 )
         result.images[python] = host_image_id(python, info)
         result.packages[python] = info
+    check_expectations(config, result)
     return result
 
 

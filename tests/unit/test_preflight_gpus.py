@@ -103,3 +103,24 @@ def test_xdist_worker_count_comes_from_the_session():
     assert options.xdist_workers(fake(True, None)) == 0
     assert options.xdist_workers(fake(False, 2)) == 0
     assert options.xdist_workers(fake(True, 0)) == 0
+
+
+def test_auto_expectations_need_a_snapshot_package_to_read(tmp_path, docker_host, monkeypatch):
+    monkeypatch.setattr(
+        preflight,
+        "probe_package",
+        lambda *a, **k: {"package_dir": "/p/vllm", "vllm": "0.30.0", "snapshot_behaviour": "none"},
+    )
+    with pytest.raises(preflight.PreflightError) as info:
+        preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1"))
+    assert "--vsnap-image: the vllm of img:1 (0.30.0, /p/vllm) has no vllm/snapshot package" in str(info.value)
+    assert "--vsnap-expect=auto" in str(info.value)
+    explicit = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-expect=base"))
+    assert explicit.packages["img:1"]["snapshot_behaviour"] == "none", "an explicit expectation is not second-guessed"
+    monkeypatch.setattr(
+        preflight, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm", "snapshot_behaviour": "base"}
+    )
+    assert (
+        preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1")).packages["img:1"]["snapshot_behaviour"]
+        == "base"
+    )

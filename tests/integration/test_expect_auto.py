@@ -1,0 +1,43 @@
+"""--vsnap-expect / --vsnap-base-expect default to auto: `make qualify`'s two reference flavours (head implements
+the head behaviour, base the released one) must be told apart from their installed snapshot packages, with the
+same probe the lanes run (steps.PACKAGE_PROBE, in a one-shot container of the real image)."""
+
+from __future__ import annotations
+
+import pytest
+from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
+
+from vsnap_qual import options, preflight, runtime, steps
+from vsnap_qual.config import build_config
+
+
+@pytest.mark.parametrize(("image", "behaviour"), [(REFERENCE_HEAD, "head"), (REFERENCE_BASE, "base")])
+def test_auto_chooses_each_reference_flavours_behaviour(docker_client, reference_images, image, behaviour):
+    info = preflight.probe_package(docker_client, docker_client.images.get(image).id, "vsnap-test-expect", 120)
+    chosen, reason = steps.choose_expectation("auto", info, "--vsnap-expect")
+    assert chosen == behaviour, reason
+    assert reason.startswith("detected from the image: ") and "SnapshotSession" in reason
+    assert steps.choose_expectation("base" if behaviour == "head" else "head", info, "--vsnap-expect")[1] == (
+        f"--vsnap-expect={'base' if behaviour == 'head' else 'head'}"
+    ), "an explicit value overrides the detection"
+
+
+def test_make_qualifys_arms_run_with_auto_expectations(tmp_path):
+    """`make qualify` passes no expectation: both arms' lanes carry auto (chosen per lane from the image)."""
+    argv = [*_profile(), f"--vsnap-base-image={REFERENCE_BASE}"]
+    config = build_config(options.parse_standalone(argv, env={}), tmp_path)
+    assert {lane.arm: lane.expect for lane in config.lanes} == {"head": "auto", "base": "auto"}
+
+
+def _profile() -> list[str]:
+    from suite_helpers import ROOT
+
+    path = ROOT / "suites" / "profiles" / "reference.args"
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert not any(ln.startswith(("--vsnap-expect", "--vsnap-base-expect")) for ln in lines)
+    return lines
+
+
+def test_nothing_is_left_of_the_probes(docker_client):
+    left = docker_client.api.containers(all=True, filters={"label": f"{runtime.LABEL_SESSION}=vsnap-test-expect"})
+    assert left == []
