@@ -1,0 +1,89 @@
+"""The suites ship inside the wheel (``vsnap_qual.suites``, source: the top-level ``suites/``), so a ``pip install``
+user runs ``pytest --pyargs vsnap_qual.suites``: built with pip from this tree, installed into a fresh venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE_FILES = {"__init__.py", "conftest.py", "test_lifecycle.py", "test_faults.py"}
+
+# Preflight would look for vLLM, CRIU and root; the test is about what is collected, from where.
+USER_CONFTEST = """
+import json, os
+from vsnap_qual import plugin
+from vsnap_qual.preflight import PreflightResult
+
+plugin.run_preflight = lambda qual: PreflightResult(gpus="none")
+
+def pytest_collection_finish(session):
+    with open(os.environ["VSNAP_TEST_DUMP"], "w") as out:
+        json.dump(sorted({str(item.path) for item in session.items}), out)
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for tree in ("vsnap_qual", "suites"):
+        shutil.copytree(ROOT / tree, source / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), "."],
+        cwd=source, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (found,) = out.glob("vsnap_qual-*.whl")
+    return found
+
+
+def test_the_wheel_holds_the_suites_and_no_checkout_profile(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    suites = {n.removeprefix("vsnap_qual/suites/") for n in names if n.startswith("vsnap_qual/suites/")}
+    assert suites == SUITE_FILES, sorted(suites)
+    assert "vsnap_qual/py.typed" in names
+    assert not [n for n in names if "profiles" in n or n.endswith("pytest.ini")]  # checkout-only
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Classifier: Framework :: Pytest" in metadata and "Requires-Dist: pytest>=8.2" in metadata
+    assert "<9" not in metadata.split("Requires-Dist: pytest", 1)[1].splitlines()[0]  # no ceiling
+
+
+def test_a_pip_user_collects_the_installed_suites_with_pyargs(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    purelib = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())  # fmt: skip
+    # the dependencies (pytest, xdist, docker, ...) from this venv, which adds no vsnap_qual of its own to the path
+    (purelib / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "conftest.py").write_text(USER_CONFTEST)
+    dump = tmp_path / "collected.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VSNAP_")) and k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(python), "-m", "pytest", "--pyargs", "vsnap_qual.suites", "--co", "-q", "-p", "no:cacheprovider",
+         "--vsnap-runtime=host", "--vsnap-model=org/m", f"--vsnap-revision={'0' * 40}", "--vsnap-runners=v1",
+         f"--vsnap-host-root={tmp_path / 'lanes'}", f"--vsnap-report-dir={tmp_path / 'report'}"],
+        cwd=user, env={**env, "VSNAP_TEST_DUMP": str(dump)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert dump.exists(), output[-3000:]
+    paths = json.loads(dump.read_text())
+    installed = purelib / "vsnap_qual" / "suites"
+    assert {Path(p).name for p in paths} == {"test_lifecycle.py", "test_faults.py"}, paths
+    assert all(Path(p).parent == installed for p in paths), paths
+    assert "test_create[v1-head]" in done.stdout, output[-3000:]
