@@ -66,7 +66,8 @@ def test_a_pip_user_collects_the_installed_suites_with_pyargs(wheel: Path, tmp_p
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    purelib = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())  # fmt: skip
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
     # the dependencies (pytest, xdist, docker, ...) from this venv, which adds no vsnap_qual of its own to the path
     (purelib / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     user = tmp_path / "user"
