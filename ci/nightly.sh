@@ -6,8 +6,10 @@
 # Required: VSNAP_IMAGE (e.g. vllm/vllm-openai:nightly-<sha>) and VSNAP_MODEL_CACHE (a host HF cache holding
 # VSNAP_MODEL at VSNAP_REVISION: snapshot create runs offline, HF_HUB_OFFLINE=1). Optional: VSNAP_BASE_IMAGE,
 # VSNAP_MODEL, VSNAP_REVISION, VSNAP_OVERLAY, VSNAP_GPUS, VSNAP_PRIVILEGES, VSNAP_WORKERS (xdist workers; default
-# 1: every lane gets all GPUs until per-lane GPU pinning exists, so two lanes on one GPU would share it),
-# VSNAP_ANNOTATE=1 (Buildkite annotation), REPORT_DIR (default reports/nightly), VENV (default .venv-nightly).
+# 1, lanes one after another; 2 only on an agent with two GPUs: --vsnap-gpus=auto then gives each runner lane its
+# own GPU, and the harness refuses -n 2 on one GPU), VSNAP_ANNOTATE=1 (Buildkite annotation; anything else: none),
+# REPORT_DIR (default reports/nightly), VENV (default .venv-nightly). Every stop before the harness renders its
+# report (model cache, setup, doctor, refused options) still leaves REPORT_DIR/summary.md and the annotation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${VSNAP_IMAGE:?set VSNAP_IMAGE to the nightly image tag}"
@@ -21,8 +23,10 @@ VENV="${VENV:-.venv-nightly}"
 WORKERS="${VSNAP_WORKERS:-1}"
 dry="${VSNAP_DRY_RUN:-0}"
 
+show() { printf '+'; printf ' %q' "$@"; printf '\n'; }  # the command, shell-quoted (dry-run output)
+
 run() {
-  echo "+ $*"
+  show "$@"
   if [ "$dry" != "1" ]; then "$@"; fi
 }
 
@@ -51,7 +55,7 @@ run "$VENV/bin/python" -m pip install -q -e . || { early_failure "setup" "pip in
 
 doctor_log="$REPORT_DIR/doctor.txt"
 if [ "$dry" != "1" ]; then mkdir -p "$REPORT_DIR"; fi
-echo "+ $VENV/bin/vsnap-qual doctor"
+show "$VENV/bin/vsnap-qual" doctor
 if [ "$dry" != "1" ]; then
   "$VENV/bin/vsnap-qual" doctor 2>&1 | tee "$doctor_log"
   doctor_status=${PIPESTATUS[0]}
@@ -67,10 +71,20 @@ xdist_args=()
 if [ "$WORKERS" -gt 1 ]; then xdist_args=(-n "$WORKERS"); fi
 annotate_args=()
 if [ "${VSNAP_ANNOTATE:-0}" = "1" ]; then annotate_args=(--vsnap-annotate); fi
-# -c /dev/null: not the repository's reference-engine defaults in suites/pytest.ini
+# -c /dev/null: no repository ini at all (the suites' own holds no target, but the nightly job takes nothing
+# from the checkout's configuration); the plugin keeps each runner's lanes on one worker itself
+pytest_log="$REPORT_DIR/pytest.txt"
+pytest_cmd=("$VENV/bin/python" -m pytest -c /dev/null -p vsnap_qual -p xdist "${xdist_args[@]}" --rootdir=. suites/
+  --vsnap-report-dir="$REPORT_DIR" --junitxml="$REPORT_DIR/junit.xml" "${base_args[@]}" "${annotate_args[@]}")
+show "${pytest_cmd[@]}"
 status=0
-run "$VENV/bin/python" -m pytest -c /dev/null -p vsnap_qual -p xdist --dist loadgroup "${xdist_args[@]}" \
-  --rootdir=. suites/ --vsnap-report-dir="$REPORT_DIR" --junitxml="$REPORT_DIR/junit.xml" "${base_args[@]}" \
-  "${annotate_args[@]}" || status=$?
+if [ "$dry" != "1" ]; then
+  "${pytest_cmd[@]}" 2>&1 | tee "$pytest_log"
+  status=${PIPESTATUS[0]}
+fi
 if [ "$status" -eq 5 ]; then echo "nightly: no tests ran" >&2; status=1; fi
+if [ "$dry" != "1" ] && [ "$status" -ne 0 ] && [ ! -f "$REPORT_DIR/summary.md" ]; then
+  # e.g. exit 4: the harness refused an option before anything started, and so rendered no report
+  early_failure "pytest stopped before the report (exit $status)" "$(tail -n 40 "$pytest_log")"
+fi
 exit "$status"
