@@ -13,6 +13,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_HEAD = "vsnap-reference:head"
 REFERENCE_BASE = "vsnap-reference:base"
+REFERENCE_PROFILE = "@suites/profiles/reference.args"  # the reference engine's options (pytest @file), as make qualify
 
 
 @dataclass
@@ -52,7 +53,17 @@ def run_suite(
     report_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 2400, suite: str = "suites/"
 ) -> SuiteRun:
     """Run the qualification suites exactly as a user would (subprocess, from the repository root)."""
-    cmd = [sys.executable, "-m", "pytest", suite, "-p", "no:cacheprovider", f"--vsnap-report-dir={report_dir}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        suite,
+        REFERENCE_PROFILE,
+        "-p",
+        "no:cacheprovider",
+        f"--vsnap-report-dir={report_dir}",
+        *args,
+    ]
     done = subprocess.run(
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )

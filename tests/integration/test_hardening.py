@@ -11,7 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from suite_helpers import REFERENCE_HEAD, ROOT, image_file, labelled_containers, make_overlay, run_suite
+from suite_helpers import (
+    REFERENCE_HEAD,
+    REFERENCE_PROFILE,
+    ROOT,
+    image_file,
+    labelled_containers,
+    make_overlay,
+    run_suite,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -22,6 +30,7 @@ def _start_suite(report_dir: Path, *args: str) -> subprocess.Popen[str]:
         "-m",
         "pytest",
         "suites/",
+        REFERENCE_PROFILE,
         "-p",
         "no:cacheprovider",
         f"--vsnap-report-dir={report_dir}",
