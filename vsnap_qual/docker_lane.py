@@ -9,7 +9,9 @@ import contextlib
 import hashlib
 import json
 import os
+import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -50,6 +52,56 @@ from vsnap_qual.steps import (
 )
 
 PROBE_DIR = Path(__file__).parent / "probe"
+_GIT_TIMEOUT_S = 30
+
+
+def overlay_checkout(checkout: Path, ref: str) -> model.OverlayCheckout:
+    """The overlay checkout's ``HEAD`` commit, the commit ``ref`` names, and whether it has uncommitted changes
+    (what a PR's validation cites); ``error`` says what git could not tell (never raises)."""
+    out = model.OverlayCheckout(path=str(checkout), ref=ref, commit=None, ref_commit=None, dirty=None)
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=_GIT_TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip()[:200]}")
+        return done.stdout
+
+    try:
+        out["commit"] = git("rev-parse", "HEAD").strip()
+        out["ref_commit"] = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+        changed = [line for line in git("status", "--porcelain").splitlines() if line.strip()]
+        out["dirty"], out["changed"] = bool(changed), len(changed)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        out["error"] = str(exc)
+    return out
+
+
+def ci_build(environ: Mapping[str, str]) -> model.CiBuild | None:
+    """The CI build this run belongs to, from the CI's own variables; None outside CI."""
+    if environ.get("BUILDKITE_BUILD_URL"):
+        build = model.CiBuild(provider="buildkite", build_url=environ["BUILDKITE_BUILD_URL"])
+        commit, branch = environ.get("BUILDKITE_COMMIT"), environ.get("BUILDKITE_BRANCH")
+    elif environ.get("GITHUB_RUN_ID") and environ.get("GITHUB_REPOSITORY"):
+        server = environ.get("GITHUB_SERVER_URL") or "https://github.com"
+        url = f"{server.rstrip('/')}/{environ['GITHUB_REPOSITORY']}/actions/runs/{environ['GITHUB_RUN_ID']}"
+        if environ.get("GITHUB_RUN_ATTEMPT"):
+            url += f"/attempts/{environ['GITHUB_RUN_ATTEMPT']}"
+        build = model.CiBuild(provider="github-actions", build_url=url)
+        commit, branch = environ.get("GITHUB_SHA"), environ.get("GITHUB_REF_NAME")
+    elif environ.get("CI_JOB_URL"):
+        build = model.CiBuild(provider="gitlab", build_url=environ["CI_JOB_URL"])
+        commit, branch = environ.get("CI_COMMIT_SHA"), environ.get("CI_COMMIT_REF_NAME")
+    else:
+        return None
+    if commit:
+        build["commit"] = commit
+    if branch:
+        build["branch"] = branch
+    return build
+
+
 LINK_REMAPS = "find /dev/shm -maxdepth 1 -name 'link_remap.*' -printf '%p|%D|%i|%m|%s\\n' | sort"
 
 
@@ -178,31 +230,35 @@ class LaneRun(StepRecorder):
                 # the GPU this lane's snapshot must name: the one requested, else the only one it sees
                 self.gpu_uuid = gpus if gpus.startswith("GPU-") else (visible[0]["uuid"] if len(visible) == 1 else None)
         versions["cuda"] = self.box.sh("printenv CUDA_VERSION", 10).stdout.strip() or None
-        self.store.write(
-            model.EnvironmentRecord(
-                kind="environment",
-                time=utc_now(),
-                runner=cast(model.Runner, self.lane.runner),
-                arm=cast(model.Arm, self.lane.arm),
-                lane=self.lane.name,
-                image={
-                    "ref": self.lane.image,
-                    "id": image.id,
-                    "repo_digests": image.repo_digests,
-                    "labels": image.labels,
-                    "platform": image.platform,
-                },
-                container_id=self.box.id,
-                versions=versions,
-                gpu=gpu,
-                package_dir=self.package_dir,
-                ports=self.ports,
-                environment=self.environment(),
-                overlaid=self.lane.overlaid,
-                worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
-                purpose=cast(model.Purpose, self.purpose),
-            )
+        record = model.EnvironmentRecord(
+            kind="environment",
+            time=utc_now(),
+            runner=cast(model.Runner, self.lane.runner),
+            arm=cast(model.Arm, self.lane.arm),
+            lane=self.lane.name,
+            image={
+                "ref": self.lane.image,
+                "id": image.id,
+                "repo_digests": image.repo_digests,
+                "labels": image.labels,
+                "platform": image.platform,
+            },
+            container_id=self.box.id,
+            versions=versions,
+            gpu=gpu,
+            package_dir=self.package_dir,
+            ports=self.ports,
+            environment=self.environment(),
+            overlaid=self.lane.overlaid,
+            worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            purpose=cast(model.Purpose, self.purpose),
         )
+        if self.lane.overlaid and self.config.overlay is not None:
+            record["overlay_checkout"] = overlay_checkout(self.config.overlay, self.config.overlay_ref)
+        build = ci_build(os.environ)
+        if build:
+            record["ci"] = build
+        self.store.write(record)
 
     # ---- servers -------------------------------------------------------------------------------------------
     def _session_pids(self, root_pid: int) -> list[int]:

@@ -324,6 +324,29 @@ class Image(TypedDict, total=False):
     platform: str
 
 
+class OverlayCheckout(TypedDict, total=False):
+    """The overlay's git checkout as the lane found it: ``commit`` is its ``HEAD``, ``ref_commit`` what
+    ``--vsnap-overlay-ref`` names, ``dirty`` whether it has uncommitted changes (``changed`` entries of
+    ``git status --porcelain``); ``error`` when git could not say."""
+
+    path: str
+    ref: str
+    commit: str | None
+    ref_commit: str | None
+    dirty: bool | None
+    changed: int
+    error: str
+
+
+class CiBuild(TypedDict, total=False):
+    """The CI build the run belongs to, from the CI's own environment (Buildkite, GitHub Actions, GitLab)."""
+
+    provider: str
+    build_url: str
+    commit: str
+    branch: str
+
+
 class EnvironmentRecord(TypedDict):
     kind: Literal["environment"]
     time: str
@@ -340,6 +363,8 @@ class EnvironmentRecord(TypedDict):
     overlaid: NotRequired[bool]
     worker: NotRequired[str]
     purpose: NotRequired[Purpose]
+    overlay_checkout: NotRequired[OverlayCheckout]
+    ci: NotRequired[CiBuild]
 
 
 class Step(TypedDict):
@@ -583,6 +608,8 @@ _OPEN = {
     "Host",
     "Image",
     "Coverage",
+    "OverlayCheckout",
+    "CiBuild",
 }
 
 

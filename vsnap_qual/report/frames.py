@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vsnap_qual import procedure
 from vsnap_qual.procedure import CANARY_STEPS, CREATE, ORDINARY, OVERLAY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, option_value
 
@@ -539,6 +540,7 @@ def fault_frame(results: Mapping[str, Any]) -> pd.DataFrame:
                 "runner": key[0],
                 "arm": key[1],
                 "fault": str(res.get("fault") or key[2].split(":", 1)[1]),
+                "title": str(res.get("title") or procedure.title(key[2])),
                 "expect": res.get("expect"),
                 "expect_reason": res.get("expect_reason"),
                 "outcome": step.get("outcome"),
@@ -565,6 +567,7 @@ def fault_frame(results: Mapping[str, Any]) -> pd.DataFrame:
             "runner",
             "arm",
             "fault",
+            "title",
             "expect",
             "expect_reason",
             "outcome",

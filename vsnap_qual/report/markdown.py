@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vsnap_qual.report.assemble import as_dict, option_value
-from vsnap_qual.report.frames import Comparisons, compare_all
+from vsnap_qual.report.assemble import as_dict, as_list, option_value
+from vsnap_qual.report.frames import Comparisons, compare_all, records
 from vsnap_qual.report.redact import Redactor
 from vsnap_qual.report.verdict import recorded_checks
 
@@ -42,7 +42,6 @@ def render_markdown(
     run = results.get("run") or {}
     verdict = results.get("verdict") or {}
     status = str(verdict.get("status") or "incomplete")
-    image = option_value(results, "image") or ""
     model = option_value(results, "model") or ""
     revision = option_value(results, "revision") or ""
 
@@ -50,17 +49,8 @@ def render_markdown(
         f"## vsnap-qual: {_ICON.get(status, '')} {verdict.get('headline') or status.upper()}".rstrip(),
         "",
     ]
-    facts = []
-    if image:
-        facts.append(f"image `{image}`")
-    if option_value(results, "base-image"):
-        facts.append(f"base `{option_value(results, 'base-image')}`")
-    if model:
-        facts.append(f"model `{model}`" + (f" @ `{str(revision)[:12]}`" if revision else ""))
-    if results.get("runners"):
-        facts.append("runners " + ", ".join(results["runners"]))
-    facts.append(f"run `{run.get('run_id') or 'unknown'}`")
-    head += [" · ".join(facts), ""]
+    head += [" · ".join(_facts(results)), ""]
+    head += _configuration(results, model, revision)
     if verdict.get("coverage_line"):
         head += [f"Coverage: {verdict['coverage_line']}", ""]
     if not run.get("complete"):
@@ -81,49 +71,185 @@ def render_markdown(
     table.append("")
 
     environment = _environment(results)
+    fault_lines = _faults(comparisons)
     failures = _failures(results)
     footer = ["", "_Full evidence: `report.html` (every table, charts, log tails) and `results.json`._", ""]
-    sections = [head, table, environment, failures]
+    sections = [head, table, environment, fault_lines, failures]
     return redactor.text(_fit(sections, footer, limit_bytes))
+
+
+def _lane_environments(results: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{lane['runner']}/{lane['arm']}", as_dict(lane.get("environment")))
+        for lane in results.get("lanes") or []
+        if as_dict(lane.get("environment"))
+    ]
+
+
+def image_identity(image: Mapping[str, Any]) -> str:
+    """``ID sha256:0123456789ab`` and the first repo digest, as recorded for the lane's image."""
+    parts = []
+    if image.get("id"):
+        parts.append(f"ID `{str(image['id'])[:19]}`")
+    digests = [str(d) for d in as_list(image.get("repo_digests"))]
+    if digests:
+        name, _, digest = digests[0].partition("@")
+        parts.append(f"digest `{digest[:19] or name}`")
+    return ", ".join(parts) or "no ID recorded"
+
+
+def image_commit(image: Mapping[str, Any]) -> str:
+    """The image's build commit from its labels, or ``unlabelled`` (never a blank cell)."""
+    labels = as_dict(image.get("labels"))
+    commit = labels.get("ai.vllm.build.commit") or labels.get("org.opencontainers.image.revision")
+    return str(commit)[:12] if commit else "unlabelled"
+
+
+def _facts(results: Mapping[str, Any]) -> list[str]:
+    """What was qualified: each arm's image with its ID or digest, the model, the runners, the run and CI build."""
+    facts = []
+    first_by_arm: dict[str, dict[str, Any]] = {}
+    for _lane, env in _lane_environments(results):
+        first_by_arm.setdefault(str(env.get("arm")), as_dict(env.get("image")))
+    for arm, option in (("head", "image"), ("base", "base-image")):
+        ref = option_value(results, option)
+        image = first_by_arm.get(arm, {})
+        if ref or image:
+            what = "image" if arm == "head" else "base"
+            identity = f" ({image_identity(image)})" if image else ""
+            facts.append(f"{what} `{image.get('ref') or ref}`{identity}")
+    if results.get("runners"):
+        facts.append("runners " + ", ".join(results["runners"]))
+    run = results.get("run") or {}
+    facts.append(f"run `{run.get('run_id') or 'unknown'}`")
+    build = next((as_dict(env.get("ci")) for _l, env in _lane_environments(results) if env.get("ci")), {})
+    if build.get("build_url"):
+        facts.append(f"[CI build]({build['build_url']})")
+    return facts
+
+
+def _configuration(results: Mapping[str, Any], model: Any, revision: Any) -> list[str]:
+    """The engine configuration and the overlay checkout, as the run recorded them."""
+    lines = []
+    engine = []
+    if model:
+        engine.append(f"model `{model}`" + (f" @ `{str(revision)[:12]}`" if revision else ""))
+    for label, option in (("dtype", "dtype"), ("max-model-len", "max-model-len")):
+        value = option_value(results, option)
+        if value not in (None, ""):
+            engine.append(f"{label} `{value}`")
+    extra = option_value(results, "engine-args")
+    extra_text = " ".join(str(a) for a in extra) if isinstance(extra, list) else str(extra or "")
+    engine.append(f"engine args `{extra_text}`" if extra_text.strip() else "engine args: none beyond the harness's")
+    lines.append("Engine: " + " · ".join(engine))
+    checkouts = [as_dict(env.get("overlay_checkout")) for _l, env in _lane_environments(results)]
+    checkout = next((c for c in checkouts if c), {})
+    if checkout:
+        lines.append("Overlay: " + overlay_checkout_text(checkout))
+    elif option_value(results, "overlay"):
+        lines.append(f"Overlay: `{option_value(results, 'overlay')}` (its commit was not recorded)")
+    else:
+        lines.append("Overlay: none")
+    return [*[f"{line}  " for line in lines[:-1]], lines[-1], ""]
+
+
+def overlay_checkout_text(checkout: Mapping[str, Any]) -> str:
+    """``/src/vllm at 0123456789ab, dirty (3 uncommitted changes), files changed since HEAD (= 0123…)``."""
+    text = f"`{checkout.get('path')}`"
+    if checkout.get("commit"):
+        text += f" at `{str(checkout['commit'])[:12]}`"
+    if checkout.get("dirty") is True:
+        text += f", **dirty** ({checkout.get('changed', '?')} uncommitted change(s))"
+    elif checkout.get("dirty") is False:
+        text += ", clean"
+    ref = checkout.get("ref")
+    if ref:
+        ref_commit = str(checkout.get("ref_commit") or "")[:12]
+        text += f"; overlaid: the files changed since `{ref}`" + (f" (`{ref_commit}`)" if ref_commit else "")
+    if checkout.get("error"):
+        text += f" (git: {checkout['error']})"
+    return text
+
+
+def fault_result_text(row: Mapping[str, Any]) -> str:
+    """One fault step's recorded result in plain words: ``exit 1 before HTTP, error.json phase "…", cleanup
+    verified, the artifact restores afterwards`` (the step's outcome and its recorded observations)."""
+    parts = []
+    code = row.get("exit_code")
+    bound = row.get("http_bound")
+    when = " before HTTP" if bound is False else (" after HTTP was bound" if bound is True else "")
+    parts.append((f"exit {code}" if code is not None else "no exit code") + when)
+    if row.get("phase"):
+        parts.append(f'error.json phase "{row["phase"]}"')
+    if row.get("fired") is False:
+        parts.append(
+            "the fault did not fire" + (" (no such hook on this arm)" if row.get("expected_fires") is False else "")
+        )
+    if row.get("artifact_unchanged") is False:
+        parts.append("artifact changed")
+    if row.get("cleanup_judged") is False:
+        parts.append("cleanup recorded, not judged")
+    elif row.get("cleanup_ok") is True:
+        parts.append("cleanup verified")
+    elif row.get("cleanup_ok") is False:
+        parts.append("cleanup incomplete")
+    if row.get("followup_exit") == 0 and row.get("followup_canary_ok"):
+        parts.append("the artifact restores afterwards")
+    elif row.get("followup_exit") is not None:
+        parts.append(f"follow-up restore exit {row['followup_exit']}")
+    text = ", ".join(parts)
+    if row.get("outcome") == "failed":
+        return f"**FAIL**: {text}; {row.get('mismatches') or row.get('message') or 'no mismatch recorded'}"
+    if row.get("outcome") != "passed":
+        return f"{row.get('outcome')}: {row.get('message') or text}"
+    return text
+
+
+def _faults(comparisons: Comparisons) -> list[str]:
+    """A line per fault point: its recorded result in plain words, lanes with the same result together."""
+    rows = records(comparisons.faults)
+    if not rows:
+        return []
+    by_fault: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_fault.setdefault(str(row["fault"]), []).append(row)
+    lines = ["### Injected faults", ""]
+    for fault, group in by_fault.items():
+        results: dict[str, list[str]] = {}
+        for row in group:
+            results.setdefault(fault_result_text(row), []).append(f"{row['runner']}/{row['arm']}")
+        shown = "; ".join(f"{', '.join(lanes)}: {cell(text, 600)}" for text, lanes in results.items())
+        lines.append(f"- injected {cell(group[0].get('title') or fault, 200)} (`{fault}`) — {shown}")
+    lines.append("")
+    return lines
 
 
 def _environment(results: Mapping[str, Any]) -> list[str]:
     rows = []
-    for lane in results.get("lanes") or []:
-        env = as_dict(lane.get("environment"))
-        if not env:
-            continue
+    for lane, env in _lane_environments(results):
         versions = as_dict(env.get("versions"))
         image = as_dict(env.get("image"))
-        labels = as_dict(image.get("labels"))
         gpu = as_dict(env.get("gpu"))
-        rows.append(
-            "| "
-            + " | ".join(
-                cell(v, 200)
-                for v in (
-                    f"{lane['runner']}/{lane['arm']}",
-                    image.get("ref") or "",
-                    str(labels.get("ai.vllm.build.commit") or labels.get("org.opencontainers.image.revision") or "")[
-                        :12
-                    ],
-                    versions.get("vllm") or "",
-                    versions.get("torch") or "",
-                    versions.get("cuda") or "",
-                    versions.get("driver") or "",
-                    versions.get("criu") or "",
-                    gpu.get("name") or "none",
-                )
-            )
-            + " |"
+        values = (
+            lane,
+            image.get("ref") or "",
+            image_identity(image),
+            image_commit(image),
+            versions.get("vllm") or "",
+            versions.get("torch") or "",
+            versions.get("cuda") or "",
+            versions.get("driver") or "",
+            versions.get("criu") or "",
+            gpu.get("name") or "none",
         )
+        rows.append("| " + " | ".join(cell(v, 200) for v in values) + " |")
     if not rows:
         return []
     return [
         "### Environment",
         "",
-        "| lane | image | commit | vLLM | torch | CUDA | driver | CRIU | GPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| lane | image | image ID / digest | commit | vLLM | torch | CUDA | driver | CRIU | GPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]

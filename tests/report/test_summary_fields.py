@@ -1,0 +1,127 @@
+"""summary.md carries what a seed PR's validation cites, rendered from the evidence (never judged again)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from synthetic_runs import MakeRun, RunSpec, record_validator
+
+from vsnap_qual import procedure
+from vsnap_qual.docker_lane import ci_build, overlay_checkout
+from vsnap_qual.report import write_reports
+from vsnap_qual.report.assemble import read_evidence
+
+
+def _edit_environments(directory: Path, edit) -> None:
+    """Rewrite each lane's environment record through ``edit``; every record must still fit the model."""
+    path = directory / "evidence.jsonl"
+    records = read_evidence(path).records
+    for record in records:
+        if record["kind"] == "environment":
+            edit(record)
+            problem = next(record_validator("environment").iter_errors(record), None)
+            assert problem is None, problem.message
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _summary(directory: Path) -> str:
+    return write_reports(directory, github_step_summary=False).summary_md.read_text()
+
+
+def test_summary_names_images_engine_configuration_and_each_fault(make_run: MakeRun) -> None:
+    text = _summary(make_run("pass", RunSpec(changed_digests=())))
+    head = text.split("| check | result |")[0]
+    assert "image `vllm/vllm-openai:nightly-593df82f` (ID `sha256:" in head and "digest `sha256:" in head
+    assert "base `vllm/vllm-openai:v0.33.0` (ID `sha256:" in head
+    assert "dtype `float16`" in head and "max-model-len `512`" in head
+    assert "engine args: none beyond the harness's" in head and "Overlay: none" in head
+    faults = [line for line in text.splitlines() if line.startswith("- injected ")]
+    assert len(faults) == len(procedure.FAULTS)
+    wake = next(line for line in faults if "(`wake-raise`)" in line)
+    assert wake.startswith("- injected recovery failure after memory wake (`wake-raise`) — v1/head, v2/head: ")
+    assert 'exit 1 before HTTP, error.json phase "recovery: restore memory", cleanup verified' in wake
+    sigterm = next(line for line in faults if "(`cancel-sigterm`)" in line)
+    assert "v1/base, v2/base: exit 1 before HTTP, cleanup recorded, not judged" in sigterm
+    assert "**FAIL**" not in text
+
+
+def test_a_failed_fault_says_so_in_its_line(make_run: MakeRun) -> None:
+    spec = RunSpec(changed_digests=(), failed_steps=(("v2", "base", "fault:port-in-use"),))
+    line = next(s for s in _summary(make_run("f", spec)).splitlines() if "(`port-in-use`)" in s)
+    assert "v2/base: **FAIL**: exit 1 before HTTP" in line and "restore exited 1" in line
+    assert "v1/head, v1/base, v2/head: exit 1 before HTTP" in line
+
+
+def test_an_unlabelled_image_says_unlabelled(make_run: MakeRun) -> None:
+    directory = make_run("u", RunSpec(changed_digests=()))
+    _edit_environments(directory, lambda r: r["image"].update(labels=None, repo_digests=[]))
+    table = _summary(directory).split("### Environment")[1].split("###")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| v")]
+    assert len(rows) == 4
+    assert all(" | unlabelled | " in row for row in rows)
+    assert all("ID `sha256:" in row for row in rows)  # no digest: the image ID still identifies it
+
+
+def test_engine_args_are_shown(make_run: MakeRun) -> None:
+    directory = make_run("args", RunSpec(changed_digests=()))
+    path = directory / "evidence.jsonl"
+    records = read_evidence(path).records
+    records[0]["options"]["engine_args"] = ["--enforce-eager", "--kv-cache-dtype", "fp8"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "engine args `--enforce-eager --kv-cache-dtype fp8`" in _summary(directory)
+
+
+def _git(checkout: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(checkout), *args], check=True, capture_output=True)
+
+
+def test_the_overlay_checkout_commit_and_dirty_state(make_run: MakeRun, tmp_path: Path) -> None:
+    checkout = tmp_path / "vllm-src"
+    (checkout / "vllm" / "snapshot").mkdir(parents=True)
+    (checkout / "vllm" / "snapshot" / "server.py").write_text("A = 1\n")
+    _git(checkout, "init", "-q")
+    _git(checkout, "add", ".")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    clean = overlay_checkout(checkout, "HEAD")
+    assert clean["dirty"] is False and clean["changed"] == 0 and "error" not in clean
+    assert clean["commit"] == clean["ref_commit"] and len(str(clean["commit"])) == 40
+    (checkout / "vllm" / "snapshot" / "server.py").write_text("A = 2\n")
+    dirty = overlay_checkout(checkout, "HEAD")
+    assert dirty["dirty"] is True and dirty["changed"] == 1 and dirty["commit"] == clean["commit"]
+    missing = overlay_checkout(checkout, "no-such-branch")
+    assert missing["error"] and missing["commit"] == clean["commit"]
+
+    directory = make_run("overlay", RunSpec(changed_digests=()))
+    _edit_environments(directory, lambda r: r.update(overlay_checkout=dirty) if r["arm"] == "head" else None)
+    line = next(s for s in _summary(directory).splitlines() if s.startswith("Overlay: "))
+    assert f"`{checkout}` at `{str(dirty['commit'])[:12]}`, **dirty** (1 uncommitted change(s))" in line
+    assert "the files changed since `HEAD`" in line
+
+
+@pytest.mark.parametrize(
+    ("environ", "url"),
+    [
+        ({"BUILDKITE_BUILD_URL": "https://buildkite.com/vllm/ci/builds/7", "BUILDKITE_COMMIT": "abc"}, None),
+        (
+            {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "42"},
+            "https://github.com/o/r/actions/runs/42",
+        ),
+        ({"CI_JOB_URL": "https://gitlab.example/j/1"}, None),
+    ],
+)
+def test_the_ci_build_link(make_run: MakeRun, environ: dict[str, str], url: str | None) -> None:
+    build = ci_build(environ)
+    assert build is not None
+    expected = url or environ.get("BUILDKITE_BUILD_URL") or environ["CI_JOB_URL"]
+    assert build["build_url"] == expected
+    directory = make_run("ci", RunSpec(changed_digests=()))
+    _edit_environments(directory, lambda r: r.update(ci=build))
+    assert f"[CI build]({expected})" in _summary(directory).split("\n\n")[1]
+
+
+def test_no_ci_build_outside_ci(make_run: MakeRun) -> None:
+    assert ci_build({"HOME": "/root", "GITHUB_REPOSITORY": "o/r"}) is None
+    assert "CI build" not in _summary(make_run("local", RunSpec(changed_digests=())))
