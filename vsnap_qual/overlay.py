@@ -129,9 +129,10 @@ def file_finding(item: dict[str, Any]) -> tuple[str, str]:
             "importable in the image"
         )
     if fresh.get("sha256") != want:
+        got = f"sha256 starts {str(fresh.get('sha256'))[:12]}, " if fresh.get("sha256") else ""
         return OVERLAY_NOT_IN_EFFECT, (
             f"{name}: a fresh interpreter imports {fresh.get('path') or 'another file'}, not the overlay's bytes "
-            f"(sha256 starts {str(fresh.get('sha256') or '')[:12]}, the overlay's {want[:12]})"
+            f"({got}the overlay's starts {want[:12]})"
         )
     if not imported:
         return OVERLAY_NOT_IMPORTED, (
@@ -139,7 +140,8 @@ def file_finding(item: dict[str, Any]) -> tuple[str, str]:
             "imports exactly the overlay's file"
         )
     roles = ", ".join(sorted({str(i.get("role") or "process") for i in imported}))
-    return OVERLAY_IN_EFFECT, f"{name}: in effect in {len(imported)} engine processes ({roles}) and a fresh import"
+    processes = "1 engine process" if len(imported) == 1 else f"{len(imported)} engine processes"
+    return OVERLAY_IN_EFFECT, f"{name}: in effect in {processes} ({roles}) and a fresh import"
 
 
 def findings_line(files: list[dict[str, Any]]) -> tuple[bool, str]:

@@ -103,5 +103,20 @@ def test_a_fresh_import_that_misses_the_overlay_fails_even_with_no_engine_import
     engine = [{"pid": 7, "role": "worker", "path": "/p", "sha256": "h" * 64}]
     assert overlay.file_finding(_item(engine)) == (
         overlay.OVERLAY_IN_EFFECT,
-        "vllm/snapshot/unused_mod.py: in effect in 1 engine processes (worker) and a fresh import",
+        "vllm/snapshot/unused_mod.py: in effect in 1 engine process (worker) and a fresh import",
     )
+
+
+@pytest.mark.parametrize("fresh_exit", [0, 1])
+@pytest.mark.parametrize("fresh_sha", ["h" * 64, "o" * 64, None])
+@pytest.mark.parametrize("imported", [[], ["h" * 64], ["h" * 64, "e" * 64], [None]])
+def test_the_plain_words_agree_with_the_judgement(fresh_exit, fresh_sha, imported):
+    """overlay.file_finding says "not in effect" exactly when checks.overlay_file_ok fails the file."""
+    from vsnap_qual import checks
+
+    rows = [{"pid": i, "role": "worker", "path": "/p", "sha256": sha} for i, sha in enumerate(imported)]
+    item = _item(rows, fresh_sha=fresh_sha, exit_code=fresh_exit)
+    status, text = overlay.file_finding(item)
+    ok = checks.overlay_file_ok("h" * 64, rows, fresh_exit, fresh_sha)
+    assert (status != overlay.OVERLAY_NOT_IN_EFFECT) == ok, text
+    assert not any(mark in text for mark in ("{", "[", "None")), f"not plain words: {text}"
