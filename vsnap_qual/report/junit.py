@@ -1,0 +1,170 @@
+"""JUnit XML a CI reads the same way on every machine: the suite is ``vsnap-qual``, each suite test's classname
+and name come from its procedure step (``vsnap-qual.v1.head`` / ``restore-1``), whatever the rootdir or worker,
+and ``<properties>`` carry the run (run id, verdict, image, image ID and digest, base image, CI build).
+
+pytest's own ``--junitxml`` writer does the work; :class:`JunitNames` (a plugin object the vsnap plugin
+registers when it is active) only names things: it tags each suite item with its step label
+(``user_properties``: ``vsnap_step``), sets the classname and name before the writer records a test, and, once
+the run's reports are written, adds the run's properties to the file pytest wrote. It renders
+``results.json``; it never judges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Generator, Mapping
+from pathlib import Path, PurePath
+from typing import Any
+
+import pytest
+
+from vsnap_qual.report.assemble import RESULTS_FILE, as_dict, as_list, option_value
+
+SUITE_NAME = "vsnap-qual"
+#: The ``user_properties`` key that carries a suite item's ``runner/arm/step`` label into its reports.
+STEP_PROPERTY = "vsnap_step"
+_PYTEST_DEFAULT_SUITE = "pytest"
+
+
+def step_names(label: str) -> tuple[str, str]:
+    """(classname, name) of a step label: ``v1/head/fault:wake-raise`` → ``vsnap-qual.v1.head``,
+    ``fault:wake-raise``."""
+    runner, arm, step = label.split("/", 2)
+    return f"{SUITE_NAME}.{runner}.{arm}", step
+
+
+def other_names(nodeid: str) -> tuple[str, str]:
+    """(classname, name) of a test that is no procedure step: the module's file name (not its path, which
+    depends on the rootdir) and classes, then the test name; an xdist ``@group`` suffix is dropped."""
+    parts = nodeid.split("::")
+    module = PurePath(parts[0]).stem if parts[0] else "session"
+    name = parts[-1].split("@", 1)[0] if len(parts) > 1 else module
+    return ".".join([SUITE_NAME, module, *parts[1:-1]]), name
+
+
+def _label(report: pytest.TestReport) -> str | None:
+    for key, value in getattr(report, "user_properties", ()) or ():
+        if key == STEP_PROPERTY and isinstance(value, str) and value.count("/") >= 2:
+            return value
+    return None
+
+
+def run_properties(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The run's ``<properties>``, from ``results.json``: what a CI dashboard shows beside the test list."""
+    run = as_dict(results.get("run"))
+    verdict = as_dict(results.get("verdict"))
+    props: list[tuple[str, str]] = [
+        ("run_id", str(run.get("run_id") or "")),
+        ("verdict", str(verdict.get("status") or "incomplete")),
+        ("headline", str(verdict.get("headline") or "")),
+        ("harness_version", str(run.get("harness_version") or "")),
+    ]
+    images: dict[str, dict[str, Any]] = {}
+    build: dict[str, Any] = {}
+    for lane in as_list(results.get("lanes")):
+        env = as_dict(as_dict(lane).get("environment"))
+        images.setdefault(str(env.get("arm")), as_dict(env.get("image")))
+        build = build or as_dict(env.get("ci"))
+    for arm, prefix, option in (("head", "image", "image"), ("base", "base_image", "base-image")):
+        image = images.get(arm, {})
+        ref = image.get("ref") or option_value(results, option)
+        if not ref:
+            continue
+        digests = [str(d) for d in as_list(image.get("repo_digests"))]
+        props += [(prefix, str(ref)), (f"{prefix}_id", str(image.get("id") or ""))]
+        props.append((f"{prefix}_digest", digests[0] if digests else ""))
+    if build.get("build_url"):
+        props.append(("ci_build_url", str(build["build_url"])))
+    return [(name, value) for name, value in props if value]
+
+
+def add_run_properties(junit_path: Path, results: Mapping[str, Any], *, suite_name: str | None = SUITE_NAME) -> None:
+    """Add the run's properties to each ``<testsuite>`` of the JUnit file (before its test cases, where the
+    schema puts them) and name the suite ``suite_name`` (None: keep the name)."""
+    tree = ET.parse(junit_path)
+    root = tree.getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    for suite in suites:
+        if suite_name:
+            suite.set("name", suite_name)
+        properties = suite.find("properties")
+        if properties is None:
+            properties = ET.Element("properties")
+            suite.insert(0, properties)
+        have = {p.get("name") for p in properties.findall("property")}
+        for name, value in run_properties(results):
+            if name not in have:
+                ET.SubElement(properties, "property", name=name, value=value)
+    temporary = junit_path.with_name(f".{junit_path.name}.tmp")
+    tree.write(temporary, encoding="utf-8", xml_declaration=True)
+    os.replace(temporary, junit_path)
+
+
+class JunitNames:
+    """The pytest plugin object that names the JUnit output (see the module docstring).
+
+    ``label_of(item)`` is the suite item's ``runner/arm/step`` label or None; ``report_dir`` holds the run's
+    ``results.json`` once the vsnap plugin has written it."""
+
+    def __init__(self, report_dir: Path, label_of: Callable[[pytest.Item], str | None]) -> None:
+        self.report_dir = report_dir
+        self.label_of = label_of
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            label = self.label_of(item)
+            if label and not any(key == STEP_PROPERTY for key, _ in item.user_properties):
+                item.user_properties.append((STEP_PROPERTY, label))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        xml = _log_xml(self._config)
+        if xml is None or not (report.when == "call" or report.failed or report.skipped):
+            return  # a passing setup or teardown opens no test case
+        label = _label(report)
+        classname, name = step_names(label) if label else other_names(report.nodeid)
+        # pytest's writer keeps attributes set before it records the report (its "user-defined attributes")
+        reporter = xml.node_reporter(report)
+        reporter.attrs["classname"] = classname
+        reporter.attrs["name"] = name
+
+    _config: pytest.Config | None = None
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self._config = config  # the writer itself is looked up when used (it may be configured after this)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        try:
+            return (yield)  # pytest's writer and the vsnap plugin's reports run first
+        finally:
+            self._finish(session.config)
+
+    def _finish(self, config: pytest.Config) -> None:
+        xml = _log_xml(config)
+        if xml is None or not Path(xml.logfile).is_file():
+            return
+        results_path = self.report_dir / RESULTS_FILE
+        try:
+            results = json.loads(results_path.read_text(encoding="utf-8")) if results_path.is_file() else {}
+        except (OSError, ValueError):
+            results = {}
+        explicit = config.getini("junit_suite_name") != _PYTEST_DEFAULT_SUITE
+        try:
+            add_run_properties(Path(xml.logfile), results, suite_name=None if explicit else SUITE_NAME)
+        except (OSError, ET.ParseError) as exc:  # the JUnit file stays as pytest wrote it
+            warnings.warn(
+                pytest.PytestWarning(f"vsnap-qual: could not add the run's JUnit properties: {exc}"), stacklevel=1
+            )
+
+
+def _log_xml(config: pytest.Config | None) -> Any:
+    if config is None:
+        return None
+    from _pytest.junitxml import xml_key
+
+    return config.stash.get(xml_key, None)
