@@ -1,0 +1,34 @@
+"""Fault steps skipped (an environment limitation before them) are not failures: the verdict is PARTIAL."""
+
+from __future__ import annotations
+
+from synthetic_runs import MakeRun, RunSpec
+
+from vsnap_qual import procedure
+from vsnap_qual.report.assemble import assemble_file
+
+LIMITATION = "environment limitation: Sleep mode is not supported on current platform"
+
+
+def _faults_check(verdict: dict) -> dict:
+    return next(c for c in verdict["checks"] if c["id"] == "faults")
+
+
+def test_every_fault_step_skipped_is_partial_not_fail(make_run: MakeRun) -> None:
+    labels = [procedure.label(r, a, f.step) for r in ("v1", "v2") for a in ("head", "base") for f in procedure.FAULTS]
+    spec = RunSpec(changed_digests=(), skipped_steps=tuple((label, LIMITATION) for label in labels))
+    verdict = assemble_file(make_run("skipped", spec) / "evidence.jsonl")["verdict"]
+    check = _faults_check(verdict)
+    assert check["status"] == "not run" and check["result"] == "not run: 48 fault step(s) skipped"
+    assert verdict["status"] == "partial"
+    assert not any("check failed" in reason for reason in verdict["reasons"])
+    assert any("48 required step(s) skipped" in reason and LIMITATION in reason for reason in verdict["reasons"])
+
+
+def test_some_fault_steps_skipped_count_apart(make_run: MakeRun) -> None:
+    spec = RunSpec(changed_digests=(), skipped_steps=(("v1/base/fault:pid-occupied", LIMITATION),))
+    verdict = assemble_file(make_run("one", spec) / "evidence.jsonl")["verdict"]
+    check = _faults_check(verdict)
+    assert check["status"] == "pass" and check["result"].startswith("47/47 as expected;")
+    assert check["result"].endswith("; 1 skipped")
+    assert verdict["status"] == "partial"
