@@ -125,3 +125,22 @@ def test_the_ci_build_link(make_run: MakeRun, environ: dict[str, str], url: str 
 def test_no_ci_build_outside_ci(make_run: MakeRun) -> None:
     assert ci_build({"HOME": "/root", "GITHUB_REPOSITORY": "o/r"}) is None
     assert "CI build" not in _summary(make_run("local", RunSpec(changed_digests=())))
+
+
+def test_a_simulated_gpu_is_named_and_an_unlabelled_image_in_the_html(make_run: MakeRun) -> None:
+    directory = make_run("sim", RunSpec(changed_digests=()))
+    shim = "nvidia-smi GPU identity shim"
+
+    def edit(record: dict) -> None:
+        record["gpu"] = None
+        record["image"]["labels"] = {"ai.vsnap.simulated": shim}
+
+    _edit_environments(directory, edit)
+    paths = write_reports(directory, github_step_summary=False)
+    rows = [line for line in paths.summary_md.read_text().splitlines() if line.startswith("| v")]
+    assert len(rows) == 4
+    assert all(f" | none (simulated: {shim}) |" in row and " | unlabelled | " in row for row in rows)
+    html = paths.report_html.read_text()
+    environment = html[html.index('<section id="environment">') : html.index('<section id="overlay">')]
+    assert environment.count(f"simulated: {shim}") == 4
+    assert environment.count('<span class="note">unlabelled</span>') == 4

@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, step_label
 from vsnap_qual.report.frames import DIGEST_COLUMNS, UNOBSERVABLE, Comparisons, compare_all, records
+from vsnap_qual.report.markdown import SIMULATED_LABEL
 from vsnap_qual.report.redact import Redactor
 from vsnap_qual.report.verdict import recorded_checks
 
@@ -149,6 +150,7 @@ def _environment(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "platform": image.get("platform"),
                 "versions": versions,
                 "gpu": _gpu(gpu),
+                "simulated": labels.get(SIMULATED_LABEL),
                 "gpu_full": ", ".join(f"{k}={v}" for k, v in gpu.items()) if isinstance(gpu, dict) else "",
                 "container_id": env.get("container_id"),
                 "package_dir": env.get("package_dir"),

@@ -13,6 +13,9 @@ from vsnap_qual.report.verdict import recorded_checks
 #: GitHub step summaries and Buildkite annotations reject larger bodies (1 MiB); stay clearly below.
 SUMMARY_LIMIT_BYTES = 1_000_000
 _CELL_LIMIT = 4_000
+#: The image label that says what the image simulates (the reference engine's GPU, real vLLM CPU's nvidia-smi
+#: identity shim); shown beside the lane's GPU.
+SIMULATED_LABEL = "ai.vsnap.simulated"
 _ICON = {"pass": "✅", "fail": "❌", "partial": "⚠️", "incomplete": "⚠️"}
 _STATUS = {
     "pass": "pass",
@@ -103,6 +106,13 @@ def image_commit(image: Mapping[str, Any]) -> str:
     labels = as_dict(image.get("labels"))
     commit = labels.get("ai.vllm.build.commit") or labels.get("org.opencontainers.image.revision")
     return str(commit)[:12] if commit else "unlabelled"
+
+
+def gpu_text(gpu: Mapping[str, Any], labels: Mapping[str, Any]) -> str:
+    """The lane's GPU name (``none``), and what the image simulates when its label says so."""
+    text = str(gpu.get("name") or "none")
+    simulated = labels.get(SIMULATED_LABEL)
+    return f"{text} (simulated: {simulated})" if simulated else text
 
 
 def _facts(results: Mapping[str, Any]) -> list[str]:
@@ -240,7 +250,7 @@ def _environment(results: Mapping[str, Any]) -> list[str]:
             versions.get("cuda") or "",
             versions.get("driver") or "",
             versions.get("criu") or "",
-            gpu.get("name") or "none",
+            gpu_text(gpu, as_dict(image.get("labels"))),
         )
         rows.append("| " + " | ".join(cell(v, 200) for v in values) + " |")
     if not rows:
