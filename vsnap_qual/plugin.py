@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, host_runtime, model, options, procedure, runtime
+from vsnap_qual import __version__, host_runtime, model, options, procedure, progress, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
 from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.evidence import (
@@ -37,9 +37,17 @@ CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
 PEERS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()  # lane name -> ordinary results, within one worker
+ACTIVE_KEY = pytest.StashKey[str]()  # why the plugin is active (vsnap_qual.plugin.active)
 PREFLIGHT_FILE = "preflight.json"
 SUITES_MARK = "VSNAP_SUITES"  # a module-level True in the qualification suites' conftest.py
 SUITES_PACKAGE = "vsnap_qual.suites"  # the suites as installed (``pytest --pyargs vsnap_qual.suites``)
+
+
+log = progress.log  # logger "vsnap_qual": the harness's own messages
+
+
+def _lane_list(qual: QualConfig) -> str:
+    return ", ".join(lane.name for lane in qual.lanes)
 
 
 def _is_controller(config: pytest.Config) -> bool:
@@ -89,7 +97,8 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if active(config) is None:
+    why = active(config)
+    if why is None:
         return
     config.addinivalue_line("markers", "fault: an injected-failure qualification test")
     config.addinivalue_line(
@@ -118,6 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
         except (PreflightError, ReportDirInUse) as exc:
             raise pytest.UsageError(str(exc)) from None
     config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
+    if _is_controller(config):
+        progress.register(config)
+    config.stash[ACTIVE_KEY] = why
 
 
 def lane_group(nodeid: str, lanes: Sequence[Lane]) -> str | None:
@@ -164,10 +176,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     qual = config.stash.get(CONFIG_KEY, None)
     if qual is None:
         return []  # inactive: invisible
-    lanes = ", ".join(lane.name for lane in qual.lanes)
     return [
         f"vsnap-qual {__version__}: image {qual.image}, model {qual.model}@{qual.revision[:12]}, "
-        f"lanes {lanes}, report {qual.report_dir}"
+        f"lanes {_lane_list(qual)}, report {qual.report_dir}"
     ]
 
 
@@ -178,6 +189,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     store = config.stash[STORE_KEY]
     if _is_controller(config):
+        log.info(
+            "active (%s): run %s, lanes %s, report %s",
+            config.stash[ACTIVE_KEY], qual.run_id, _lane_list(qual), qual.report_dir,
+        )  # fmt: skip
         if qual.doctor:
             _doctor_or_usage_error(config)
         try:
@@ -185,13 +200,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         except PreflightError as exc:
             raise pytest.UsageError(str(exc)) from None
         (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
+        log.info("preflight passed: images %s; GPUs %s; overlay files %d", result.images, result.gpus,
+                 len(result.overlay))  # fmt: skip
         engine_version = None
         if qual.runtime == "host":
-            host_runtime.sweep(qual.host_root)  # lanes of owners that are gone
+            swept = host_runtime.sweep(qual.host_root)  # lanes of owners that are gone
         else:
             client = runtime.connect()
-            runtime.sweep(client)
+            swept = runtime.sweep(client)
             engine_version = runtime.engine_version(client)
+        if swept:
+            log.info("removed %d lane(s) left by sessions that are gone: %s", len(swept), ", ".join(map(str, swept)))
         store.write(
             model.SessionRecord(
                 kind="session",
@@ -258,8 +277,8 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
         config.stash.setdefault(DESELECTED_KEY, []).extend(items)
 
 
-def _item_step(item: pytest.Item) -> str | None:
-    """``runner/arm/step`` of a suite item (its ``vsnap_step`` mark and lane), None for any other test."""
+def _item_lane_step(item: pytest.Item) -> tuple[Lane, str] | None:
+    """The lane and step of a suite item (its ``vsnap_step`` mark and lane), None for any other test."""
     marker = item.get_closest_marker("vsnap_step")
     callspec = getattr(item, "callspec", None)
     lane = callspec.params.get("vsnap_lane") if callspec is not None else None
@@ -271,7 +290,13 @@ def _item_step(item: pytest.Item) -> str | None:
         if not isinstance(fault, procedure.Fault):
             return None
         name = fault.step
-    return procedure.label(lane.runner, lane.arm, name)
+    return lane, name
+
+
+def _item_step(item: pytest.Item) -> str | None:
+    """``runner/arm/step`` of a suite item, None for any other test."""
+    found = _item_lane_step(item)
+    return procedure.label(found[0].runner, found[0].arm, found[1]) if found else None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -406,6 +431,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
         peers=request.config.stash.setdefault(PEERS_KEY, {}),
     )
     registry[key] = run
+    log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
     try:
         image = (
             host_image(lane.image, pre)
@@ -416,6 +442,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
             raise runtime.RuntimeFailure(f"image {lane.image} ({pre.images[lane.image][:19]}) vanished after preflight")
         run.start(image, pre.packages[lane.image], pre.gpus)
     except Exception as exc:
+        log.warning("%s %s lane could not start: %s", lane.name, purpose, exc)
         registry[key] = exc
         if run.container is not None:
             run.container.remove()
@@ -452,8 +479,12 @@ def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRu
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Attach the lane's recent logs to failing reports."""
+    """Tag a suite item's reports with its lane and step (the controller's progress lines); attach the lane's
+    recent logs to failing reports."""
     report = yield
+    found = _item_lane_step(item) if CONFIG_KEY in item.config.stash else None
+    if found is not None:
+        progress.mark_report(report, found[0].name, found[1])
     if report.failed and call.when == "call":
         for name in ("vsnap_lane_run", "vsnap_fault_lane"):
             run = getattr(item, "funcargs", {}).get(name)
@@ -498,6 +529,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         qual.report_dir, github_step_summary=True, annotate=qual.annotate, extra_secret_names=qual.secret_names
     )
     config.stash[REPORT_PATHS_KEY] = paths
+    log.info("verdict %s; reports written to %s", paths.verdict, qual.report_dir)
     if paths.verdict != "pass" and session.exitstatus == 0 and not config.option.collectonly:
         # a PARTIAL (a required step skipped or not reached) or failed verdict is not a qualification
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -534,8 +566,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from vsnap_qual.report.terminal import terminal_summary_lines
 
     terminalreporter.section("vsnap-qual")
-    for line in terminal_summary_lines(paths.results, paths):
+    counts = progress.pytest_counts(terminalreporter.stats)
+    for line in terminal_summary_lines(paths.results, paths, pytest_counts=counts):
         terminalreporter.write_line(line)
+    for report in terminalreporter.stats.get("skipped", []):  # by-design skips are "not applicable", not here
+        if getattr(report, "vsnap_step", None) is not None:
+            reason = progress.without_lane(progress.skip_reason(report), report.vsnap_lane)
+            terminalreporter.write_line(f"skipped: {report.vsnap_lane} {report.vsnap_step}: {reason}", yellow=True)
     for note in paths.notes:
         terminalreporter.write_line(f"note: {note}")
     for line in _environment_limitations(config.stash[STORE_KEY]):

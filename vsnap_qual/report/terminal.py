@@ -20,21 +20,26 @@ def terminal_summary_lines(
     *,
     comparisons: Comparisons | None = None,
     width: int = 120,
+    pytest_counts: Mapping[str, int] | None = None,
 ) -> list[str]:
     """Lines for ``terminalreporter.write_line``: verdict, lane × step table, validation checks, paths.
 
-    ``paths.notes`` (step summary / annotation problems) are left to the caller to print.
+    Counts are pytest's own when given (``pytest_counts``: what its summary line says, by-design "not applicable"
+    steps apart), else the recorded steps'. ``paths.notes`` (step summary / annotation problems) are left to the
+    caller to print.
     """
     comparisons = comparisons or compare_all(results)
     verdict = results.get("verdict") or {}
     run = results.get("run") or {}
-    counts = verdict.get("counts") or {}
-    lines = [
-        f"vsnap-qual: {verdict.get('headline') or '?'}  "
-        f"({counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
-        f"{counts.get('skipped', 0)} skipped)"
-        f"  run {run.get('run_id') or 'unknown'}"
-    ]
+    if pytest_counts is not None:
+        shown = ", ".join(f"{n} {category}" for category, n in pytest_counts.items()) or "no tests"
+        counted = f"pytest: {shown}"
+    else:
+        counts = verdict.get("counts") or {}
+        counted = (
+            f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped"
+        )
+    lines = [f"vsnap-qual: {verdict.get('headline') or '?'}  ({counted})  run {run.get('run_id') or 'unknown'}"]
     extra = [f"  coverage: {verdict['coverage_line']}"] if verdict.get("coverage_line") else []
     extra += [f"  - {reason}" for reason in (verdict.get("reasons") or [])[:6]]
     lines += [text if len(text) <= width else text[: width - 1] + "…" for text in extra]

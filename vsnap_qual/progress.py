@@ -1,0 +1,141 @@
+"""What a user sees while a qualification runs: one line per lane and step from the controller (step, result,
+elapsed), the harness's own messages through :mod:`logging` (logger ``vsnap_qual``: ``--log-cli-level=INFO``
+shows them), and by-design skips kept out of pytest's SKIPPED lines.
+
+A suite item's lane and step travel on its test reports (``vsnap_lane``, ``vsnap_step``: plain strings, which
+xdist carries from a worker to the controller), so the controller prints the same line with or without ``-n``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import pytest
+
+log = logging.getLogger("vsnap_qual")
+
+#: pytest's category (and short-summary word) for a step that does not apply to a lane by design (the head arm's
+#: comparison with itself, overlay verification without an overlay). Not "skipped": pytest's ``-ra`` lists only
+#: unexpected skips, and its summary line counts these apart ("6 not applicable").
+NOT_APPLICABLE = "not applicable"
+_NOT_APPLICABLE_PREFIX = "not applicable: "
+
+
+def not_applicable(reason: str) -> NoReturn:
+    """Skip a suite step that does not apply to this lane by design (never for something that went wrong)."""
+    pytest.skip(_NOT_APPLICABLE_PREFIX + reason)
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    """A skipped report's reason (pytest keeps it as ``(path, line, "Skipped: reason")``)."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr or "")
+
+
+def without_lane(message: str, lane: str) -> str:
+    """A step message without the lane name it starts with (the line already names the lane)."""
+    return message.removeprefix(f"{lane}: ")
+
+
+def is_not_applicable(report: pytest.TestReport) -> bool:
+    return bool(report.skipped and skip_reason(report).startswith(_NOT_APPLICABLE_PREFIX))
+
+
+def mark_report(report: pytest.TestReport, lane: str, step: str) -> None:
+    """Tag a suite item's report with its lane and step (worker side; the attributes survive xdist)."""
+    report.vsnap_lane = lane  # type: ignore[attr-defined]
+    report.vsnap_step = step  # type: ignore[attr-defined]
+
+
+@dataclass
+class _Item:
+    lane: str
+    step: str
+    seconds: float = 0.0
+    outcome: str = "passed"
+    message: str = ""
+
+
+class Progress:
+    """Controller-side reporter: a line when each suite step ends; other tests are left to pytest."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.items: dict[str, _Item] = {}
+        self.width = max(len(lane) for lane in _lane_names(config)) if _lane_names(config) else 7
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_teststatus(self, report: Any, config: pytest.Config) -> Any:
+        """Suite steps print no progress letter (their line says more); a by-design skip is its own category."""
+        result = yield
+        if getattr(report, "vsnap_step", None) is None or not result:
+            return result
+        category, _letter, word = result
+        if isinstance(report, pytest.TestReport) and is_not_applicable(report):
+            return NOT_APPLICABLE, "", "N/A"
+        return category, "", word
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        lane, step = getattr(report, "vsnap_lane", None), getattr(report, "vsnap_step", None)
+        if lane is None or step is None:
+            return
+        item = self.items.setdefault(report.nodeid, _Item(str(lane), str(step)))
+        item.seconds += report.duration
+        if report.failed:
+            item.outcome = "failed" if report.when == "call" else f"error in {report.when}"
+            item.message = item.message or _first_line(getattr(report.longrepr, "reprcrash", None), report)
+        elif report.skipped and item.outcome == "passed":
+            item.outcome = NOT_APPLICABLE if is_not_applicable(report) else "skipped"
+            item.message = skip_reason(report).removeprefix(_NOT_APPLICABLE_PREFIX)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        item = self.items.get(nodeid)
+        if item is None or self.config.get_verbosity() < -1:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        line = f"vsnap {item.lane:<{self.width}}  {item.step:<24} {item.outcome:<14} {item.seconds:6.1f} s"
+        if item.message and item.outcome != "passed":
+            line += f"  {without_lane(item.message, item.lane)[:120]}"
+        reporter.ensure_newline()
+        if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+            reporter.write("\n")  # after progress letters of other tests (xdist sets no file path to end)
+        reporter.write_line(line, red=item.outcome.startswith(("failed", "error")), yellow=item.outcome == "skipped")
+
+
+def _first_line(crash: Any, report: pytest.TestReport) -> str:
+    message = getattr(crash, "message", None) or str(report.longreprtext or "")
+    lines = [line for line in str(message).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _lane_names(config: pytest.Config) -> list[str]:
+    from vsnap_qual.plugin import CONFIG_KEY
+
+    qual = config.stash.get(CONFIG_KEY, None)
+    return [lane.name for lane in qual.lanes] if qual is not None else []
+
+
+def register(config: pytest.Config) -> None:
+    """On the controller of an active session only. Without -v, pytest's per-file prefixes go (as under xdist):
+    the step lines say where the run is."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and config.get_verbosity() <= 0:
+        reporter.showfspath = False
+    config.pluginmanager.register(Progress(config), "vsnap_qual-progress")
+
+
+def pytest_counts(stats: Mapping[str, list[Any]]) -> dict[str, int]:
+    """pytest's own outcome counts, worded and ordered as its summary line, from the terminal reporter's stats."""
+    counts: dict[str, int] = {}
+    for category in ("failed", "passed", "skipped", "xfailed", "xpassed", "error", NOT_APPLICABLE):
+        reports = [r for r in stats.get(category, []) if getattr(r, "count_towards_summary", True)]
+        if reports:
+            counts["errors" if category == "error" and len(reports) > 1 else category] = len(reports)
+    return counts
