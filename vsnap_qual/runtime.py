@@ -286,6 +286,18 @@ class ContainerSpec:
     ports: Iterable[int] = ()
 
 
+def gpu_device_requests(gpus: str) -> list[Any]:
+    """Docker's device request for a lane's GPUs (``PreflightResult.gpus_for``): ``all``, one GPU by its UUID
+    (the lane's own under ``--vsnap-gpus=auto``), or none."""
+    if gpus == "all":
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if gpus.startswith("GPU-"):
+        if "," in gpus:
+            raise RuntimeFailure(f"a lane gets one GPU, not {gpus!r} (gpus.assign gives each runner lane one)")
+        return [docker.types.DeviceRequest(device_ids=[gpus], capabilities=[["gpu"]])]
+    return []
+
+
 def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     """Docker SDK arguments for the spec's privileges mode (see ``vsnap_qual.privileges``)."""
     settings = privileges.container_settings(spec.privileges, privileges.local_missing_capabilities())
@@ -389,10 +401,9 @@ class EngineContainer(ShellBox):
             "stop_signal": "SIGKILL",  # sleep ignores nothing useful; the engine tree is reaped by the kill
         }
         kwargs.update(container_kwargs(spec))
-        if spec.gpus == "all":
-            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        elif spec.gpus.startswith("GPU-"):
-            kwargs["device_requests"] = [docker.types.DeviceRequest(device_ids=[spec.gpus], capabilities=[["gpu"]])]
+        requests = gpu_device_requests(spec.gpus)
+        if requests:
+            kwargs["device_requests"] = requests
         try:
             settings = privileges.container_settings(spec.privileges)
             container = create_container(client, kwargs, unmask_proc=settings.unmask_proc)

@@ -67,3 +67,23 @@ def test_listing_and_cuda_visible_devices():
 def test_describe():
     assert gpus.describe({"v1": "none", "v2": "none"}) == "none"
     assert gpus.describe({"v1": A, "v2": B}) == f"v1: {A}, v2: {B}"
+
+
+def test_a_lane_gpu_becomes_dockers_device_request_for_that_gpu():
+    from vsnap_qual import runtime
+
+    (one,) = runtime.gpu_device_requests(A)
+    assert one["DeviceIDs"] == [A] and one["Capabilities"] == [["gpu"]] and one["Count"] in (0, None)
+    (every,) = runtime.gpu_device_requests("all")
+    assert every["Count"] == -1 and not every["DeviceIDs"]
+    assert runtime.gpu_device_requests("none") == []
+    with pytest.raises(runtime.RuntimeFailure, match="a lane gets one GPU"):
+        runtime.gpu_device_requests(f"{A},{B}")
+
+
+def test_a_host_lane_sees_only_its_gpu():
+    from vsnap_qual import host_runtime
+
+    env = host_runtime.host_environment("/usr/bin/python3", {}, A)
+    assert env["CUDA_VISIBLE_DEVICES"] == A
+    assert host_runtime.host_environment("/usr/bin/python3", {}, "none")["CUDA_VISIBLE_DEVICES"] == ""
