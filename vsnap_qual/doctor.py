@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual import gpus as gpus_mod
 from vsnap_qual import options, privileges, runtime
 from vsnap_qual.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
 
@@ -83,6 +84,8 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
     want_gpu = gpus != "none" and (gpus != "auto" or has_nvidia)
     add(_gpu_runtime(has_nvidia, want_gpu))
     out.extend(_gpu_checks(want_gpu))
+    if want_gpu:
+        add(_lane_gpus(gpus, tuple(opts.get("vsnap_runners") or options.RUNNERS), has_nvidia))
     out.append(_io_uring())
     out.extend(_privilege_checks(opts.get("vsnap_privileges") or "privileged"))
     image_ref = opts.get("vsnap_image")
@@ -181,6 +184,27 @@ def _gpu_checks(want_gpu: bool) -> list[CheckResult]:
             "stop the processes using the GPU (CRIU restores original PIDs and memory)",
         ),
     ]
+
+
+def _lane_gpus(requested: str, runners: tuple[str, ...], present: bool) -> CheckResult:
+    """Which GPU each runner lane would get (``gpus.assign``), and whether ``-n 2`` could run them at once."""
+    available = gpus_mod.host_gpus()
+    try:
+        serial = gpus_mod.assign(requested, runners, 1, present, available)
+    except gpus_mod.GpuError as exc:
+        return CheckResult("GPU per runner lane", "FAIL", str(exc), "copy the UUIDs from `nvidia-smi -L`")
+    try:
+        gpus_mod.assign(requested, runners, len(runners), present, available)
+        parallel = f"-n {len(runners)} can run the runner lanes at once, each on its own GPU"
+    except gpus_mod.GpuError:
+        parallel = "lanes run one after another (-n 2 would be refused: not a GPU per runner lane)"
+    return CheckResult(
+        "GPU per runner lane",
+        "PASS",
+        f"{gpus_mod.describe(serial)}; {parallel}",
+        "--vsnap-gpus=auto gives each runner lane its own GPU",
+        required=False,
+    )
 
 
 def _io_uring() -> CheckResult:
