@@ -170,6 +170,10 @@ class OverlayFileResult(TypedDict, total=False):
     fresh_ok: bool
     verified_in: str
     ok: bool
+    #: ``in effect`` | ``overlaid, not imported by the engine`` | ``not in effect`` (``overlay.file_finding``)
+    finding: str
+    #: the finding in plain words, naming the file (and, when not in effect, where the engine imported it from)
+    finding_detail: str
 
 
 class FaultExpectation(TypedDict):
@@ -255,6 +259,8 @@ class StepResults(TypedDict, total=False):
     # overlay
     files: list[OverlayFileResult]
     probe_loaded_pids: list[int]
+    #: overlay: one plain line over every file (``overlay.findings_line``)
+    summary: str
     # fault-artifact and fault:<id>
     snapshot_timeout_s: float
     fault: str

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vsnap_qual import procedure
+from vsnap_qual import overlay, procedure
 from vsnap_qual.procedure import CANARY_STEPS, CREATE, ORDINARY, OVERLAY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, option_value
 
@@ -673,6 +673,8 @@ def overlay_frame(results: Mapping[str, Any]) -> pd.DataFrame:
                     "matching": len(matching),
                     "roles": ", ".join(sorted({str(i.get("role")) for i in imported})),
                     "ok": bool(entry.get("ok")),
+                    "finding": str(entry.get("finding") or _overlay_finding(entry, imported)),
+                    "finding_detail": str(entry.get("finding_detail") or ""),
                 }
             )
     return pd.DataFrame(
@@ -688,8 +690,18 @@ def overlay_frame(results: Mapping[str, Any]) -> pd.DataFrame:
             "matching",
             "roles",
             "ok",
+            "finding",
+            "finding_detail",
         ],
     )
+
+
+def _overlay_finding(entry: Mapping[str, Any], imported: list[dict[str, Any]]) -> str:
+    """The finding of evidence that recorded none (older runs): from the file's recorded ``ok`` and whether any
+    engine process imported it."""
+    if not entry.get("ok"):
+        return overlay.OVERLAY_NOT_IN_EFFECT
+    return overlay.OVERLAY_IN_EFFECT if imported else overlay.OVERLAY_NOT_IMPORTED
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:

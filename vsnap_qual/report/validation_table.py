@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vsnap_qual import procedure
+from vsnap_qual import overlay, procedure
 from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import step_label
 from vsnap_qual.report.frames import Comparisons, latest_steps, records
@@ -127,19 +127,20 @@ def _lifecycle(results: Mapping[str, Any]) -> Check:
 
 
 def _overlay(comparisons: Comparisons) -> Check:
+    """The overlay step's recorded findings: a file no engine process imported (a new helper) passes, said in
+    plain words; a file imported from elsewhere than the overlay fails, with where it came from."""
     rows = records(comparisons.overlay)
+    name = "overlaid source verified in the running processes"
     if not rows:
-        return Check("overlaid source verified in the running processes", None, "no overlay")
-    bad = [f"{r['runner']}: {r['module']}" for r in rows if not r["ok"]]
+        return Check(name, None, "no overlay")
+    bad = [f"{r['runner']}: {r['finding_detail'] or r['module']}" for r in rows if not r["ok"]]
     modules = sorted({str(r["module"]) for r in rows})
     processes = sum(int(r["matching"] or 0) for r in rows)
     result = f"{len(modules)} file(s), hashes equal in {processes} process imports"
-    return Check(
-        "overlaid source verified in the running processes",
-        not bad,
-        result,
-        (f"not verified: {_names(bad)}",) if bad else (),
-    )
+    unused = sorted({str(r["module"]) for r in rows if r["ok"] and r["finding"] == overlay.OVERLAY_NOT_IMPORTED})
+    if unused:
+        result += f"; {overlay.OVERLAY_NOT_IMPORTED} (fresh import verified): {_names(unused)}"
+    return Check(name, not bad, result, (f"{overlay.OVERLAY_NOT_IN_EFFECT}: {_names(bad)}",) if bad else ())
 
 
 def _digests(comparisons: Comparisons) -> Check:
