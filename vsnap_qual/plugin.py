@@ -127,6 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
         except (PreflightError, ReportDirInUse) as exc:
             raise pytest.UsageError(str(exc)) from None
     config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
+    from vsnap_qual.report.junit import JunitNames  # every process: workers tag the items, the controller writes
+
+    config.pluginmanager.register(JunitNames(qual.report_dir, _item_step), "vsnap_qual.junit")
     if _is_controller(config):
         progress.register(config)
     config.stash[ACTIVE_KEY] = why
@@ -219,7 +222,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 harness_version=__version__,
                 started=utc_now(),
                 options=qual.public_options(),
-                preflight={"gpus": result.gpus, "images": result.images, "packages": result.packages},
+                preflight={
+                    "gpus": result.gpus,
+                    "lane_gpus": result.lane_gpus,
+                    "images": result.images,
+                    "packages": result.packages,
+                },
                 coverage=_required_coverage(qual, result),
                 host={
                     "kernel": platform.release(),
@@ -440,7 +448,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
         )
         if image is None:
             raise runtime.RuntimeFailure(f"image {lane.image} ({pre.images[lane.image][:19]}) vanished after preflight")
-        run.start(image, pre.packages[lane.image], pre.gpus)
+        run.start(image, pre.packages[lane.image], pre.gpus_for(lane))
     except Exception as exc:
         log.warning("%s %s lane could not start: %s", lane.name, purpose, exc)
         registry[key] = exc
