@@ -556,7 +556,15 @@ def xdist_workers(config: pytest.Config) -> int:
     if not config.pluginmanager.hasplugin("xdist"):
         return 0
     workers = getattr(config.option, "numprocesses", None)
-    return workers if isinstance(workers, int) and workers > 0 else 0
+    if isinstance(workers, int) and workers > 0:
+        return workers
+    if getattr(config.option, "dist", "no") == "no":
+        return 0
+    count = 0
+    for spec in getattr(config.option, "tx", None) or []:  # --tx 2*popen: as xdist counts them
+        times, star, _ = str(spec).partition("*")
+        count += int(times) if star and times.isdigit() else 1
+    return count
 
 
 def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict[str, Any]:

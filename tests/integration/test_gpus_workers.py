@@ -1,0 +1,35 @@
+"""`-n N` reaches the configuration preflight judges the GPUs by (QualConfig.workers, concurrent_runners),
+through the real plugin and xdist (collect-only: preflight runs, no lane starts)."""
+
+from __future__ import annotations
+
+import pytest
+from suite_helpers import REFERENCE_HEAD
+
+CONFTEST = """
+def pytest_collection_finish(session):
+    from vsnap_qual.plugin import CONFIG_KEY
+    qual = session.config.stash[CONFIG_KEY]
+    print(f"VSNAP-WORKERS {qual.workers} CONCURRENT {qual.concurrent_runners}")
+"""
+
+
+@pytest.mark.parametrize(("xdist", "shown"), [([], "0 CONCURRENT 1"), (["-n", "2"], "2 CONCURRENT 2")])
+def test_worker_count_reaches_the_gpu_assignment(pytester, reference_images, tmp_path, xdist, shown):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite="def test_uses_a_lane(vsnap_lane_run):\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "vsnap_qual",
+        "-p",
+        "xdist",
+        *xdist,
+        "--collect-only",
+        "-s",
+        f"--vsnap-image={REFERENCE_HEAD}",
+        "--vsnap-model=org/m",
+        "--vsnap-revision=" + "0" * 40,
+        "--vsnap-gpus=none",
+        f"--vsnap-report-dir={tmp_path / 'r'}",
+    )
+    assert f"VSNAP-WORKERS {shown}" in result.stdout.str(), result.stdout.str()[-2000:] + result.stderr.str()
