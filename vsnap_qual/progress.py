@@ -134,7 +134,7 @@ def register(config: pytest.Config) -> None:
 def pytest_counts(stats: Mapping[str, list[Any]]) -> dict[str, int]:
     """pytest's own outcome counts, worded and ordered as its summary line, from the terminal reporter's stats."""
     counts: dict[str, int] = {}
-    for category in ("failed", "passed", "skipped", "xfailed", "xpassed", "error", NOT_APPLICABLE):
+    for category in ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error", NOT_APPLICABLE):
         reports = [r for r in stats.get(category, []) if getattr(r, "count_towards_summary", True)]
         if reports:
             counts["errors" if category == "error" and len(reports) > 1 else category] = len(reports)

@@ -125,5 +125,6 @@ def test_pytest_counts_read_like_pytest() -> None:
     class R:
         count_towards_summary = True
 
-    stats = {"passed": [R()] * 3, "error": [R(), R()], progress.NOT_APPLICABLE: [R()], "": [R()]}
-    assert progress.pytest_counts(stats) == {"passed": 3, "errors": 2, "not applicable": 1}
+    stats = {"passed": [R()] * 3, "error": [R(), R()], progress.NOT_APPLICABLE: [R()], "": [R()], "deselected": [R()]}
+    assert progress.pytest_counts(stats) == {"passed": 3, "deselected": 1, "errors": 2, "not applicable": 1}
+    assert list(progress.pytest_counts(stats)) == ["passed", "deselected", "errors", "not applicable"]  # pytest's order
