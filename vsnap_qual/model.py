@@ -474,11 +474,20 @@ class HarnessError(TypedDict):
     message: str
 
 
+class CheckItem(TypedDict):
+    """One recorded judgement a check sums up: ``digests.v1.head.restore-1``; ``ok`` None when not judged."""
+
+    id: str
+    ok: bool | None
+
+
 class Check(TypedDict):
-    """One validation-table row: ``id`` is stable across runs (``canary.single-token``), ``name`` the sentence."""
+    """One validation-table row: ``id`` is stable across runs (``canary.single-token``), ``name`` the sentence;
+    ``items`` the recorded judgements behind it, by stable id."""
 
     id: str
     name: str
+    items: list[CheckItem]
     ok: bool | None
     result: str
     details: list[str]

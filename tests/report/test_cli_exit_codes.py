@@ -93,6 +93,7 @@ def test_compare_fail_on_check_sees_a_check_the_verdict_hides(runs: dict[str, Pa
     by_check = vsnap_qual("compare", runs["fail"], runs["fail-more"], "--fail-on=check")
     assert by_check.returncode == 1
     assert "check canary.single-token: pass → FAIL" in by_check.stderr
+    assert "check item canary.single-token.v1.head.restore-1: ok → not ok" in by_check.stderr
     assert "step v1/head/restore-1: passed → failed" in by_check.stderr
 
 

@@ -43,6 +43,15 @@ def test_check_ids_are_stable_when_only_the_figures_differ(make_run: MakeRun) ->
     assert all(c["name"] and c["name"] != c["id"] for c in first)
     by_id = {c["id"]: c for c in second}
     assert by_id["digests"]["status"] == "FAIL" and by_id["canary.single-token"]["status"] == "FAIL"
+    # the judgements behind each row have stable ids too, and only their ok follows the data
+    items = {c["id"]: [i["id"] for i in c["items"]] for c in first}
+    assert items == {c["id"]: [i["id"] for i in c["items"]] for c in second}
+    assert "digests.v1.head.restore-1" in items["digests"] and "lifecycle.v2.base.restart" in items["lifecycle"]
+    assert "faults.v1.base.wake-raise" in items["faults"] and "kv" in items and items["ready"] == []
+    second_items = {i["id"]: i["ok"] for c in second for i in c["items"]}
+    first_items = {i["id"]: i["ok"] for c in first for i in c["items"]}
+    assert first_items["digests.v1.head.restore-1"] is True and second_items["digests.v1.head.restore-1"] is False
+    assert first_items["digests.v2.head.restore-2"] is False and second_items["digests.v2.head.restore-2"] is True
 
 
 def test_rendering_again_keeps_the_recorded_ids(make_run: MakeRun, tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ class RunDiff:
     old_status: str = ""
     new_status: str = ""
     checks: list[Change] = field(default_factory=list)
+    check_items: list[Change] = field(default_factory=list)
     steps: list[Change] = field(default_factory=list)
     digests: list[Change] = field(default_factory=list)
     reference_digests: list[Change] = field(default_factory=list)
@@ -62,6 +63,7 @@ class RunDiff:
         return bool(
             self.old_verdict != self.new_verdict
             or self.checks
+            or self.check_items
             or self.steps
             or self.digests
             or self.reference_digests
@@ -92,6 +94,7 @@ def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshol
         old_status=_status(old),
         new_status=_status(new),
         checks=_checks(old, new),
+        check_items=_check_items(old, new),
         steps=_steps(old, new),
         digests=_digests(old, new),
         reference_digests=_reference_digests(old, new),
@@ -122,6 +125,28 @@ def _checks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     return changes
 
 
+_OK_TEXT = {True: "ok", False: "not ok", None: "not judged"}
+
+
+def _items(results: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for entry in _recorded_checks(results).values():
+        for item in entry.get("items") or []:
+            if isinstance(item, Mapping) and item.get("id"):
+                out[str(item["id"])] = _OK_TEXT.get(item.get("ok"), "not judged")
+    return out
+
+
+def _check_items(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """The recorded judgements behind the checks (``digests.v1.head.restore-1``) whose result changed."""
+    before, after = _items(old), _items(new)
+    return [
+        Change(key, before.get(key, "absent"), after.get(key, "absent"))
+        for key in dict.fromkeys([*before, *after])
+        if before.get(key, "absent") != after.get(key, "absent")
+    ]
+
+
 #: ``--fail-on`` levels, each including the ones before it.
 FAIL_ON = ("verdict", "check", "figure")
 FAIL_ON_DEFAULT = "verdict"
@@ -136,8 +161,9 @@ def regressions(diff: RunDiff, fail_on: str = FAIL_ON_DEFAULT) -> list[str]:
     in words; empty when there is none. Rendered from the recorded verdicts, checks and figures only.
 
     - ``verdict``: the new verdict is worse (PASS → PARTIAL, INCOMPLETE or FAIL; PARTIAL → FAIL …).
-    - ``check``: also a validation check (by id) that held (pass, info) and no longer does, or a step that
-      passed and now failed or did not run.
+    - ``check``: also a validation check (by id) that held (pass, info) and no longer does, a judgement behind
+      a check (``digests.v1.head.restore-1``) that was ok and no longer is, or a step that passed and now failed
+      or did not run.
     - ``figure``: also any change of a parameter digest's status, the ordinary digests, a canary or the KV
       capacity (timings never count).
     """
@@ -151,6 +177,7 @@ def regressions(diff: RunDiff, fail_on: str = FAIL_ON_DEFAULT) -> list[str]:
     if level >= 1:
         lost = [c for c in diff.checks if c.old in _HOLDING and c.new not in _HOLDING]
         found += [f"check {c.key}: {c.old} → {c.new}" for c in lost]
+        found += [f"check item {c.key}: {c.old} → {c.new}" for c in diff.check_items if c.old == "ok"]
         found += [f"step {c.key}: {c.old} → {c.new}" for c in diff.steps if c.old == "passed" and c.new != "passed"]
     if level >= 2:
         for attribute in ("digests", "reference_digests", "canary", "kv"):
@@ -306,6 +333,7 @@ def _timings(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float) -
 
 _SECTIONS = (
     ("checks", "Validation checks whose status changed"),
+    ("check_items", "Judgements behind the checks that changed"),
     ("steps", "Steps that flipped"),
     ("digests", "Parameter digests whose status changed"),
     ("reference_digests", "Ordinary (reference) digests that differ between the runs"),

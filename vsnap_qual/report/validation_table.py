@@ -38,6 +38,9 @@ class Check:
     pending: bool = False
     #: The stable id (``CHECK_IDS``): what tools and run diffs key on.
     id: str = ""
+    #: The recorded judgements the row sums up, each with a stable id (``digests.v1.head.restore-1``) and its
+    #: ``ok`` (None: not judged, e.g. a skipped step).
+    items: tuple[tuple[str, bool | None], ...] = ()
 
     @property
     def status(self) -> str:
@@ -91,7 +94,55 @@ def validation_checks(results: Mapping[str, Any], comparisons: Comparisons) -> l
         "ready": lambda: _readiness(comparisons),
         "cleanup": lambda: _cleanup(comparisons),
     }
-    return [replace(rows[check_id](), id=check_id, short=short) for check_id, short in CHECK_IDS.items()]
+    return [
+        replace(rows[check_id](), id=check_id, short=short, items=check_items(check_id, results))
+        for check_id, short in CHECK_IDS.items()
+    ]
+
+
+def _judged_audit(audit: Any) -> bool:
+    """A recorded cleanup audit that counts (fault steps record some they do not judge)."""
+    return isinstance(audit, dict) and bool(audit) and bool(audit.get("judged", True))
+
+
+def _item_id(*parts: str) -> str:
+    return ".".join(parts)
+
+
+def check_items(check_id: str, results: Mapping[str, Any]) -> tuple[tuple[str, bool | None], ...]:
+    """The recorded judgements behind one row, by stable id ``<check>.<runner>.<arm>.<step or subject>``, in
+    ``results.json``'s step order. Only what the steps recorded; nothing is judged here."""
+    items: list[tuple[str, bool | None]] = []
+    outcome = {"passed": True, "failed": False}
+    for (runner, arm, step), record in latest_steps(results).items():
+        res = _step_results(record)
+        where = (check_id, runner, arm)
+        if check_id == "lifecycle" and step in _LIFECYCLE:
+            items.append((_item_id(*where, step), outcome.get(str(record.get("outcome")))))
+        elif check_id == "faults" and procedure.is_fault_step(step):
+            items.append(
+                (_item_id(*where, step.removeprefix(procedure.FAULT_PREFIX)), outcome.get(str(record.get("outcome"))))
+            )
+        elif check_id == "overlay" and step == procedure.OVERLAY:
+            for entry in _as_list(res.get("files")):
+                if isinstance(entry, dict):
+                    items.append((_item_id(*where, str(entry.get("module"))), entry.get("ok")))
+        elif check_id == "digests" and isinstance(res.get("digest_compare"), dict):
+            items.append((_item_id(*where, step), res["digest_compare"].get("ok")))
+        elif check_id.startswith("canary.") and isinstance(res.get("canary_compare"), list):
+            multi = check_id == "canary.multi-token"
+            rows = [
+                c for c in res["canary_compare"] if isinstance(c, dict) and (int(c.get("tokens") or 1) > 1) == multi
+            ]
+            if rows:
+                items.append((_item_id(*where, step), all(bool(c.get("ok")) for c in rows)))
+        elif check_id == "kv" and step in procedure.RESTORES and isinstance(res.get("kv_judgement"), dict):
+            items.append((_item_id(*where, step), res["kv_judgement"].get("ok")))
+        elif check_id == "liveness" and step in procedure.RESTORES and isinstance(res.get("soak"), dict):
+            items.append((_item_id(*where, step), res["soak"].get("alive")))
+        elif check_id == "cleanup" and _judged_audit(res.get("cleanup")):
+            items.append((_item_id(*where, step), res["cleanup"].get("ok")))
+    return tuple(items)
 
 
 def _lifecycle(results: Mapping[str, Any]) -> Check:

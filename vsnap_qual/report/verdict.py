@@ -203,7 +203,9 @@ def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]
         "coverage": cov,
         "coverage_line": coverage_line(cov),
         "harness_errors": errors,
-        "checks": [{**asdict(c), "status": c.status} for c in checks],
+        "checks": [
+            {**asdict(c), "items": [{"id": i, "ok": ok} for i, ok in c.items], "status": c.status} for c in checks
+        ],
     }
 
 
@@ -215,5 +217,8 @@ def recorded_checks(results: Mapping[str, Any]) -> list[Check]:
         if isinstance(entry, Mapping):
             values = {k: v for k, v in entry.items() if k in fields}
             values["details"] = tuple(values.get("details") or ())
+            values["items"] = tuple(
+                (str(i.get("id")), i.get("ok")) for i in values.get("items") or () if isinstance(i, Mapping)
+            )
             out.append(Check(**values))
     return out
