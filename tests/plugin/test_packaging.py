@@ -1,5 +1,6 @@
 """The suites ship inside the wheel (``vsnap_qual.suites``, source: the top-level ``suites/``), so a ``pip install``
-user runs ``pytest --pyargs vsnap_qual.suites``: built with pip from this tree, installed into a fresh venv."""
+user runs ``pytest --pyargs vsnap_qual.suites``: built with pip from this tree, installed into a fresh venv, where
+an unrelated project's run is left alone."""
 
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ def test_the_wheel_holds_the_suites_and_no_checkout_profile(wheel: Path) -> None
     assert "<9" not in metadata.split("Requires-Dist: pytest", 1)[1].splitlines()[0]  # no ceiling
 
 
-def test_a_pip_user_collects_the_installed_suites_with_pyargs(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A fresh venv with the wheel installed: its python and its site-packages."""
+    venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
@@ -70,11 +73,43 @@ def test_a_pip_user_collects_the_installed_suites_with_pyargs(wheel: Path, tmp_p
     purelib = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
     # the dependencies (pytest, xdist, docker, ...) from this venv, which adds no vsnap_qual of its own to the path
     (purelib / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, purelib
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VSNAP_")) and k != "PYTHONPATH"}
+    return {**env, **extra}
+
+
+def test_a_fresh_install_leaves_an_unrelated_project_alone(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    python, purelib = installed
+    project = tmp_path / "unrelated"
+    project.mkdir()
+    (project / "test_it.py").write_text(
+        "import json, signal\n"
+        "def test_it(request):\n"
+        "    json.dump({'default': signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,\n"
+        "               'plugin': request.config.pluginmanager.get_plugin('vsnap_qual').__file__},\n"
+        "              open('observed.json', 'w'))\n"
+    )
+    done = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project, capture_output=True, text=True,
+        env=_clean_env(VSNAP_IMAGE="vllm/vllm-openai:nightly", VSNAP_REVISION="main"), timeout=300,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    observed = json.loads((project / "observed.json").read_text())
+    assert Path(observed["plugin"]).is_relative_to(purelib), observed  # the installed copy, by its entry point
+    assert observed["default"] and "vsnap" not in output.lower(), output[-3000:]
+
+
+def test_a_pip_user_collects_the_installed_suites_with_pyargs(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    python, purelib = installed
     user = tmp_path / "user"
     user.mkdir()
     (user / "conftest.py").write_text(USER_CONFTEST)
     dump = tmp_path / "collected.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VSNAP_")) and k != "PYTHONPATH"}
+    env = _clean_env()
     done = subprocess.run(
         [str(python), "-m", "pytest", "--pyargs", "vsnap_qual.suites", "--co", "-q", "-p", "no:cacheprovider",
          "--vsnap-runtime=host", "--vsnap-model=org/m", f"--vsnap-revision={'0' * 40}", "--vsnap-runners=v1",
