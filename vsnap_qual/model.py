@@ -13,9 +13,15 @@ a field not in the model is a schema violation.
 """
 
 import json
+import sys
 import types
 import typing
-from typing import Any, Literal, NotRequired, TypedDict, Union
+from typing import Any, Literal, Union
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, Required, TypedDict, get_type_hints
+else:  # Python 3.10: typing has no NotRequired; typing_extensions' TypedDict understands it
+    from typing_extensions import NotRequired, Required, TypedDict, get_type_hints
 
 #: The one schema version: of ``results.json`` and of the evidence records it is assembled from.
 SCHEMA = "vsnap-qual/results@1"
@@ -587,13 +593,13 @@ def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"type": "array", "items": _schema_of(args[0], defs)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _schema_of(args[1], defs)}
-    if origin in (NotRequired, typing.Required):
+    if origin in (NotRequired, Required):
         return _schema_of(args[0], defs)
     if _is_typeddict(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # placeholder: recursive references resolve to the same definition
-            hints = typing.get_type_hints(tp, include_extras=False)
+            hints = get_type_hints(tp, include_extras=False)
             properties = {key: _schema_of(value, defs) for key, value in hints.items()}
             schema: dict[str, Any] = {
                 "type": "object",
