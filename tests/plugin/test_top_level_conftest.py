@@ -1,8 +1,10 @@
-"""The top-level conftest.py's one job: the checkout's own test runs test this checkout's vsnap_qual."""
+"""The top-level conftest.py's jobs: the checkout's own test runs test this checkout's vsnap_qual, and a SIGTERM
+there still runs the finalizers that remove what the tests started."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +42,15 @@ def test_a_vsnap_qual_imported_from_elsewhere_stops_the_run_with_the_fix(tmp_pat
 def test_this_checkout_collects(tmp_path: Path) -> None:
     done = _collect(None, tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+
+
+def test_sigterm_is_an_interrupt_in_the_checkouts_own_runs() -> None:
+    """This very session is one (rootdir: the checkout): its finalizers must run on SIGTERM."""
+    handler = signal.getsignal(signal.SIGTERM)
+    assert callable(handler) and getattr(handler, "__module__", "") == "conftest", handler
+    try:
+        handler(signal.SIGTERM, None)
+    except KeyboardInterrupt as exc:
+        assert "signal 15" in str(exc)
+    else:
+        raise AssertionError("the SIGTERM handler did not interrupt")
