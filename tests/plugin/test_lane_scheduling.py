@@ -91,3 +91,18 @@ def test_each_runner_lanes_run_on_one_worker(tmp_path: Path, dist: list[str]) ->
     cases = ET.parse(junit).getroot().iter("testcase")
     names = [f"{c.get('classname')}::{c.get('name')}" for c in cases]
     assert len(names) == 24 and not [n for n in names if "@" in n], names
+
+
+def test_dist_each_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    """``--dist each`` would run every lane's steps on every worker at once (two engines on one artifact)."""
+    (tmp_path / "test_lanes.py").write_text(SUITE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VSNAP_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "vsnap_qual", "-n", "2", "--dist", "each",
+         "--vsnap-runtime=host", "--vsnap-model=org/m", f"--vsnap-revision={'0' * 40}",
+         f"--vsnap-report-dir={tmp_path / 'report'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "--dist each" in done.stderr and "drop --dist" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "report").exists()
