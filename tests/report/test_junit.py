@@ -37,6 +37,16 @@ SUITE = """
 import pytest
 
 
+@pytest.mark.step("v1/head/create")
+def test_create():
+    pass
+
+
+@pytest.mark.step("v1/head/ordinary")
+def test_ordinary():
+    pass
+
+
 @pytest.mark.step("v1/head/restore-1")
 def test_restore_1():
     pass
@@ -90,14 +100,18 @@ def test_local_and_ci_runs_name_every_test_the_same(project: tuple[Path, Path]) 
     suites, report_dir = project
     local = _pytest(suites, report_dir)  # from the suites directory (its own rootdir)
     ci = _pytest(suites.parent, report_dir, "--rootdir=.", "suites/", "-p", "xdist", "-n", "2")  # as CI runs it
+    # the same names, in one order whichever worker finished first: by lane, then the procedure's (ordinary
+    # before create, although the file has them the other way round)
     assert (
-        set(_cases(local))
-        == set(_cases(ci))
-        == {
-            ("vsnap-qual.v1.head", "restore-1"),
-            ("vsnap-qual.v1.base", "fault:wake-raise"),
+        list(_cases(local))
+        == list(_cases(ci))
+        == [
             ("vsnap-qual.test_suite.TestOther", "test_plain"),
-        }
+            ("vsnap-qual.v1.base", "fault:wake-raise"),
+            ("vsnap-qual.v1.head", "ordinary"),
+            ("vsnap-qual.v1.head", "create"),
+            ("vsnap-qual.v1.head", "restore-1"),
+        ]
     )
     assert _cases(ci)[("vsnap-qual.v1.base", "fault:wake-raise")].find("failure") is not None
     for root in (local, ci):

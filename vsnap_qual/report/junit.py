@@ -5,7 +5,8 @@ and ``<properties>`` carry the run (run id, verdict, image, image ID and digest,
 pytest's own ``--junitxml`` writer does the work; :class:`JunitNames` (a plugin object the vsnap plugin
 registers when it is active) only names things: it tags each suite item with its step label
 (``user_properties``: ``vsnap_step``), sets the classname and name before the writer records a test, and, once
-the run's reports are written, adds the run's properties to the file pytest wrote. It renders
+the run's reports are written, adds the run's properties to the file pytest wrote and lists its test cases
+in a fixed order (lane, then the procedure table's order; not xdist's completion order). It renders
 ``results.json``; it never judges.
 """
 
@@ -90,6 +91,7 @@ def add_run_properties(junit_path: Path, results: Mapping[str, Any], *, suite_na
     for suite in suites:
         if suite_name:
             suite.set("name", suite_name)
+        _order_cases(suite)
         properties = suite.find("properties")
         if properties is None:
             properties = ET.Element("properties")
@@ -101,6 +103,27 @@ def add_run_properties(junit_path: Path, results: Mapping[str, Any], *, suite_na
     temporary = junit_path.with_name(f".{junit_path.name}.tmp")
     tree.write(temporary, encoding="utf-8", xml_declaration=True)
     os.replace(temporary, junit_path)
+
+
+def _case_key(case: ET.Element) -> tuple[str, int, str]:
+    """Suite tests in the procedure table's order within their lane (``vsnap-qual.v1.head``), lanes and other
+    tests by name: the order no longer depends on which xdist worker finished first."""
+    from vsnap_qual import procedure
+
+    order = {name: i for i, name in enumerate(procedure.STEPS)}
+    name = case.get("name") or ""
+    return case.get("classname") or "", order.get(name, len(order)), name
+
+
+def _order_cases(suite: ET.Element) -> None:
+    cases = [child for child in suite if child.tag == "testcase"]
+    if not cases:
+        return
+    first = list(suite).index(cases[0])
+    for case in cases:
+        suite.remove(case)
+    for offset, case in enumerate(sorted(cases, key=_case_key)):
+        suite.insert(first + offset, case)
 
 
 class JunitNames:
