@@ -43,6 +43,10 @@ def test_summary_names_images_engine_configuration_and_each_fault(make_run: Make
     wake = next(line for line in faults if "(`wake-raise`)" in line)
     assert wake.startswith("- injected recovery failure after memory wake (`wake-raise`) — v1/head, v2/head: ")
     assert 'exit 1 before HTTP, error.json phase "recovery: restore memory", cleanup verified' in wake
+    drift = next(line for line in faults if "(`identity-drift`)" in line)
+    assert "v1/head, v1/base, v2/head, v2/base: exit 1 before HTTP, artifact unchanged, cleanup verified" in drift
+    truncated = next(line for line in faults if "(`image-truncated`)" in line)
+    assert "artifact" not in truncated.split("—")[1].replace("the artifact restores", "")  # not its expectation
     sigterm = next(line for line in faults if "(`cancel-sigterm`)" in line)
     assert "v1/base, v2/base: exit 1 before HTTP, cleanup recorded, not judged" in sigterm
     assert "**FAIL**" not in text

@@ -195,8 +195,9 @@ def fault_result_text(row: Mapping[str, Any]) -> str:
         parts.append(
             "the fault did not fire" + (" (no such hook on this arm)" if row.get("expected_fires") is False else "")
         )
-    if row.get("artifact_unchanged") is False:
-        parts.append("artifact changed")
+    if row.get("expected_artifact_unchanged") is True and row.get("artifact_unchanged") is not None:
+        # said only where the fault's expectation is about it (a check before any mutation)
+        parts.append("artifact unchanged" if row["artifact_unchanged"] else "artifact changed")
     if row.get("cleanup_judged") is False:
         parts.append("cleanup recorded, not judged")
     elif row.get("cleanup_ok") is True:
