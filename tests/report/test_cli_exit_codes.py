@@ -106,3 +106,15 @@ def test_compare_fail_on_figure_sees_a_changed_figure(runs: dict[str, Path]) -> 
 def test_compare_refuses_an_unknown_level(runs: dict[str, Path]) -> None:
     refused = vsnap_qual("compare", runs["pass"], runs["fail"], "--fail-on=sometimes")
     assert refused.returncode == 2 and "--fail-on" in refused.stderr
+
+
+def test_a_results_json_from_before_check_ids_compares_by_id(runs: dict[str, Path], tmp_path: Path) -> None:
+    import json
+
+    old = json.loads((runs["pass"] / "results.json").read_text())
+    for check in old["verdict"]["checks"]:  # as written before checks had ids and items
+        del check["id"], check["items"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    same = vsnap_qual("compare", tmp_path / "old.json", runs["pass"], "--fail-on=check")
+    assert same.returncode == 0, same.stderr
+    assert "Validation checks whose status changed" not in same.stdout

@@ -105,11 +105,15 @@ def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshol
 
 
 def _recorded_checks(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The verdict's recorded checks by stable id (a results.json from before ids keys by its sentence)."""
+    """The verdict's recorded checks by stable id (a results.json from before ids: by its one-word ``short``
+    name, which maps to the id one to one, else by its sentence)."""
+    from vsnap_qual.report.validation_table import CHECK_IDS
+
+    by_short = {short: check_id for check_id, short in CHECK_IDS.items()}
     out: dict[str, Mapping[str, Any]] = {}
     for entry in (results.get("verdict") or {}).get("checks") or []:
         if isinstance(entry, Mapping):
-            out[str(entry.get("id") or entry.get("name"))] = entry
+            out[str(entry.get("id") or by_short.get(str(entry.get("short"))) or entry.get("name"))] = entry
     return out
 
 
