@@ -187,11 +187,16 @@ def reset_artifact(run: LaneRun) -> None:
 
 
 # ---- arming and observing ----------------------------------------------------------------------------------
+def clear_fired(run: LaneRun) -> None:
+    assert run.control_host is not None
+    for old in (run.control_host / "faults").glob("fired-*.json"):
+        old.unlink()
+
+
 def arm(run: LaneRun, point: str, stall_s: float | None = None) -> None:
     assert run.control_host is not None
     faults = run.control_host / "faults"
-    for old in faults.glob("fired-*.json"):
-        old.unlink()
+    clear_fired(run)
     tmp = faults / "armed.json.tmp"
     tmp.write_text(json.dumps({"point": point, "stall_s": stall_s}))
     tmp.replace(faults / "armed.json")
@@ -428,6 +433,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     before_fault = wait_ids_free(run, captured, run.config.timeouts["stop"])
+    clear_fired(run)  # a fired record is evidence of this fault only, whatever kind it is
     reset_artifact(run)
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
@@ -664,10 +670,11 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
     problems = []
     if expect.fires and not obs.fired:
         # Nothing else is claimed about a fault that did not take effect: the engine was not tested by it.
-        return [
-            f"ineffective injection: fault {fault.id} never fired (the hook or condition did not "
-            f"take effect: {_injection_evidence(results)}), so nothing was tested"
-        ]
+        why = f"the hook or condition did not take effect: {_injection_evidence(results)}"
+        fatal = first_fatal_line(obs) if obs.exit_code else None
+        if fatal and fault.kind in ("hook", "signal", "create"):  # the command died before the hook point
+            why = f"exit {obs.exit_code} before the hook point was reached: {fatal}"
+        return [f"ineffective injection: fault {fault.id} never fired ({why}), so nothing was tested"]
     if not expect.fires and obs.fired:
         problems.append(f"fault {fault.id} fired, but this behaviour has no such hook")
     code = obs.exit_code
@@ -712,8 +719,35 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
                 f"tree was killed ({'; '.join(still)})"
             )
         else:
-            problems.append(f"the artifact no longer restores after the failure: {follow}")
+            problems.append(f"the artifact no longer restores after the failure: {followup_words(follow)}")
     return problems
+
+
+def followup_words(follow: dict[str, Any]) -> str:
+    """The follow-up restore's outcome in words: its exit, the canary, and the engine's or CRIU's own reason."""
+    words = [f"follow-up restore exit {follow.get('exit_code')}"]
+    if follow.get("exit_code") == 0:
+        words.append("canary " + ("as the oracle" if follow.get("canary_ok") else "differs from the oracle"))
+        if follow.get("error"):
+            words.append(str(follow["error"]))
+    reason = (follow.get("criu_reason") or [])[:1] or [
+        ln for ln in str(follow.get("stderr_tail") or "").splitlines() if EXCEPTION_LINE.match(ln)
+    ][-1:]
+    if reason:
+        words.append(str(reason[0]).strip())
+    return "; ".join(words)
+
+
+_FATAL = ("FATAL", "Fatal Python error", "Segmentation fault", "Killed")
+
+
+def first_fatal_line(obs: Observation) -> str | None:
+    """The first line of the command's output that says why it died before anything was injected (a library's
+    fatal error, else the last exception line)."""
+    for line in obs.stderr_tail.splitlines():
+        if any(mark in line for mark in _FATAL):
+            return line.strip()
+    return obs.error_lines[-1].strip() if obs.error_lines else None
 
 
 def observation_dict(obs: Observation) -> dict[str, Any]:

@@ -118,3 +118,48 @@ def test_a_conftest_can_add_a_fault_point_with_its_own_injector(monkeypatch):
     assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)])
     assert faults.EXPECTATIONS["base"]["lock-held"] == faults.EXPECTATIONS["head"]["lock-held"]
     assert faults._fired(fault, Observation(), {"lock": "held"}) and not faults._fired(fault, Observation(), {})
+
+
+def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing_fired():
+    """Seen on the H200: the faulted create's engine core died at start, so the hook never ran; the finding quotes
+    the library's own fatal line (the hook is not blamed, the engine is not judged)."""
+    fault = FAULTS_BY_ID["create-partial-sleep"]
+    mkl = "Intel oneMKL FATAL ERROR: Cannot load /opt/torch/lib/libtorch_cpu.so."
+    obs = Observation(
+        exit_code=1,
+        fired=False,
+        stderr_tail=f"(APIServer pid=1) INFO non-default args\n{mkl}\nTraceback (most recent call last):\n",
+        error_lines=["RuntimeError: Engine core initialization failed."],
+    )
+    problems = faults.judge(fault, EXPECTATIONS["base"][fault.id], obs, _results(injected={"target_removed": True}))
+    assert problems == [
+        f"ineffective injection: fault create-partial-sleep never fired (exit 1 before the hook point was reached: "
+        f"{mkl}), so nothing was tested"
+    ]
+    obs.stderr_tail = "Traceback (most recent call last):\n"  # no fatal line: the last exception line
+    (problem,) = faults.judge(fault, EXPECTATIONS["base"][fault.id], obs, _results())
+    assert "before the hook point was reached: RuntimeError: Engine core initialization failed." in problem
+
+
+def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason():
+    fault = FAULTS_BY_ID["wake-raise"]
+    obs = Observation(
+        exit_code=1, error_json={"phase": "recovery: restore memory"}, phase="recovery: restore memory", fired=True
+    )
+    follow = {
+        "exit_code": 1,
+        "canary_ok": False,
+        "stderr_tail": "Traceback\nvllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5",
+        "criu_reason": ["(00.1) Error (criu/cr-restore.c:1) Can't fork for 5: File exists", "Restoring FAILED."],
+    }
+    (problem,) = faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results(followup_restore=follow))
+    assert problem == (
+        "the artifact no longer restores after the failure: follow-up restore exit 1; "
+        "(00.1) Error (criu/cr-restore.c:1) Can't fork for 5: File exists"
+    )
+    del follow["criu_reason"]
+    (problem,) = faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results(followup_restore=follow))
+    assert problem.endswith("exit 1; vllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5")
+    wrong = {"exit_code": 0, "canary_ok": False}
+    (problem,) = faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results(followup_restore=wrong))
+    assert problem.endswith("follow-up restore exit 0; canary differs from the oracle") and "{" not in problem
