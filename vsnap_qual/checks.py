@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vsnap_qual import overlay
 from vsnap_qual.engine import CanaryOutput
 
 BOUNDARY = "post-engine-init-reloadable-state-released"
@@ -325,13 +326,10 @@ def overlay_file_ok(
 
 
 def overlay_findings(files: Sequence[Mapping[str, Any]]) -> list[Finding]:
-    bad = [f for f in files if not f.get("ok")]
-    detail = "overlay not in effect: " + "; ".join(
-        f"{f.get('relative')}: fresh import {f.get('fresh_import')}, engine processes "
-        f"{[(i.get('role'), (i.get('sha256') or '')[:12] or None) for i in f.get('imported') or []]}"
-        for f in bad
-    )
-    return [Finding("overlay", not bad, detail)]
+    """The overlay is in effect, in plain words (``overlay.findings_line``): a file the engine imported from
+    elsewhere fails; one no engine process imported passes as "overlaid, not imported by the engine"."""
+    ok, line = overlay.findings_line([dict(f) for f in files])
+    return [Finding("overlay", ok, line)]
 
 
 def arms_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: Mapping[str, Any]) -> list[Finding]:
@@ -465,6 +463,13 @@ def inspect_stable_findings(changes: Mapping[str, Mapping[str, Any]], after_step
 
 # ---- host collisions (not the engine's defect) --------------------------------------------------------------
 _COLLISION = ("Unable to create a thread: -17", "File exists", "-17 (File exists)")
+
+
+def criu_reason(stdout: str) -> list[str]:
+    """CRIU's own reason for a failed dump or restore: its ``Error (criu/…)`` lines and its verdict line
+    (``Restoring FAILED.``), which vLLM logs on stdout under ``CRIU restore.log (tail):`` (its stderr has only
+    the exit status of the criu command). The last three, oldest first; empty when there are none."""
+    return [ln.strip() for ln in stdout.splitlines() if "Error (criu/" in ln or "FAILED" in ln][-3:]
 
 
 def captured_id_collision(stdout: str, stderr: str) -> str | None:

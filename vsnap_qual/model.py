@@ -144,6 +144,9 @@ class CleanupAudit(TypedDict, total=False):
     error: str
     #: Fault steps: whether this audit is judged for the behaviour (recorded either way).
     judged: bool
+    #: Fault steps: the audit's leftovers (as ``PID cmdline``), and the PIDs the harness then killed itself
+    leftover_processes: list[str]
+    killed_by_harness: list[int]
 
 
 class InspectCheck(TypedDict):
@@ -207,7 +210,18 @@ class FaultObservation(TypedDict, total=False):
     seconds: float
 
 
+class CapturedIdWait(TypedDict, total=False):
+    """Waiting until no captured PID/TID names a task (a zombie, a thread of another process, one tearing down
+    its GPU context): each held one as ``PID name state tgid ppid``."""
+
+    held_at_first: list[str]
+    waited_s: float
+    still_held: list[str]
+
+
 class FollowupRestore(TypedDict, total=False):
+    captured_ids_wait: CapturedIdWait
+    held_at_retry: list[str]
     exit_code: int | None
     seconds: float
     canary: Canary
@@ -280,6 +294,10 @@ class StepResults(TypedDict, total=False):
     injected: dict[str, Any]
     followup_restore: FollowupRestore
     watch_polls: int
+    #: fault steps: the waits for the captured PIDs to be free, before the fault and after its cleanup
+    captured_id_waits: dict[str, CapturedIdWait]
+    #: restore-N: CRIU's own reason when the restore failed (vLLM logs it on stdout)
+    criu_reason: list[str]
     # every step that stops engine processes
     cleanup: CleanupAudit
     #: restore-2: the stop after a failed restore failed too (the restore's failure stays the step's)

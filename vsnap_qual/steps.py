@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks
+from vsnap_qual import checks, overlay
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.options import VLLM_CANARY_PROMPT
@@ -320,8 +320,13 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     if result.exit_code != 0:
         error_json = run.artifact_file("error.json")
         rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None
+        reason = checks.criu_reason(result.stdout)
+        if reason:
+            rec["results"]["criu_reason"] = reason
+        said = f"; CRIU: {reason[0]}" if reason else ""
         raise StepFailed(
-            f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}\n{result.tail()}"
+            f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}{said}\n"
+            f"{result.tail()}"
         )
     handle = run.restored_server(restored.port)
     check(handle is not None, "restore exited 0 but restored.pid is missing")
@@ -548,7 +553,9 @@ def overlay_verification(run: LaneTools, rec: dict[str, Any]) -> None:
             if item["imported"]
             else "a fresh interpreter only (no engine process imported it: code of the vllm CLI process)"
         )
+        item["finding"], item["finding_detail"] = overlay.file_finding(item)
     rec["results"]["files"] = files
+    rec["results"]["summary"] = overlay.findings_line(files)[1]
     rec["results"]["probe_loaded_pids"] = run.probe_loaded_pids()
     require_findings(checks.overlay_findings(files))
 

@@ -111,6 +111,14 @@ def test_restart_and_overlay_findings() -> None:
     assert not checks.overlay_file_ok("h", [], 0, "other")
     assert not checks.overlay_file_ok("h", [*imported, {"role": "api_server", "sha256": "old"}], 0, "h")
     assert not checks.overlay_file_ok("h", imported, 1, None)
+    fresh = {"exit_code": 0, "path": "/o/vllm/x.py", "sha256": "h"}
+    unused = {"relative": "vllm/snapshot/unused_mod.py", "host_sha256": "h", "imported": [], "fresh_import": fresh}
+    (finding,) = checks.overlay_findings([unused])
+    assert finding.ok and "overlaid, not imported by the engine" in finding.detail and "{" not in finding.detail
+    elsewhere = {**unused, "imported": [{"pid": 41, "role": "engine_core", "path": "/opt/x.py", "sha256": "old"}]}
+    (finding,) = checks.overlay_findings([elsewhere])
+    assert not finding.ok and finding.detail.startswith("overlay not in effect: vllm/snapshot/unused_mod.py")
+    assert "{" not in finding.detail and "/opt/x.py" in finding.detail
 
 
 class FakeLane:
@@ -455,3 +463,18 @@ def test_a_captured_id_taken_by_another_host_process_is_told_apart_from_an_engin
     truncated = "INFO CRIU restore.log (tail):\nRead 10 bytes while 20 expected from core-1.img\nRestoring FAILED.\n"
     assert checks.captured_id_collision(truncated, "") is None
     assert checks.captured_id_collision("Unable to create a thread: -17", "") is None  # not CRIU's log tail
+
+
+def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
+    """vLLM logs CRIU's reason on stdout (``CRIU restore.log (tail):``); its stderr has only the exit status."""
+    lane = _restored_lane()
+    stdout = (
+        "CRIU restore.log (tail):\n(00.01) 1: Error (criu/files-reg.c:2130): Can't open file dev/shm/psm_2196: "
+        "No such file or directory\n(00.02) Error (criu/cr-restore.c:2447): Restoring FAILED.\n"
+    )
+    failed = ExecResult(["vllm"], 1, stdout, "subprocess.CalledProcessError: returned non-zero exit status 1.", 0, 1)
+    lane.snapshot_restore = lambda record, n: steps.RestoreRun(failed, 8001, 1.0)  # type: ignore[method-assign]
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"exited 1; error.json=None; CRIU: .*Can't open file dev/shm/psm_2196"):
+        steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+    assert rec["results"]["criu_reason"][-1].endswith("Restoring FAILED.")
