@@ -35,6 +35,7 @@ def run_suite(report: Path, *args: str) -> tuple[float, int]:
         "-m",
         "pytest",
         "suites/",
+        "@suites/profiles/reference.args",
         "-q",
         "-p",
         "no:cacheprovider",
@@ -66,7 +67,7 @@ def machine() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--image", default="", help="image under test (default: suites/pytest.ini)")
+    parser.add_argument("--image", default="", help="image under test (default: the reference profile)")
     args = parser.parse_args()
     extra = [f"--vsnap-image={args.image}"] if args.image else []
     with tempfile.TemporaryDirectory() as tmp:
