@@ -58,3 +58,19 @@ def processes_in_mount_namespace(namespace: str, proc: Path = PROC) -> list[Proc
         if info is not None and info.mount_namespace == namespace and info.state != "Z":
             found.append(info)
     return found
+
+
+def innermost_ids(pid: int, proc: Path = PROC) -> tuple[int, int] | None:
+    """(pid, sid) of the host process ``pid`` as its innermost PID namespace sees them (``NSpid:`` / ``NSsid:``
+    of ``/proc/<pid>/status``, last field); the host's own values when it shares the host's PID namespace. None
+    when the process is gone; ``ValueError`` when the kernel gives no ``NSpid`` line (before Linux 4.1)."""
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    if "NSpid" not in fields:
+        raise ValueError(f"/proc/{pid}/status has no NSpid line: cannot map host PIDs to the container's")
+    ns_pid = int(fields["NSpid"].split()[-1])
+    ns_sid = int(fields["NSsid"].split()[-1]) if "NSsid" in fields else ns_pid
+    return ns_pid, ns_sid

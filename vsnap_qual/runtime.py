@@ -26,7 +26,7 @@ import docker.types
 from docker.client import DockerClient
 from docker.models.containers import Container, _create_container_args
 
-from vsnap_qual import privileges
+from vsnap_qual import privileges, procfs
 
 LABEL_SESSION = "ai.vsnap.session"
 LABEL_LANE = "ai.vsnap.lane"
@@ -377,6 +377,26 @@ class ShellBox:
         return "" if data is None else data.decode("utf-8", "replace")
 
 
+def container_pids(procs: list[dict[str, Any]], proc: Path = procfs.PROC) -> list[dict[str, Any]]:
+    """``docker top``'s rows (host PIDs) as the container's own PID namespace numbers them: pid and sid from
+    each process's ``NSpid``/``NSsid``; ppid through the same map (0 for a parent outside the container, as the
+    container's PID 1 sees it). A process gone meanwhile is left out; no ``NSpid`` fails closed."""
+    mapped: dict[int, tuple[int, int]] = {}
+    for item in procs:
+        try:
+            ids = procfs.innermost_ids(item["pid"], proc)
+        except ValueError as exc:
+            raise RuntimeFailure(str(exc)) from None
+        if ids is not None:
+            mapped[item["pid"]] = ids
+    return [
+        {**item, "pid": mapped[item["pid"]][0], "sid": mapped[item["pid"]][1],
+         "ppid": mapped[item["ppid"]][0] if item["ppid"] in mapped else 0}
+        for item in procs
+        if item["pid"] in mapped
+    ]  # fmt: skip
+
+
 class EngineContainer(ShellBox):
     """A long-lived ``sleep infinity`` container in which every engine command is executed."""
 
@@ -532,7 +552,14 @@ class EngineContainer(ShellBox):
                 )
             except (KeyError, ValueError):
                 continue
-        return procs
+        return container_pids(procs) if self.spec_own_pid_namespace else procs
+
+    @property
+    def spec_own_pid_namespace(self) -> bool:
+        """Whether the container has a PID namespace of its own (``docker top`` then lists host PIDs, while
+        everything else in the box, ``spawn`` and ``/proc`` inside, speaks the container's)."""
+        mode = (self.container.attrs.get("HostConfig") or {}).get("PidMode") or ""
+        return mode != "host"
 
     def listening_ports(self) -> set[int]:
         """TCP ports in LISTEN state as seen inside the container's network namespace."""

@@ -57,3 +57,25 @@ def test_host_namespaces_grants_no_extra_capability(docker_client):
     seen = _granted(docker_client, "host-namespaces")
     assert not int(seen["CapEff"], 16) >> privileges.CAPABILITIES.index("SYS_ADMIN") & 1
     assert seen["Seccomp"] != "0" and "ns_last_pid" not in seen
+
+
+@pytest.mark.parametrize("mode", ["all-caps", "all-caps-own-pid"])
+def test_the_process_listing_speaks_the_box_s_pid_numbers(docker_client, mode):
+    """``spawn`` returns the PID as the box sees it; ``processes()`` (``docker top``: host PIDs) must list the same
+    number, or session membership and cleanup audits find nothing under the container's own PID namespace."""
+    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    spec = ContainerSpec(
+        image_id=image.id,
+        name=f"vsnap-test-pids-{uuid.uuid4().hex[:8]}",
+        labels={runtime.LABEL_SESSION: "test-privileges", runtime.LABEL_OWNER: runtime.owner_label()},
+        environment={},
+        privileges=mode,
+    )
+    box = EngineContainer.start(docker_client, spec)
+    try:
+        pid = box.spawn(["sleep", "300"], "/tmp/sleeper.log")
+        listed = {p["pid"]: p for p in box.processes()}
+        assert pid in listed and "sleep 300" in listed[pid]["args"], (pid, listed)
+        assert listed[pid]["sid"] == pid, "spawn starts its own session: the listing's sid is the box's too"
+    finally:
+        box.remove()
