@@ -3,17 +3,21 @@
 Hooks inside the engine are armed through ``$VSNAP_CONTROL_DIR/faults/armed.json`` (read by the probe plugin
 when the hooked worker method runs; the environment is frozen into the snapshot at create, so it cannot carry
 a trigger). The other faults act on what the contract checks: the environment, a captured PID, the port, the
-artifact's files. Every fault records whether it fired; a fault that did not fire fails as an ineffective
-injection. The suite records observations; :data:`EXPECTATIONS` decides pass or fail.
+artifact's files. Each kind of fault has one :class:`Injector` (:data:`INJECTORS`, built-in or registered from a
+conftest) and every fault runs through the one sequence of :func:`run_fault`; the injector decides from the
+harness's own evidence whether it fired, and a fault that did not fire fails as an ineffective injection. The
+suite records observations; :data:`EXPECTATIONS` and the pure :func:`judge` decide pass or fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,11 +96,27 @@ EXPECTATIONS: dict[str, dict[str, Expect]] = {"head": HEAD, "base": {**HEAD, **B
 
 
 class Injector:
-    """How a fault point added through :func:`register` is injected and how it is known to have fired.
+    """How the faults of one kind (``Fault.kind``) are injected, acted on and known to have fired: one class per
+    kind, built-in or added through :func:`register`, all run by the one sequence of :func:`run_fault`.
 
-    ``inject`` runs before the faulted ``vllm snapshot restore`` (it may add variables to ``env`` and must record
-    what it did in ``injected``); ``fired`` decides from the harness's own evidence (``injected``, and what the
-    restore did in ``obs``) whether the injection held at the moment of the action; ``release`` undoes it."""
+    The three documented hooks (``docs/adding-a-fault.md``): ``inject`` runs before the faulted
+    ``vllm snapshot restore`` (it may add variables to ``env`` and must record what it did in ``injected``);
+    ``fired`` decides from the harness's own evidence (``injected``, and what the restore did in ``obs``) whether
+    the injection held at the moment of the action; ``release`` undoes it (also when the action raised).
+
+    The rest of the sequence has defaults a kind may override: ``begin``/``end`` (the whole :class:`Attempt`,
+    defaults: ``inject``/``release``), ``act`` (default: the faulted restore, watched for HTTP),
+    ``at_restore_start`` and ``restoring`` (verify the injection in place as the restore starts, act around the
+    command), ``restore`` (the command) and ``problems`` (what else the judge says about this kind)."""
+
+    #: the restore's port is watched for HTTP and audited after the failure (not where the injection holds it)
+    watches_port: bool = True
+    #: the artifact digest before and after the action is compared (not where the action is a create)
+    judges_artifact: bool = True
+    #: the harness's own corruption of the artifact is undone before the follow-up restore
+    undo_before_followup: bool = False
+    #: fires through a probe hook point: a command that died before reaching it says why (the judge quotes it)
+    through_hook: bool = False
 
     def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
         raise NotImplementedError
@@ -107,15 +127,63 @@ class Injector:
     def release(self, run: LaneRun, injected: dict[str, Any]) -> None:
         """Undo the injection (default: nothing to undo)."""
 
+    # ---- the rest of the sequence (defaults) --------------------------------------------------------------
+    def begin(self, at: Attempt) -> None:
+        """Inject (default: :meth:`inject`); runs after the artifact is reset, before its digest is taken."""
+        self.inject(at.run, at.injected, at.env)
 
+    def end(self, at: Attempt) -> None:
+        """Undo (default: :meth:`release`); always runs, before vLLM's own cleanup is audited."""
+        self.release(at.run, at.injected)
+
+    def act(self, at: Attempt) -> ExecResult:
+        """The faulted action: ``vllm snapshot restore``, with a host connect poll and an in-container listener
+        scan watching its port (whether HTTP was bound during the failed restore)."""
+        self.at_restore_start(at)
+        with engine.ListenerWatch(at.port) as watch, ListenerScan(at.run, at.port) as scan:
+            at.ignore.add(scan.pid or 0)
+            with self.restoring(at):
+                result = self.restore(at)
+            time.sleep(0.1)
+            if self.watches_port:
+                seen = (("host connect poll", watch.bound), ("container listener scan", scan.bound))
+                at.obs.http_bound_by = [name for name, bound in seen if bound]
+                at.obs.http_bound = bool(at.obs.http_bound_by)
+            at.rec["results"]["watch_polls"] = watch.polls
+        return result
+
+    def at_restore_start(self, at: Attempt) -> None:
+        """Verify the injection in place as the restore starts (before the watchers start: a listener that
+        never accepts, as the port kind's, stops answering once their connect polls fill its backlog)."""
+
+    @contextlib.contextmanager
+    def restoring(self, at: Attempt) -> Iterator[None]:
+        """Around the restore command: code before ``yield`` runs just before it, after ``yield`` once it ended."""
+        yield
+
+    def restore(self, at: Attempt) -> ExecResult:
+        return at.run.restore(at.rec, at.port, name="restore-faulted", env=at.env)
+
+    def problems(self, obs: Observation, results: dict[str, Any]) -> list[str]:
+        """What else is wrong with this kind's outcome (judged after the stderr message, before cleanup)."""
+        return []
+
+
+#: One injector per fault kind: the built-in kinds (below) and those added by :func:`register`.
 INJECTORS: dict[str, Injector] = {}
 
 
 def register(fault: Fault, head: Expect, base: Expect | None = None, injector: Injector | None = None) -> None:
     """Add a fault point from a conftest (``docs/adding-a-fault.md``): its catalogue entry, its head expectation
     (the base arm's is the same unless ``base`` is given) and, for a new kind, its injector."""
-    if fault.kind not in BUILTIN_KINDS and injector is None:
+    known = INJECTORS.get(fault.kind)
+    if known is None and injector is None:
         raise ValueError(f"fault {fault.id!r} of a new kind {fault.kind!r} needs an injector")
+    if known is not None and injector is not None and injector is not known:
+        raise ValueError(
+            f"fault {fault.id!r}: kind {fault.kind!r} already has an injector ({type(known).__name__}); "
+            "give a fault with its own injector a new kind"
+        )
     procedure.add_fault(fault)
     HEAD[fault.id] = EXPECTATIONS["head"][fault.id] = head
     EXPECTATIONS["base"][fault.id] = base or head
@@ -125,7 +193,15 @@ def register(fault: Fault, head: Expect, base: Expect | None = None, injector: I
         INJECTORS[fault.kind] = injector
 
 
-BUILTIN_KINDS = ("hook", "signal", "create", "env", "pid", "port", "manifest", "image")
+def injector_for(fault: Fault) -> Injector:
+    """The injector of this fault's kind; a kind nobody registered is named with the fix."""
+    try:
+        return INJECTORS[fault.kind]
+    except KeyError:
+        raise ValueError(
+            f"fault {fault.id!r}: no injector for kind {fault.kind!r} (known: {', '.join(INJECTORS)}); "
+            "register the fault with faults.register(..., injector=...) (docs/adding-a-fault.md)"
+        ) from None
 
 
 @dataclass
@@ -143,6 +219,22 @@ class Observation:
     stderr_tail: str = ""
     error_lines: list[str] = field(default_factory=list)  # exception lines anywhere in stderr
     seconds: float = 0.0
+
+
+@dataclass
+class Attempt:
+    """One injection of one fault: what the common sequence (:func:`run_fault`) and the kind's injector share."""
+
+    run: LaneRun
+    fault: Fault
+    rec: dict[str, Any]
+    port: int  # the faulted restore's port
+    captured: set[int]  # the snapshot's captured PIDs
+    obs: Observation = field(default_factory=Observation)
+    env: dict[str, str] = field(default_factory=dict)  # added to the faulted command's environment
+    injected: dict[str, Any] = field(default_factory=dict)  # the injection's evidence (results.injected)
+    ignore: set[int] = field(default_factory=set)  # the injection's own processes: not vLLM's leftovers
+    state: dict[str, Any] = field(default_factory=dict)  # the injector's own objects for this attempt
 
 
 def lane_expectation(run: LaneRun) -> tuple[str, str]:
@@ -425,161 +517,6 @@ def _signal_when_fired(run: LaneRun, signame: str, done: threading.Event, sent: 
         time.sleep(0.05)
 
 
-def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
-    """Inject one fault, observe everything the contract says about it, then clean up and restore again."""
-    obs = Observation()
-    port = run.ports["fault"]
-    captured = set(run.manifest.get("process_tree") or [])
-    # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
-    # long its teardown took): else this fault would be judged on what the previous one left
-    before_fault = wait_ids_free(run, captured, run.config.timeouts["stop"])
-    clear_fired(run)  # a fired record is evidence of this fault only, whatever kind it is
-    reset_artifact(run)
-    # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
-    # fault still listed under one of them must not hide the next restored server from the cleanup
-    baseline = {p["pid"] for p in run.box.processes()} - set(run.manifest.get("process_tree") or [])
-    ignore: set[int] = set()
-    env: dict[str, str] = {}
-    stall = run.config.fault_timeout + 10.0
-    injected: dict[str, Any] = {}
-    holder: PidHolder | None = None
-    try:
-        if fault.kind in ("hook", "signal", "create"):
-            assert fault.hook_point is not None
-            arm(run, fault.hook_point, stall if fault.hook_point == "wake-stall" else None)
-        elif fault.kind == "env":
-            env[DRIFT_NAME] = DRIFT_VALUE
-            injected["env"] = f"{DRIFT_NAME}={DRIFT_VALUE}"
-        elif fault.kind == "pid":
-            holder = PidHolder(run, int(run.manifest["process_tree"][0]))
-            injected["pid"] = holder.pid
-            for attempt in range(1, 4):  # verified in place below; an occupation that did not hold is retried
-                injected["occupied"] = holder.occupy()
-                injected["occupied_in"] = holder.where
-                injected["attempts"] = attempt
-                if injected["occupied"] and run.pid_alive(holder.pid):
-                    break
-                holder.release()
-            # occupying set the allocation cursor just below the captured PID: move it past the others
-            injected["pid_cursor_moved"] = move_pid_cursor_past(run, captured)
-            ignore.add(holder.pid)
-        elif fault.kind == "port":
-            ignore.add(block_port(run, port))
-            injected["port"] = port
-        elif fault.kind == "manifest":
-            corrupt_manifest(run)
-            injected["manifest"] = "schema_version=2"
-        elif fault.kind == "image":
-            injected["truncated"] = truncate_image(run)
-        elif fault.kind in INJECTORS:
-            INJECTORS[fault.kind].inject(run, injected, env)
-        before = run.artifact_digest()
-
-        if fault.kind == "create":
-            create_dir = f"{WORK}/fault-create"
-            run.box.sh(f"rm -rf {create_dir}", 60)
-            argv = [*run.config.engine_argv(), "--snapshot-dir", create_dir]
-            result = run.snapshot(rec, "create", *argv, timeout_key="create", name="create-faulted")
-            injected["target_removed"] = run.box.sh(f"test -e {create_dir}", 10).exit_code != 0
-        else:
-            if holder is not None:  # the captured PID is held at the moment the restore starts
-                injected["held_at_restore"] = run.pid_alive(holder.pid)
-            if fault.kind == "port":
-                injected["bound_at_restore"] = engine.port_open(port)
-            with engine.ListenerWatch(port) as watch, ListenerScan(run, port) as scan:
-                ignore.add(scan.pid or 0)
-                done, sent = threading.Event(), list[str]()
-                signaller = None
-                if fault.kind == "signal":
-                    signame = "INT" if fault.id == "cancel-sigint" else "TERM"
-                    signaller = threading.Thread(
-                        target=_signal_when_fired,
-                        args=(run, signame, done, sent, run.config.timeouts["restore"]),
-                        daemon=True,
-                    )
-                    signaller.start()
-                if fault.kind == "env":
-                    result = restore_recording_env(run, rec, port, env)
-                    injected["seen_in_restore_env"] = drift_seen(run)
-                else:
-                    result = run.restore(rec, port, name="restore-faulted", env=env)
-                done.set()
-                if holder is not None:
-                    injected["held_after_restore"] = run.pid_alive(holder.pid)
-                if signaller:
-                    signaller.join(5)
-                    injected["signal"] = sent
-                time.sleep(0.1)
-                if fault.kind != "port":
-                    obs.http_bound_by = [
-                        n
-                        for n, b in (
-                            ("host connect poll", watch.bound),
-                            ("container listener scan", scan.bound),
-                        )
-                        if b
-                    ]
-                    obs.http_bound = bool(obs.http_bound_by)
-                rec["results"]["watch_polls"] = watch.polls
-        obs.exit_code = result.exit_code
-        obs.stderr_tail = result.tail(40)
-        obs.error_lines = [line for line in result.stderr.splitlines() if EXCEPTION_LINE.match(line)][-20:]
-        obs.seconds = round(result.seconds, 3)
-        text = run.box.read_text(f"{ARTIFACT}/error.json")
-        if text.strip():
-            try:
-                obs.error_json = json.loads(text)
-                obs.phase = obs.error_json.get("phase")
-            except ValueError:
-                obs.error_json = {"unparsable": text[:500]}
-        obs.fired_records = fired_records(run)
-        obs.fired = _fired(fault, obs, injected)
-        if fault.kind != "create":
-            obs.artifact_unchanged = run.artifact_digest() == before
-    finally:
-        disarm(run)
-        if holder is not None and holder.where in ("container", "host"):
-            holder.release()
-        if fault.kind in INJECTORS:
-            INJECTORS[fault.kind].release(run, injected)
-    # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
-    # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
-    if obs.exit_code == 0:
-        kill_leftovers(run, baseline, ignore)
-    left = settle(run, baseline, ignore, limit=run.config.cleanup_grace)
-    audit = run.cleanup_audit([p["pid"] for p in left], [port] if fault.kind != "port" else [])
-    audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
-    killed = kill_leftovers(run, baseline, set())
-    settle(run, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
-    # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
-    # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
-    after_fault = wait_ids_free(run, captured | set(killed), run.config.timeouts["stop"])
-    if killed:
-        audit["killed_by_harness"] = killed
-    rec["results"].update(injected=injected, cleanup=audit)
-    waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
-    if waits:
-        rec["results"]["captured_id_waits"] = waits
-    rec["results"]["followup_restore"] = followup_restore(run, undo_injection=fault.kind in ("manifest", "image"))
-    return obs
-
-
-def _fired(fault: Fault, obs: Observation, injected: dict[str, Any]) -> bool:
-    if fault.kind in ("hook", "create"):
-        return bool(obs.fired_records)
-    if fault.kind == "signal":
-        return bool(obs.fired_records) and bool(injected.get("signal"))
-    if fault.kind == "pid":  # held by our process when the restore started, and still while it ran
-        return bool(injected.get("occupied") and injected.get("held_at_restore") and injected.get("held_after_restore"))
-    if fault.kind == "env":  # the drifted variable was in the restore process's own environment
-        return bool(injected.get("seen_in_restore_env"))
-    if fault.kind == "port":
-        return bool(injected.get("bound_at_restore"))
-    if fault.kind in INJECTORS:
-        return INJECTORS[fault.kind].fired(obs, injected)
-    return True  # manifest, image: the injection is verified when it is made
-
-
 def _injection_evidence(results: dict[str, Any]) -> str:
     injected = results.get("injected") or {}
     return ", ".join(f"{k}={v}" for k, v in injected.items()) or "no injection evidence"
@@ -609,6 +546,249 @@ def drift_seen(run: LaneRun) -> bool:
     assert run.control_host is not None
     path = run.control_host / DRIFT_SEEN
     return path.exists() and path.read_text().strip() == f"{DRIFT_NAME}={DRIFT_VALUE}"
+
+
+# ---- the built-in kinds -----------------------------------------------------------------------------------
+#: Hook points whose action is a stall: armed with a stall past the frozen recovery deadline.
+STALL_POINTS = ("wake-stall",)
+
+
+class HookInjector(Injector):
+    """``hook``: a probe hook armed at the fault's point inside the engine; fired when the hook wrote its
+    ``fired-<point>-<pid>.json`` record as it acted."""
+
+    through_hook = True
+
+    def begin(self, at: Attempt) -> None:
+        point = at.fault.hook_point
+        assert point is not None, f"fault {at.fault.id!r} of kind {at.fault.kind!r} names no hook point"
+        arm(at.run, point, at.run.config.fault_timeout + 10.0 if point in STALL_POINTS else None)
+
+    def end(self, at: Attempt) -> None:
+        disarm(at.run)
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(obs.fired_records)
+
+
+class SignalInjector(HookInjector):
+    """``signal``: the hook stalls recovery; a signaller thread signals this lane's ``vllm snapshot restore``
+    once the hook reported that recovery runs. Fired when the hook fired and the signal was sent."""
+
+    #: the signal per fault id (``kill -<name>``); any other signal fault gets SIGTERM
+    SIGNALS = {"cancel-sigint": "INT", "cancel-sigterm": "TERM"}
+
+    @contextlib.contextmanager
+    def restoring(self, at: Attempt) -> Iterator[None]:
+        done, sent = threading.Event(), list[str]()
+        signame = self.SIGNALS.get(at.fault.id, "TERM")
+        limit = at.run.config.timeouts["restore"]
+        signaller = threading.Thread(target=_signal_when_fired, args=(at.run, signame, done, sent, limit), daemon=True)
+        signaller.start()
+        yield
+        done.set()
+        signaller.join(5)
+        at.injected["signal"] = sent
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(obs.fired_records) and bool(injected.get("signal"))
+
+
+class CreateInjector(HookInjector):
+    """``create``: the hook armed at a point of ``vllm snapshot create``, and the action is a create into a
+    fresh directory (not a restore); the failed create must remove its target directory."""
+
+    judges_artifact = False  # the action does not touch the artifact
+
+    def act(self, at: Attempt) -> ExecResult:
+        run = at.run
+        create_dir = f"{WORK}/fault-create"
+        run.box.sh(f"rm -rf {create_dir}", 60)
+        argv = [*run.config.engine_argv(), "--snapshot-dir", create_dir]
+        result = run.snapshot(at.rec, "create", *argv, timeout_key="create", name="create-faulted")
+        at.injected["target_removed"] = run.box.sh(f"test -e {create_dir}", 10).exit_code != 0
+        return result
+
+    def problems(self, obs: Observation, results: dict[str, Any]) -> list[str]:
+        if not results.get("injected", {}).get("target_removed", False):
+            return ["the failed create left its target directory behind"]
+        return []
+
+
+class EnvDriftInjector(Injector):
+    """``env``: an extra ``VLLM_*`` variable at restore; fired when the restore process's own environment held
+    it (recorded by the shell that then ``exec``s the restore), whatever the engine did with it."""
+
+    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
+        env[DRIFT_NAME] = DRIFT_VALUE
+        injected["env"] = f"{DRIFT_NAME}={DRIFT_VALUE}"
+
+    def restore(self, at: Attempt) -> ExecResult:
+        result = restore_recording_env(at.run, at.rec, at.port, at.env)
+        at.injected["seen_in_restore_env"] = drift_seen(at.run)
+        return result
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(injected.get("seen_in_restore_env"))
+
+
+class PidInjector(Injector):
+    """``pid``: the snapshot's first captured PID occupied by a sleeper of ours (retried up to 3 times until the
+    occupation holds); fired when our process held it as the restore started and still as it ended."""
+
+    ATTEMPTS = 3
+
+    def begin(self, at: Attempt) -> None:
+        run, injected = at.run, at.injected
+        holder = at.state["holder"] = PidHolder(run, int(run.manifest["process_tree"][0]))
+        injected["pid"] = holder.pid
+        for attempt in range(1, self.ATTEMPTS + 1):  # verified in place; an occupation that did not hold: again
+            injected["occupied"] = holder.occupy()
+            injected["occupied_in"] = holder.where
+            injected["attempts"] = attempt
+            if injected["occupied"] and run.pid_alive(holder.pid):
+                break
+            holder.release()
+        # occupying set the allocation cursor just below the captured PID: move it past the others
+        injected["pid_cursor_moved"] = move_pid_cursor_past(run, at.captured)
+        at.ignore.add(holder.pid)
+
+    def at_restore_start(self, at: Attempt) -> None:
+        holder: PidHolder = at.state["holder"]
+        at.injected["held_at_restore"] = at.run.pid_alive(holder.pid)  # held at the moment the restore starts
+
+    @contextlib.contextmanager
+    def restoring(self, at: Attempt) -> Iterator[None]:
+        yield
+        at.injected["held_after_restore"] = at.run.pid_alive(at.state["holder"].pid)  # and still when it ended
+
+    def end(self, at: Attempt) -> None:
+        holder: PidHolder | None = at.state.get("holder")
+        if holder is not None and holder.where in ("container", "host"):
+            holder.release()
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(injected.get("occupied") and injected.get("held_at_restore") and injected.get("held_after_restore"))
+
+
+class PortInjector(Injector):
+    """``port``: a listener of ours on the restore's port; fired when the port was bound as the restore started.
+    HTTP is not watched and the port not audited (the injection itself holds it)."""
+
+    watches_port = False
+
+    def begin(self, at: Attempt) -> None:
+        at.ignore.add(block_port(at.run, at.port))
+        at.injected["port"] = at.port
+
+    def at_restore_start(self, at: Attempt) -> None:
+        at.injected["bound_at_restore"] = engine.port_open(at.port)
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(injected.get("bound_at_restore"))
+
+
+class ManifestInjector(Injector):
+    """``manifest``: a manifest field changed (``schema_version`` 1 → 2), verified when made (it fails the step
+    otherwise); undone before the follow-up restore."""
+
+    undo_before_followup = True
+
+    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
+        corrupt_manifest(run)
+        injected["manifest"] = "schema_version=2"
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(injected.get("manifest"))
+
+
+class ImageInjector(Injector):
+    """``image``: the largest core image truncated to half, verified when made (it fails the step otherwise);
+    undone before the follow-up restore."""
+
+    undo_before_followup = True
+
+    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
+        injected["truncated"] = truncate_image(run)
+
+    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+        return bool(injected.get("truncated"))
+
+
+INJECTORS.update(
+    hook=HookInjector(),
+    signal=SignalInjector(),
+    create=CreateInjector(),
+    env=EnvDriftInjector(),
+    pid=PidInjector(),
+    port=PortInjector(),
+    manifest=ManifestInjector(),
+    image=ImageInjector(),
+)
+BUILTIN_KINDS = tuple(INJECTORS)
+
+
+def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
+    """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
+    sequence every kind follows; what differs per kind is its injector's (:data:`INJECTORS`)."""
+    injector = injector_for(fault)
+    captured = set(run.manifest.get("process_tree") or [])
+    # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
+    # long its teardown took): else this fault would be judged on what the previous one left
+    before_fault = wait_ids_free(run, captured, run.config.timeouts["stop"])
+    clear_fired(run)  # a fired record is evidence of this fault only, whatever kind it is
+    reset_artifact(run)
+    # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
+    # fault still listed under one of them must not hide the next restored server from the cleanup
+    baseline = {p["pid"] for p in run.box.processes()} - captured
+    at = Attempt(run, fault, rec, run.ports["fault"], captured)
+    obs, injected, ignore = at.obs, at.injected, at.ignore
+    try:
+        injector.begin(at)
+        before = run.artifact_digest()
+        result = injector.act(at)
+        observe(run, obs, result)
+        obs.fired = injector.fired(obs, injected)
+        if injector.judges_artifact:
+            obs.artifact_unchanged = run.artifact_digest() == before
+    finally:
+        injector.end(at)
+    # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
+    # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
+    if obs.exit_code == 0:
+        kill_leftovers(run, baseline, ignore)
+    left = settle(run, baseline, ignore, limit=run.config.cleanup_grace)
+    audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [])
+    audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
+    killed = kill_leftovers(run, baseline, set())
+    settle(run, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
+    # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
+    # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
+    after_fault = wait_ids_free(run, captured | set(killed), run.config.timeouts["stop"])
+    if killed:
+        audit["killed_by_harness"] = killed
+    rec["results"].update(injected=injected, cleanup=audit)
+    waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
+    if waits:
+        rec["results"]["captured_id_waits"] = waits
+    rec["results"]["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
+    return obs
+
+
+def observe(run: LaneRun, obs: Observation, result: ExecResult) -> None:
+    """What the faulted command did: its exit, stderr, ``error.json`` and the probe's fired records."""
+    obs.exit_code = result.exit_code
+    obs.stderr_tail = result.tail(40)
+    obs.error_lines = [line for line in result.stderr.splitlines() if EXCEPTION_LINE.match(line)][-20:]
+    obs.seconds = round(result.seconds, 3)
+    text = run.box.read_text(f"{ARTIFACT}/error.json")
+    if text.strip():
+        try:
+            obs.error_json = json.loads(text)
+            obs.phase = obs.error_json.get("phase")
+        except ValueError:
+            obs.error_json = {"unparsable": text[:500]}
+    obs.fired_records = fired_records(run)
 
 
 def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
@@ -668,11 +848,12 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
 def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any]) -> list[str]:
     """Every way the observation differs from the expectation, in words a reviewer can act on."""
     problems = []
+    kind = INJECTORS.get(fault.kind) or Injector()  # pure: only the kind's judging rules are read
     if expect.fires and not obs.fired:
         # Nothing else is claimed about a fault that did not take effect: the engine was not tested by it.
         why = f"the hook or condition did not take effect: {_injection_evidence(results)}"
         fatal = first_fatal_line(obs) if obs.exit_code else None
-        if fatal and fault.kind in ("hook", "signal", "create"):  # the command died before the hook point
+        if fatal and kind.through_hook:  # the command died before the hook point
             why = f"exit {obs.exit_code} before the hook point was reached: {fatal}"
         return [f"ineffective injection: fault {fault.id} never fired ({why}), so nothing was tested"]
     if not expect.fires and obs.fired:
@@ -702,8 +883,7 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
         problems.append("the artifact was mutated although the check must come before mutation")
     if expect.message and not any(expect.message in text for text in (obs.stderr_tail, *obs.error_lines)):
         problems.append(f"stderr does not say {expect.message!r}")
-    if fault.kind == "create" and not results.get("injected", {}).get("target_removed", False):
-        problems.append("the failed create left its target directory behind")
+    problems.extend(kind.problems(obs, results))
     cleanup = results.get("cleanup", {})
     if expect.cleanup and not cleanup.get("ok", False):
         problems.append(

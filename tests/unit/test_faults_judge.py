@@ -36,16 +36,16 @@ def test_a_fault_that_never_fired_is_an_ineffective_injection():
 
 
 def test_firing_is_decided_from_the_harness_evidence_at_the_action():
-    env = FAULTS_BY_ID["identity-drift"]
+    def fired(fault_id, obs, injected):
+        return faults.injector_for(FAULTS_BY_ID[fault_id]).fired(obs, injected)
+
     stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
-    assert not faults._fired(env, stderr, {"env": "VLLM_VSNAP_QUAL_DRIFT=1"})  # stderr proves nothing
-    assert faults._fired(env, Observation(exit_code=0), {"seen_in_restore_env": True})  # even if ignored
-    pid = FAULTS_BY_ID["pid-occupied"]
+    assert not fired("identity-drift", stderr, {"env": "VLLM_VSNAP_QUAL_DRIFT=1"})  # stderr proves nothing
+    assert fired("identity-drift", Observation(exit_code=0), {"seen_in_restore_env": True})  # even if ignored
     held = {"occupied": True, "held_at_restore": True, "held_after_restore": True}
-    assert faults._fired(pid, Observation(), held)
-    assert not faults._fired(pid, Observation(), {**held, "held_at_restore": False})
-    port = FAULTS_BY_ID["port-in-use"]
-    assert not faults._fired(port, Observation(), {"bound_at_restore": False})
+    assert fired("pid-occupied", Observation(), held)
+    assert not fired("pid-occupied", Observation(), {**held, "held_at_restore": False})
+    assert not fired("port-in-use", Observation(), {"bound_at_restore": False})
 
 
 def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffective_injection():
@@ -99,7 +99,8 @@ def test_a_conftest_can_add_a_fault_point_with_its_own_injector(monkeypatch):
     monkeypatch.setattr(procedure, "STEPS", dict(procedure.STEPS))
     monkeypatch.setattr(faults, "HEAD", dict(faults.HEAD))
     monkeypatch.setattr(faults, "EXPECTATIONS", {k: dict(v) for k, v in EXPECTATIONS.items()})
-    monkeypatch.setattr(faults, "INJECTORS", {})
+    monkeypatch.setattr(faults, "BASE_OVERRIDES", dict(faults.BASE_OVERRIDES))
+    monkeypatch.setattr(faults, "INJECTORS", dict(faults.INJECTORS))
 
     class HoldLock(faults.Injector):
         def inject(self, run, injected, env):
@@ -117,7 +118,9 @@ def test_a_conftest_can_add_a_fault_point_with_its_own_injector(monkeypatch):
     assert procedure.FAULTS_BY_ID["lock-held"] is fault and procedure.step("fault:lock-held").requires
     assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)])
     assert faults.EXPECTATIONS["base"]["lock-held"] == faults.EXPECTATIONS["head"]["lock-held"]
-    assert faults._fired(fault, Observation(), {"lock": "held"}) and not faults._fired(fault, Observation(), {})
+    injector = faults.injector_for(fault)
+    assert isinstance(injector, HoldLock)  # the registered kind's own injector, in the one table
+    assert injector.fired(Observation(), {"lock": "held"}) and not injector.fired(Observation(), {})
 
 
 def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing_fired():

@@ -1,0 +1,438 @@
+"""One injector per fault kind, all run by the one sequence of ``faults.run_fault``: each kind's ``fired`` rule
+from the harness's own evidence (pure), the table covering every kind of the catalogue, no branch on the kind in
+the sequence, and the sequence itself on a fake lane (its box, restore and audit recorded; where the rule rests
+on a real mechanism, such as the shell that records the restore's own environment, that mechanism runs here)."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import json
+import os
+import re
+import socket
+import subprocess
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from vsnap_qual import faults, procedure
+from vsnap_qual.faults import INJECTORS, Observation
+from vsnap_qual.procedure import FAULTS_BY_ID, Fault
+from vsnap_qual.runtime import ExecResult
+from vsnap_qual.steps import CONTROL
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = {"point": "wake-raise", "pid": 7}
+
+
+def _fired(kind: str, obs: Observation | None = None, **injected: Any) -> bool:
+    return INJECTORS[kind].fired(obs or Observation(), injected)
+
+
+# ---- the table ---------------------------------------------------------------------------------------------
+def test_every_kind_of_the_catalogue_has_its_own_injector_class():
+    kinds = {f.kind for f in procedure.FAULTS}
+    assert kinds <= set(INJECTORS) and set(faults.BUILTIN_KINDS) == kinds
+    assert {k: type(INJECTORS[k]).__name__ for k in sorted(kinds)} == {
+        "create": "CreateInjector",
+        "env": "EnvDriftInjector",
+        "hook": "HookInjector",
+        "image": "ImageInjector",
+        "manifest": "ManifestInjector",
+        "pid": "PidInjector",
+        "port": "PortInjector",
+        "signal": "SignalInjector",
+    }
+    for kind in kinds:  # each decides firing itself: none falls back to the base class's "not implemented"
+        assert type(INJECTORS[kind]).fired is not faults.Injector.fired, kind
+        assert faults.injector_for(next(f for f in procedure.FAULTS if f.kind == kind)) is INJECTORS[kind]
+
+
+def test_run_fault_has_no_branch_on_the_kind():
+    """The sequence reads the kind once, through the table; what differs per kind is the injector's."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(faults.run_fault)))
+    kinds = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("kind", "id", "hook_point")]
+    assert kinds == [], [ast.unparse(n) for n in kinds]
+    compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare) and "kind" in ast.unparse(n)]
+    assert compared == []
+    assert "injector_for(fault)" in ast.unparse(tree)
+    assert not hasattr(faults, "_fired"), "one decision of firing: the injector's"
+
+
+def test_the_judge_reads_the_kind_only_through_its_injector():
+    tree = ast.parse(textwrap.dedent(inspect.getsource(faults.judge)))
+    compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare) and "kind" in ast.unparse(n)]
+    assert compared == []
+
+
+def test_what_each_kind_changes_in_the_common_sequence():
+    flags = {
+        kind: (inj.watches_port, inj.judges_artifact, inj.undo_before_followup, inj.through_hook)
+        for kind, inj in INJECTORS.items()
+    }
+    assert [k for k, f in flags.items() if not f[0]] == ["port"]  # the injection holds the port itself
+    assert [k for k, f in flags.items() if not f[1]] == ["create"]  # a create does not touch the artifact
+    assert sorted(k for k, f in flags.items() if f[2]) == ["image", "manifest"]  # the harness's own corruption
+    assert sorted(k for k, f in flags.items() if f[3]) == ["create", "hook", "signal"]
+
+
+# ---- each kind's rule: fired from the harness's own evidence ----------------------------------------------
+def test_hook_and_create_fire_on_the_probes_record_only():
+    for kind in ("hook", "create"):
+        assert _fired(kind, Observation(fired_records=[RECORD]))
+        # an engine that failed exactly as the hook would make it, without the hook's record, did not fire
+        assert not _fired(kind, Observation(exit_code=1, stderr_tail="RuntimeError: vsnap fault wake-raise"))
+
+
+def test_signal_fires_when_the_hook_fired_and_the_signal_was_sent():
+    records = Observation(fired_records=[RECORD])
+    assert _fired("signal", records, signal=["SIGTERM to [41]"])
+    assert not _fired("signal", records, signal=[])  # recovery ran, but no restore was found to signal
+    assert not _fired("signal", Observation(), signal=["SIGTERM to [41]"])
+
+
+def test_env_fires_when_the_restores_own_environment_held_the_variable():
+    stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
+    assert not _fired("env", stderr, env="VLLM_VSNAP_QUAL_DRIFT=1")  # the engine's words prove nothing
+    assert _fired("env", Observation(exit_code=0), seen_in_restore_env=True)  # even when the engine ignored it
+    assert not _fired("env", Observation(exit_code=1), seen_in_restore_env=False)
+
+
+def test_pid_fires_only_when_held_at_restore_start_and_after():
+    held = {"occupied": True, "held_at_restore": True, "held_after_restore": True}
+    assert _fired("pid", **held)
+    for key in held:
+        assert not _fired("pid", **{**held, key: False}), key
+        assert not _fired("pid", **{k: v for k, v in held.items() if k != key}), key
+
+
+def test_port_fires_when_bound_as_the_restore_started():
+    assert _fired("port", port=8000, bound_at_restore=True)
+    assert not _fired("port", Observation(exit_code=1, stderr_tail="already in use"), port=8000, bound_at_restore=False)
+
+
+def test_manifest_and_image_fire_on_the_change_they_made():
+    assert _fired("manifest", manifest="schema_version=2") and not _fired("manifest")
+    assert _fired("image", truncated="/vsnap/work/artifact/images/core-41.img") and not _fired("image", truncated="")
+
+
+def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kinds():
+    obs = Observation(exit_code=1, stderr_tail="Fatal Python error: Aborted")
+    results = {"injected": {"occupied": False}}
+    expect = faults.Expect(1, False, None, True)
+    (hooked,) = faults.judge(FAULTS_BY_ID["wake-raise"], expect, obs, results)
+    (pid,) = faults.judge(FAULTS_BY_ID["pid-occupied"], expect, obs, results)
+    assert "before the hook point was reached: Fatal Python error: Aborted" in hooked
+    assert pid == (
+        "ineffective injection: fault pid-occupied never fired (the hook or condition did not take effect: "
+        "occupied=False), so nothing was tested"
+    )
+
+
+def test_only_a_create_is_judged_on_its_target_directory():
+    obs = Observation(exit_code=1, fired=True, stderr_tail="snapshot child exited before ready")
+    ok = {"cleanup": {"ok": True}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
+    create = FAULTS_BY_ID["create-partial-sleep"]
+    left = faults.judge(create, faults.HEAD[create.id], obs, {**ok, "injected": {"target_removed": False}})
+    assert left == ["the failed create left its target directory behind"]
+    assert faults.judge(create, faults.HEAD[create.id], obs, {**ok, "injected": {"target_removed": True}}) == []
+    wake = FAULTS_BY_ID["wake-raise"]
+    head = faults.Expect(1, False, None, None)
+    assert faults.judge(wake, head, obs, {**ok, "injected": {}}) == []
+
+
+# ---- the sequence on a fake lane ---------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FakeBox:
+    """The lane's box: shell scripts are recorded (a touch/test -e/rm -f file set stands in for the lane's
+    files); a port blocker's spawn binds a real listener here."""
+
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+        self.files: set[str] = set()
+        self.fail_touch = False
+        self.listeners: list[socket.socket] = []
+
+    def sh(self, script: str, timeout: float = 60.0) -> ExecResult:
+        self.log.append(("sh", script))
+        code = 0
+        if m := re.fullmatch(r"touch (\S+)", script):
+            if self.fail_touch:
+                code = 1
+            else:
+                self.files.add(m[1])
+        elif m := re.fullmatch(r"test -e (\S+)", script):
+            code = 0 if m[1] in self.files else 1
+        elif m := re.fullmatch(r"rm -f (\S+)", script):
+            self.files.discard(m[1])
+        return ExecResult(["sh", "-c", script], code, "", "", 0.0, 0.0)
+
+    def spawn(self, argv: list[str], log_path: str, **_: Any) -> int:
+        self.log.append(("spawn", log_path))
+        if "blocker-" in log_path:
+            port = int(re.search(r"blocker-(\d+)", log_path)[1])  # type: ignore[index]
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            self.listeners.append(s)
+        return 2**22 + 1  # above any pid_max: no process of this machine
+
+    def processes(self) -> list[dict[str, Any]]:
+        return []
+
+    def read_text(self, path: str) -> str:
+        return ""
+
+    def exec(self, argv: list[str], timeout: float, **_: Any) -> ExecResult:
+        self.log.append(("exec", " ".join(argv)))
+        return ExecResult(argv, 1, "", "the follow-up restore is not run here", 0.0, 0.0)
+
+    def close(self) -> None:
+        for s in self.listeners:
+            s.close()
+
+
+class FakeRun:
+    """A lane run: the faulted command's result is chosen by the test (``on_restore``)."""
+
+    def __init__(self, control: Path) -> None:
+        (control / "faults").mkdir(parents=True)
+        self.control_host = control
+        self.log: list[Any] = []
+        self.box = FakeBox(self.log)
+        self.ports = {"fault": _free_port()}
+        self.manifest: dict[str, Any] = {"process_tree": []}
+        self.config = SimpleNamespace(
+            timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0},
+            cleanup_grace=0.1,
+            fault_timeout=2.0,
+            engine_argv=lambda: ["--model", "m"],
+        )
+        self.stderr = "Error: restore lock held"
+        self.on_restore: Any = None
+        self.armed_at_restore: dict[str, Any] | None = None
+
+    def artifact_digest(self) -> str:
+        self.log.append("digest")
+        return "same"
+
+    def _command(self, record: dict[str, Any], argv: list[str], env: dict[str, str] | None) -> ExecResult:
+        self.log.append(("command", argv[:3], dict(env or {})))
+        armed = self.control_host / "faults" / "armed.json"
+        self.armed_at_restore = json.loads(armed.read_text()) if armed.exists() else None
+        if self.on_restore:
+            self.on_restore(self)
+        record["exit_code"] = 1
+        return ExecResult(argv, 1, "", self.stderr, 0.0, 0.25)
+
+    def restore(self, record: dict[str, Any], port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
+        return self._command(record, ["vllm", "snapshot", "restore", name], env)
+
+    def snapshot(self, record: dict[str, Any], action: str, *args: str, **kw: Any) -> ExecResult:
+        return self._command(record, ["vllm", "snapshot", action, kw.get("name", action)], kw.get("env"))
+
+    def _snapshot_exec(self, record, argv, timeout_key, env, name):  # type: ignore[no-untyped-def]
+        """The env kind's recording shell, run for real here: the lane's control dir is this test's, and
+        ``vllm`` is a stand-in that fails the way a refusing engine does."""
+        self.log.append(("command", argv[:1], dict(env or {})))
+        bin_dir = self.control_host / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "vllm").write_text("#!/bin/sh\necho 'snapshot mismatch: environment' >&2\nexit 1\n")
+        (bin_dir / "vllm").chmod(0o755)
+        script = argv[2].replace(CONTROL, str(self.control_host))
+        full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
+        done = subprocess.run([argv[0], "-c", script, *argv[3:]], env=full, capture_output=True, text=True, timeout=30)
+        record["exit_code"] = done.returncode
+        return ExecResult(argv, done.returncode, done.stdout, done.stderr, 0.0, 0.1)
+
+    def cleanup_audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
+        self.log.append(("audit", ports))
+        return {"ok": True, "ports_open": [], "link_remaps_equal": True}
+
+    def engine_wait(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def pid_alive(self, pid: int) -> bool:
+        return False
+
+
+@pytest.fixture
+def lane(tmp_path: Path):  # type: ignore[no-untyped-def]
+    run = FakeRun(tmp_path / "control")
+    yield run
+    run.box.close()
+
+
+@pytest.fixture
+def registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalogue, the expectations and the injector table, as a conftest would see them, restored after."""
+    for name in ("FAULTS", "FAULTS_BY_ID", "FAULT_STEPS"):
+        monkeypatch.setattr(procedure, name, getattr(procedure, name))
+    monkeypatch.setattr(procedure, "STEPS", dict(procedure.STEPS))
+    head = dict(faults.HEAD)
+    monkeypatch.setattr(faults, "HEAD", head)
+    monkeypatch.setattr(faults, "BASE_OVERRIDES", dict(faults.BASE_OVERRIDES))
+    monkeypatch.setattr(faults, "EXPECTATIONS", {"head": head, "base": dict(faults.EXPECTATIONS["base"])})
+    monkeypatch.setattr(faults, "INJECTORS", dict(faults.INJECTORS))
+
+
+def _rec() -> dict[str, Any]:
+    return {"results": {}}
+
+
+class Recording(faults.Injector):
+    """A new kind whose every hook is recorded in the lane's log; ``fired`` answers what the test says."""
+
+    def __init__(self, answer: bool) -> None:
+        self.answer = answer
+
+    def inject(self, run, injected, env):  # type: ignore[no-untyped-def]
+        run.log.append("inject")
+        injected["made"] = "yes"
+        env["VSNAP_TEST_INJECTED"] = "1"
+
+    def fired(self, obs, injected):  # type: ignore[no-untyped-def]
+        assert obs.exit_code == 1 and injected == {"made": "yes"}  # decided after the action, from the evidence
+        return self.answer
+
+    def release(self, run, injected):  # type: ignore[no-untyped-def]
+        run.log.append("release")
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_a_registered_kind_runs_the_same_sequence_and_its_fired_decides(registries, lane, answer):
+    fault = Fault("recorded", "a recorded injection", "recorded")
+    faults.register(fault, faults.Expect(1, False, None, True), injector=Recording(answer))
+    rec = _rec()
+    obs = faults.run_fault(lane, fault, rec)  # type: ignore[arg-type]
+    assert obs.fired is answer and obs.exit_code == 1 and obs.artifact_unchanged is True
+    steps = [e if isinstance(e, str) else e[0] for e in lane.log]
+    reset = next(i for i, e in enumerate(lane.log) if e[0] == "sh" and "cp -a" in e[1])
+    order = [reset, steps.index("inject"), steps.index("digest"), steps.index("command"), steps.index("release")]
+    assert order == sorted(order), lane.log
+    assert steps.index("release") < steps.index("audit") < steps.index("exec")  # released, audited, follow-up
+    assert lane.log[steps.index("command")][2] == {"VSNAP_TEST_INJECTED": "1"}  # inject's env reached the action
+    assert ("audit", [lane.ports["fault"]]) in lane.log
+    assert rec["results"]["injected"] == {"made": "yes"}
+    problems = faults.judge(fault, faults.EXPECTATIONS["head"]["recorded"], obs, rec["results"])
+    assert problems[0].startswith("ineffective injection") is not answer
+
+
+def test_registering_an_injector_over_a_built_in_kind_is_refused(registries):
+    with pytest.raises(ValueError, match="kind 'hook' already has an injector"):
+        faults.register(
+            Fault("x", "x", "hook", "wake-raise"), faults.Expect(1, False, None, None), injector=Recording(True)
+        )
+    with pytest.raises(ValueError, match="needs an injector"):
+        faults.register(Fault("y", "y", "unknown"), faults.Expect(1, False, None, None))
+    faults.register(Fault("z", "z", "hook", "wake-raise"), faults.Expect(1, False, None, None))  # a built-in kind
+    assert faults.injector_for(procedure.FAULTS_BY_ID["z"]) is INJECTORS["hook"]
+    with pytest.raises(ValueError, match="no injector for kind 'other'.*faults.register"):
+        faults.injector_for(Fault("w", "w", "other"))
+
+
+def _doc_example() -> str:
+    text = (ROOT / "docs" / "adding-a-fault.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("touch_fails", [False, True])
+def test_the_documented_conftest_example_works(registries, lane, touch_fails):
+    """``docs/adding-a-fault.md``'s example, executed as a conftest would: its fault is in the catalogue, its
+    injector runs in the one sequence, its own evidence decides whether it fired, and it is released."""
+    exec(compile(_doc_example(), "adding-a-fault.md", "exec"), {"__name__": "conftest"})
+    fault = procedure.FAULTS_BY_ID["lock-held"]
+    assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)])
+    lane.box.fail_touch = touch_fails
+    lane.on_restore = lambda run: run.log.append(("lock at restore", set(run.box.files)))
+    rec = _rec()
+    obs = faults.run_fault(lane, fault, rec)  # type: ignore[arg-type]
+    lock = "/vsnap/work/artifact/restore.lock"
+    assert obs.fired is not touch_fails and rec["results"]["injected"] == {"lock": not touch_fails}
+    assert ("lock at restore", set() if touch_fails else {lock}) in lane.log
+    assert lock not in lane.box.files, "released after the action"
+    problems = faults.judge(fault, faults.EXPECTATIONS["base"]["lock-held"], obs, rec["results"])
+    if touch_fails:
+        assert problems == [
+            "ineffective injection: fault lock-held never fired (the hook or condition did not take effect: "
+            "lock=False), so nothing was tested"
+        ]
+    else:
+        # judged as any fault: here only the fake lane's follow-up restore (never run: exit 1) is wrong
+        assert problems == ["the artifact no longer restores after the failure: follow-up restore exit 1"]
+
+
+def test_a_hook_fault_is_armed_at_its_point_during_the_restore_and_disarmed_after(lane):
+    def hook_fires(run: FakeRun) -> None:
+        (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
+
+    lane.on_restore = hook_fires
+    obs = faults.run_fault(lane, FAULTS_BY_ID["recovery-deadline"], _rec())  # type: ignore[arg-type]
+    assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}  # past the 2 s frozen deadline
+    assert not (lane.control_host / "faults" / "armed.json").exists()
+    assert obs.fired and obs.fired_records == [RECORD]
+    lane.on_restore = None  # the next fault starts from no record of this one
+    assert not faults.run_fault(lane, FAULTS_BY_ID["wake-raise"], _rec()).fired  # type: ignore[arg-type]
+    assert lane.armed_at_restore == {"point": "wake-raise", "stall_s": None}
+
+
+def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane):
+    rec = _rec()
+    obs = faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], rec)  # type: ignore[arg-type]
+    assert rec["results"]["injected"] == {"port": lane.ports["fault"], "bound_at_restore": True}
+    assert obs.fired
+    # the host connect poll saw our own listener: not an HTTP bind of the engine, and the port is not audited
+    assert obs.http_bound is False and obs.http_bound_by == [] and ("audit", []) in lane.log
+
+
+def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch):
+    rec = _rec()
+    obs = faults.run_fault(lane, FAULTS_BY_ID["identity-drift"], rec)  # type: ignore[arg-type]
+    assert rec["results"]["injected"] == {"env": "VLLM_VSNAP_QUAL_DRIFT=1", "seen_in_restore_env": True}
+    assert obs.fired and obs.exit_code == 1 and "snapshot mismatch" in obs.stderr_tail
+    # a restore path that drops the drift (the variable never reached the process) did not fire, whatever the
+    # engine printed
+    real = lane._snapshot_exec
+    monkeypatch.setattr(lane, "_snapshot_exec", lambda rec, argv, key, env, name: real(rec, argv, key, {}, name))
+    rec = _rec()
+    obs = faults.run_fault(lane, FAULTS_BY_ID["identity-drift"], rec)  # type: ignore[arg-type]
+    assert rec["results"]["injected"]["seen_in_restore_env"] is False and not obs.fired
+    assert "snapshot mismatch" in obs.stderr_tail
+
+
+def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
+    def hook_fires(run: FakeRun) -> None:
+        (run.control_host / "faults" / "fired-sleep-raise-7.json").write_text("{}")
+
+    lane.on_restore = hook_fires
+    rec = _rec()
+    obs = faults.run_fault(lane, FAULTS_BY_ID["create-partial-sleep"], rec)  # type: ignore[arg-type]
+    assert ("command", ["vllm", "snapshot", "create"], {}) in lane.log
+    assert lane.armed_at_restore == {"point": "sleep-raise", "stall_s": None}
+    assert rec["results"]["injected"] == {"target_removed": True} and obs.fired
+    assert obs.artifact_unchanged is None and "watch_polls" not in rec["results"]
+
+
+def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lane, monkeypatch):
+    """A blocker that never accepts stops answering once the host connect poll filled its backlog: the port's
+    (and the PID's) check in place comes before the watchers start, just before the command."""
+    port = INJECTORS["port"]
+    real_start, real_enter = port.at_restore_start, faults.engine.ListenerWatch.__enter__
+    monkeypatch.setattr(port, "at_restore_start", lambda at: (lane.log.append("verified"), real_start(at))[1])
+    monkeypatch.setattr(
+        faults.engine.ListenerWatch, "__enter__", lambda self: (lane.log.append("watching"), real_enter(self))[1]
+    )
+    faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], _rec())  # type: ignore[arg-type]
+    steps = [e if isinstance(e, str) else e[0] for e in lane.log]
+    assert steps.index("verified") < steps.index("watching") < steps.index("command")
