@@ -99,7 +99,8 @@ def test_sigkill_leftovers_are_swept_by_the_next_session(tmp_path, docker_client
     proc.wait(timeout=30)
     session = _session_id(report)
     assert labelled_containers(docker_client, session), "SIGKILL should leave the container for the sweep"
-    subprocess.run(["vsnap-qual", "report", str(report)], check=True, capture_output=True, cwd=ROOT)
+    rendered = subprocess.run(["vsnap-qual", "report", str(report)], capture_output=True, text=True, cwd=ROOT)
+    assert rendered.returncode == 4, rendered.stdout + rendered.stderr  # the recorded verdict: INCOMPLETE
     assert (report / "report.html").exists(), "a killed run must still render a (partial) report"
     assert "incomplete" in (report / "summary.md").read_text().lower()
     nothing = run_suite(tmp_path / "next", "-k", "no_such_test_selects_nothing")
