@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import textwrap
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -436,3 +437,36 @@ def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lan
     faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], _rec())  # type: ignore[arg-type]
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("verified") < steps.index("watching") < steps.index("command")
+
+
+@pytest.mark.parametrize(("fault_id", "signame"), [("cancel-sigint", "INT"), ("cancel-sigterm", "TERM")])
+def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monkeypatch, fault_id, signame):
+    """The signaller thread runs while the restore command runs: once the hook's record is there, it signals the
+    restore command (the child of its ``timeout`` wrapper, looked up in this lane only); the sent signal is the
+    evidence, with the record."""
+    wrapper = {"pid": 4241, "ppid": 1, "args": f"timeout 30 vllm snapshot restore {faults.ARTIFACT} --port 1"}
+    restore = {"pid": 4242, "ppid": 4241, "args": f"vllm snapshot restore {faults.ARTIFACT} --port 1"}
+    listing: list[dict[str, Any]] = []
+    monkeypatch.setattr(lane.box, "processes", lambda: list(listing))
+    signalled = threading.Event()
+    real_sh = lane.box.sh
+
+    def sh(script: str, timeout: float = 60.0) -> ExecResult:
+        if script.startswith("kill -") and "4242" in script:
+            signalled.set()
+        return real_sh(script, timeout)
+
+    monkeypatch.setattr(lane.box, "sh", sh)
+
+    def restore_until_signalled(run: FakeRun) -> None:
+        listing[:] = [wrapper, restore]
+        (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
+        assert signalled.wait(10), "the restore was never signalled"
+        listing.clear()  # the restore died of it
+
+    lane.on_restore = restore_until_signalled
+    rec = _rec()
+    obs = faults.run_fault(lane, FAULTS_BY_ID[fault_id], rec)  # type: ignore[arg-type]
+    assert ("sh", f"kill -{signame} 4242") in lane.log
+    assert rec["results"]["injected"] == {"signal": [f"SIG{signame} to [4242]"]} and obs.fired
+    assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}
