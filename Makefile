@@ -51,8 +51,9 @@ test: install-dev reference lint  ## the harness's own tests (unit, plugin, Dock
 test-real: install-dev vllm-cpu  ## the real-vLLM tier against vsnap-vllm-cpu:0.32.0
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m real -p no:cacheprovider $(PYTEST_ARGS)
 
-lint: install-dev  ## ruff and mypy
+lint: install-dev  ## ruff (lint and format) and mypy
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 bench: install-dev reference  ## benchmarks: ratios measured side by side in one run

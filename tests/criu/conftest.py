@@ -56,8 +56,15 @@ def bookworm_image(kit_image: str) -> str:
     )
     suffix = kit_image.replace(":", "-").replace("/", "-")
     tag = BOOKWORM_IMAGE if kit_image == KIT_IMAGE else f"{BOOKWORM_IMAGE}-{suffix}"
-    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, text=True, check=True,
-                   capture_output=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    subprocess.run(
+        ["docker", "build", "-q", "-t", tag, "-"],
+        input=dockerfile,
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )
     return tag
 
 

@@ -90,8 +90,14 @@ def main() -> int:
     port_file = os.path.join(work, "port")
     res: dict[str, object] = {}
     with open(os.path.join(work, "target.out"), "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", TARGET, port_file], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=out, start_new_session=True, cwd=work)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", TARGET, port_file],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            cwd=work,
+        )
     pid = proc.pid
     res["target_pid"] = pid
     try:

@@ -34,8 +34,13 @@ def bare_kit(kit_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bare_host_round_trip_keeps_pid_and_state(bare_kit: Path):
     env = {**os.environ, "PATH": f"{bare_kit}/sbin:{bare_kit}/bin:{os.environ['PATH']}"}
     plugins = f"{bare_kit}/lib/criu"
-    p = subprocess.run([sys.executable, str(HERE / "criu_driver.py"), "--dump-plugin-dir", plugins,
-                        "--restore-plugin-dir", plugins], capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(HERE / "criu_driver.py"), "--dump-plugin-dir", plugins, "--restore-plugin-dir", plugins],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["dump_rc"] == 0, res

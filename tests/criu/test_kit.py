@@ -27,9 +27,12 @@ def test_criu_check_looks_good(image, run_in):
 def test_wrapper_runs_criu_on_the_kits_own_loader(image, run_in):
     """criu's exe must be a file no restored process maps (the kit's ld.so, not the system's: PR_SET_MM_MAP fails
     with EBUSY otherwise on a bare host), and nothing of the kit leaks into the programs criu starts."""
-    r = run_in(image, "VSNAP_CRIU_WRAPPER_DEBUG=1 criu --version && mkdir /tmp/i && "
-                      "{ setsid sleep 100 </dev/null >/dev/null 2>&1 & } && sleep 0.3 && "
-                      "criu dump -t $! -D /tmp/i -o d.log --action-script /t/action_script.sh && cat /tmp/actions")
+    r = run_in(
+        image,
+        "VSNAP_CRIU_WRAPPER_DEBUG=1 criu --version && mkdir /tmp/i && "
+        "{ setsid sleep 100 </dev/null >/dev/null 2>&1 & } && sleep 0.3 && "
+        "criu dump -t $! -D /tmp/i -o d.log --action-script /t/action_script.sh && cat /tmp/actions",
+    )
     assert r.rc == 0, r.output
     assert "kit loader" in r.output
     actions = [line for line in r.output.splitlines() if "LDLP=" in line]
@@ -79,14 +82,21 @@ def test_cuda_checkpoint_help_lists_action(image, run_in):
     short_help = run_in(image, "cuda-checkpoint -h")  # what the plugin runs
     assert long_help.rc == 0 and short_help.rc == 0, (long_help, short_help)
     assert long_help.output == short_help.output
-    for option in ("--action ACTION", "lock, checkpoint, restore, unlock", "--get-state", "--get-restore-tid",
-                   "--toggle", "--timeout MS"):
+    for option in (
+        "--action ACTION",
+        "lock, checkpoint, restore, unlock",
+        "--get-state",
+        "--get-restore-tid",
+        "--toggle",
+        "--timeout MS",
+    ):
         assert option in long_help.output, (option, long_help.output)
 
 
 def test_cuda_checkpoint_without_driver_fails_clearly(image, run_in):
-    r = run_in(image, "cuda-checkpoint --get-state --pid 1 >/tmp/o 2>/tmp/e; echo rc=$?; "
-                      "echo out=$(cat /tmp/o); cat /tmp/e")
+    r = run_in(
+        image, "cuda-checkpoint --get-state --pid 1 >/tmp/o 2>/tmp/e; echo rc=$?; echo out=$(cat /tmp/o); cat /tmp/e"
+    )
     assert "rc=1" in r.output, r.output
     assert "out=\n" in r.output + "\n"  # nothing on stdout: the plugin reads it as the answer
     assert "cuda-checkpoint: no NVIDIA driver on this host (libcuda.so.1 cannot be loaded" in r.output, r.output
@@ -116,8 +126,10 @@ def test_plugin_dir_missing_fails_in_criu(kit_image, run_in):
 
 
 def test_corrupt_plugin_fails_in_criu(kit_image, run_in):
-    res = run_in(kit_image, "mkdir /tmp/bad && head -c 4096 /dev/urandom >/tmp/bad/cuda_plugin.so && "
-                            f"{DRIVER} --dump-plugin-dir /tmp/bad").json()
+    res = run_in(
+        kit_image,
+        f"mkdir /tmp/bad && head -c 4096 /dev/urandom >/tmp/bad/cuda_plugin.so && {DRIVER} --dump-plugin-dir /tmp/bad",
+    ).json()
     assert res["dump_rc"] == 1, res
     assert any("Unable to load /tmp/bad/cuda_plugin.so" in line for line in res["dump_log"]), res
     assert any("Dumping FAILED." in line for line in res["dump_log"]), res
@@ -129,8 +141,11 @@ def test_restore_needs_the_plugin_when_the_dump_recorded_it(kit_image, run_in, w
     """A dump whose inventory lists cuda_plugin (made on this CPU host with a stand-in for the NVIDIA side, see
     driver_standin/) restores with the kit's plugin dir and fails in criu itself with a plugin dir without it."""
     restore_dir = PLUGIN_DIR if with_plugin else "/tmp/empty"
-    res = run_in(kit_image, f"mkdir /tmp/empty && {DRIVER} --dump-plugin-dir {PLUGIN_DIR} --dump-env CRIU_FAULT=138 "
-                            f"--dump-path-prepend /t/driver_standin --restore-plugin-dir {restore_dir}").json()
+    res = run_in(
+        kit_image,
+        f"mkdir /tmp/empty && {DRIVER} --dump-plugin-dir {PLUGIN_DIR} --dump-env CRIU_FAULT=138 "
+        f"--dump-path-prepend /t/driver_standin --restore-plugin-dir {restore_dir}",
+    ).json()
     assert res["dump_rc"] == 0, res
     assert any("already in a checkpointed state" in line for line in res["dump_log"]), res["dump_log"]
     if with_plugin:

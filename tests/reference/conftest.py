@@ -63,9 +63,7 @@ def lane_factory(reference_images: dict[str, str]) -> Iterator[Callable[..., Lan
             mounts.append(docker.types.Mount("/vsnap/control", str(control_dir), type="bind"))
             env["REFPLUG_DIR"] = "/vsnap/control/refplug"
         name = f"vsnap-reftest-{session}-{flavour}-{len(started)}"
-        container = _run_lane_container(
-            client, reference_images[flavour], name, session, env, mounts, privileges
-        )
+        container = _run_lane_container(client, reference_images[flavour], name, session, env, mounts, privileges)
         started.append(container)
         lane = Lane(container, flavour)
         assert lane.sh("mkdir -p -m 0700 /vsnap/work").code == 0

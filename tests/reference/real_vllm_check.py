@@ -32,9 +32,7 @@ def load_validate_create_args(sources: Path) -> Any:
     path = sources / "vllm/entrypoints/cli/snapshot.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     function = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef) and node.name == "validate_create_args"
+        node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "validate_create_args"
     )
     namespace: dict[str, Any] = {"argparse": argparse, "os": os, "platform": platform, "Path": Path}
     exec(compile(ast.Module(body=[function], type_ignores=[]), str(path), "exec"), namespace)

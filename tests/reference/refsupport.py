@@ -77,9 +77,7 @@ class Lane:
         created = api.exec_create(self.container.id, command, environment=env or {}, stdout=True, stderr=True)
         out, err = api.exec_start(created["Id"], demux=True)
         code = api.exec_inspect(created["Id"])["ExitCode"]
-        return ExecResult(
-            int(code), (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
-        )
+        return ExecResult(int(code), (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace"))
 
     def sh(self, script: str, timeout: float = 300, env: dict[str, str] | None = None) -> ExecResult:
         return self.exec(["sh", "-c", script], timeout, env)
@@ -163,9 +161,7 @@ def create_artifact(lane: Lane, extra_env: dict[str, str] | None = None) -> Exec
 
 
 def restore(lane: Lane, port: int) -> ExecResult:
-    return lane.exec(
-        ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)], 600
-    )
+    return lane.exec(["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)], 600)
 
 
 def _run_lane_container(

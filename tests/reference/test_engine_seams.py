@@ -20,9 +20,7 @@ def seams_lane(lane_factory, tmp_path_factory: pytest.TempPathFactory) -> Lane:
 
 @pytest.mark.docker
 def test_missing_model_revision_fails_fast(seams_lane: Lane) -> None:
-    served = seams_lane.exec(
-        ["vllm", "serve", MODEL, "--revision", MISSING_REVISION, "--port", str(free_port())], 60
-    )
+    served = seams_lane.exec(["vllm", "serve", MODEL, "--revision", MISSING_REVISION, "--port", str(free_port())], 60)
     assert served.code == 1
     assert "LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder" in served.stderr
     created = seams_lane.exec(
@@ -47,9 +45,7 @@ def test_missing_model_revision_fails_fast(seams_lane: Lane) -> None:
 @pytest.mark.docker
 def test_create_refuses_an_existing_target_and_inspect_a_missing_one(seams_lane: Lane) -> None:
     assert seams_lane.sh("mkdir -p -m 0700 /vsnap/work/exists").code == 0
-    created = seams_lane.exec(
-        ["vllm", "snapshot", "create", *ENGINE_ARGS, "--snapshot-dir", "/vsnap/work/exists"], 60
-    )
+    created = seams_lane.exec(["vllm", "snapshot", "create", *ENGINE_ARGS, "--snapshot-dir", "/vsnap/work/exists"], 60)
     assert created.code == 1
     assert created.stderr.rstrip().endswith("snapshot target already exists: /vsnap/work/exists")
     inspected = seams_lane.exec(["vllm", "snapshot", "inspect", "/vsnap/work/nonexistent"], 60)
@@ -67,9 +63,7 @@ def test_create_refuses_an_existing_target_and_inspect_a_missing_one(seams_lane:
 @pytest.mark.docker
 def test_general_plugins_load_once_in_every_engine_process(seams_lane: Lane) -> None:
     control = Path(
-        next(
-            m["Source"] for m in seams_lane.container.attrs["Mounts"] if m["Destination"] == "/vsnap/control"
-        )
+        next(m["Source"] for m in seams_lane.container.attrs["Mounts"] if m["Destination"] == "/vsnap/control")
     )
     loaded = control / "refplug"
     for path in loaded.glob("loaded-*"):  # earlier tests of this module started engines too
@@ -82,8 +76,7 @@ def test_general_plugins_load_once_in_every_engine_process(seams_lane: Lane) -> 
     wait_health(port)
     records = {path.name: path.read_text() for path in loaded.glob("loaded-*")}
     roles = sorted(
-        "vllm.v1.engine.core" if "vllm.v1.engine.core" in cmdline else "api_server"
-        for cmdline in records.values()
+        "vllm.v1.engine.core" if "vllm.v1.engine.core" in cmdline else "api_server" for cmdline in records.values()
     )
     assert roles == ["api_server", "vllm.v1.engine.core"], records
 
@@ -99,10 +92,7 @@ def test_general_plugins_load_once_in_every_engine_process(seams_lane: Lane) -> 
     # The snapshot child is an engine process too; VLLM_PLUGINS filters by entry-point name.
     for path in loaded.glob("loaded-*"):
         path.unlink()
-    assert (
-        seams_lane.exec(["vllm", "snapshot", "create", *ENGINE_ARGS, "--snapshot-dir", ARTIFACT], 300).code
-        == 0
-    )
+    assert seams_lane.exec(["vllm", "snapshot", "create", *ENGINE_ARGS, "--snapshot-dir", ARTIFACT], 300).code == 0
     cmdlines = [path.read_text() for path in loaded.glob("loaded-*")]
     assert sum("vllm.snapshot.server" in cmdline for cmdline in cmdlines) == 1
     assert sum("vllm.v1.engine.core" in cmdline for cmdline in cmdlines) == 1

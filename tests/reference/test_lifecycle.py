@@ -162,10 +162,7 @@ def test_serve_create_inspect_restore_restart_restore(lane_factory, flavour: str
     # Container restart: the artifact survives, inspect is byte-identical.
     lane.restart()
     again = lane.exec(["vllm", "snapshot", "inspect", ARTIFACT])
-    assert (
-        hashlib.sha256(again.stdout.encode()).hexdigest()
-        == hashlib.sha256(inspected.stdout.encode()).hexdigest()
-    )
+    assert hashlib.sha256(again.stdout.encode()).hexdigest() == hashlib.sha256(inspected.stdout.encode()).hexdigest()
 
     port2 = free_port()
     second = restore(lane, port2)

@@ -30,9 +30,7 @@ def main() -> None:
         shutil.rmtree(target)
     shutil.copytree(engine / "vllm", target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     overlay = engine / "flavours" / flavour / "vllm"
-    shutil.copytree(
-        overlay, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    shutil.copytree(overlay, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (target / "version.py").write_text(
         f'"""Generated at image build."""\n\n__version__ = "{version}"\nFLAVOUR = "{flavour}"\n'
     )

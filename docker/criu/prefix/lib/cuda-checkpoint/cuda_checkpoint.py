@@ -52,8 +52,15 @@ class Failure(Exception):
 
 def parse(argv: list[str]) -> dict[str, object]:
     opts: dict[str, object] = {"pid": None, "timeout": 0, "op": None}
-    aliases = {"-p": "--pid", "-g": "--get-state", "-r": "--get-restore-tid", "-a": "--action", "-t": "--timeout",
-               "-s": "--toggle", "-h": "--help"}
+    aliases = {
+        "-p": "--pid",
+        "-g": "--get-state",
+        "-r": "--get-restore-tid",
+        "-a": "--action",
+        "-t": "--timeout",
+        "-s": "--toggle",
+        "-h": "--help",
+    }
     takes_value = ("--pid", "--timeout", "--action")
     words = list(argv)
     while words:

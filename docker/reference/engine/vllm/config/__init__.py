@@ -59,9 +59,7 @@ def create_engine_config(args: argparse.Namespace) -> VllmConfig:
     model_dir = resolve_model_dir(model, args.revision)
     hf_config = json.loads((model_dir / "config.json").read_text())
     if hf_config.get("model_type") != "qwen3":
-        raise ValueError(
-            f"the vsnap reference engine serves Qwen3 models only, not {hf_config.get('model_type')!r}"
-        )
+        raise ValueError(f"the vsnap reference engine serves Qwen3 models only, not {hf_config.get('model_type')!r}")
     config_dtype = str(hf_config.get("torch_dtype") or hf_config.get("dtype") or "bfloat16")
     dtype = _DTYPES.get(args.dtype) or _DTYPES.get(config_dtype, "bfloat16")
     derived_len = int(hf_config["max_position_embeddings"])

@@ -26,9 +26,7 @@ def load_plugins_by_group(group: str) -> dict[str, Callable[[], Any]]:
     for plugin in discovered:
         logger.info("- %s -> %s", plugin.name, plugin.value)
     if allowed is None:
-        logger.info(
-            "All plugins in this group will be loaded. Set `VLLM_PLUGINS` to control which plugins to load."
-        )
+        logger.info("All plugins in this group will be loaded. Set `VLLM_PLUGINS` to control which plugins to load.")
     plugins: dict[str, Callable[[], Any]] = {}
     for plugin in discovered:
         if allowed is None or plugin.name in allowed:

@@ -102,8 +102,7 @@ def restore_snapshot(args: argparse.Namespace, *, tools: LocalSnapshotTools | No
                 toolset.cleanup(root_pid)
             except BaseException as cleanup_error:
                 raise SnapshotRestoreError(
-                    f"snapshot restore failed: {_error_detail(error)}; cleanup failed: "
-                    f"{_error_detail(cleanup_error)}"
+                    f"snapshot restore failed: {_error_detail(error)}; cleanup failed: {_error_detail(cleanup_error)}"
                 ) from error
         if isinstance(error, SnapshotRestoreError):
             raise

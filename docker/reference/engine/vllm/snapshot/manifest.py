@@ -76,9 +76,7 @@ class SnapshotManifest(SnapshotRuntimeIdentity):
 
     @classmethod
     def validate(cls, payload: Any) -> SnapshotManifest:
-        return cls(
-            **_validate_object(payload, _MANIFEST_RULES, {"external_cache_files": ()}, _check_processes)
-        )
+        return cls(**_validate_object(payload, _MANIFEST_RULES, {"external_cache_files": ()}, _check_processes))
 
 
 IDENTITY_FIELDS = tuple(item.name for item in fields(SnapshotRuntimeIdentity))
@@ -108,9 +106,7 @@ def _integer(loc: str, value: Any, minimum: int | None = None, maximum: int | No
     return value
 
 
-def _array(
-    loc: str, value: Any, item: Rule, min_length: int = 0, max_length: int | None = None
-) -> tuple[Any, ...]:
+def _array(loc: str, value: Any, item: Rule, min_length: int = 0, max_length: int | None = None) -> tuple[Any, ...]:
     if type(value) is not list:
         raise ValidationError(loc, "Input should be a valid tuple")
     if len(value) < min_length or (max_length is not None and len(value) > max_length):
@@ -309,9 +305,7 @@ def validate_artifact_root(path: Path, *, creating: bool) -> None:
             raise SnapshotSecurityError(f"snapshot path contains a symlink: {component}")
         if info.st_uid not in (0, euid):
             raise SnapshotSecurityError(f"snapshot path has an untrusted owner: {component}")
-        sticky_root_dir = (
-            info.st_uid == 0 and stat.S_ISDIR(info.st_mode) and bool(info.st_mode & stat.S_ISVTX)
-        )
+        sticky_root_dir = info.st_uid == 0 and stat.S_ISDIR(info.st_mode) and bool(info.st_mode & stat.S_ISVTX)
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_root_dir:
             raise SnapshotSecurityError(f"snapshot path has a group- or world-writable ancestor: {component}")
     if path.exists():

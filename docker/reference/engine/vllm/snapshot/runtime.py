@@ -166,9 +166,7 @@ class LocalSnapshotTools:
         return [] if os.geteuid() == 0 else ["sudo", "-n"]
 
     def _run(self, command: list[str], *, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            command, check=True, capture_output=True, text=True, timeout=timeout or self.timeout_s
-        )
+        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout or self.timeout_s)
 
     def _sha256(self, path: Path) -> str:
         digest = hashlib.sha256()
@@ -182,8 +180,7 @@ class LocalSnapshotTools:
         if platform.system() != "Linux" or platform.machine() != "x86_64":
             raise RuntimeError("snapshot requires Linux x86_64")
         if action == "restore" and (
-            not callable(getattr(os, "pidfd_open", None))
-            or not callable(getattr(signal, "pidfd_send_signal", None))
+            not callable(getattr(os, "pidfd_open", None)) or not callable(getattr(signal, "pidfd_send_signal", None))
         ):
             raise RuntimeError("snapshot requires Linux pidfd support")
         for command in (self.criu, self.cuda_checkpoint, self.nvidia_smi):
@@ -235,14 +232,10 @@ class LocalSnapshotTools:
                 try:
                     marker = ReadyMarker.validate(parse_json(ready_file.read_text()))
                 except ValidationError as error:
-                    raise SnapshotCreateError(
-                        f"snapshot ready marker invalid: {validation_path(error)}"
-                    ) from error
+                    raise SnapshotCreateError(f"snapshot ready marker invalid: {validation_path(error)}") from error
                 return Oracle(marker.token_ids, marker.text, marker.sampled_token_logprob)
             process = self._children.get(root_pid)
-            exited = process is not None and os.waitid(
-                os.P_PID, root_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT
-            )
+            exited = process is not None and os.waitid(os.P_PID, root_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             alive = True
             try:
                 os.kill(root_pid, 0)
@@ -279,9 +272,7 @@ class LocalSnapshotTools:
         try:
             descriptors = tuple(directory.iterdir())
         except FileNotFoundError as error:
-            raise SnapshotCreateError(
-                f"snapshot process exited during descriptor inventory: {pid}"
-            ) from error
+            raise SnapshotCreateError(f"snapshot process exited during descriptor inventory: {pid}") from error
         targets: list[str] = []
         for descriptor in descriptors:
             with suppress(FileNotFoundError):
@@ -352,9 +343,7 @@ class LocalSnapshotTools:
                 if int(pid) in pids:
                     matches.add(uuid)
         except (TypeError, ValueError) as error:
-            raise SnapshotCreateError(
-                "could not identify the GPU used by the snapshot process tree"
-            ) from error
+            raise SnapshotCreateError("could not identify the GPU used by the snapshot process tree") from error
         if len(matches) != 1:
             raise SnapshotCreateError("snapshot process tree must use exactly one identifiable GPU")
         return matches.pop()
@@ -451,9 +440,7 @@ class LocalSnapshotTools:
                 info = os.fstat(source_fd)
                 if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
                     raise SnapshotCreateError(f"invalid CRIU link remap: {source}")
-                target_fd = os.open(
-                    destination / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
-                )
+                target_fd = os.open(destination / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 with os.fdopen(target_fd, "wb") as target, os.fdopen(os.dup(source_fd), "rb") as contents:
                     shutil.copyfileobj(contents, target)
                     target.flush()
@@ -599,8 +586,7 @@ class LocalSnapshotTools:
         if self.plugin_dir is None:
             return ()
         return tuple(
-            (f"snapshot_plugin_sha256:{path.name}", self._sha256(path))
-            for path in sorted(self.plugin_dir.glob("*.so"))
+            (f"snapshot_plugin_sha256:{path.name}", self._sha256(path)) for path in sorted(self.plugin_dir.glob("*.so"))
         )
 
     def _torch_identity(self) -> tuple[str, str]:
@@ -713,9 +699,7 @@ class LocalSnapshotTools:
             created_at=datetime.now(UTC).isoformat(),
             artifact_bytes=self._artifact_bytes(workdir),
             model=source_model,
-            served_model_name=str(
-                get_served_model_name(source_model, getattr(args, "served_model_name", None))
-            ),
+            served_model_name=str(get_served_model_name(source_model, getattr(args, "served_model_name", None))),
             model_revision=revision,
             tokenizer_revision=str(getattr(args, "tokenizer_revision", None) or revision),
             engine_argv=self.redact_argv(engine_argv),
@@ -748,9 +732,7 @@ class LocalSnapshotTools:
         for path, fingerprint in manifest.external_cache_files:
             target = Path(path)
             if not target.is_file():
-                raise SnapshotRestoreError(
-                    f"external cache file vanished since capture: {path}; {CACHE_REMEDY}"
-                )
+                raise SnapshotRestoreError(f"external cache file vanished since capture: {path}; {CACHE_REMEDY}")
             if fingerprint in (CACHE_LOCKED, CACHE_UNREADABLE):
                 continue
             try:
@@ -760,9 +742,7 @@ class LocalSnapshotTools:
                     f"external cache file is unreadable since capture: {path}; {CACHE_REMEDY}"
                 ) from error
             if current != fingerprint:
-                raise SnapshotRestoreError(
-                    f"external cache file changed since capture: {path}; {CACHE_REMEDY}"
-                )
+                raise SnapshotRestoreError(f"external cache file changed since capture: {path}; {CACHE_REMEDY}")
 
     def restore(self, artifact: Path, manifest: SnapshotManifest) -> int:
         # Best effort before mutation; CRIU stays authoritative about PIDs.
@@ -932,9 +912,7 @@ class LocalSnapshotTools:
                 raise SnapshotRestoreError(
                     f"snapshot restore address is already in use: {host or '0.0.0.0'}:{port}"
                 ) from error
-        _write_json_atomic(
-            artifact / "release.json", {"release": True, "host": host, "port": port}, overwrite=True
-        )
+        _write_json_atomic(artifact / "release.json", {"release": True, "host": host, "port": port}, overwrite=True)
 
     def _connect_host(self, host: str | None) -> str:
         if not host or host == "0.0.0.0":
@@ -985,13 +963,9 @@ class LocalSnapshotTools:
                 sampled_token_logprob=choice["logprobs"]["token_logprobs"][0],
             )
         except ValueError as error:
-            raise SnapshotRestoreError(
-                "snapshot HTTP canary must return exactly one finite token logprob"
-            ) from error
+            raise SnapshotRestoreError("snapshot HTTP canary must return exactly one finite token logprob") from error
         except (IndexError, KeyError, TypeError) as error:
-            raise SnapshotRestoreError(
-                "snapshot HTTP canary response is missing sampled token logprob"
-            ) from error
+            raise SnapshotRestoreError("snapshot HTTP canary response is missing sampled token logprob") from error
 
     def cleanup(self, root_pid: int) -> None:
         handles = self._restored.get(root_pid)
@@ -1006,9 +980,7 @@ class LocalSnapshotTools:
                 with suppress(ProcessLookupError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL, None, 0)
         except BaseException as error:
-            raise SnapshotRestoreError(
-                f"restored process cleanup is incomplete: {_error_detail(error)}"
-            ) from error
+            raise SnapshotRestoreError(f"restored process cleanup is incomplete: {_error_detail(error)}") from error
         poller = select.poll()
         for _pid, pidfd in handles:
             poller.register(pidfd, select.POLLIN | select.POLLHUP | select.POLLERR)

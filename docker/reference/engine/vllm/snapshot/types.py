@@ -26,7 +26,5 @@ def oracles_match(expected: Oracle, actual: Oracle) -> bool:
     return (
         expected.token_ids == actual.token_ids
         and expected.text == actual.text
-        and math.isclose(
-            expected.sampled_token_logprob, actual.sampled_token_logprob, rel_tol=0.0, abs_tol=1e-3
-        )
+        and math.isclose(expected.sampled_token_logprob, actual.sampled_token_logprob, rel_tol=0.0, abs_tol=1e-3)
     )

@@ -36,9 +36,7 @@ def _pairs(symbols: list[str]) -> set[tuple[str, str]]:
 
 
 class ByteLevelBPETokenizer:
-    def __init__(
-        self, vocab: dict[str, int], merges: Iterable[tuple[str, str]], special: dict[str, int]
-    ) -> None:
+    def __init__(self, vocab: dict[str, int], merges: Iterable[tuple[str, str]], special: dict[str, int]) -> None:
         self.vocab = dict(vocab)
         self.vocab.update(special)
         self.id_to_token = {index: token for token, index in self.vocab.items()}
@@ -54,9 +52,7 @@ class ByteLevelBPETokenizer:
         model = data["model"]
         if model.get("type") != "BPE":
             raise ValueError(f"unsupported tokenizer model type: {model.get('type')}")
-        merges = [
-            tuple(item) if isinstance(item, list) else tuple(item.split(" ", 1)) for item in model["merges"]
-        ]
+        merges = [tuple(item) if isinstance(item, list) else tuple(item.split(" ", 1)) for item in model["merges"]]
         special = {item["content"]: int(item["id"]) for item in data.get("added_tokens", [])}
         return cls(model["vocab"], merges, special)  # type: ignore[arg-type]
 

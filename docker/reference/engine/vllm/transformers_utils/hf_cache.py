@@ -26,9 +26,7 @@ def resolve_model_dir(model: str, revision: str | None) -> Path:
     if local.is_dir():
         return local.resolve()
     if model.count("/") != 1:
-        raise LocalEntryNotFoundError(
-            f"Repo id must be in the form 'repo_name' or 'namespace/repo_name': '{model}'."
-        )
+        raise LocalEntryNotFoundError(f"Repo id must be in the form 'repo_name' or 'namespace/repo_name': '{model}'.")
     repo = hub_cache_dir() / ("models--" + model.replace("/", "--"))
     wanted = revision or "main"
     if not re.fullmatch(r"[0-9a-f]{40}", wanted):

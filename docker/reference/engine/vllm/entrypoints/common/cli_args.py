@@ -29,9 +29,7 @@ def _positive_int(value: str) -> int:
 
 def make_arg_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add every serve option to ``parser`` (used by `vllm serve` and `vllm snapshot create`)."""
-    parser.add_argument(
-        "model_tag", type=str, nargs="?", help="The model tag to serve (optional if in config)."
-    )
+    parser.add_argument("model_tag", type=str, nargs="?", help="The model tag to serve (optional if in config).")
     frontend = parser.add_argument_group("Frontend")
     frontend.add_argument("--host", type=str, default=None)
     frontend.add_argument("--port", type=int, default=8000)
@@ -80,9 +78,7 @@ def make_arg_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parallel.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     parallel.add_argument("--prefill-context-parallel-size", "-pcp", type=int, default=1)
     parallel.add_argument("--decode-context-parallel-size", "-dcp", type=int, default=1)
-    parallel.add_argument(
-        "--distributed-executor-backend", type=str, choices=("mp", "uni", "ray"), default=None
-    )
+    parallel.add_argument("--distributed-executor-backend", type=str, choices=("mp", "uni", "ray"), default=None)
     parallel.add_argument("--worker-cls", type=str, default="auto")
     parallel.add_argument("--worker-extension-cls", type=str, default="")
 

@@ -111,30 +111,19 @@ def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
         prompts = list(prompt)
     else:
-        raise RequestError(
-            400, "prompt must be a string, a list of strings or a list of token ids", "BadRequestError"
-        )
+        raise RequestError(400, "prompt must be a string, a list of strings or a list of token ids", "BadRequestError")
     max_tokens = body.get("max_tokens", 16)
     min_tokens = body.get("min_tokens", 0) or 0
     logprobs = body.get("logprobs")
     temperature = body.get("temperature", 1.0)
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise RequestError(400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError")
-    if (
-        not isinstance(min_tokens, int)
-        or min_tokens < 0
-        or (max_tokens is not None and min_tokens > max_tokens)
-    ):
-        raise RequestError(
-            400, f"min_tokens must be in [0, max_tokens], got {min_tokens}.", "BadRequestError"
-        )
-    if logprobs is not None and (
-        not isinstance(logprobs, int) or logprobs < 0 or logprobs > config.max_logprobs
-    ):
+    if not isinstance(min_tokens, int) or min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
+        raise RequestError(400, f"min_tokens must be in [0, max_tokens], got {min_tokens}.", "BadRequestError")
+    if logprobs is not None and (not isinstance(logprobs, int) or logprobs < 0 or logprobs > config.max_logprobs):
         raise RequestError(
             400,
-            f"Requested sample logprobs of {logprobs}, which is greater than max allowed: "
-            f"{config.max_logprobs}",
+            f"Requested sample logprobs of {logprobs}, which is greater than max allowed: {config.max_logprobs}",
             "BadRequestError",
         )
     return_token_ids = bool(body.get("return_token_ids"))
@@ -172,13 +161,11 @@ def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
             logprob_block = {
                 "text_offset": offsets,
                 "token_logprobs": [
-                    entry[token].logprob
-                    for entry, token in zip(output.logprobs, output.token_ids, strict=True)
+                    entry[token].logprob for entry, token in zip(output.logprobs, output.token_ids, strict=True)
                 ],
                 "tokens": tokens,
                 "top_logprobs": [
-                    {value.decoded_token: value.logprob for value in entry.values()}
-                    for entry in output.logprobs
+                    {value.decoded_token: value.logprob for value in entry.values()} for entry in output.logprobs
                 ],
             }
         choices.append(
@@ -273,9 +260,7 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/health"): lambda: self._send(200 if not engine.client.dead else 503),
             ("GET", "/version"): lambda: self._send(200, {"version": __version__}),
             ("GET", "/v1/models"): lambda: self._send(200, self._models()),
-            ("GET", "/metrics"): lambda: self._send(
-                200, _metrics(engine), "text/plain; version=0.0.4; charset=utf-8"
-            ),
+            ("GET", "/metrics"): lambda: self._send(200, _metrics(engine), "text/plain; version=0.0.4; charset=utf-8"),
             ("POST", "/v1/completions"): lambda: self._send(200, _completion(engine, self._body())),
         }
         if dev:
@@ -378,9 +363,7 @@ def build_http_server(engine: LLMEngine, sock: socket.socket, args: argparse.Nam
     server.socket.close()
     server.socket = sock
     server.engine = engine
-    server.api_key = args.api_key or (
-        [os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else None
-    )
+    server.api_key = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else None)
     return server
 
 

@@ -87,9 +87,7 @@ class EngineCore:
                 ranked = raw_logprobs.topk(int(top_n)) if int(top_n) > 0 else None
                 entry = {token: float(raw_logprobs[token])}
                 if ranked is not None:
-                    entry.update(
-                        {int(i): float(v) for v, i in zip(ranked.values, ranked.indices, strict=True)}
-                    )
+                    entry.update({int(i): float(v) for v, i in zip(ranked.values, ranked.indices, strict=True)})
                 top_logprobs.append(entry)
             ids.append(token)
             if token == self.eos_token_id and step + 1 >= min_tokens:

@@ -68,9 +68,7 @@ class EngineCoreClient:
     def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         with self.lock:
             if self.dead:
-                raise EngineDeadError(
-                    "EngineCore encountered an issue. See stack trace (above) for the root cause."
-                )
+                raise EngineDeadError("EngineCore encountered an issue. See stack trace (above) for the root cause.")
             request_id = next(self.ids)
             try:
                 self.connection.send(("call", request_id, method, args, kwargs))

@@ -67,9 +67,7 @@ class GPUModelRunner:
         started = time.perf_counter()
         params = unique_parameters(self.model)
         if any(param.numel() == 0 for _, param in params):
-            raise RuntimeError(
-                "cannot reload weights into released parameters; call wake_up(tags=['weights']) first"
-            )
+            raise RuntimeError("cannot reload weights into released parameters; call wake_up(tags=['weights']) first")
         self.model.load_weights(self._checkpoint())  # type: ignore[operator]
         logger.info("Reloading weights took %.6f seconds", time.perf_counter() - started)
 
@@ -111,9 +109,7 @@ class GPUModelRunner:
         self.device.allocate("kv_cache", config.kv_cache_memory_bytes)
         slots = config.num_blocks * config.block_size
         self.kv_caches = [
-            torch.zeros(
-                2, slots, config.num_kv_heads, config.head_size, dtype=self.dtype, device=self.torch_device
-            )
+            torch.zeros(2, slots, config.num_kv_heads, config.head_size, dtype=self.dtype, device=self.torch_device)
             for _ in range(config.num_layers)
         ]
 

@@ -124,9 +124,7 @@ class Worker(WorkerBase):
         free_before = self.device.free
         model = self.model_runner.model
         if level == 2:
-            self._sleep_saved_buffers = {
-                name: buffer.to("cpu", copy=True) for name, buffer in model.named_buffers()
-            }
+            self._sleep_saved_buffers = {name: buffer.to("cpu", copy=True) for name, buffer in model.named_buffers()}
         for name, param in unique_parameters(model):
             if name in self._released_shapes:
                 continue

@@ -47,9 +47,7 @@ class WorkerBase:
         return
 
 
-def run_method(
-    obj: Any, method: str | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def run_method(obj: Any, method: str | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     func = getattr(obj, method) if isinstance(method, str) else (lambda *a, **k: method(obj, *a, **k))
     return func(*args, **kwargs)
 
@@ -114,9 +112,7 @@ class WorkerWrapperBase:
         try:
             return run_method(self, method, args, kwargs)
         except Exception as error:
-            logger.exception(
-                "Error executing method %r. This might cause deadlock in distributed execution.", method
-            )
+            logger.exception("Error executing method %r. This might cause deadlock in distributed execution.", method)
             raise error
 
     def shutdown(self) -> None:

@@ -48,16 +48,12 @@ async def run_engine_canary(engine: Any) -> Oracle:
 
 
 class SnapshotSession:
-    def __init__(
-        self, engine: Any, *, timeout_s: float, memory_policy: SnapshotMemoryPolicy | None = None
-    ) -> None:
+    def __init__(self, engine: Any, *, timeout_s: float, memory_policy: SnapshotMemoryPolicy | None = None) -> None:
         if not math.isfinite(timeout_s) or timeout_s <= 0:
             raise ValueError("snapshot phase timeout must be positive and finite")
         self.engine = engine
         self.timeout_s = timeout_s
-        self.memory_policy = memory_policy or SnapshotMemoryPolicy(
-            _release_reloadable_state, _restore_reloadable_state
-        )
+        self.memory_policy = memory_policy or SnapshotMemoryPolicy(_release_reloadable_state, _restore_reloadable_state)
         self.state: State = "new"
         self.phase = "new"
         self._oracle: Oracle | None = None
