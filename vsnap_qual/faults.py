@@ -765,8 +765,13 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
     # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
     after_fault = wait_ids_free(run, captured | set(killed), run.config.timeouts["stop"])
-    if killed:
-        audit["killed_by_harness"] = killed
+    # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
+    # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
+    with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
+        engine.wait_until(lambda: at.port not in run.box.listening_ports(), run.config.cleanup_grace, 0.05)
+    engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
+    if engine_left:
+        audit["killed_by_harness"] = engine_left
     rec["results"].update(injected=injected, cleanup=audit)
     waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
     if waits:

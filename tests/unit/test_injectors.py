@@ -192,6 +192,9 @@ class FakeBox:
     def processes(self) -> list[dict[str, Any]]:
         return []
 
+    def listening_ports(self) -> set[int]:
+        return {int(s.getsockname()[1]) for s in self.listeners if s.fileno() != -1}
+
     def read_text(self, path: str) -> str:
         return ""
 
@@ -470,3 +473,43 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
     assert ("sh", f"kill -{signame} 4242") in lane.log
     assert rec["results"]["injected"] == {"signal": [f"SIG{signame} to [4242]"]} and obs.fired
     assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}
+
+
+def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_called_the_engines(lane, monkeypatch):
+    """Our own blocker is killed after the audit and the port is free again before the follow-up restore binds
+    it (seen in .ci/run: "address already in use" on a follow-up); ``killed_by_harness`` names the engine's
+    leftovers only, never the harness's own helpers."""
+    blocker = 2**22 + 7
+    box = lane.box
+    real_spawn = box.spawn
+    monkeypatch.setattr(
+        box, "spawn", lambda argv, log, **kw: blocker if "blocker-" in log and real_spawn(argv, log) else 2**22 + 1
+    )
+    monkeypatch.setattr(
+        box,
+        "processes",
+        lambda: [{"pid": blocker, "args": "python3 -c blocker"}] if box.listeners and not closing else [],
+    )
+    real_sh = box.sh
+    closing: list[socket.socket] = []
+
+    def sh(script: str, timeout: float = 60.0) -> ExecResult:
+        if script.startswith("kill -KILL") and str(blocker) in script:
+            closing.extend(box.listeners)  # gone from the process listing at once; its socket closes later
+            threading.Timer(0.5, lambda: [sock.close() for sock in closing]).start()
+        return real_sh(script, timeout)
+
+    monkeypatch.setattr(box, "sh", sh)
+    real_exec = box.exec
+    free_at_followup: list[bool] = []
+
+    def exec_(argv: list[str], timeout: float, **kw: Any) -> ExecResult:
+        free_at_followup.append(all(sock.fileno() == -1 for sock in closing))
+        return real_exec(argv, timeout, **kw)
+
+    monkeypatch.setattr(box, "exec", exec_)
+    lane.config.cleanup_grace = 2.0
+    rec = _rec()
+    faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], rec)  # type: ignore[arg-type]
+    assert free_at_followup and all(free_at_followup), "the follow-up restore met the blocker's port"
+    assert "killed_by_harness" not in rec["results"]["cleanup"], rec["results"]["cleanup"]
