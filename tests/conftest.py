@@ -27,3 +27,29 @@ def docker_client():
         return runtime.connect()
     except runtime.RuntimeFailure as exc:
         pytest.fail(f"Docker engine needed by this test is unreachable: {exc}")
+
+
+@pytest.fixture
+def vsnap_refused(pytester, monkeypatch, tmp_path):
+    """Run the plugin on a tiny suite with one bad input (``args``, exported ``env``) and check that it is refused
+    as bad usage with one clear message holding ``fragment`` (no traceback, no git's own ``fatal:``)."""
+
+    def refused(name: str, args: list[str], env: dict[str, str], fragment: str, *, revision: str) -> str:
+        with monkeypatch.context() as m:
+            for key, value in env.items():
+                m.setenv(key, value)
+            result = pytester.runpytest_subprocess(
+                "-p",
+                "vsnap_qual",
+                "--vsnap-model=org/m",
+                f"--vsnap-revision={revision}",
+                f"--vsnap-report-dir={tmp_path / name}",
+                *args,
+            )
+        text = result.stdout.str() + result.stderr.str()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{name}: exit {result.ret}\n{text[-2000:]}"
+        assert fragment in text, f"{name}: message lacks {fragment!r}:\n{text[-2000:]}"
+        assert "Traceback" not in text and "fatal:" not in text, f"{name}: not one clear message:\n{text[-2000:]}"
+        return text
+
+    return refused

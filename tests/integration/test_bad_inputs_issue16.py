@@ -3,8 +3,6 @@ fix, and no container is started (Docker is real; the image is never needed: eac
 
 from __future__ import annotations
 
-import pytest
-
 from vsnap_qual import runtime
 
 REV = "0" * 40
@@ -57,26 +55,11 @@ def _cases(tmp_path):
     ]
 
 
-def test_each_new_bad_input_is_refused_before_any_container(pytester, docker_client, monkeypatch, tmp_path):
+def test_each_new_bad_input_is_refused_before_any_container(pytester, docker_client, tmp_path, vsnap_refused):
     pytester.makepyfile(test_suite=SUITE)
     before = _orphans(docker_client)
     for name, args, env, ini, fragment in _cases(tmp_path):
         image = [] if ini else ["--vsnap-image=busybox-not-needed:x"]
         (pytester.path / "pytest.ini").write_text(ini or "[pytest]\n")
-        with monkeypatch.context() as m:
-            for key, value in env.items():
-                m.setenv(key, value)
-            result = pytester.runpytest_subprocess(
-                "-p",
-                "vsnap_qual",
-                *image,
-                "--vsnap-model=org/m",
-                f"--vsnap-revision={REV}",
-                f"--vsnap-report-dir={tmp_path / name}",
-                *args,
-            )
-        text = result.stdout.str() + result.stderr.str()
-        assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{name}: exit {result.ret}\n{text[-2000:]}"
-        assert fragment in text, f"{name}: message lacks {fragment!r}:\n{text[-2000:]}"
-        assert "Traceback" not in text and "fatal:" not in text, f"{name}: not one clear message:\n{text[-2000:]}"
+        vsnap_refused(name, [*image, *args], env, fragment, revision=REV)
     assert _orphans(docker_client) == before, "a bad input started a container"

@@ -19,7 +19,8 @@ SHOW = (
 )
 
 
-def _granted(docker_client, mode: str) -> dict[str, str]:
+def _box(docker_client, mode: str) -> EngineContainer:
+    """A labelled lane-like container of the base image in this privileges mode (the caller removes it)."""
     image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
     spec = ContainerSpec(
         image_id=image.id,
@@ -28,7 +29,11 @@ def _granted(docker_client, mode: str) -> dict[str, str]:
         environment={},
         privileges=mode,
     )
-    box = EngineContainer.start(docker_client, spec)
+    return EngineContainer.start(docker_client, spec)
+
+
+def _granted(docker_client, mode: str) -> dict[str, str]:
+    box = _box(docker_client, mode)
     try:
         result = box.exec(["sh", "-c", SHOW], 30)
     finally:
@@ -63,15 +68,7 @@ def test_host_namespaces_grants_no_extra_capability(docker_client):
 def test_the_process_listing_speaks_the_box_s_pid_numbers(docker_client, mode):
     """``spawn`` returns the PID as the box sees it; ``processes()`` (``docker top``: host PIDs) must list the same
     number, or session membership and cleanup audits find nothing under the container's own PID namespace."""
-    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
-    spec = ContainerSpec(
-        image_id=image.id,
-        name=f"vsnap-test-pids-{uuid.uuid4().hex[:8]}",
-        labels={runtime.LABEL_SESSION: "test-privileges", runtime.LABEL_OWNER: runtime.owner_label()},
-        environment={},
-        privileges=mode,
-    )
-    box = EngineContainer.start(docker_client, spec)
+    box = _box(docker_client, mode)
     try:
         pid = box.spawn(["sleep", "300"], "/tmp/sleeper.log")
         listed = {p["pid"]: p for p in box.processes()}

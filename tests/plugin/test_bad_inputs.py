@@ -70,7 +70,7 @@ def _labelled(client) -> set[str]:
     }
 
 
-def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, docker_client, monkeypatch, tmp_path):
+def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, docker_client, tmp_path, vsnap_refused):
     if runtime.nvidia_runtime_present(docker_client):
         bad_inputs = [b for b in bad_inputs if b[0] != "gpus-without-runtime"]
     with socket.socket() as busy:
@@ -82,22 +82,7 @@ def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, do
         before = _labelled(docker_client)
         assert len(bad_inputs) >= 12
         for name, args, env, fragment in bad_inputs:
-            with monkeypatch.context() as m:
-                for key, value in env.items():
-                    m.setenv(key, value)
-                result = pytester.runpytest_subprocess(
-                    "-p",
-                    "vsnap_qual",
-                    "--vsnap-image=busybox-not-needed:x",
-                    "--vsnap-model=org/m",
-                    f"--vsnap-revision={REV}",
-                    f"--vsnap-report-dir={tmp_path / name}",
-                    *args,
-                )
-            text = result.stdout.str() + result.stderr.str()
-            assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{name}: exit {result.ret}\n{text[-2000:]}"
-            assert fragment in text, f"{name}: message lacks {fragment!r}:\n{text[-2000:]}"
-            assert "Traceback" not in text, f"{name}: a traceback instead of a message"
+            vsnap_refused(name, ["--vsnap-image=busybox-not-needed:x", *args], env, fragment, revision=REV)
         assert _labelled(docker_client) == before, "a bad input started a labelled container"
 
 
