@@ -1,0 +1,308 @@
+"""The lane-side tools of the injected failures (:mod:`vsnap_qual.faults`): the fault lane's own artifact and its
+pristine copy, arming the probe's hook points, watching a port, occupying a captured PID, blocking the port,
+corrupting the manifest or an image, the signaller, the drifted restore, and waiting until the captured PIDs are
+free. No expectations and no judging here: what a fault must show and whether it did are :mod:`faults`' job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vsnap_qual import engine
+from vsnap_qual.docker_lane import LaneRun
+from vsnap_qual.runtime import ExecResult
+from vsnap_qual.steps import ARTIFACT, CONTROL, WORK, check, skip_if_limitation, vllm_reason
+
+BACKUP = f"{WORK}/artifact.pristine"
+
+
+# ---- the fault lane's own artifact -------------------------------------------------------------------------
+def prepare_artifact(run: LaneRun, rec: dict[str, Any]) -> None:
+    """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S`` and keep a pristine copy."""
+    run.box.sh(f"rm -rf {ARTIFACT} {BACKUP}", 60)
+    env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{run.config.fault_timeout:g}"}
+    result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env)
+    if result.exit_code != 0:
+        reason = vllm_reason(result.stderr or result.stdout)
+        skip_if_limitation(reason)
+        check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
+    run.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
+    copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
+    check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
+    rec["results"].update(snapshot_timeout_s=run.config.fault_timeout, manifest=run.manifest)
+
+
+def reset_artifact(run: LaneRun) -> None:
+    """Put the pristine artifact back at the same path (restore pins the artifact path)."""
+    result = run.box.sh(f"rm -rf {ARTIFACT} && cp -a {BACKUP} {ARTIFACT}", 300)
+    check(result.exit_code == 0, f"cannot reset the artifact: {result.tail()}")
+
+
+# ---- arming and observing ----------------------------------------------------------------------------------
+def clear_fired(run: LaneRun) -> None:
+    assert run.control_host is not None
+    for old in (run.control_host / "faults").glob("fired-*.json"):
+        old.unlink()
+
+
+def arm(run: LaneRun, point: str, stall_s: float | None = None) -> None:
+    assert run.control_host is not None
+    faults = run.control_host / "faults"
+    clear_fired(run)
+    tmp = faults / "armed.json.tmp"
+    tmp.write_text(json.dumps({"point": point, "stall_s": stall_s}))
+    tmp.replace(faults / "armed.json")
+
+
+def disarm(run: LaneRun) -> None:
+    assert run.control_host is not None
+    (run.control_host / "faults" / "armed.json").unlink(missing_ok=True)
+
+
+def fired_records(run: LaneRun) -> list[dict[str, Any]]:
+    assert run.control_host is not None
+    records = []
+    for path in sorted((run.control_host / "faults").glob("fired-*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+class ListenerScan:
+    """An in-container scanner of ``/proc/net/tcp*`` for a LISTEN socket on the port, every 10 ms."""
+
+    def __init__(self, run: LaneRun, port: int) -> None:
+        self.run, self.port = run, port
+        self.marker = f"{CONTROL}/faults/listen-{port}"
+        self.pid: int | None = None
+
+    def __enter__(self) -> ListenerScan:
+        assert self.run.control_host is not None
+        (self.run.control_host / "faults" / f"listen-{self.port}").unlink(missing_ok=True)
+        code = (
+            "import time,sys\n"
+            f"needle=':{self.port:04X} '\n"
+            "while True:\n"
+            "    for f in ('/proc/net/tcp','/proc/net/tcp6'):\n"
+            "        try:\n"
+            "            rows=open(f).read().splitlines()[1:]\n"
+            "        except OSError:\n"
+            "            continue\n"
+            "        if any(needle in r.split()[1]+' ' and r.split()[3]=='0A' for r in rows):\n"
+            f"            open({self.marker!r},'a').write(repr(time.time())+'\\n'); sys.exit(0)\n"
+            "    time.sleep(0.01)\n"
+        )
+        self.pid = self.run.box.spawn(["python3", "-c", code], f"{CONTROL}/faults/scan-{self.port}.log")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pid:
+            self.run.box.sh(f"kill -KILL {self.pid} 2>/dev/null; true", 15)
+
+    @property
+    def bound(self) -> bool:
+        assert self.run.control_host is not None
+        return (self.run.control_host / "faults" / f"listen-{self.port}").exists()
+
+
+def new_processes(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[dict[str, Any]]:
+    return [p for p in run.box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
+
+
+def settle(run: LaneRun, baseline: set[int], ignore: set[int], limit: float = 5.0) -> list[dict[str, Any]]:
+    """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish)."""
+    deadline = time.time() + limit
+    left = new_processes(run, baseline, ignore)
+    while left and time.time() < deadline:
+        time.sleep(0.1)
+        left = new_processes(run, baseline, ignore)
+    return left
+
+
+def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[int]:
+    leftovers = [p["pid"] for p in new_processes(run, baseline, ignore)]
+    if leftovers:
+        run.box.sh("kill -KILL " + " ".join(map(str, leftovers)) + " 2>/dev/null; true", 15)
+    return leftovers
+
+
+def ids_held(run: LaneRun, ids: set[int]) -> list[str]:
+    """Which of these PIDs/TIDs still name a task in the lane's PID namespace, whatever it is: a process of the
+    lane or not, a thread of another process, a zombie, one still tearing down its GPU context after SIGKILL.
+    That is what vLLM's ``os.kill(pid, 0)`` availability probe and CRIU's ``clone3(set_tid)`` see, whereas the
+    lane's process listing leaves out zombies and exiting processes. Each as ``PID name state tgid ppid``."""
+    if not ids:
+        return []
+    script = (
+        "for p in " + " ".join(str(int(i)) for i in sorted(ids)) + "; do [ -e /proc/$p ] && "
+        "{ printf '%s ' $p; awk -F'\t' '/^(Name|State|Tgid|PPid):/{printf \"%s \", $2}' /proc/$p/status "
+        "2>/dev/null; echo; }; done; true"
+    )
+    result = run.box.sh(script, 15)
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def wait_ids_free(run: LaneRun, ids: set[int], limit: float) -> dict[str, Any]:
+    """Wait (up to ``limit`` s) until none of ``ids`` names a task any more; what was waited for is evidence."""
+    started = time.time()
+    held = ids_held(run, ids)
+    first = held
+    while held and time.time() - started < limit:
+        time.sleep(0.2)
+        held = ids_held(run, ids)
+    outcome: dict[str, Any] = {}
+    if first:
+        outcome = {"held_at_first": first, "waited_s": round(time.time() - started, 2)}
+    if held:
+        outcome["still_held"] = held
+    return outcome
+
+
+def move_pid_cursor_past(run: LaneRun, ids: set[int]) -> bool:
+    """Set the PID namespace's allocation cursor (``ns_last_pid``) past the captured IDs, so that processes and
+    threads forked after an injection that set it just below a captured PID do not take the other captured IDs
+    (CRIU must recreate each captured PID and TID; the threads' TIDs follow their process's PID)."""
+    past = max(ids) + 512
+    result = run.box.sh(
+        f"max=$(cat /proc/sys/kernel/pid_max); n={past}; [ $n -lt $max ] || n=300; "
+        "echo $n > /proc/sys/kernel/ns_last_pid",
+        15,
+    )
+    return result.exit_code == 0
+
+
+class PidHolder:
+    """A sleeper at exactly one PID: inside the container when it may set ``ns_last_pid``, else on the host
+    (with host pid namespaces the captured PIDs are host PIDs)."""
+
+    def __init__(self, run: LaneRun, pid: int) -> None:
+        self.run, self.pid = run, pid
+        self.where: str | None = None
+        self._host: subprocess.Popen[bytes] | None = None
+
+    def occupy(self) -> bool:
+        if self.run.pid_alive(self.pid):
+            self.where = "already occupied"
+            return True
+        script = (
+            f"for i in 1 2 3 4 5 6 7 8; do echo {self.pid - 1} > /proc/sys/kernel/ns_last_pid 2>/dev/null || "
+            f"exit 3; sleep 600 </dev/null >/dev/null 2>&1 & p=$!; if [ $p -eq {self.pid} ]; then exit 0; fi; "
+            "kill $p; done; exit 4"
+        )
+        if self.run.box.sh(script, 30).exit_code == 0:
+            self.where = "container"
+            return True
+        if self.run.config.privileges == "isolated" or os.geteuid() != 0:
+            return False
+        for _ in range(200):  # other lanes fork too: retry until our fork gets the PID
+            try:
+                Path("/proc/sys/kernel/ns_last_pid").write_text(str(self.pid - 1))
+            except OSError:
+                return False
+            proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            if proc.pid == self.pid:
+                self._host, self.where = proc, "host"
+                return True
+            proc.kill()
+            proc.wait()
+        return False
+
+    def release(self) -> None:
+        if self._host is not None:
+            self._host.kill()
+            self._host.wait()
+        elif self.where == "container":
+            self.run.box.sh(f"kill -KILL {self.pid} 2>/dev/null; true", 15)
+
+
+def block_port(run: LaneRun, port: int) -> int:
+    code = (
+        "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(1); time.sleep(900)"
+    )
+    pid = run.box.spawn(["python3", "-c", code], f"{CONTROL}/faults/blocker-{port}.log")
+    engine.wait_until(lambda: engine.port_open(port), 10.0)
+    return pid
+
+
+def corrupt_manifest(run: LaneRun) -> None:
+    script = (
+        "import json,os,sys\n"
+        f"p={ARTIFACT + '/manifest.json'!r}\n"
+        "m=json.load(open(p)); m['schema_version']=2\n"
+        "fd=os.open(p, os.O_WRONLY|os.O_TRUNC); os.write(fd, json.dumps(m, sort_keys=True, separators=(',',':'))"
+        ".encode()); os.close(fd)\n"
+    )
+    result = run.box.exec(["python3", "-c", script], 30)
+    check(result.exit_code == 0, f"could not change the manifest: {result.tail()}")
+
+
+def truncate_image(run: LaneRun) -> str:
+    """Truncate the largest process core image to half. A core image, not a pages image: CRIU 4.2.1 fails a
+    short core image cleanly (``Read N bytes while M expected``, ``Restoring FAILED.``), but its restorer spins
+    on a short pages image instead of failing, and vLLM passes CRIU no timeout (README: findings)."""
+    script = (
+        f"f=$(find {ARTIFACT}/images -type f -name 'core-*.img' -printf '%s %p\\n' | sort -rn | head -1 | "
+        'cut -d\' \' -f2-); [ -n "$f" ] || exit 3; s=$(stat -c %s "$f"); truncate -s $((s/2)) "$f"; '
+        'echo "$f"'
+    )
+    result = run.box.sh(script, 30)
+    check(result.exit_code == 0, f"no images/ file to truncate: {result.tail()}")
+    return result.stdout.strip()
+
+
+def signal_when_fired(run: LaneRun, signame: str, done: threading.Event, sent: list[str], limit: float) -> None:
+    """Once a hook reports that recovery is running, signal this lane's ``vllm snapshot restore``.
+
+    The target is looked up among this container's processes only: with host pid namespaces a pattern match
+    (``pkill -f``) would also hit other lanes' restores."""
+    deadline = time.time() + limit
+    while time.time() < deadline and not done.is_set():
+        if fired_records(run):
+            time.sleep(0.3)
+            procs = run.box.processes()
+            wrappers = {
+                p["pid"]
+                for p in procs
+                if p["args"].startswith("timeout ") and f"vllm snapshot restore {ARTIFACT}" in p["args"]
+            }
+            targets = [p["pid"] for p in procs if p["ppid"] in wrappers]  # the restore command itself
+            if targets:
+                result = run.box.sh(f"kill -{signame} {' '.join(map(str, targets))}", 15)
+                if result.exit_code == 0:
+                    sent.append(f"SIG{signame} to {targets}")
+            return
+        time.sleep(0.05)
+
+
+DRIFT_NAME, DRIFT_VALUE = "VLLM_VSNAP_QUAL_DRIFT", "1"
+DRIFT_SEEN = "faults/env-seen"
+
+
+def restore_recording_env(run: LaneRun, rec: dict[str, Any], port: int, env: dict[str, str]) -> ExecResult:
+    """``vllm snapshot restore`` under the drifted environment, through a shell that first records the drifted
+    variable as its own environment holds it and then ``exec``s the restore (the same process, the same
+    environment): the harness's own evidence that the drift reached the restore."""
+    assert run.control_host is not None
+    (run.control_host / DRIFT_SEEN).unlink(missing_ok=True)
+    record = (
+        f"tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{DRIFT_NAME}=' > {CONTROL}/{DRIFT_SEEN}; "
+        'exec vllm snapshot restore "$@"'
+    )
+    argv = ["sh", "-c", record, "sh", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
+    rec["argv"] = argv
+    with run.engine_wait():
+        return run._snapshot_exec(rec, argv, "restore", env, "restore-faulted")
+
+
+def drift_seen(run: LaneRun) -> bool:
+    assert run.control_host is not None
+    path = run.control_host / DRIFT_SEEN
+    return path.exists() and path.read_text().strip() == f"{DRIFT_NAME}={DRIFT_VALUE}"
