@@ -9,14 +9,13 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from vsnap_qual import checks, engine, model
+from vsnap_qual import checks, engine, model, overlay
 from vsnap_qual.config import PORT_NAMES, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import utc_now
@@ -52,30 +51,11 @@ from vsnap_qual.steps import (
 )
 
 PROBE_DIR = Path(__file__).parent / "probe"
-_GIT_TIMEOUT_S = 30
 
 
 def overlay_checkout(checkout: Path, ref: str) -> model.OverlayCheckout:
-    """The overlay checkout's ``HEAD`` commit, the commit ``ref`` names, and whether it has uncommitted changes
-    (what a PR's validation cites); ``error`` says what git could not tell (never raises)."""
-    out = model.OverlayCheckout(path=str(checkout), ref=ref, commit=None, ref_commit=None, dirty=None)
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=_GIT_TIMEOUT_S, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip()[:200]}")
-        return done.stdout
-
-    try:
-        out["commit"] = git("rev-parse", "HEAD").strip()
-        out["ref_commit"] = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
-        changed = [line for line in git("status", "--porcelain").splitlines() if line.strip()]
-        out["dirty"], out["changed"] = bool(changed), len(changed)
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        out["error"] = str(exc)
-    return out
+    """The overlay checkout's state for the lane's environment record (``overlay.checkout_state``)."""
+    return cast(model.OverlayCheckout, overlay.checkout_state(checkout, ref))
 
 
 def ci_build(environ: Mapping[str, str]) -> model.CiBuild | None:

@@ -570,10 +570,9 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     else:
         outcome["canary_ok"] = False
         outcome["stderr_tail"] = result.tail(15)
-        # vLLM logs CRIU's own reason on stdout (`CRIU restore.log (tail):`); stderr only has the exit status
-        reason = [ln.strip() for ln in result.stdout.splitlines() if "Error (criu/" in ln or "FAILED" in ln]
+        reason = checks.criu_reason(result.stdout)  # vLLM logs it on stdout; stderr only has the exit status
         if reason:
-            outcome["criu_reason"] = reason[-3:]
+            outcome["criu_reason"] = reason
     kill_leftovers(run, baseline, set())
     left = settle(run, baseline, set())
     outcome["cleanup_ok"] = not left and not engine.port_open(port)

@@ -51,9 +51,9 @@ def clear_fired(run: LaneRun) -> None:
 
 
 def arm(run: LaneRun, point: str, stall_s: float | None = None) -> None:
+    """Arm the probe's hook point (the fired records of earlier faults are cleared by ``run_fault`` first)."""
     assert run.control_host is not None
     faults = run.control_host / "faults"
-    clear_fired(run)
     tmp = faults / "armed.json.tmp"
     tmp.write_text(json.dumps({"point": point, "stall_s": stall_s}))
     tmp.replace(faults / "armed.json")

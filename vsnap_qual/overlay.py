@@ -59,6 +59,20 @@ def _probe_git(checkout: Path, *args: str) -> bool:
     return done.returncode == 0
 
 
+def checkout_state(checkout: Path, ref: str) -> dict[str, Any]:
+    """The checkout's ``HEAD`` commit, the commit ``ref`` names, and whether it has uncommitted changes (what a
+    PR's validation cites); ``error`` says what git could not tell (never raises)."""
+    out: dict[str, Any] = {"path": str(checkout), "ref": ref, "commit": None, "ref_commit": None, "dirty": None}
+    try:
+        out["commit"] = _git(checkout, "rev-parse", "HEAD").strip()
+        out["ref_commit"] = _git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+        changed = [line for line in _git(checkout, "status", "--porcelain").splitlines() if line.strip()]
+        out["dirty"], out["changed"] = bool(changed), len(changed)
+    except (OSError, OverlayError, subprocess.TimeoutExpired) as exc:
+        out["error"] = str(exc)
+    return out
+
+
 def changed_files(checkout: Path, ref: str) -> list[str]:
     """``vllm/**.py`` files added or modified since ``ref``, committed or not, plus untracked ones."""
     if not _probe_git(checkout, "rev-parse", "--is-inside-work-tree"):
