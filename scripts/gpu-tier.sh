@@ -40,8 +40,22 @@ if [ "$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null || echo 2)" != 2 ]; t
   log "setting kernel.io_uring_disabled=2 (was $(cat /proc/sys/kernel/io_uring_disabled)): CRIU needs it"
   echo 2 >/proc/sys/kernel/io_uring_disabled || exit 2
 fi
+if [ -f "$here/COMMIT" ]; then  # an exported tree (git archive) names its commit in COMMIT
+  commit="$(cat "$here/COMMIT") (exported tree)"
+else
+  commit="$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet 2>/dev/null || echo ' (dirty)')"
+fi
 rm -rf "$prefix"
-mkdir -p "$prefix/site"
+mkdir -p "$prefix/site" "$prefix/src"
+# Run from a copy in the prefix, never from the checkout itself: that can be replaced while the tier runs (the
+# device tool re-sends the working tree with each call; a CI job's checkout can be updated under it). Lanes bind
+# the probe from the harness's package, and a fresh engine in a lane started before the replacement found an
+# empty probe and a deleted working directory (oneMKL: "Cannot load .../libtorch_cpu.so"; docs/gpu-run/).
+tar -C "$here" --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./reports --exclude='*/__pycache__' \
+  --exclude=./.mypy_cache --exclude=./.ruff_cache --exclude=./.pytest_cache -cf - . | tar -C "$prefix/src" -xf - ||
+  { log "cannot copy $here to $prefix/src"; exit 2; }
+here="$prefix/src"
+cd "$here" || exit 2
 tar -C "$prefix" -xzf "$carry/vsnap-criu-kit.tar.gz" || { log "no criu kit in $carry"; exit 2; }
 # `import docker.errors`, not `import docker`: this checkout's docker/ folder (image recipes) is a namespace package
 if ! (cd / && "$python" -c 'import docker.errors') 2>/dev/null; then
@@ -51,14 +65,10 @@ options="$(bash "$here/scripts/host-reference.sh" "$python" "$prefix/ref")" || e
 
 export PATH="$prefix/vsnap-criu/sbin:$prefix/vsnap-criu/bin:$PATH:$prefix/ref/sim/bin"
 export CRIU_CUDA_PLUGIN_DIR="$prefix/vsnap-criu/lib/criu"
-export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (this checkout); lanes drop it
+export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (the copy); lanes drop it
 {
   echo "date: $(date -u +%FT%TZ)"
-  if [ -f "$here/COMMIT" ]; then  # an exported tree (git archive) names its commit in COMMIT
-    echo "commit: $(cat "$here/COMMIT") (exported tree)"
-  else
-    echo "commit: $(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet 2>/dev/null || echo ' (dirty)')"
-  fi
+  echo "commit: $commit"
   echo "kernel: $(uname -r)"
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
   echo "criu: $(criu --version | head -1)"

@@ -225,6 +225,11 @@ class HostLane(ShellBox):
         try:
             self.holder = subprocess.Popen(
                 ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._setup_script(ready)],
+                # Every lane process inherits the holder's working directory: "/" (a container's, without a
+                # WORKDIR), never the caller's. A caller's directory can vanish mid-run (a CI checkout replaced
+                # under a running job): then getcwd() fails in every fresh engine, and oneMKL aborts at its first
+                # call with "Cannot load .../libtorch_cpu.so" (seen on the H200; docs/gpu-run/README.md).
+                cwd="/",
                 env={
                     **self.spec.environment,
                     LANE_TOKEN: self.token,

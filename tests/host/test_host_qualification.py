@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -96,3 +97,47 @@ def test_host_runtime_judges_injected_failures(host_target, tmp_path):
         follow = res["followup_restore"]  # type: ignore[index]
         assert follow["exit_code"] == 0 and follow["canary_ok"], (arm, follow)
         assert "still_held" not in (res.get("captured_id_waits") or {}).get("after_fault", {}), (arm, res)  # type: ignore[union-attr]
+
+
+CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane)."""
+import os
+import shutil
+import shutil
+
+
+def pytest_sessionstart(session):
+    shutil.rmtree(os.environ["VSNAP_TIER_DOOMED"])
+'''
+
+
+def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
+    """On the H200 the device tool re-sends the checkout with each call, under a tier that outlives one call: lanes
+    started before had their probe emptied and their directory deleted, and the next fresh engine died (oneMKL
+    "Cannot load .../libtorch_cpu.so"). gpu-tier.sh runs from its own copy in the prefix; here the checkout it
+    was started from is removed as the qualification session starts, and the lane's ordinary engine still runs."""
+    checkout = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns(".git", ".venv", "build", "reports", "__pycache__", ".*_cache")
+    shutil.copytree(ROOT, checkout, ignore=ignore)
+    (checkout / "tier_chaos.py").write_text(CHAOS_PLUGIN)
+    (checkout / "COMMIT").write_text("c0ffee\n")  # an exported tree names its commit (no .git here)
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    (carry / "vsnap-criu-kit.tar.gz").symlink_to(host_target["base"] / "vsnap-criu-kit.tar.gz")  # type: ignore[operator]
+    out, prefix = tmp_path / "out", tmp_path / "prefix"
+    env = {**os.environ, "PYTHON": sys.executable, "PREFIX": str(prefix), "VSNAP_GPU_TIER_RUNNERS": "v1",
+           "VSNAP_GPU_MEMORY_UTILIZATION": "0.5",  # the harness default: the tier's 0.05 is for an H200's 141 GB
+           "VSNAP_TIER_DOOMED": str(checkout)}  # fmt: skip
+    tier = [
+        "bash", str(checkout / "scripts" / "gpu-tier.sh"), str(carry), str(out),
+        "-p", "tier_chaos", "-k", "head and ordinary",
+    ]  # fmt: skip
+    done = subprocess.run(tier, cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=env)
+    assert not checkout.exists(), "the session started: its checkout was removed"
+    assert (out / "report" / "results.json").exists(), done.stdout[-4000:] + done.stderr[-3000:]
+    records = _records(out / "report")
+    steps = [r for r in records if r["kind"] == "step"]
+    assert [(r["lane"], r["step"], r["outcome"]) for r in steps] == [("v1-head", "ordinary", "passed")], steps
+    plan = next(r for r in records if r["kind"] == "plan")
+    assert str(prefix / "src" / "suites") in str(plan["selection"]), "the harness ran from the prefix's copy"
+    host = (out / "host.txt").read_text()
+    assert "commit: c0ffee (exported tree)" in host, host

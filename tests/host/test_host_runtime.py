@@ -79,6 +79,22 @@ def test_mounts_exist_only_inside_the_lane(lane_factory, tmp_path):
     assert lane.read_bytes("/vsnap/control/c") == b"hi\n" and lane.read_bytes("/vsnap/nope") is None
 
 
+def test_lane_commands_never_work_in_the_callers_directory(lane_factory, tmp_path, monkeypatch):
+    """The caller's working directory can vanish mid-run (on the H200 the checkout was re-sent under a running
+    tier): a lane that inherited it gave every fresh engine a deleted cwd, and oneMKL aborted at its first call.
+    Lane commands run in "/", as in a container without a WORKDIR, whatever the caller's directory."""
+    doomed = tmp_path / "checkout"
+    doomed.mkdir()
+    monkeypatch.chdir(doomed)
+    lane = lane_factory()
+    monkeypatch.chdir(tmp_path)
+    doomed.rmdir()  # the caller's directory is gone while the lane runs on
+    fresh = lane.exec([sys.executable, "-c", "import os; print(os.getcwd())"], 30)
+    assert (fresh.exit_code, fresh.stdout) == (0, "/\n"), fresh.stderr[-500:]
+    lane.restart()  # a fresh holder after the environment restart, the same rule
+    assert lane.exec(["sh", "-c", "pwd -P"], 30).stdout == "/\n"
+
+
 def test_processes_are_the_lanes_own(lane_factory):
     lane = lane_factory()
     other = subprocess.Popen(["sleep", "60"])  # a host process, same PID namespace, other mount namespace
