@@ -100,6 +100,7 @@ class LaneRun(StepRecorder):
     ports: dict[str, int] = field(default_factory=dict)
     ordinary: dict[str, Any] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+    captured_tids: set[int] = field(default_factory=set)  # every thread of the fault artifact (images/core-*.img)
     inspect_sha256: str | None = None
     link_remaps_baseline: str = ""
     server: ServerHandle | None = None

@@ -30,8 +30,10 @@ from vsnap_qual.injection import (
     PidHolder,
     arm,
     block_port,
+    captured_ids,
     clear_fired,
     corrupt_manifest,
+    cursor_past,
     disarm,
     drift_seen,
     fired_records,
@@ -370,7 +372,7 @@ class PidInjector(Injector):
 
     def begin(self, at: Attempt) -> None:
         run, injected = at.run, at.injected
-        holder = at.state["holder"] = PidHolder(run, int(run.manifest["process_tree"][0]))
+        holder = at.state["holder"] = PidHolder(run, int(run.manifest["process_tree"][0]), cursor_past(at.captured))
         injected["pid"] = holder.pid
         for attempt in range(1, self.ATTEMPTS + 1):  # verified in place; an occupation that did not hold: again
             injected["occupied"] = holder.occupy()
@@ -379,7 +381,7 @@ class PidInjector(Injector):
             if injected["occupied"] and run.pid_alive(holder.pid):
                 break
             holder.release()
-        # occupying set the allocation cursor just below the captured PID: move it past the others
+        # the occupation moved the allocation cursor past the captured IDs at once; once more, for certain
         injected["pid_cursor_moved"] = move_pid_cursor_past(run, at.captured)
         at.ignore.add(holder.pid)
 
@@ -462,7 +464,7 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's (:data:`INJECTORS`)."""
     injector = injector_for(fault)
-    captured = set(run.manifest.get("process_tree") or [])
+    captured = captured_ids(run)
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     before_fault = wait_ids_free(run, captured, run.config.timeouts["stop"])
@@ -534,7 +536,7 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     port = run.ports["fault"]
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
-    captured = set(run.manifest.get("process_tree") or [])
+    captured = captured_ids(run)
     baseline = {p["pid"] for p in run.box.processes()} - captured
     # the faulted restore's tree may still be exiting (killed by vLLM's cleanup or ours a moment ago): its PIDs
     # are the captured ones, which CRIU must recreate, so they must be free first

@@ -32,9 +32,24 @@ def prepare_artifact(run: LaneRun, rec: dict[str, Any]) -> None:
         skip_if_limitation(reason)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     run.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
+    run.captured_tids = thread_ids(run)
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
     rec["results"].update(snapshot_timeout_s=run.config.fault_timeout, manifest=run.manifest)
+
+
+def thread_ids(run: LaneRun) -> set[int]:
+    """The TID of every thread the artifact captured: CRIU writes one ``images/core-<tid>.img`` per thread and
+    must recreate each with exactly that TID (a process's threads follow its PID, so they are not in the
+    manifest's process tree)."""
+    listing = run.box.sh(f"find {ARTIFACT}/images -maxdepth 1 -name 'core-*.img' -printf '%f\\n'", 60)
+    check(listing.exit_code == 0, f"cannot list the artifact's thread images: {listing.tail()}")
+    return {int(name[5:-4]) for name in listing.stdout.split() if name[5:-4].isdigit()}
+
+
+def captured_ids(run: LaneRun) -> set[int]:
+    """Every PID and TID a restore of the fault artifact must recreate: the process tree and its threads."""
+    return set(run.manifest.get("process_tree") or []) | set(run.captured_tids)
 
 
 def reset_artifact(run: LaneRun) -> None:
@@ -165,25 +180,38 @@ def wait_ids_free(run: LaneRun, ids: set[int], limit: float) -> dict[str, Any]:
     return outcome
 
 
+def cursor_past(ids: set[int]) -> int:
+    """Where the PID allocation cursor goes after an occupation: past every captured ID, with a margin."""
+    return max(ids) + 512
+
+
+def set_cursor_script(target: int) -> str:
+    """Shell that sets ``ns_last_pid`` to ``target`` (or low, where ``pid_max`` is below it)."""
+    return (
+        f"max=$(cat /proc/sys/kernel/pid_max); n={target}; [ $n -lt $max ] || n=300; "
+        "echo $n > /proc/sys/kernel/ns_last_pid"
+    )
+
+
 def move_pid_cursor_past(run: LaneRun, ids: set[int]) -> bool:
     """Set the PID namespace's allocation cursor (``ns_last_pid``) past the captured IDs, so that processes and
     threads forked after an injection that set it just below a captured PID do not take the other captured IDs
     (CRIU must recreate each captured PID and TID; the threads' TIDs follow their process's PID)."""
-    past = max(ids) + 512
-    result = run.box.sh(
-        f"max=$(cat /proc/sys/kernel/pid_max); n={past}; [ $n -lt $max ] || n=300; "
-        "echo $n > /proc/sys/kernel/ns_last_pid",
-        15,
-    )
-    return result.exit_code == 0
+    return run.box.sh(set_cursor_script(cursor_past(ids)), 15).exit_code == 0
 
 
 class PidHolder:
     """A sleeper at exactly one PID: inside the container when it may set ``ns_last_pid``, else on the host
-    (with host pid namespaces the captured PIDs are host PIDs)."""
+    (with host pid namespaces the captured PIDs are host PIDs).
 
-    def __init__(self, run: LaneRun, pid: int) -> None:
-        self.run, self.pid = run, pid
+    The allocation cursor goes past ``past`` (every captured ID) right after each fork, in the same command:
+    while it sits just below the captured PID, whatever the host forks or clones takes the captured IDs next
+    (the threads' TIDs follow their process's PID). A long-lived thread created then (Docker's own, with host
+    PIDs) keeps a captured TID for good, and every later restore of the artifact fails (CRIU: "Unable to create
+    a thread: -17")."""
+
+    def __init__(self, run: LaneRun, pid: int, past: int) -> None:
+        self.run, self.pid, self.past = run, pid, past
         self.where: str | None = None
         self._host: subprocess.Popen[bytes] | None = None
 
@@ -193,20 +221,22 @@ class PidHolder:
             return True
         script = (
             f"for i in 1 2 3 4 5 6 7 8; do echo {self.pid - 1} > /proc/sys/kernel/ns_last_pid 2>/dev/null || "
-            f"exit 3; sleep 600 </dev/null >/dev/null 2>&1 & p=$!; if [ $p -eq {self.pid} ]; then exit 0; fi; "
-            "kill $p; done; exit 4"
+            f"exit 3; sleep 600 </dev/null >/dev/null 2>&1 & p=$!; {set_cursor_script(self.past)}; "
+            f"if [ $p -eq {self.pid} ]; then exit 0; fi; kill $p; done; exit 4"
         )
         if self.run.box.sh(script, 30).exit_code == 0:
             self.where = "container"
             return True
         if self.run.config.privileges == "isolated" or os.geteuid() != 0:
             return False
+        cursor = Path("/proc/sys/kernel/ns_last_pid")
         for _ in range(200):  # other lanes fork too: retry until our fork gets the PID
             try:
-                Path("/proc/sys/kernel/ns_last_pid").write_text(str(self.pid - 1))
+                cursor.write_text(str(self.pid - 1))
             except OSError:
                 return False
             proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            cursor.write_text(str(self.past))
             if proc.pid == self.pid:
                 self._host, self.where = proc, "host"
                 return True

@@ -102,7 +102,6 @@ def test_host_runtime_judges_injected_failures(host_target, tmp_path):
 CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane)."""
 import os
 import shutil
-import shutil
 
 
 def pytest_sessionstart(session):

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from vsnap_qual import faults
 from vsnap_qual.faults import ANY
 from vsnap_qual.runtime import ExecResult
@@ -43,6 +45,7 @@ def _run(box: Box) -> Any:
         box=box,
         ports={"fault": 1},  # nothing listens on port 1
         manifest={"process_tree": [40, 41]},
+        captured_tids=set(),
         engine_wait=contextlib.nullcontext,
         config=SimpleNamespace(timeouts={"restore": 60, "http": 5, "stop": 60}, cleanup_grace=5.0),
     )
@@ -160,3 +163,57 @@ def test_a_captured_id_that_never_comes_free_is_named_not_blamed_on_the_artifact
         f"killed ({follow['captured_ids_wait']['still_held'][0]})"
     ]
     assert follow["captured_ids_wait"]["still_held"][0].startswith(f"{zombie} ")
+
+
+def test_a_captured_thread_id_held_by_another_thread_is_waited_for():
+    """A restore recreates every captured thread with its TID too (``images/core-<tid>.img``), and threads are not
+    in the manifest's process tree: a TID still taken (here by a thread of this process, ended after 0.6 s) is
+    waited for like a PID, instead of CRIU failing on it ("Unable to create a thread: -17")."""
+    box = LocalBox([(1, CORRUPT)])
+    ready, stop = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def worker() -> None:
+        tids.append(threading.get_native_id())
+        ready.set()
+        stop.wait(30)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait(10)
+    threading.Timer(0.6, stop.set).start()
+    run = _run(box)
+    run.manifest = {"process_tree": []}  # only the thread is captured here (the fake's PIDs 40, 41 are real ones)
+    run.captured_tids = {tids[0]}
+    box.captured = {tids[0]}
+    outcome = faults.followup_restore(run, undo_injection=False)
+    thread.join()
+    assert box.held_at_restore == [[]], "no restore while a captured TID still names a task"
+    assert outcome["captured_ids_wait"]["waited_s"] >= 0.5
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ns_last_pid is root's")
+def test_occupying_a_pid_moves_the_cursor_past_every_captured_id_in_the_same_command():
+    """While ``ns_last_pid`` sits below the captured PID, whatever forks or clones next takes the captured TIDs (with
+    host PIDs: any host thread; one of Docker's kept a TID for good in CI). The occupation itself moves the
+    cursor past them right after its fork, before it returns."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    target = int(Path("/proc/sys/kernel/ns_last_pid").read_text()) + 200
+    while Path(f"/proc/{target}").exists():
+        target += 1
+    past = target + 600
+    if past >= pid_max:
+        pytest.skip("the PID space is too near pid_max here")
+    box = LocalBox([])
+    run = SimpleNamespace(box=box, pid_alive=lambda pid: Path(f"/proc/{pid}").exists(),
+                          config=SimpleNamespace(privileges="all-caps"))  # fmt: skip
+    holder = faults.PidHolder(run, target, past)  # type: ignore[arg-type]
+    try:
+        occupied = holder.occupy()
+        cursor = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    finally:
+        holder.release()
+    if not occupied:
+        pytest.skip("another process took the PID eight times in a row")
+    assert holder.where == "container"
+    assert cursor >= past, f"the cursor was left at {cursor}, just past the occupied PID {target}"

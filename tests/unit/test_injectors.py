@@ -217,6 +217,7 @@ class FakeRun:
         self.box = FakeBox(self.log)
         self.ports = {"fault": _free_port()}
         self.manifest: dict[str, Any] = {"process_tree": []}
+        self.captured_tids: set[int] = set()
         self.config = SimpleNamespace(
             timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0},
             cleanup_grace=0.1,
