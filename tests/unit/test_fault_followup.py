@@ -98,9 +98,8 @@ def _zombie() -> int:
     return pid
 
 
-def test_a_zombie_and_a_thread_of_another_process_hold_their_ids():
-    box = LocalBox([])
-    zombie = _zombie()
+def _holding_thread() -> tuple[threading.Thread, threading.Event, int]:
+    """A thread of this process, started and holding its TID until the returned event is set."""
     ready, stop = threading.Event(), threading.Event()
     tids: list[int] = []
 
@@ -112,12 +111,19 @@ def test_a_zombie_and_a_thread_of_another_process_hold_their_ids():
     thread = threading.Thread(target=worker)
     thread.start()
     ready.wait(10)
+    return thread, stop, tids[0]
+
+
+def test_a_zombie_and_a_thread_of_another_process_hold_their_ids():
+    box = LocalBox([])
+    zombie = _zombie()
+    thread, stop, tid = _holding_thread()
     try:
-        held = faults.ids_held(_run(box), {zombie, tids[0]})
+        held = faults.ids_held(_run(box), {zombie, tid})
         by_id = {int(line.split()[0]): line.split() for line in held}
-        assert set(by_id) == {zombie, tids[0]}
+        assert set(by_id) == {zombie, tid}
         assert by_id[zombie][2] == "Z", held  # PID name State ...: the zombie's state
-        assert int(by_id[tids[0]][-2]) == os.getpid(), held  # the thread's Tgid is this process
+        assert int(by_id[tid][-2]) == os.getpid(), held  # the thread's Tgid is this process
     finally:
         stop.set()
         thread.join()
@@ -170,22 +176,12 @@ def test_a_captured_thread_id_held_by_another_thread_is_waited_for():
     in the manifest's process tree: a TID still taken (here by a thread of this process, ended after 0.6 s) is
     waited for like a PID, instead of CRIU failing on it ("Unable to create a thread: -17")."""
     box = LocalBox([(1, CORRUPT)])
-    ready, stop = threading.Event(), threading.Event()
-    tids: list[int] = []
-
-    def worker() -> None:
-        tids.append(threading.get_native_id())
-        ready.set()
-        stop.wait(30)
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    ready.wait(10)
+    thread, stop, tid = _holding_thread()
     threading.Timer(0.6, stop.set).start()
     run = _run(box)
     run.manifest = {"process_tree": []}  # only the thread is captured here (the fake's PIDs 40, 41 are real ones)
-    run.captured_tids = {tids[0]}
-    box.captured = {tids[0]}
+    run.captured_tids = {tid}
+    box.captured = {tid}
     outcome = faults.followup_restore(run, undo_injection=False)
     thread.join()
     assert box.held_at_restore == [[]], "no restore while a captured TID still names a task"
