@@ -53,11 +53,6 @@ from vsnap_qual.steps import (
 PROBE_DIR = Path(__file__).parent / "probe"
 
 
-def overlay_checkout(checkout: Path, ref: str) -> model.OverlayCheckout:
-    """The overlay checkout's state for the lane's environment record (``overlay.checkout_state``)."""
-    return cast(model.OverlayCheckout, overlay.checkout_state(checkout, ref))
-
-
 def ci_build(environ: Mapping[str, str]) -> model.CiBuild | None:
     """The CI build this run belongs to, from the CI's own variables; None outside CI."""
     if environ.get("BUILDKITE_BUILD_URL"):
@@ -235,7 +230,7 @@ class LaneRun(StepRecorder):
             purpose=cast(model.Purpose, self.purpose),
         )
         if self.lane.overlaid and self.config.overlay is not None:
-            record["overlay_checkout"] = overlay_checkout(self.config.overlay, self.config.overlay_ref)
+            record["overlay_checkout"] = overlay.checkout_state(self.config.overlay, self.config.overlay_ref)
         build = ci_build(os.environ)
         if build:
             record["ci"] = build

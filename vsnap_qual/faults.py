@@ -381,8 +381,8 @@ class PidInjector(Injector):
             if injected["occupied"] and run.pid_alive(holder.pid):
                 break
             holder.release()
-        # the occupation moved the allocation cursor past the captured IDs at once; once more, for certain
-        injected["pid_cursor_moved"] = move_pid_cursor_past(run, at.captured)
+        # the occupation moved the allocation cursor past the captured IDs right after its fork; else now
+        injected["pid_cursor_moved"] = holder.cursor_moved or move_pid_cursor_past(run, at.captured)
         at.ignore.add(holder.pid)
 
     def at_restore_start(self, at: Attempt) -> None:

@@ -180,24 +180,21 @@ def wait_ids_free(run: LaneRun, ids: set[int], limit: float) -> dict[str, Any]:
     return outcome
 
 
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
 def cursor_past(ids: set[int]) -> int:
-    """Where the PID allocation cursor goes after an occupation: past every captured ID, with a margin."""
-    return max(ids) + 512
-
-
-def set_cursor_script(target: int) -> str:
-    """Shell that sets ``ns_last_pid`` to ``target`` (or low, where ``pid_max`` is below it)."""
-    return (
-        f"max=$(cat /proc/sys/kernel/pid_max); n={target}; [ $n -lt $max ] || n=300; "
-        "echo $n > /proc/sys/kernel/ns_last_pid"
-    )
+    """Where the PID allocation cursor goes after an occupation: past every captured ID with a margin, or low
+    where that is beyond ``pid_max`` (global to the kernel, which every lane of a run shares)."""
+    past = max(ids) + 512
+    return past if past < int(Path("/proc/sys/kernel/pid_max").read_text()) else 300
 
 
 def move_pid_cursor_past(run: LaneRun, ids: set[int]) -> bool:
     """Set the PID namespace's allocation cursor (``ns_last_pid``) past the captured IDs, so that processes and
     threads forked after an injection that set it just below a captured PID do not take the other captured IDs
     (CRIU must recreate each captured PID and TID; the threads' TIDs follow their process's PID)."""
-    return run.box.sh(set_cursor_script(cursor_past(ids)), 15).exit_code == 0
+    return run.box.sh(f"echo {cursor_past(ids)} > {NS_LAST_PID}", 15).exit_code == 0
 
 
 class PidHolder:
@@ -213,6 +210,7 @@ class PidHolder:
     def __init__(self, run: LaneRun, pid: int, past: int) -> None:
         self.run, self.pid, self.past = run, pid, past
         self.where: str | None = None
+        self.cursor_moved = False  # the cursor went past ``past`` right after the occupying fork
         self._host: subprocess.Popen[bytes] | None = None
 
     def occupy(self) -> bool:
@@ -220,23 +218,27 @@ class PidHolder:
             self.where = "already occupied"
             return True
         script = (
-            f"for i in 1 2 3 4 5 6 7 8; do echo {self.pid - 1} > /proc/sys/kernel/ns_last_pid 2>/dev/null || "
-            f"exit 3; sleep 600 </dev/null >/dev/null 2>&1 & p=$!; {set_cursor_script(self.past)}; "
+            f"for i in 1 2 3 4 5 6 7 8; do echo {self.pid - 1} > {NS_LAST_PID} 2>/dev/null || exit 3; "
+            f"sleep 600 </dev/null >/dev/null 2>&1 & p=$!; echo {self.past} > {NS_LAST_PID} || exit 5; "
             f"if [ $p -eq {self.pid} ]; then exit 0; fi; kill $p; done; exit 4"
         )
         if self.run.box.sh(script, 30).exit_code == 0:
-            self.where = "container"
+            self.where, self.cursor_moved = "container", True
             return True
         if self.run.config.privileges == "isolated" or os.geteuid() != 0:
             return False
-        cursor = Path("/proc/sys/kernel/ns_last_pid")
+        cursor = Path(NS_LAST_PID)
         for _ in range(200):  # other lanes fork too: retry until our fork gets the PID
             try:
                 cursor.write_text(str(self.pid - 1))
             except OSError:
                 return False
             proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-            cursor.write_text(str(self.past))
+            try:
+                cursor.write_text(str(self.past))
+                self.cursor_moved = True
+            except OSError:
+                self.cursor_moved = False
             if proc.pid == self.pid:
                 self._host, self.where = proc, "host"
                 return True

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from vsnap_qual.model import OverlayCheckout
+
 
 class OverlayError(ValueError):
     """The overlay cannot be built; the message names the fix."""
@@ -59,10 +61,10 @@ def _probe_git(checkout: Path, *args: str) -> bool:
     return done.returncode == 0
 
 
-def checkout_state(checkout: Path, ref: str) -> dict[str, Any]:
+def checkout_state(checkout: Path, ref: str) -> OverlayCheckout:
     """The checkout's ``HEAD`` commit, the commit ``ref`` names, and whether it has uncommitted changes (what a
     PR's validation cites); ``error`` says what git could not tell (never raises)."""
-    out: dict[str, Any] = {"path": str(checkout), "ref": ref, "commit": None, "ref_commit": None, "dirty": None}
+    out = OverlayCheckout(path=str(checkout), ref=ref, commit=None, ref_commit=None, dirty=None)
     try:
         out["commit"] = _git(checkout, "rev-parse", "HEAD").strip()
         out["ref_commit"] = _git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()

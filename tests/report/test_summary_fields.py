@@ -10,7 +10,8 @@ import pytest
 from synthetic_runs import MakeRun, RunSpec, record_validator
 
 from vsnap_qual import procedure
-from vsnap_qual.docker_lane import ci_build, overlay_checkout
+from vsnap_qual.docker_lane import ci_build
+from vsnap_qual.overlay import checkout_state
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import read_evidence
 
@@ -89,13 +90,13 @@ def test_the_overlay_checkout_commit_and_dirty_state(make_run: MakeRun, tmp_path
     _git(checkout, "init", "-q")
     _git(checkout, "add", ".")
     _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
-    clean = overlay_checkout(checkout, "HEAD")
+    clean = checkout_state(checkout, "HEAD")
     assert clean["dirty"] is False and clean["changed"] == 0 and "error" not in clean
     assert clean["commit"] == clean["ref_commit"] and len(str(clean["commit"])) == 40
     (checkout / "vllm" / "snapshot" / "server.py").write_text("A = 2\n")
-    dirty = overlay_checkout(checkout, "HEAD")
+    dirty = checkout_state(checkout, "HEAD")
     assert dirty["dirty"] is True and dirty["changed"] == 1 and dirty["commit"] == clean["commit"]
-    missing = overlay_checkout(checkout, "no-such-branch")
+    missing = checkout_state(checkout, "no-such-branch")
     assert missing["error"] and missing["commit"] == clean["commit"]
 
     directory = make_run("overlay", RunSpec(changed_digests=()))
