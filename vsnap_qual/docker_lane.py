@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from vsnap_qual import checks, engine, model, overlay
+from vsnap_qual import checks, engine, model, overlay, probe_copy
 from vsnap_qual.config import PORT_NAMES, QualConfig
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.evidence import utc_now
@@ -49,8 +49,6 @@ from vsnap_qual.steps import (
     skip_if_limitation,
     vllm_reason,
 )
-
-PROBE_DIR = Path(__file__).parent / "probe"
 
 
 def ci_build(environ: Mapping[str, str]) -> model.CiBuild | None:
@@ -137,8 +135,11 @@ class LaneRun(StepRecorder):
 
     def mounts(self, overlay: bool = True) -> list[Bind]:
         assert self.control_host is not None
+        probe = probe_copy.session_copy(self.store.report_dir)
+        if not probe.is_dir():
+            raise StepFailed(f"{self.lane.name}: no probe copy at {probe} (the session start makes it)")
         mounts = [
-            Bind("/vsnap/probe", str(self.config.probe_dir or PROBE_DIR), read_only=True),
+            Bind("/vsnap/probe", str(probe), read_only=True),
             Bind(CONTROL, str(self.control_host), read_only=False),
         ]
         cache = self.config.model_cache

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import model
+from vsnap_qual import model, probe_copy
 from vsnap_qual.report.redact import Redactor
 
 __all__ = [
@@ -38,6 +38,7 @@ RUN_MARKERS: tuple[str, ...] = (
     "summary.md",
     "logs",
     "lanes",
+    probe_copy.COPY_NAME,
 )
 
 

@@ -334,6 +334,15 @@ class Coverage(TypedDict, total=False):
     selection: Selection
 
 
+class ProbeCopy(TypedDict):
+    """The session's copy of the probe package in the report directory (``probe_copy``): what every lane bound."""
+
+    source: str
+    path: str
+    sha256: str
+    files: int
+
+
 class SessionRecord(TypedDict):
     kind: Literal["session"]
     time: str
@@ -343,6 +352,7 @@ class SessionRecord(TypedDict):
     options: dict[str, Any]
     preflight: NotRequired[dict[str, Any]]
     coverage: NotRequired[Coverage]
+    probe: NotRequired[ProbeCopy]
     host: Host
 
 
@@ -482,6 +492,7 @@ class RunInfo(TypedDict):
     last_step: LastStep | None
     last_record_time: str | None
     options: dict[str, Any]
+    probe: ProbeCopy | None
     host: dict[str, Any]
 
 

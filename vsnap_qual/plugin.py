@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, host_runtime, model, options, procedure, progress, runtime
+from vsnap_qual import __version__, host_runtime, model, options, probe_copy, procedure, progress, runtime
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
 from vsnap_qual.docker_lane import LaneRun
 from vsnap_qual.evidence import (
@@ -205,6 +205,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
         log.info("preflight passed: images %s; GPUs %s; overlay files %d", result.images, result.gpus,
                  len(result.overlay))  # fmt: skip
+        probe = probe_copy.copy_probe(qual.probe_dir, qual.report_dir)  # what every lane binds
         engine_version = None
         if qual.runtime == "host":
             swept = host_runtime.sweep(qual.host_root)  # lanes of owners that are gone
@@ -229,6 +230,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     "packages": result.packages,
                 },
                 coverage=_required_coverage(qual, result),
+                probe=probe,
                 host={
                     "kernel": platform.release(),
                     "hostname": socket.gethostname(),

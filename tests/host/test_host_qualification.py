@@ -140,3 +140,43 @@ def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
     assert str(prefix / "src" / "suites") in str(plan["selection"]), "the harness ran from the prefix's copy"
     host = (out / "host.txt").read_text()
     assert "commit: c0ffee (exported tree)" in host, host
+
+
+PROBE_CHAOS_PLUGIN = '''"""Removes the --vsnap-probe-dir tree after the first lane started (as a re-sent tree would)."""
+import os
+import shutil
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    shutil.rmtree(os.environ["VSNAP_PROBE_DOOMED"], ignore_errors=True)
+'''
+
+
+def test_a_probe_removed_after_the_lane_started_does_not_reach_the_lane(host_target, tmp_path):
+    """Lanes bind the session's copy of the probe in the report directory, not the harness's files: here the probe
+    tree given by --vsnap-probe-dir is removed after the lane has started, before its ordinary engine is served,
+    and the engine still loads the digest extension from the copy, whose digest the session record keeps."""
+    from vsnap_qual.probe_copy import BUILT_IN, tree_digest
+
+    probe = tmp_path / "probe"
+    shutil.copytree(BUILT_IN, probe, ignore=shutil.ignore_patterns("__pycache__"))
+    digest, files = tree_digest(probe)
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "probe_chaos.py").write_text(PROBE_CHAOS_PLUGIN)
+    target = {**host_target, "env": {**host_target["env"], "VSNAP_PROBE_DOOMED": str(probe),  # type: ignore[dict-item]
+                                     "PYTHONPATH": str(plugins)}}  # fmt: skip
+    report = tmp_path / "report"
+    done = _qualify(target, report, "--vsnap-runners=v1", f"--vsnap-probe-dir={probe}", "-p", "probe_chaos",
+                    "-k", "head and ordinary")  # fmt: skip
+    assert not probe.exists(), "the chaos plugin removed the probe tree"
+    records = _records(report)
+    steps = [r for r in records if r["kind"] == "step"]
+    ran = [(r["lane"], r["step"], r["outcome"]) for r in steps]
+    assert ran == [("v1-head", "ordinary", "passed")], ([r.get("message") for r in steps], done.stdout[-3000:])
+    session = next(r for r in records if r["kind"] == "session")
+    assert session["probe"] == {"source": str(probe), "path": "probe", "sha256": digest, "files": files}
+    assert tree_digest(report / "probe") == (digest, files), "the copy is the probe the lanes bound"

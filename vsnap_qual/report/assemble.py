@@ -172,6 +172,7 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
         "last_step": last_step,
         "last_record_time": last_time,
         "options": options,
+        "probe": session.get("probe"),
         "host": as_dict(session.get("host")),
     }
     results: dict[str, Any] = {

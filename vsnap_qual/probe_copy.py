@@ -1,0 +1,46 @@
+"""The session's copy of the probe package (``vsnap_probe``, the plugin the engine processes import from
+``/vsnap/probe``).
+
+The controller copies the probe (``--vsnap-probe-dir`` or the built-in ``vsnap_qual/probe``) into the report
+directory once, before any lane starts, and records its digest in the session record; every lane binds that copy.
+So the probe a run used is kept with its evidence, and replacing the harness's files while a run is going (a
+``git checkout``, a re-sent tree) no longer reaches a lane started earlier, which had found its probe mount
+emptied (seen on the H200: docs/gpu-run/2026-12-01-full-3/diagnosis.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from vsnap_qual import model
+
+BUILT_IN = Path(__file__).parent / "probe"
+COPY_NAME = "probe"
+_IGNORED = ("__pycache__", "*.pyc")
+
+
+def session_copy(report_dir: Path) -> Path:
+    """Where a session's probe copy is: what every lane binds at ``/vsnap/probe``."""
+    return report_dir / COPY_NAME
+
+
+def tree_digest(root: Path) -> tuple[str, int]:
+    """sha256 over the tree's relative paths and contents, in path order (bytecode caches left out), and its
+    number of files."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for path in files:
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest(), len(files)
+
+
+def copy_probe(source: Path | None, report_dir: Path) -> model.ProbeCopy:
+    """Copy the probe package into ``report_dir`` (once per session) and describe the copy."""
+    source = source or BUILT_IN
+    target = session_copy(report_dir)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*_IGNORED))
+    sha256, files = tree_digest(target)
+    return {"source": str(source), "path": COPY_NAME, "sha256": sha256, "files": files}
