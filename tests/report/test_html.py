@@ -51,6 +51,7 @@ def test_sections_show_the_evidence(report_dir: Path) -> None:
     assert "63,104" in html and "−16" in html
     assert "communicators-raise" in html and "0.33.1.dev42+g593df82f" in html
     assert "vllm.snapshot.engine" in html
+    assert "Probe <code>probe/</code> sha256 <code>abababababababab</code>" in html  # the session's probe copy
     # The failed step's log tail is inline and its file is linked relative to the report.
     assert 'href="logs/v2-head/restore-2.log"' in html
     assert "INFO 029 restore-2 v2/head" in html
