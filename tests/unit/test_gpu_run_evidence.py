@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
-import statistics
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RUN = ROOT / "docs" / "gpu-run"
+
+
+def _run_figures() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _latest() -> tuple[str, str, dict[str, Any]]:
@@ -59,11 +68,19 @@ def test_the_latest_gpu_runs_gpu_checks_are_in_its_evidence() -> None:
 
 
 def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
+    """The figures in the README and docs/gpu-run/README.md are bench/run_figures.py's of the latest run."""
     name, _, results = _latest()
-    cold = statistics.median(s["results"]["ready_seconds"] for s in _steps(results, "ordinary"))
-    restore = statistics.median(s["results"]["ready_seconds"] for s in _steps(results, "restore-1", "restore-2"))
+    found = _run_figures().figures(results)
+    cold, restore = found["cold_start_ready_s"], found["restore_ready_s"]
+    assert (cold["n"], restore["n"]) == (4, 8), "two runners x two arms: 4 cold starts, 8 restores"
     readme = (ROOT / "README.md").read_text().splitlines()
     row = next(line for line in readme if line.startswith("| H200, host runtime"))
-    assert f"{restore:.2f} s vs {cold:.2f} s" in row, f"README's H200 row is not {name}'s medians"
+    assert f"{restore['median']:.2f} s vs {cold['median']:.2f} s" in row, f"README's H200 row is not {name}'s"
     figures = (GPU_RUN / "README.md").read_text()
-    assert f"restore, `vllm snapshot restore` → serving listener | {restore:.2f} s" in figures
+    for expected in (
+        f"| ordinary cold start, `vllm serve` → `/health` | {cold['median']:.2f} s",
+        f"| restore, `vllm snapshot restore` → serving listener | {restore['median']:.2f} s",
+        f"| {found['engine_s']:.0f} s / {found['steps_s']:.0f} s |",
+        f"| whole suite wall time | {found['wall_s']:.0f} s",
+    ):
+        assert expected in figures, f"docs/gpu-run/README.md lacks {expected!r} ({name})"
