@@ -49,7 +49,7 @@ def test_the_latest_gpu_run_is_stated_with_its_own_verdict_and_is_a_real_h200_ru
 
 
 def test_the_latest_gpu_runs_gpu_checks_are_in_its_evidence() -> None:
-    _, _, results = _latest()
+    name, _, results = _latest()
     uuid = {lane["environment"]["lane"]: lane["environment"]["gpu"]["uuid"] for lane in results["lanes"]}
     inspects = _steps(results, "inspect")
     assert len(inspects) == 4
@@ -64,7 +64,7 @@ def test_the_latest_gpu_runs_gpu_checks_are_in_its_evidence() -> None:
     audits = [(s["results"] or {}).get("cleanup", {}) for s in results["steps"]]
     judged = [audit for audit in audits if audit.get("judged")]
     assert judged and all(c["gpu_idle"] for c in judged)
-    assert "compute apps after the run: 0" in (GPU_RUN / _latest()[0] / "host.txt").read_text()
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
 
 def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
