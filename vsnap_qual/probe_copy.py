@@ -17,7 +17,11 @@ from vsnap_qual import model
 
 BUILT_IN = Path(__file__).parent / "probe"
 COPY_NAME = "probe"
-_IGNORED = ("__pycache__", "*.pyc")
+
+
+def _is_cache(name: str) -> bool:
+    """Bytecode caches: neither copied nor digested (an engine importing the probe may write them)."""
+    return name == "__pycache__" or name.endswith(".pyc")
 
 
 def session_copy(report_dir: Path) -> Path:
@@ -29,7 +33,7 @@ def tree_digest(root: Path) -> tuple[str, int]:
     """sha256 over the tree's relative paths and contents, in path order (bytecode caches left out), and its
     number of files."""
     digest = hashlib.sha256()
-    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not any(map(_is_cache, p.relative_to(root).parts)))
     for path in files:
         data = path.read_bytes()
         digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
@@ -41,6 +45,6 @@ def copy_probe(source: Path | None, report_dir: Path) -> model.ProbeCopy:
     """Copy the probe package into ``report_dir`` (once per session) and describe the copy."""
     source = source or BUILT_IN
     target = session_copy(report_dir)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*_IGNORED))
+    shutil.copytree(source, target, ignore=lambda _dir, names: {name for name in names if _is_cache(name)})
     sha256, files = tree_digest(target)
     return {"source": str(source), "path": COPY_NAME, "sha256": sha256, "files": files}
