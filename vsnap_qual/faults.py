@@ -1,14 +1,14 @@
-"""Injected failures: the catalogue, how each is injected, what is observed, and what each arm must show.
+"""Injected failures: how each kind is injected and known to have fired, the one sequence every fault runs, and the
+judge. The table of faults (id, title, kind, head and base expectations, parameters) is ``procedure.FAULTS``.
 
-Hooks inside the engine are armed through ``$VSNAP_CONTROL_DIR/faults/armed.json`` (read by the probe plugin
-when the hooked worker method runs; the environment is frozen into the snapshot at create, so it cannot carry
-a trigger). The other faults act on what the contract checks: the environment, a captured PID, the port, the
-artifact's files. Each kind of fault has one :class:`Injector` (:data:`INJECTORS`, built-in or registered from a
-conftest) and every fault runs through the one sequence of :func:`run_fault`; the injector decides from the
-harness's own evidence whether it fired, and a fault that did not fire fails as an ineffective injection. The
-suite records observations; :data:`EXPECTATIONS` and the pure :func:`judge` decide pass or fail. The lane-side
-tools the injectors use (the pristine artifact, arming, the PID holder, the port blocker, the captured-PID waits)
-are :mod:`vsnap_qual.injection`.
+Hooks inside the engine are armed through the lane's control directory (``faults/armed.json``, read by the probe
+when the hooked worker method runs: the environment is frozen into the snapshot at create, so it cannot carry a
+trigger). The other kinds act on what the contract checks: the environment, a captured PID, the port, the
+artifact's files. Each kind has one :class:`Injector` (built in, or added with its faults from a conftest through
+the ``vsnap_add_faults`` hook into the session's :class:`FaultCatalogue`); every fault runs through the one
+sequence of :func:`run_fault`; the injector decides from the harness's own evidence whether it fired, and a fault
+that did not fire fails as an ineffective injection. :func:`judge` is pure. The lane-side tools the injectors use
+are :mod:`vsnap_qual.injection`; the fault layer sees its lane only through :class:`FaultLane`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from vsnap_qual import checks, engine, procedure
-from vsnap_qual.docker_lane import LaneRun
+from vsnap_qual import checks, engine, package_probe
+from vsnap_qual.box import Box, ControlDir, ExecResult
+from vsnap_qual.config import Lane, QualConfig
+from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.injection import (
     DRIFT_NAME,
     DRIFT_VALUE,
@@ -47,76 +49,53 @@ from vsnap_qual.injection import (
     truncate_image,
     wait_ids_free,
 )
-from vsnap_qual.injection import prepare_artifact as prepare_artifact  # the suites' entry: faults.prepare_artifact
-from vsnap_qual.options import VLLM_CANARY_PROMPT
-from vsnap_qual.procedure import Fault
-from vsnap_qual.runtime import ExecResult
-from vsnap_qual.steps import (
-    ARTIFACT,
-    EXCEPTION_LINE,
-    PACKAGE_PROBE,
-    WORK,
-    choose_expectation,
-)
+from vsnap_qual.model import Behaviour, CleanupAudit, FaultObservation, FollowupRestore
+from vsnap_qual.procedure import ANY, Expect, Fault
+from vsnap_qual.recorder import StepEvidence, StepRecorder
+from vsnap_qual.steps import EXCEPTION_LINE, LaneState, StepFailed
 
-ANY = "any"
+__all__ = ["ANY", "Expect", "Fault", "FaultCatalogue", "Injector", "Observation", "fault_step", "judge", "run_fault"]
 
 
-@dataclass(frozen=True)
-class Expect:
-    """What one fault must produce on one behaviour (``head`` or ``base``)."""
+class FaultLane(Protocol):
+    """What the fault layer needs of its lane (``lane.LaneRun`` implements it; the unit tests' fake lane too)."""
 
-    exit_code: int | str  # an exact code, "nonzero" or "any"
-    http_bound: bool | None  # None: not judged (the fault itself holds the port)
-    error_phase: str | None  # error.json phase; "absent" = must not exist; None = not judged
-    artifact_unchanged: bool | None  # the check comes before mutation
-    fires: bool = True
-    message: str | None = None  # a substring of stderr
-    followup_restore: bool = True
-    cleanup: bool = True  # vLLM itself must leave no process and no open port behind
+    lane: Lane
+    config: QualConfig
+    recorder: StepRecorder
+    state: LaneState
+    ports: dict[str, int]
 
+    @property
+    def box(self) -> Box: ...
+    @property
+    def control(self) -> ControlDir: ...
+    @property
+    def served_model(self) -> str: ...
 
-# The catalogue itself (FAULTS: ids, titles, kinds) is part of the procedure table (vsnap_qual.procedure).
-
-
-def _before_mutation(message: str) -> Expect:
-    """A check the contract places before any mutation: exit 1, no HTTP, artifact byte-identical."""
-    return Expect(1, False, None, True, message=message)
-
-
-#: What each fault must produce on the head behaviour (private canary before HTTP bind, error.json with the
-#: failing phase: the change under test), written once.
-HEAD: dict[str, Expect] = {
-    "wake-raise": Expect(1, False, "recovery: restore memory", None),
-    "communicators-raise": Expect(1, False, "recovery: restore communicators", None),
-    "canary-perturb": Expect(1, False, "recovery: canary", None),
-    "recovery-deadline": Expect(1, False, "recovery: restore memory", None),
-    "cancel-sigint": Expect("nonzero", False, None, None),
-    "cancel-sigterm": Expect("nonzero", False, None, None),
-    "create-partial-sleep": Expect(1, None, None, None, message="snapshot child exited before ready"),
-    "identity-drift": _before_mutation("snapshot mismatch"),
-    "pid-occupied": _before_mutation("captured PID is already occupied"),
-    "port-in-use": Expect(1, None, None, None, message="already in use"),
-    "manifest-field": _before_mutation("invalid snapshot manifest"),
-    "image-truncated": Expect(1, False, None, None),
-}
-#: Where the base behaviour (as released, vLLM 0.33.0: HTTP bound before the public canary, no error.json, no
-#: checkpoint hooks) differs from the head's; every other fault is judged alike.
-BASE_OVERRIDES: dict[str, Expect] = {
-    "wake-raise": Expect(1, False, "absent", None),
-    "communicators-raise": Expect(0, True, "absent", None, fires=False),
-    "canary-perturb": Expect(1, True, "absent", None, message="snapshot oracle mismatch"),
-    "recovery-deadline": Expect(0, True, "absent", None),
-    # as released, SIGTERM ends the controller by Python's default action, skipping its BaseException
-    # cleanup: the released child may go on and bind; what is left is recorded, not judged
-    "cancel-sigterm": Expect("nonzero", None, None, None, cleanup=False),
-}
-EXPECTATIONS: dict[str, dict[str, Expect]] = {"head": HEAD, "base": {**HEAD, **BASE_OVERRIDES}}
+    def endpoint(self, port: int) -> tuple[str, int]: ...
+    def pid_alive(self, pid: int) -> bool: ...
+    def command(
+        self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
+    ) -> ExecResult: ...
+    def snapshot(
+        self,
+        rec: StepEvidence,
+        action: str,
+        *args: str,
+        timeout_key: str,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> ExecResult: ...
+    def restore(self, rec: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult: ...
+    def create_argv(self, target: str = ARTIFACT) -> list[str]: ...
+    def cleanup_audit(self, pids: list[int], ports: list[int]) -> CleanupAudit: ...
+    def artifact_digest(self, artifact: str = ARTIFACT) -> str: ...
 
 
 class Injector:
     """How the faults of one kind (``Fault.kind``) are injected, acted on and known to have fired: one class per
-    kind, built-in or added through :func:`register`, all run by the one sequence of :func:`run_fault`.
+    kind, built in or added with a conftest's faults, all run by the one sequence of :func:`run_fault`.
 
     The three documented hooks (``docs/adding-a-fault.md``): ``inject`` runs before the faulted
     ``vllm snapshot restore`` (it may add variables to ``env`` and must record what it did in ``injected``);
@@ -137,13 +116,13 @@ class Injector:
     #: fires through a probe hook point: a command that died before reaching it says why (the judge quotes it)
     through_hook: bool = False
 
-    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
+    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
         raise NotImplementedError
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         raise NotImplementedError
 
-    def release(self, run: LaneRun, injected: dict[str, Any]) -> None:
+    def release(self, run: FaultLane, injected: dict[str, Any]) -> None:
         """Undo the injection (default: nothing to undo)."""
 
     # ---- the rest of the sequence (defaults) --------------------------------------------------------------
@@ -156,10 +135,11 @@ class Injector:
         self.release(at.run, at.injected)
 
     def act(self, at: Attempt) -> ExecResult:
-        """The faulted action: ``vllm snapshot restore``, with a host connect poll and an in-container listener
-        scan watching its port (whether HTTP was bound during the failed restore)."""
+        """The faulted action: ``vllm snapshot restore``, with a connect poll from here and a listener scan in
+        the box watching its port (whether HTTP was bound during the failed restore)."""
         self.at_restore_start(at)
-        with engine.ListenerWatch(at.port) as watch, ListenerScan(at.run, at.port) as scan:
+        host, reach = at.run.endpoint(at.port)
+        with engine.ListenerWatch(reach, host) as watch, ListenerScan(at.run, at.port) as scan:
             at.ignore.add(scan.pid or 0)
             with self.restoring(at):
                 result = self.restore(at)
@@ -168,7 +148,7 @@ class Injector:
                 seen = (("host connect poll", watch.bound), ("container listener scan", scan.bound))
                 at.obs.http_bound_by = [name for name, bound in seen if bound]
                 at.obs.http_bound = bool(at.obs.http_bound_by)
-            at.rec["results"]["watch_polls"] = watch.polls
+            at.rec.results["watch_polls"] = watch.polls
         return result
 
     def at_restore_start(self, at: Attempt) -> None:
@@ -183,44 +163,9 @@ class Injector:
     def restore(self, at: Attempt) -> ExecResult:
         return at.run.restore(at.rec, at.port, name="restore-faulted", env=at.env)
 
-    def problems(self, obs: Observation, results: dict[str, Any]) -> list[str]:
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
         """What else is wrong with this kind's outcome (judged after the stderr message, before cleanup)."""
         return []
-
-
-#: One injector per fault kind: the built-in kinds (below) and those added by :func:`register`.
-INJECTORS: dict[str, Injector] = {}
-
-
-def register(fault: Fault, head: Expect, base: Expect | None = None, injector: Injector | None = None) -> None:
-    """Add a fault point from a conftest (``docs/adding-a-fault.md``): its catalogue entry, its head expectation
-    (the base arm's is the same unless ``base`` is given) and, for a new kind, its injector."""
-    known = INJECTORS.get(fault.kind)
-    if known is None and injector is None:
-        raise ValueError(f"fault {fault.id!r} of a new kind {fault.kind!r} needs an injector")
-    if known is not None and injector is not None and injector is not known:
-        raise ValueError(
-            f"fault {fault.id!r}: kind {fault.kind!r} already has an injector ({type(known).__name__}); "
-            "give a fault with its own injector a new kind"
-        )
-    procedure.add_fault(fault)
-    HEAD[fault.id] = EXPECTATIONS["head"][fault.id] = head
-    EXPECTATIONS["base"][fault.id] = base or head
-    if base is not None:
-        BASE_OVERRIDES[fault.id] = base
-    if injector is not None:
-        INJECTORS[fault.kind] = injector
-
-
-def injector_for(fault: Fault) -> Injector:
-    """The injector of this fault's kind; a kind nobody registered is named with the fix."""
-    try:
-        return INJECTORS[fault.kind]
-    except KeyError:
-        raise ValueError(
-            f"fault {fault.id!r}: no injector for kind {fault.kind!r} (known: {', '.join(INJECTORS)}); "
-            "register the fault with faults.register(..., injector=...) (docs/adding-a-fault.md)"
-        ) from None
 
 
 @dataclass
@@ -230,10 +175,10 @@ class Observation:
     exit_code: int | None = None
     http_bound: bool = False
     http_bound_by: list[str] = field(default_factory=list)
-    error_json: dict[str, Any] | None = None
+    error_json: dict[str, Any] | None = None  # vLLM's error.json: any JSON it wrote
     phase: str | None = None
     fired: bool = False
-    fired_records: list[dict[str, Any]] = field(default_factory=list)
+    fired_records: list[dict[str, object]] = field(default_factory=list)
     artifact_unchanged: bool | None = None
     stderr_tail: str = ""
     error_lines: list[str] = field(default_factory=list)  # exception lines anywhere in stderr
@@ -244,9 +189,9 @@ class Observation:
 class Attempt:
     """One injection of one fault: what the common sequence (:func:`run_fault`) and the kind's injector share."""
 
-    run: LaneRun
+    run: FaultLane
     fault: Fault
-    rec: dict[str, Any]
+    rec: StepEvidence
     port: int  # the faulted restore's port
     captured: set[int]  # the snapshot's captured PIDs
     obs: Observation = field(default_factory=Observation)
@@ -256,35 +201,7 @@ class Attempt:
     state: dict[str, Any] = field(default_factory=dict)  # the injector's own objects for this attempt
 
 
-def lane_expectation(run: LaneRun) -> tuple[str, str]:
-    """The behaviour this lane's faults are judged by, and why: ``--vsnap-expect``/``--vsnap-base-expect`` when
-    they name one, else (``auto``) what the lane's installed snapshot package implements, probed in the lane
-    (with its overlay) by a plain interpreter before the lane's first engine command. Probed once per lane."""
-    cached = getattr(run, "_vsnap_expectation", None)
-    if cached is None:
-        option = "--vsnap-expect" if run.lane.arm == "head" else "--vsnap-base-expect"
-        info: dict[str, Any] = {}
-        if run.lane.expect == "auto":
-            probe = run.box.exec(["python3", "-c", PACKAGE_PROBE], run.config.timeouts["exec"])
-            try:
-                info = json.loads(probe.stdout.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                info = {"snapshot_behaviour_reason": f"the package probe failed: {probe.tail()}"}
-        cached = choose_expectation(run.lane.expect, info, option)
-        run._vsnap_expectation = cached  # type: ignore[attr-defined]
-    return cached
-
-
-def _injection_evidence(results: dict[str, Any]) -> str:
-    injected = results.get("injected") or {}
-    return ", ".join(f"{k}={v}" for k, v in injected.items()) or "no injection evidence"
-
-
 # ---- the built-in kinds -----------------------------------------------------------------------------------
-#: Hook points whose action is a stall: armed with a stall past the frozen recovery deadline.
-STALL_POINTS = ("wake-stall",)
-
-
 class HookInjector(Injector):
     """``hook``: a probe hook armed at the fault's point inside the engine; fired when the hook wrote its
     ``fired-<point>-<pid>.json`` record as it acted."""
@@ -294,26 +211,24 @@ class HookInjector(Injector):
     def begin(self, at: Attempt) -> None:
         point = at.fault.hook_point
         assert point is not None, f"fault {at.fault.id!r} of kind {at.fault.kind!r} names no hook point"
-        arm(at.run, point, at.run.config.fault_timeout + 10.0 if point in STALL_POINTS else None)
+        arm(at.run.control, point, at.run.config.fault_timeout + 10.0 if at.fault.stall else None)
 
     def end(self, at: Attempt) -> None:
-        disarm(at.run)
+        disarm(at.run.control)
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(obs.fired_records)
 
 
 class SignalInjector(HookInjector):
     """``signal``: the hook stalls recovery; a signaller thread signals this lane's ``vllm snapshot restore``
-    once the hook reported that recovery runs. Fired when the hook fired and the signal was sent."""
-
-    #: the signal per fault id (``kill -<name>``); any other signal fault gets SIGTERM
-    SIGNALS = {"cancel-sigint": "INT", "cancel-sigterm": "TERM"}
+    once the hook reported that recovery runs (``Fault.signal``, default TERM). Fired when the hook fired and the
+    signal was sent."""
 
     @contextlib.contextmanager
     def restoring(self, at: Attempt) -> Iterator[None]:
         done, sent = threading.Event(), list[str]()
-        signame = self.SIGNALS.get(at.fault.id, "TERM")
+        signame = at.fault.signal or "TERM"
         limit = at.run.config.timeouts["restore"]
         signaller = threading.Thread(target=signal_when_fired, args=(at.run, signame, done, sent, limit), daemon=True)
         signaller.start()
@@ -322,7 +237,7 @@ class SignalInjector(HookInjector):
         signaller.join(5)
         at.injected["signal"] = sent
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(obs.fired_records) and bool(injected.get("signal"))
 
 
@@ -335,14 +250,15 @@ class CreateInjector(HookInjector):
     def act(self, at: Attempt) -> ExecResult:
         run = at.run
         create_dir = f"{WORK}/fault-create"
-        run.box.sh(f"rm -rf {create_dir}", 60)
-        argv = [*run.config.engine_argv(), "--snapshot-dir", create_dir]
-        result = run.snapshot(at.rec, "create", *argv, timeout_key="create", name="create-faulted")
+        run.box.remove_path(create_dir)
+        result = run.snapshot(
+            at.rec, "create", *run.create_argv(create_dir), timeout_key="create", name="create-faulted"
+        )
         at.injected["target_removed"] = run.box.sh(f"test -e {create_dir}", 10).exit_code != 0
         return result
 
-    def problems(self, obs: Observation, results: dict[str, Any]) -> list[str]:
-        if not results.get("injected", {}).get("target_removed", False):
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+        if not (results.get("injected") or {}).get("target_removed", False):
             return ["the failed create left its target directory behind"]
         return []
 
@@ -351,16 +267,16 @@ class EnvDriftInjector(Injector):
     """``env``: an extra ``VLLM_*`` variable at restore; fired when the restore process's own environment held
     it (recorded by the shell that then ``exec``s the restore), whatever the engine did with it."""
 
-    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
+    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
         env[DRIFT_NAME] = DRIFT_VALUE
         injected["env"] = f"{DRIFT_NAME}={DRIFT_VALUE}"
 
     def restore(self, at: Attempt) -> ExecResult:
         result = restore_recording_env(at.run, at.rec, at.port, at.env)
-        at.injected["seen_in_restore_env"] = drift_seen(at.run)
+        at.injected["seen_in_restore_env"] = drift_seen(at.run.control)
         return result
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("seen_in_restore_env"))
 
 
@@ -372,7 +288,8 @@ class PidInjector(Injector):
 
     def begin(self, at: Attempt) -> None:
         run, injected = at.run, at.injected
-        holder = at.state["holder"] = PidHolder(run, int(run.manifest["process_tree"][0]), cursor_past(at.captured))
+        holder = PidHolder(run, int(run.state.manifest["process_tree"][0]), cursor_past(at.captured))
+        at.state["holder"] = holder
         injected["pid"] = holder.pid
         for attempt in range(1, self.ATTEMPTS + 1):  # verified in place; an occupation that did not hold: again
             injected["occupied"] = holder.occupy()
@@ -382,7 +299,7 @@ class PidInjector(Injector):
                 break
             holder.release()
         # the occupation moved the allocation cursor past the captured IDs right after its fork; else now
-        injected["pid_cursor_moved"] = holder.cursor_moved or move_pid_cursor_past(run, at.captured)
+        injected["pid_cursor_moved"] = holder.cursor_moved or move_pid_cursor_past(run.box, at.captured)
         at.ignore.add(holder.pid)
 
     def at_restore_start(self, at: Attempt) -> None:
@@ -399,7 +316,7 @@ class PidInjector(Injector):
         if holder is not None and holder.where in ("container", "host"):
             holder.release()
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("occupied") and injected.get("held_at_restore") and injected.get("held_after_restore"))
 
 
@@ -414,9 +331,10 @@ class PortInjector(Injector):
         at.injected["port"] = at.port
 
     def at_restore_start(self, at: Attempt) -> None:
-        at.injected["bound_at_restore"] = engine.port_open(at.port)
+        host, reach = at.run.endpoint(at.port)
+        at.injected["bound_at_restore"] = engine.port_open(reach, host)
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("bound_at_restore"))
 
 
@@ -426,11 +344,11 @@ class ManifestInjector(Injector):
 
     undo_before_followup = True
 
-    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
-        corrupt_manifest(run)
+    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
+        corrupt_manifest(run.box)
         injected["manifest"] = "schema_version=2"
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("manifest"))
 
 
@@ -440,36 +358,149 @@ class ImageInjector(Injector):
 
     undo_before_followup = True
 
-    def inject(self, run: LaneRun, injected: dict[str, Any], env: dict[str, str]) -> None:
-        injected["truncated"] = truncate_image(run)
+    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
+        injected["truncated"] = truncate_image(run.box)
 
-    def fired(self, obs: Observation, injected: dict[str, Any]) -> bool:
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("truncated"))
 
 
-INJECTORS.update(
-    hook=HookInjector(),
-    signal=SignalInjector(),
-    create=CreateInjector(),
-    env=EnvDriftInjector(),
-    pid=PidInjector(),
-    port=PortInjector(),
-    manifest=ManifestInjector(),
-    image=ImageInjector(),
-)
-BUILTIN_KINDS = tuple(INJECTORS)
+#: The built-in kinds' injectors (a conftest's faults bring their own kinds: :meth:`FaultCatalogue.add`).
+BUILTIN_INJECTORS: Mapping[str, Injector] = {
+    "hook": HookInjector(),
+    "signal": SignalInjector(),
+    "create": CreateInjector(),
+    "env": EnvDriftInjector(),
+    "pid": PidInjector(),
+    "port": PortInjector(),
+    "manifest": ManifestInjector(),
+    "image": ImageInjector(),
+}
 
 
-def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
+class FaultCatalogue:
+    """The session's faults: the built-in table (``procedure.FAULTS``) and those a conftest or plugin adds through
+    the ``vsnap_add_faults`` hook (``docs/adding-a-fault.md``), with one injector per kind."""
+
+    def __init__(self, faults: Iterable[Fault] = (), injectors: Mapping[str, Injector] | None = None) -> None:
+        self._faults: dict[str, Fault] = {}
+        self._injectors: dict[str, Injector] = dict(BUILTIN_INJECTORS if injectors is None else injectors)
+        for fault in faults:
+            self.add(fault)
+
+    @classmethod
+    def builtin(cls) -> FaultCatalogue:
+        from vsnap_qual.procedure import FAULTS
+
+        return cls(FAULTS)
+
+    def add(self, fault: Fault, injector: Injector | None = None) -> None:
+        """Add a fault point: its table entry and, for a kind of its own, its injector."""
+        if fault.id in self._faults:
+            raise ValueError(f"fault {fault.id!r} is already in the catalogue")
+        known = self._injectors.get(fault.kind)
+        if known is None and injector is None:
+            raise ValueError(f"fault {fault.id!r} of a new kind {fault.kind!r} needs an injector")
+        if known is not None and injector is not None and injector is not known:
+            raise ValueError(
+                f"fault {fault.id!r}: kind {fault.kind!r} already has an injector ({type(known).__name__}); "
+                "give a fault with its own injector a new kind"
+            )
+        self._faults[fault.id] = fault
+        if injector is not None:
+            self._injectors[fault.kind] = injector
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return tuple(self._faults.values())
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._faults)
+
+    @property
+    def kinds(self) -> Mapping[str, Injector]:
+        return dict(self._injectors)
+
+    def injector_for(self, fault: Fault) -> Injector:
+        """The injector of this fault's kind; a kind nobody added is named with the fix."""
+        try:
+            return self._injectors[fault.kind]
+        except KeyError:
+            raise ValueError(
+                f"fault {fault.id!r}: no injector for kind {fault.kind!r} (known: {', '.join(self._injectors)}); "
+                "add the fault with its injector in a vsnap_add_faults hook (docs/adding-a-fault.md)"
+            ) from None
+
+
+def lane_expectation(run: FaultLane) -> tuple[Behaviour, str]:
+    """The behaviour this lane's faults are judged by, and why: ``--vsnap-expect``/``--vsnap-base-expect`` when
+    they name one, else (``auto``) what the lane's installed snapshot package implements, probed in the lane
+    (with its overlay) by a plain interpreter before the lane's first engine command. Probed once per lane."""
+    if run.state.expectation is None:
+        option = "--vsnap-expect" if run.lane.arm == "head" else "--vsnap-base-expect"
+        if run.lane.expect == "head":
+            run.state.expectation = ("head", f"{option}=head")
+        elif run.lane.expect == "base":
+            run.state.expectation = ("base", f"{option}=base")
+        else:
+            probe = run.box.exec(["python3", "-c", package_probe.SCRIPT], run.config.timeouts["exec"])
+            info = package_probe.parse(probe.stdout) or {
+                "snapshot_behaviour_reason": f"the package probe failed: {probe.tail()}"
+            }
+            found, why = package_probe.detected_behaviour(info)
+            if found is None:
+                raise StepFailed(f"{option}=auto: cannot tell which snapshot behaviour the image implements ({why})")
+            run.state.expectation = (found, f"detected from the image: {why}")
+    assert run.state.expectation is not None
+    return run.state.expectation
+
+
+def _injection_evidence(results: Mapping[str, Any]) -> str:
+    injected = results.get("injected") or {}
+    return ", ".join(f"{k}={v}" for k, v in injected.items()) or "no injection evidence"
+
+
+# ---- the one sequence ---------------------------------------------------------------------------------------
+def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue) -> None:
+    """One ``fault:<id>`` step: inject, observe, judge against this lane's expectations; an injection that did not
+    hold is tried once more before it is reported as ineffective. Fails the step naming every mismatch."""
+    behaviour, reason = lane_expectation(run)
+    expect = fault.expect(behaviour)
+    injector = catalogue.injector_for(fault)
+    observed = run_fault(run, fault, rec, injector)
+    problems = judge(fault, expect, observed, rec.results, injector)
+    if problems and problems[0].startswith("ineffective injection"):
+        first = problems[0]
+        observed = run_fault(run, fault, rec, injector)
+        problems = judge(fault, expect, observed, rec.results, injector)
+        rec.results["retried_after"] = first
+    rec.results.setdefault("cleanup", CleanupAudit())["judged"] = expect.cleanup  # recorded either way
+    rec.results.update(
+        {
+            "fault": fault.id,
+            "title": fault.title,
+            "expect": behaviour,
+            "expect_reason": reason,
+            "expected": asdict(expect),
+            "observed": observation_record(observed),
+            "mismatches": problems,
+        }
+    )
+    if problems:
+        raise StepFailed(f"{fault.title} ({behaviour} expectations, {reason}): " + "; ".join(problems))
+
+
+def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
-    sequence every kind follows; what differs per kind is its injector's (:data:`INJECTORS`)."""
-    injector = injector_for(fault)
+    sequence every kind follows; what differs per kind is its injector's."""
     captured = captured_ids(run)
+    timeouts = run.config.timeouts
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
-    before_fault = wait_ids_free(run, captured, run.config.timeouts["stop"])
-    clear_fired(run)  # a fired record is evidence of this fault only, whatever kind it is
-    reset_artifact(run)
+    before_fault = wait_ids_free(run.box, captured, timeouts["stop"])
+    clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
+    reset_artifact(run.box)
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
     baseline = {p["pid"] for p in run.box.processes()} - captured
@@ -488,15 +519,15 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
     # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
     if obs.exit_code == 0:
-        kill_leftovers(run, baseline, ignore)
-    left = settle(run, baseline, ignore, limit=run.config.cleanup_grace)
+        kill_leftovers(run.box, baseline, ignore)
+    left = settle(run.box, baseline, ignore, limit=run.config.cleanup_grace)
     audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [])
     audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
-    killed = kill_leftovers(run, baseline, set())
-    settle(run, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
+    killed = kill_leftovers(run.box, baseline, set())
+    settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
     # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
     # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
-    after_fault = wait_ids_free(run, captured | set(killed), run.config.timeouts["stop"])
+    after_fault = wait_ids_free(run.box, captured | set(killed), timeouts["stop"])
     # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
     # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
     with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
@@ -504,15 +535,32 @@ def run_fault(run: LaneRun, fault: Fault, rec: dict[str, Any]) -> Observation:
     engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
     if engine_left:
         audit["killed_by_harness"] = engine_left
-    rec["results"].update(injected=injected, cleanup=audit)
+    rec.results.update({"injected": injected, "cleanup": audit})
     waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
     if waits:
-        rec["results"]["captured_id_waits"] = waits
-    rec["results"]["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
+        rec.results["captured_id_waits"] = waits
+    rec.results["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
     return obs
 
 
-def observe(run: LaneRun, obs: Observation, result: ExecResult) -> None:
+def observation_record(obs: Observation) -> FaultObservation:
+    """The observation as the step's evidence records it."""
+    return FaultObservation(
+        exit_code=obs.exit_code,
+        http_bound=obs.http_bound,
+        http_bound_by=list(obs.http_bound_by),
+        error_json=obs.error_json,
+        phase=obs.phase,
+        fired=obs.fired,
+        fired_records=[dict(r) for r in obs.fired_records],
+        artifact_unchanged=obs.artifact_unchanged,
+        stderr_tail=obs.stderr_tail,
+        error_lines=list(obs.error_lines),
+        seconds=obs.seconds,
+    )
+
+
+def observe(run: FaultLane, obs: Observation, result: ExecResult) -> None:
     """What the faulted command did: its exit, stderr, ``error.json`` and the probe's fired records."""
     obs.exit_code = result.exit_code
     obs.stderr_tail = result.tail(40)
@@ -522,17 +570,17 @@ def observe(run: LaneRun, obs: Observation, result: ExecResult) -> None:
     if text.strip():
         try:
             obs.error_json = json.loads(text)
-            obs.phase = obs.error_json.get("phase")
+            obs.phase = obs.error_json.get("phase") if isinstance(obs.error_json, dict) else None
         except ValueError:
             obs.error_json = {"unparsable": text[:500]}
-    obs.fired_records = fired_records(run)
+    obs.fired_records = fired_records(run.control)
 
 
-def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
+def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     """After a fault, the artifact as the failure left it must still restore and answer vLLM's canary with its
     oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone."""
     if undo_injection:
-        reset_artifact(run)
+        reset_artifact(run.box)
     port = run.ports["fault"]
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
@@ -540,31 +588,34 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
     baseline = {p["pid"] for p in run.box.processes()} - captured
     # the faulted restore's tree may still be exiting (killed by vLLM's cleanup or ours a moment ago): its PIDs
     # are the captured ones, which CRIU must recreate, so they must be free first
-    outcome: dict[str, Any] = {}
-    waited = wait_ids_free(run, captured, run.config.timeouts["stop"])
+    outcome = FollowupRestore()
+    waited = wait_ids_free(run.box, captured, run.config.timeouts["stop"])
     if waited:
         outcome["captured_ids_wait"] = waited
-    argv = ["vllm", "snapshot", "restore", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
-    with run.engine_wait():
+    argv = restore_argv(port)
+    with run.recorder.engine_wait():
         result: ExecResult = run.box.exec(argv, run.config.timeouts["restore"])
     collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment (host's doing): once more
         outcome["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
-        outcome["held_at_retry"] = ids_held(run, captured)
-        kill_leftovers(run, baseline, set())
-        wait_ids_free(run, captured, run.config.cleanup_grace)
-        with run.engine_wait():
+        outcome["held_at_retry"] = ids_held(run.box, captured)
+        kill_leftovers(run.box, baseline, set())
+        wait_ids_free(run.box, captured, run.config.cleanup_grace)
+        with run.recorder.engine_wait():
             result = run.box.exec(argv, run.config.timeouts["restore"])
-    outcome.update(exit_code=result.exit_code, seconds=round(result.seconds, 3))
+    outcome.update({"exit_code": result.exit_code, "seconds": round(result.seconds, 3)})
+    host, reach = run.endpoint(port)
+    manifest = run.state.manifest
     if result.exit_code == 0:
         try:
-            got = engine.completion(port, run.served_model, VLLM_CANARY_PROMPT, timeout=run.config.timeouts["http"])
+            got = engine.completion(
+                reach, run.served_model, VLLM_CANARY_PROMPT, host=host, timeout=run.config.timeouts["http"]
+            )
             outcome["canary"] = got.as_dict()
             outcome["canary_ok"] = (
-                got.token_ids == run.manifest.get("oracle_token_ids")
-                and got.text == run.manifest.get("oracle_text")
-                and abs(got.logprob - float(run.manifest["oracle_sampled_token_logprob"]))
-                <= run.config.logprob_tolerance
+                got.token_ids == manifest.get("oracle_token_ids")
+                and got.text == manifest.get("oracle_text")
+                and abs(got.logprob - float(manifest["oracle_sampled_token_logprob"])) <= run.config.logprob_tolerance
             )
         except (engine.EngineError, OSError) as exc:
             outcome["canary_ok"] = False
@@ -575,16 +626,19 @@ def followup_restore(run: LaneRun, undo_injection: bool) -> dict[str, Any]:
         reason = checks.criu_reason(result.stdout)  # vLLM logs it on stdout; stderr only has the exit status
         if reason:
             outcome["criu_reason"] = reason
-    kill_leftovers(run, baseline, set())
-    left = settle(run, baseline, set())
-    outcome["cleanup_ok"] = not left and not engine.port_open(port)
+    kill_leftovers(run.box, baseline, set())
+    left = settle(run.box, baseline, set())
+    outcome["cleanup_ok"] = not left and not engine.port_open(reach, host)
     return outcome
 
 
-def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any]) -> list[str]:
-    """Every way the observation differs from the expectation, in words a reviewer can act on."""
+def judge(
+    fault: Fault, expect: Expect, obs: Observation, results: Mapping[str, Any], injector: Injector | None = None
+) -> list[str]:
+    """Every way the observation differs from the expectation, in words a reviewer can act on (pure: only the
+    kind's judging rules are read of its injector)."""
     problems = []
-    kind = INJECTORS.get(fault.kind) or Injector()  # pure: only the kind's judging rules are read
+    kind = injector or BUILTIN_INJECTORS.get(fault.kind) or Injector()
     if expect.fires and not obs.fired:
         # Nothing else is claimed about a fault that did not take effect: the engine was not tested by it.
         why = f"the hook or condition did not take effect: {_injection_evidence(results)}"
@@ -620,13 +674,13 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
     if expect.message and not any(expect.message in text for text in (obs.stderr_tail, *obs.error_lines)):
         problems.append(f"stderr does not say {expect.message!r}")
     problems.extend(kind.problems(obs, results))
-    cleanup = results.get("cleanup", {})
+    cleanup = results.get("cleanup") or {}
     if expect.cleanup and not cleanup.get("ok", False):
         problems.append(
             f"cleanup incomplete after the failure: leftover {cleanup.get('leftover_processes')}, "
             f"ports open {cleanup.get('ports_open')}, link remaps equal {cleanup.get('link_remaps_equal')}"
         )
-    follow = results.get("followup_restore", {})
+    follow = results.get("followup_restore") or {}
     if expect.followup_restore and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
         still = (follow.get("captured_ids_wait") or {}).get("still_held")
         if still:  # the artifact was never tried: a captured PID never came free
@@ -639,7 +693,7 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: dict[str, Any
     return problems
 
 
-def followup_words(follow: dict[str, Any]) -> str:
+def followup_words(follow: Mapping[str, Any]) -> str:
     """The follow-up restore's outcome in words: its exit, the canary, and the engine's or CRIU's own reason."""
     words = [f"follow-up restore exit {follow.get('exit_code')}"]
     if follow.get("exit_code") == 0:
@@ -664,7 +718,3 @@ def first_fatal_line(obs: Observation) -> str | None:
         if any(mark in line for mark in _FATAL):
             return line.strip()
     return obs.error_lines[-1].strip() if obs.error_lines else None
-
-
-def observation_dict(obs: Observation) -> dict[str, Any]:
-    return asdict(obs)

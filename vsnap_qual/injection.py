@@ -11,96 +11,91 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vsnap_qual import engine
-from vsnap_qual.docker_lane import LaneRun
-from vsnap_qual.runtime import ExecResult
-from vsnap_qual.steps import ARTIFACT, CONTROL, WORK, check, skip_if_limitation, vllm_reason
+from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
+from vsnap_qual.contract import ARTIFACT, CONTROL, WORK, restore_argv
+from vsnap_qual.control import read_json_files
+from vsnap_qual.model import CapturedIdWait
+from vsnap_qual.probe.vsnap_probe import control_files
+from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.steps import check, skip_if_limitation, vllm_reason
+
+if TYPE_CHECKING:
+    from vsnap_qual.faults import FaultLane
 
 BACKUP = f"{WORK}/artifact.pristine"
 
 
 # ---- the fault lane's own artifact -------------------------------------------------------------------------
-def prepare_artifact(run: LaneRun, rec: dict[str, Any]) -> None:
+def prepare_artifact(run: FaultLane, rec: StepEvidence) -> None:
     """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S`` and keep a pristine copy."""
-    run.box.sh(f"rm -rf {ARTIFACT} {BACKUP}", 60)
+    run.box.remove_path(ARTIFACT)
+    run.box.remove_path(BACKUP)
     env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{run.config.fault_timeout:g}"}
     result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
         skip_if_limitation(reason)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
-    run.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
-    run.captured_tids = thread_ids(run)
+    run.state.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
+    run.state.captured_tids = thread_ids(run.box)
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
-    rec["results"].update(snapshot_timeout_s=run.config.fault_timeout, manifest=run.manifest)
+    rec.results.update({"snapshot_timeout_s": run.config.fault_timeout, "manifest": run.state.manifest})
 
 
-def thread_ids(run: LaneRun) -> set[int]:
+def thread_ids(box: Box) -> set[int]:
     """The TID of every thread the artifact captured: CRIU writes one ``images/core-<tid>.img`` per thread and
     must recreate each with exactly that TID (a process's threads follow its PID, so they are not in the
     manifest's process tree)."""
-    listing = run.box.sh(f"find {ARTIFACT}/images -maxdepth 1 -name 'core-*.img' -printf '%f\\n'", 60)
+    listing = box.sh(f"find {ARTIFACT}/images -maxdepth 1 -name 'core-*.img' -printf '%f\\n'", 60)
     check(listing.exit_code == 0, f"cannot list the artifact's thread images: {listing.tail()}")
     return {int(name[5:-4]) for name in listing.stdout.split() if name[5:-4].isdigit()}
 
 
-def captured_ids(run: LaneRun) -> set[int]:
+def captured_ids(run: FaultLane) -> set[int]:
     """Every PID and TID a restore of the fault artifact must recreate: the process tree and its threads."""
-    return set(run.manifest.get("process_tree") or []) | set(run.captured_tids)
+    return set(run.state.manifest.get("process_tree") or []) | set(run.state.captured_tids)
 
 
-def reset_artifact(run: LaneRun) -> None:
+def reset_artifact(box: Box) -> None:
     """Put the pristine artifact back at the same path (restore pins the artifact path)."""
-    result = run.box.sh(f"rm -rf {ARTIFACT} && cp -a {BACKUP} {ARTIFACT}", 300)
+    result = box.sh(f"rm -rf {ARTIFACT} && cp -a {BACKUP} {ARTIFACT}", 300)
     check(result.exit_code == 0, f"cannot reset the artifact: {result.tail()}")
 
 
 # ---- arming and observing ----------------------------------------------------------------------------------
-def clear_fired(run: LaneRun) -> None:
-    assert run.control_host is not None
-    for old in (run.control_host / "faults").glob("fired-*.json"):
-        old.unlink()
+def clear_fired(control: ControlDir) -> None:
+    for name in control.names(control_files.FIRED_GLOB):
+        control.remove(name)
 
 
-def arm(run: LaneRun, point: str, stall_s: float | None = None) -> None:
+def arm(control: ControlDir, point: str, stall_s: float | None = None) -> None:
     """Arm the probe's hook point (the fired records of earlier faults are cleared by ``run_fault`` first)."""
-    assert run.control_host is not None
-    faults = run.control_host / "faults"
-    tmp = faults / "armed.json.tmp"
-    tmp.write_text(json.dumps({"point": point, "stall_s": stall_s}))
-    tmp.replace(faults / "armed.json")
+    control.write_json(control_files.ARMED, control_files.armed_payload(point, stall_s))
 
 
-def disarm(run: LaneRun) -> None:
-    assert run.control_host is not None
-    (run.control_host / "faults" / "armed.json").unlink(missing_ok=True)
+def disarm(control: ControlDir) -> None:
+    control.remove(control_files.ARMED)
 
 
-def fired_records(run: LaneRun) -> list[dict[str, Any]]:
-    assert run.control_host is not None
-    records = []
-    for path in sorted((run.control_host / "faults").glob("fired-*.json")):
-        try:
-            records.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return records
+def fired_records(control: ControlDir) -> list[dict[str, object]]:
+    return read_json_files(control, control_files.FIRED_GLOB)
 
 
 class ListenerScan:
-    """An in-container scanner of ``/proc/net/tcp*`` for a LISTEN socket on the port, every 10 ms."""
+    """An in-box scanner of ``/proc/net/tcp*`` for a LISTEN socket on the port, every 10 ms."""
 
-    def __init__(self, run: LaneRun, port: int) -> None:
+    def __init__(self, run: FaultLane, port: int) -> None:
         self.run, self.port = run, port
-        self.marker = f"{CONTROL}/faults/listen-{port}"
+        self.name = control_files.listen_marker(port)
+        self.marker = f"{CONTROL}/{self.name}"
         self.pid: int | None = None
 
     def __enter__(self) -> ListenerScan:
-        assert self.run.control_host is not None
-        (self.run.control_host / "faults" / f"listen-{self.port}").unlink(missing_ok=True)
+        self.run.control.remove(self.name)
         code = (
             "import time,sys\n"
             f"needle=':{self.port:04X} '\n"
@@ -123,58 +118,49 @@ class ListenerScan:
 
     @property
     def bound(self) -> bool:
-        assert self.run.control_host is not None
-        return (self.run.control_host / "faults" / f"listen-{self.port}").exists()
+        return self.run.control.read_text(self.name) is not None
 
 
-def new_processes(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[dict[str, Any]]:
-    return [p for p in run.box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
+def new_processes(box: Box, baseline: set[int], ignore: set[int]) -> list[ProcessRow]:
+    return [p for p in box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
 
 
-def settle(run: LaneRun, baseline: set[int], ignore: set[int], limit: float = 5.0) -> list[dict[str, Any]]:
+def settle(box: Box, baseline: set[int], ignore: set[int], limit: float = 5.0) -> list[ProcessRow]:
     """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish)."""
-    deadline = time.time() + limit
-    left = new_processes(run, baseline, ignore)
-    while left and time.time() < deadline:
+    deadline = time.monotonic() + limit
+    left = new_processes(box, baseline, ignore)
+    while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = new_processes(run, baseline, ignore)
+        left = new_processes(box, baseline, ignore)
     return left
 
 
-def kill_leftovers(run: LaneRun, baseline: set[int], ignore: set[int]) -> list[int]:
-    leftovers = [p["pid"] for p in new_processes(run, baseline, ignore)]
+def kill_leftovers(box: Box, baseline: set[int], ignore: set[int]) -> list[int]:
+    leftovers = [p["pid"] for p in new_processes(box, baseline, ignore)]
     if leftovers:
-        run.box.sh("kill -KILL " + " ".join(map(str, leftovers)) + " 2>/dev/null; true", 15)
+        box.sh("kill -KILL " + " ".join(map(str, leftovers)) + " 2>/dev/null; true", 15)
     return leftovers
 
 
-def ids_held(run: LaneRun, ids: set[int]) -> list[str]:
+def ids_held(box: Box, ids: set[int]) -> list[str]:
     """Which of these PIDs/TIDs still name a task in the lane's PID namespace, whatever it is: a process of the
     lane or not, a thread of another process, a zombie, one still tearing down its GPU context after SIGKILL.
     That is what vLLM's ``os.kill(pid, 0)`` availability probe and CRIU's ``clone3(set_tid)`` see, whereas the
     lane's process listing leaves out zombies and exiting processes. Each as ``PID name state tgid ppid``."""
-    if not ids:
-        return []
-    script = (
-        "for p in " + " ".join(str(int(i)) for i in sorted(ids)) + "; do [ -e /proc/$p ] && "
-        "{ printf '%s ' $p; awk -F'\t' '/^(Name|State|Tgid|PPid):/{printf \"%s \", $2}' /proc/$p/status "
-        "2>/dev/null; echo; }; done; true"
-    )
-    result = run.box.sh(script, 15)
-    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    return box.tasks_held(ids)
 
 
-def wait_ids_free(run: LaneRun, ids: set[int], limit: float) -> dict[str, Any]:
+def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
     """Wait (up to ``limit`` s) until none of ``ids`` names a task any more; what was waited for is evidence."""
-    started = time.time()
-    held = ids_held(run, ids)
+    started = time.monotonic()
+    held = ids_held(box, ids)
     first = held
-    while held and time.time() - started < limit:
+    while held and time.monotonic() - started < limit:
         time.sleep(0.2)
-        held = ids_held(run, ids)
-    outcome: dict[str, Any] = {}
+        held = ids_held(box, ids)
+    outcome = CapturedIdWait()
     if first:
-        outcome = {"held_at_first": first, "waited_s": round(time.time() - started, 2)}
+        outcome.update({"held_at_first": first, "waited_s": round(time.monotonic() - started, 2)})
     if held:
         outcome["still_held"] = held
     return outcome
@@ -190,16 +176,16 @@ def cursor_past(ids: set[int]) -> int:
     return past if past < int(Path("/proc/sys/kernel/pid_max").read_text()) else 300
 
 
-def move_pid_cursor_past(run: LaneRun, ids: set[int]) -> bool:
+def move_pid_cursor_past(box: Box, ids: set[int]) -> bool:
     """Set the PID namespace's allocation cursor (``ns_last_pid``) past the captured IDs, so that processes and
     threads forked after an injection that set it just below a captured PID do not take the other captured IDs
     (CRIU must recreate each captured PID and TID; the threads' TIDs follow their process's PID)."""
-    return run.box.sh(f"echo {cursor_past(ids)} > {NS_LAST_PID}", 15).exit_code == 0
+    return box.sh(f"echo {cursor_past(ids)} > {NS_LAST_PID}", 15).exit_code == 0
 
 
 class PidHolder:
-    """A sleeper at exactly one PID: inside the container when it may set ``ns_last_pid``, else on the host
-    (with host pid namespaces the captured PIDs are host PIDs).
+    """A sleeper at exactly one PID: inside the box when it may set ``ns_last_pid``, else on this machine when the
+    box's PIDs are this machine's (a host PID namespace: the captured PIDs are host PIDs).
 
     The allocation cursor goes past ``past`` (every captured ID) right after each fork, in the same command:
     while it sits just below the captured PID, whatever the host forks or clones takes the captured IDs next
@@ -207,7 +193,7 @@ class PidHolder:
     PIDs) keeps a captured TID for good, and every later restore of the artifact fails (CRIU: "Unable to create
     a thread: -17")."""
 
-    def __init__(self, run: LaneRun, pid: int, past: int) -> None:
+    def __init__(self, run: FaultLane, pid: int, past: int) -> None:
         self.run, self.pid, self.past = run, pid, past
         self.where: str | None = None
         self.cursor_moved = False  # the cursor went past ``past`` right after the occupying fork
@@ -225,7 +211,7 @@ class PidHolder:
         if self.run.box.sh(script, 30).exit_code == 0:
             self.where, self.cursor_moved = "container", True
             return True
-        if self.run.config.privileges == "isolated" or os.geteuid() != 0:
+        if not self.run.box.host_pid_namespace or os.geteuid() != 0:
             return False
         cursor = Path(NS_LAST_PID)
         for _ in range(200):  # other lanes fork too: retry until our fork gets the PID
@@ -254,17 +240,18 @@ class PidHolder:
             self.run.box.sh(f"kill -KILL {self.pid} 2>/dev/null; true", 15)
 
 
-def block_port(run: LaneRun, port: int) -> int:
+def block_port(run: FaultLane, port: int) -> int:
     code = (
         "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
         f"s.bind(('127.0.0.1', {port})); s.listen(1); time.sleep(900)"
     )
-    pid = run.box.spawn(["python3", "-c", code], f"{CONTROL}/faults/blocker-{port}.log")
-    engine.wait_until(lambda: engine.port_open(port), 10.0)
+    pid = run.box.spawn(["python3", "-c", code], f"{CONTROL}/{control_files.FAULTS_DIR}/blocker-{port}.log")
+    host, reach = run.endpoint(port)
+    engine.wait_until(lambda: engine.port_open(reach, host), 10.0)
     return pid
 
 
-def corrupt_manifest(run: LaneRun) -> None:
+def corrupt_manifest(box: Box) -> None:
     script = (
         "import json,os,sys\n"
         f"p={ARTIFACT + '/manifest.json'!r}\n"
@@ -272,11 +259,11 @@ def corrupt_manifest(run: LaneRun) -> None:
         "fd=os.open(p, os.O_WRONLY|os.O_TRUNC); os.write(fd, json.dumps(m, sort_keys=True, separators=(',',':'))"
         ".encode()); os.close(fd)\n"
     )
-    result = run.box.exec(["python3", "-c", script], 30)
+    result = box.exec(["python3", "-c", script], 30)
     check(result.exit_code == 0, f"could not change the manifest: {result.tail()}")
 
 
-def truncate_image(run: LaneRun) -> str:
+def truncate_image(box: Box) -> str:
     """Truncate the largest process core image to half. A core image, not a pages image: CRIU 4.2.1 fails a
     short core image cleanly (``Read N bytes while M expected``, ``Restoring FAILED.``), but its restorer spins
     on a short pages image instead of failing, and vLLM passes CRIU no timeout (README: findings)."""
@@ -285,19 +272,19 @@ def truncate_image(run: LaneRun) -> str:
         'cut -d\' \' -f2-); [ -n "$f" ] || exit 3; s=$(stat -c %s "$f"); truncate -s $((s/2)) "$f"; '
         'echo "$f"'
     )
-    result = run.box.sh(script, 30)
+    result = box.sh(script, 30)
     check(result.exit_code == 0, f"no images/ file to truncate: {result.tail()}")
     return result.stdout.strip()
 
 
-def signal_when_fired(run: LaneRun, signame: str, done: threading.Event, sent: list[str], limit: float) -> None:
+def signal_when_fired(run: FaultLane, signame: str, done: threading.Event, sent: list[str], limit: float) -> None:
     """Once a hook reports that recovery is running, signal this lane's ``vllm snapshot restore``.
 
     The target is looked up among this container's processes only: with host pid namespaces a pattern match
     (``pkill -f``) would also hit other lanes' restores."""
-    deadline = time.time() + limit
-    while time.time() < deadline and not done.is_set():
-        if fired_records(run):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and not done.is_set():
+        if fired_records(run.control):
             time.sleep(0.3)
             procs = run.box.processes()
             wrappers = {
@@ -315,26 +302,20 @@ def signal_when_fired(run: LaneRun, signame: str, done: threading.Event, sent: l
 
 
 DRIFT_NAME, DRIFT_VALUE = "VLLM_VSNAP_QUAL_DRIFT", "1"
-DRIFT_SEEN = "faults/env-seen"
 
 
-def restore_recording_env(run: LaneRun, rec: dict[str, Any], port: int, env: dict[str, str]) -> ExecResult:
+def restore_recording_env(run: FaultLane, rec: StepEvidence, port: int, env: dict[str, str]) -> ExecResult:
     """``vllm snapshot restore`` under the drifted environment, through a shell that first records the drifted
     variable as its own environment holds it and then ``exec``s the restore (the same process, the same
     environment): the harness's own evidence that the drift reached the restore."""
-    assert run.control_host is not None
-    (run.control_host / DRIFT_SEEN).unlink(missing_ok=True)
+    run.control.remove(control_files.ENV_SEEN)
     record = (
-        f"tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{DRIFT_NAME}=' > {CONTROL}/{DRIFT_SEEN}; "
+        f"tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{DRIFT_NAME}=' > {CONTROL}/{control_files.ENV_SEEN}; "
         'exec vllm snapshot restore "$@"'
     )
-    argv = ["sh", "-c", record, "sh", ARTIFACT, "--host", "127.0.0.1", "--port", str(port)]
-    rec["argv"] = argv
-    with run.engine_wait():
-        return run._snapshot_exec(rec, argv, "restore", env, "restore-faulted")
+    argv = ["sh", "-c", record, "sh", *restore_argv(port)[3:]]
+    return run.command(rec, argv, "restore", env, "restore-faulted")
 
 
-def drift_seen(run: LaneRun) -> bool:
-    assert run.control_host is not None
-    path = run.control_host / DRIFT_SEEN
-    return path.exists() and path.read_text().strip() == f"{DRIFT_NAME}={DRIFT_VALUE}"
+def drift_seen(control: ControlDir) -> bool:
+    return (control.read_text(control_files.ENV_SEEN) or "").strip() == f"{DRIFT_NAME}={DRIFT_VALUE}"

@@ -20,32 +20,11 @@ from typing import Any
 
 import pytest
 
+from vsnap_qual import privileges, runtimes
+from vsnap_qual.contract import DEFAULT_TIMEOUTS, RUNNERS
+
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
-RUNNERS: dict[str, str] = {"v1": "0", "v2": "1"}  # runner name -> VLLM_USE_V2_MODEL_RUNNER
-VLLM_CANARY_PROMPT = "The capital of France is"  # vLLM's own snapshot canary prompt (contract §3.5)
-DEFAULT_PROMPTS: tuple[str, ...] = (
-    VLLM_CANARY_PROMPT,
-    "The largest planet in the solar system is",
-    "Water is made of hydrogen and",
-    "One, two, three,",
-    "The opposite of hot is",
-)
-DEFAULT_TIMEOUTS: dict[str, float] = {
-    "serve": 900.0,
-    "create": 1800.0,
-    "inspect": 120.0,
-    "restore": 900.0,
-    "stop": 60.0,
-    "exec": 120.0,
-    "http": 120.0,
-}
-SECRET_ENV_NAMES: tuple[str, ...] = (
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "HUGGINGFACE_HUB_TOKEN",
-    "VLLM_API_KEY",
-)
 
 
 def parse_str(value: str) -> str:
@@ -160,22 +139,12 @@ def parse_gpus(value: str) -> str:
     return ",".join(uuids)
 
 
-PRIVILEGES: dict[str, str] = {
-    "privileged": "privileged, host pid/ipc/network, as the upstream e2e (CRIU needs it)",
-    "all-caps": (
-        "every capability the host can grant, seccomp/AppArmor unconfined, host pid/ipc/network "
-        "(real CRIU on hosts that refuse --privileged)"
-    ),
-    "all-caps-own-pid": "as all-caps, but the container's own PID namespace (host ipc/network)",
-    "host-namespaces": "host pid/ipc/network without --privileged (hosts that refuse privileged containers)",
-    "isolated": "own namespaces, not privileged; ports published on 127.0.0.1",
-}
-
-
 def parse_privileges(value: str) -> str:
     value = value.strip()
-    if value not in PRIVILEGES:
-        raise argparse.ArgumentTypeError(f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in PRIVILEGES.items()))
+    if value not in privileges.MODES:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in privileges.MODES.items())
+        )
     return value
 
 
@@ -268,11 +237,14 @@ def parse_path(value: str) -> Path:
 
 
 def parse_runtime(value: str) -> str:
+    """A registered runtime (``vsnap_qual.runtimes``): the built-in ``docker`` and ``host``, or one a conftest
+    registered before the options are read."""
     value = value.strip()
-    if value not in ("docker", "host"):
+    if value not in runtimes.names():
+        extra = [n for n in runtimes.names() if n not in ("docker", "host")]
         raise argparse.ArgumentTypeError(
             f"{value!r}: use 'docker' (each lane a container of --vsnap-image) or 'host' (each lane host processes "
-            "of --vsnap-python, no Docker)"
+            "of --vsnap-python, no Docker)" + (f", or a registered runtime: {', '.join(extra)}" if extra else "")
         )
     return value
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from vsnap_qual.model import OverlayCheckout
+from vsnap_qual.model import ImportedModule, OverlayCheckout, OverlayFileResult
 
 
 class OverlayError(ValueError):
@@ -110,6 +110,35 @@ def collect(checkout: Path, ref: str, explicit: tuple[str, ...] = ()) -> list[Ov
             raise OverlayError(f"overlay file {name} does not exist in {checkout}")
         files.append(OverlayFile(name, path.resolve(), sha256_file(path)))
     return files
+
+
+def imported(reports: list[dict[str, Any]], files: list[OverlayFile], package_dir: str) -> list[OverlayFileResult]:
+    """Each overlaid file as the engine processes imported it, from the probe's ``imports-<pid>.json`` reports
+    (``{"pid", "role", "modules": {module: {"path", "sha256"}}}``, JSON the probe wrote)."""
+    results = []
+    for item in files:
+        seen = [
+            ImportedModule(
+                pid=r.get("pid"),
+                role=r.get("role"),
+                path=r["modules"][item.module].get("path"),
+                sha256=r["modules"][item.module].get("sha256"),
+            )
+            for r in reports
+            if isinstance(r.get("modules"), dict) and item.module in r["modules"]
+        ]
+        results.append(
+            OverlayFileResult(
+                host_path=str(item.host_path),
+                relative=item.relative,
+                module=item.module,
+                image_path=item.image_path(package_dir),
+                host_sha256=item.sha256,
+                imported=seen,
+                ok=bool(seen) and all(i["sha256"] == item.sha256 for i in seen),  # refined by the step
+            )
+        )
+    return results
 
 
 # ---- what the overlay verification found, in plain words -------------------------------------------------

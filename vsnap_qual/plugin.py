@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, host_runtime, model, options, probe_copy, procedure, progress, runtime
+from vsnap_qual import __version__, hookspecs, model, options, probe_copy, procedure, progress, runtimes
+from vsnap_qual.box import RuntimeFailure, owner_label
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
-from vsnap_qual.docker_lane import LaneRun
+from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import (
     EvidenceStore,
     Redactor,
@@ -31,12 +32,18 @@ from vsnap_qual.evidence import (
     refuse_used_report_dir,
     utc_now,
 )
-from vsnap_qual.preflight import PreflightError, PreflightResult, check_report_dir, run_preflight
+from vsnap_qual.faults import FaultCatalogue
+from vsnap_qual.lane import LaneRun
+from vsnap_qual.preflight import check_report_dir, run_preflight
+from vsnap_qual.preflight_result import PreflightError, PreflightResult
+from vsnap_qual.recorder import StepRecorder
+from vsnap_qual.steps import OrdinaryReference
 
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
-PEERS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()  # lane name -> ordinary results, within one worker
+FAULTS_KEY = pytest.StashKey[FaultCatalogue]()  # the session's faults: built-in and added (vsnap_add_faults)
+PEERS_KEY = pytest.StashKey[dict[str, OrdinaryReference]]()  # lane name -> ordinary reference, within one worker
 ACTIVE_KEY = pytest.StashKey[str]()  # why the plugin is active (vsnap_qual.plugin.active)
 PREFLIGHT_FILE = "preflight.json"
 SUITES_MARK = "VSNAP_SUITES"  # a module-level True in the qualification suites' conftest.py
@@ -56,6 +63,11 @@ def _is_controller(config: pytest.Config) -> bool:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """vsnap-qual's own hooks (``vsnap_qual.hookspecs``): ``vsnap_add_faults`` adds fault points from a conftest."""
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def active(config: pytest.Config) -> str | None:
@@ -113,6 +125,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # containers this session started are removed, vsnap-qual's lanes or a test's own
         signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     config.stash[CONFIG_KEY] = qual
+    catalogue = FaultCatalogue.builtin()
+    config.hook.vsnap_add_faults(catalogue=catalogue)
+    config.stash[FAULTS_KEY] = catalogue
     _CONFIG["config"] = config
     workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
     if workers and config.getoption("dist", "no") == "each":
@@ -131,7 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(JunitNames(qual.report_dir, _item_step), "vsnap_qual.junit")
     if _is_controller(config):
-        progress.register(config)
+        progress.register(config, [lane.name for lane in qual.lanes])
     config.stash[ACTIVE_KEY] = why
 
 
@@ -198,21 +213,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )  # fmt: skip
         if qual.doctor:
             _doctor_or_usage_error(config)
+        runtime = runtimes.create(qual.runtime, qual.runtime_settings())
         try:
-            result = run_preflight(qual)
+            result = run_preflight(qual, runtime)
         except PreflightError as exc:
             raise pytest.UsageError(str(exc)) from None
         (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
         log.info("preflight passed: images %s; GPUs %s; overlay files %d", result.images, result.gpus,
                  len(result.overlay))  # fmt: skip
         probe = probe_copy.copy_probe(qual.probe_dir, qual.report_dir)  # what every lane binds
-        engine_version = None
-        if qual.runtime == "host":
-            swept = host_runtime.sweep(qual.host_root)  # lanes of owners that are gone
-        else:
-            client = runtime.connect()
-            swept = runtime.sweep(client)
-            engine_version = runtime.engine_version(client)
+        swept = runtime.sweep()  # boxes of owners that are gone
+        facts = runtime.host_facts()
+        runtime.close()
         if swept:
             log.info("removed %d lane(s) left by sessions that are gone: %s", len(swept), ", ".join(map(str, swept)))
         store.write(
@@ -229,13 +241,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     "images": result.images,
                     "packages": result.packages,
                 },
-                coverage=_required_coverage(qual, result),
+                coverage=_required_coverage(qual, result, config.stash[FAULTS_KEY]),
                 probe=probe,
                 host={
                     "kernel": platform.release(),
                     "hostname": socket.gethostname(),
                     "python": platform.python_version(),
-                    "docker_version": engine_version,
+                    "docker_version": facts.get("docker_version"),
                     "machine": platform.machine(),
                     "cpus": os.cpu_count(),
                 },
@@ -246,7 +258,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config.stash[PREFLIGHT_KEY] = result
 
 
-def _required_coverage(qual: QualConfig, pre: PreflightResult) -> model.Coverage:
+def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultCatalogue) -> model.Coverage:
     """What a full qualification of this configuration runs: the verdict is a PASS only when all of it passed
     (or the user narrowed the selection, and then the verdict says what was left out)."""
     lanes = [(lane.runner, lane.arm, lane.overlaid and bool(pre.overlay)) for lane in qual.lanes]
@@ -254,8 +266,8 @@ def _required_coverage(qual: QualConfig, pre: PreflightResult) -> model.Coverage
         "runners": list(dict.fromkeys(lane.runner for lane in qual.lanes)),
         "arms": list(dict.fromkeys(lane.arm for lane in qual.lanes)),
         "overlay": bool(pre.overlay),
-        "faults": [f.id for f in procedure.FAULTS],
-        "required": procedure.required(lanes),
+        "faults": catalogue.ids,
+        "required": procedure.required(lanes, catalogue.ids),
     }
 
 
@@ -270,15 +282,18 @@ def _doctor_or_usage_error(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every test asking for ``lane`` runs once per runner × arm; one xdist worker owns a runner (both arms, in
-    order head then base, so the base arm can be compared with the head arm)."""
-    if "vsnap_lane" not in metafunc.fixturenames:
-        return
+    """Every test asking for ``vsnap_lane`` runs once per runner × arm (one xdist worker owns a runner: both arms,
+    head then base, so the base arm can be compared with the head arm); every test asking for ``vsnap_fault``
+    once per fault of the session's catalogue."""
     qual = metafunc.config.stash.get(CONFIG_KEY, None)
     if qual is None:
         return  # inactive: the vsnap_config fixture says which options to set
-    lanes = qual.lanes
-    metafunc.parametrize("vsnap_lane", [pytest.param(lane, id=lane.name) for lane in lanes], scope="class")
+    if "vsnap_lane" in metafunc.fixturenames:
+        lanes = qual.lanes
+        metafunc.parametrize("vsnap_lane", [pytest.param(lane, id=lane.name) for lane in lanes], scope="class")
+    if "vsnap_fault" in metafunc.fixturenames:
+        faults = metafunc.config.stash[FAULTS_KEY].faults
+        metafunc.parametrize("vsnap_fault", [pytest.param(f, id=f.id) for f in faults])
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -296,7 +311,7 @@ def _item_lane_step(item: pytest.Item) -> tuple[Lane, str] | None:
         return None
     name = str(marker.args[0])
     if name == procedure.FAULT_PREFIX:
-        fault = callspec.params.get("fault") if callspec is not None else None
+        fault = callspec.params.get("vsnap_fault") if callspec is not None else None
         if not isinstance(fault, procedure.Fault):
             return None
         name = fault.step
@@ -394,31 +409,33 @@ def vsnap_preflight(request: pytest.FixtureRequest, vsnap_config: QualConfig) ->
 
 
 @pytest.fixture(scope="session")
-def vsnap_docker(vsnap_config: QualConfig) -> Any:
-    """A docker SDK client for the local engine (None with the host runtime)."""
-    if vsnap_config.runtime == "host":
-        yield None
-        host_runtime.sweep(vsnap_config.host_root, owner=runtime.owner_label())  # this process's leftovers only
-        return
-    client = runtime.connect()
-    yield client
-    runtime.sweep(client, vsnap_config.run_id, owner=runtime.owner_label())  # this process's leftovers only
-    client.close()
+def vsnap_runtime(vsnap_config: QualConfig) -> Iterator[runtimes.Runtime]:
+    """Where this process's lanes run (``--vsnap-runtime``); this process's leftovers are swept at the end."""
+    runtime = runtimes.create(vsnap_config.runtime, vsnap_config.runtime_settings())
+    yield runtime
+    runtime.sweep(session=vsnap_config.run_id, owner=owner_label())  # this process's leftovers only
+    runtime.close()
 
 
 @pytest.fixture(scope="session")
-def vsnap_lanes(vsnap_docker: Any) -> Iterator[dict[tuple[str, str], LaneRun | BaseException]]:
+def vsnap_faults(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> FaultCatalogue:
+    """The session's faults: the built-in table and those added through the ``vsnap_add_faults`` hook."""
+    return request.config.stash[FAULTS_KEY]
+
+
+@pytest.fixture(scope="session")
+def vsnap_lanes(vsnap_runtime: runtimes.Runtime) -> Iterator[dict[tuple[str, str], LaneRun | BaseException]]:
     """Every lane this process started, by (lane, purpose): a lane lives until the session ends, whatever order
-    its steps run in; its container is always removed."""
+    its steps run in; its box is always removed."""
     registry: dict[tuple[str, str], LaneRun | BaseException] = {}
     yield registry
     for run in registry.values():
-        if isinstance(run, LaneRun) and run.container is not None:
-            run.container.remove()
+        if isinstance(run, LaneRun):
+            run.remove()
 
 
-def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRun:
-    """The lane's run, starting its container on first use (a failed start is reported to every step)."""
+def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> LaneRun:
+    """The lane's run, starting its box on first use (a failed start is reported to every step)."""
     registry: dict[tuple[str, str], LaneRun | BaseException] = request.getfixturevalue("vsnap_lanes")
     key = (lane.name, purpose)
     if key in registry:
@@ -428,51 +445,27 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: str) -> LaneRu
         return found
     qual: QualConfig = request.getfixturevalue("vsnap_config")
     pre: PreflightResult = request.getfixturevalue("vsnap_preflight")
-    client = request.getfixturevalue("vsnap_docker")
+    runtime: runtimes.Runtime = request.getfixturevalue("vsnap_runtime")
     store: EvidenceStore = request.getfixturevalue("vsnap_store")
     run = LaneRun(
         config=qual,
         lane=lane,
-        store=store,
-        client=client,
+        recorder=StepRecorder(lane=lane, store=store, purpose=purpose),
+        runtime=runtime,
         overlay=pre.overlay if lane.overlaid else [],
         session_id=qual.run_id,
-        purpose=purpose,
         peers=request.config.stash.setdefault(PEERS_KEY, {}),
     )
     registry[key] = run
     log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
     try:
-        image = (
-            host_image(lane.image, pre)
-            if qual.runtime == "host"
-            else runtime.local_image(client, pre.images[lane.image])
-        )
-        if image is None:
-            raise runtime.RuntimeFailure(f"image {lane.image} ({pre.images[lane.image][:19]}) vanished after preflight")
-        run.start(image, pre.packages[lane.image], pre.gpus_for(lane))
+        run.start(runtime.image(lane.image, pre), pre.packages[lane.image], pre.gpus_for(lane))
     except Exception as exc:
         log.warning("%s %s lane could not start: %s", lane.name, purpose, exc)
         registry[key] = exc
-        if run.container is not None:
-            run.container.remove()
+        run.remove()
         raise
     return run
-
-
-def host_image(python: str, pre: PreflightResult) -> runtime.ImageInfo:
-    """What the evidence records as the "image" of a host-runtime arm: its Python and the vllm it imports."""
-    info = pre.packages[python]
-    return runtime.ImageInfo(
-        id=pre.images[python],
-        repo_digests=[],
-        labels={
-            "ai.vsnap.runtime": "host",
-            "ai.vsnap.python": os.path.realpath(python),
-            "ai.vsnap.vllm-package": str(info.get("package_dir")),
-        },
-        platform=f"host/{platform.machine()}",
-    )
 
 
 @pytest.fixture
@@ -498,10 +491,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and call.when == "call":
         for name in ("vsnap_lane_run", "vsnap_fault_lane"):
             run = getattr(item, "funcargs", {}).get(name)
-            if isinstance(run, LaneRun) and run.last_logs:
-                for path in run.last_logs[-2:]:
+            if isinstance(run, LaneRun) and run.recorder.last_logs:
+                for path in run.recorder.last_logs[-2:]:
                     try:
-                        text = (run.store.report_dir / path).read_text(errors="replace")[-4000:]
+                        text = (run.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
                     except OSError:
                         continue
                     report.sections.append((f"vsnap log {path}", text))
@@ -514,11 +507,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if qual is None or not _is_controller(config):
         return
     store = config.stash[STORE_KEY]
-    with contextlib.suppress(runtime.RuntimeFailure):
-        if qual.runtime == "host":
-            host_runtime.sweep(qual.host_root)
-        else:
-            runtime.sweep(runtime.connect(), qual.run_id)
+    with contextlib.suppress(RuntimeFailure):
+        runtime = runtimes.create(qual.runtime, qual.runtime_settings())
+        runtime.sweep(session=qual.run_id)
+        runtime.close()
     if not store.path.exists():
         return
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered

@@ -25,6 +25,18 @@ CAPABILITIES: tuple[str, ...] = (
 
 UNCONFINED = ("seccomp=unconfined", "apparmor=unconfined")
 
+#: ``--vsnap-privileges`` modes and what each grants a lane container.
+MODES: dict[str, str] = {
+    "privileged": "privileged, host pid/ipc/network, as the upstream e2e (CRIU needs it)",
+    "all-caps": (
+        "every capability the host can grant, seccomp/AppArmor unconfined, host pid/ipc/network "
+        "(real CRIU on hosts that refuse --privileged)"
+    ),
+    "all-caps-own-pid": "as all-caps, but the container's own PID namespace (host ipc/network)",
+    "host-namespaces": "host pid/ipc/network without --privileged (hosts that refuse privileged containers)",
+    "isolated": "own namespaces, not privileged; ports published on 127.0.0.1",
+}
+
 
 @dataclass(frozen=True)
 class ContainerSettings:

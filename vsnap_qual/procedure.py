@@ -5,11 +5,11 @@ read this table; nothing else spells a step name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Purpose = Literal["lifecycle", "faults"]
+from vsnap_qual.contract import Purpose
 
 OVERLAY = "overlay"
 ORDINARY = "ordinary"
@@ -41,18 +41,52 @@ class Step:
         return arm in self.arms and (overlaid or not self.overlay_only)
 
 
+#: An exit code, or "nonzero" / "any".
+ExitExpectation = int | Literal["nonzero", "any"]
+ANY: Literal["any"] = "any"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one fault must produce on one behaviour (``head`` or ``base``)."""
+
+    exit_code: ExitExpectation
+    http_bound: bool | None  # None: not judged (the fault itself holds the port)
+    error_phase: str | None  # error.json phase; "absent" = must not exist; None = not judged
+    artifact_unchanged: bool | None  # the check comes before mutation
+    fires: bool = True
+    message: str | None = None  # a substring of stderr
+    followup_restore: bool = True
+    cleanup: bool = True  # vLLM itself must leave no process and no open port behind
+
+
+def before_mutation(message: str) -> Expect:
+    """A check the contract places before any mutation: exit 1, no HTTP, artifact byte-identical."""
+    return Expect(1, False, None, True, message=message)
+
+
 @dataclass(frozen=True)
 class Fault:
-    """One injected failure."""
+    """One injected failure: its table entry. ``kind`` names its injector (``faults``); ``head`` is what the
+    head behaviour (private canary before HTTP bind, ``error.json`` with the failing phase: the change under
+    test) must show, ``base`` where the released behaviour differs (else the head's)."""
 
     id: str
     title: str
-    kind: str  # hook | env | pid | port | manifest | image | signal | create
-    hook_point: str | None = None
+    kind: str  # hook | signal | create | env | pid | port | manifest | image, or a kind a conftest added
+    head: Expect
+    base: Expect | None = None
+    hook_point: str | None = None  # the probe's point (kinds that act through a hook)
+    stall: bool = False  # the hook's action is a stall: armed past the frozen recovery deadline
+    signal: str | None = None  # ``kill -<signal>`` for the signal kind
 
     @property
     def step(self) -> str:
         return FAULT_PREFIX + self.id
+
+    def expect(self, behaviour: str) -> Expect:
+        """The expectation this fault is judged by on ``behaviour`` (``head`` or ``base``)."""
+        return self.base if behaviour == "base" and self.base is not None else self.head
 
 
 #: The lifecycle, in the order a lane runs it (the suite's test order).
@@ -67,25 +101,64 @@ LIFECYCLE: tuple[Step, ...] = (
     Step(OVERLAY, "overlaid files are the ones the engine processes imported", arms=("head",), overlay_only=True),
 )
 
+#: The built-in faults, each one entry. The base expectations are the released behaviour's (vLLM 0.31–0.33: HTTP
+#: bound before the public canary, no error.json, no checkpoint hooks) where it differs from the head's.
 FAULTS: tuple[Fault, ...] = (
-    Fault("wake-raise", "recovery failure after memory wake", "hook", "wake-raise"),
-    Fault("communicators-raise", "failure while restoring communicators", "hook", "communicators-raise"),
-    Fault("canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook", "canary-perturb"),
     Fault(
-        "recovery-deadline",
-        "recovery stalls past VLLM_SNAPSHOT_TIMEOUT_S frozen at create",
-        "hook",
-        "wake-stall",
+        "wake-raise", "recovery failure after memory wake", "hook",
+        head=Expect(1, False, "recovery: restore memory", None),
+        base=Expect(1, False, "absent", None),
+        hook_point="wake-raise",
     ),
-    Fault("cancel-sigint", "SIGINT to vllm snapshot restore while recovery runs", "signal", "wake-stall"),
-    Fault("cancel-sigterm", "SIGTERM to vllm snapshot restore while recovery runs", "signal", "wake-stall"),
-    Fault("create-partial-sleep", "sleep fails part-way during create", "create", "sleep-raise"),
-    Fault("identity-drift", "an extra VLLM_* variable at restore", "env"),
-    Fault("pid-occupied", "a captured PID is already occupied", "pid"),
-    Fault("port-in-use", "the restore port is already in use", "port"),
-    Fault("manifest-field", "a manifest field changed (schema_version 1 → 2)", "manifest"),
-    Fault("image-truncated", "an images/ file truncated", "image"),
-)
+    Fault(
+        "communicators-raise", "failure while restoring communicators", "hook",
+        head=Expect(1, False, "recovery: restore communicators", None),
+        base=Expect(0, True, "absent", None, fires=False),
+        hook_point="communicators-raise",
+    ),
+    Fault(
+        "canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook",
+        head=Expect(1, False, "recovery: canary", None),
+        base=Expect(1, True, "absent", None, message="snapshot oracle mismatch"),
+        hook_point="canary-perturb",
+    ),
+    Fault(
+        "recovery-deadline", "recovery stalls past VLLM_SNAPSHOT_TIMEOUT_S frozen at create", "hook",
+        head=Expect(1, False, "recovery: restore memory", None),
+        base=Expect(0, True, "absent", None),
+        hook_point="wake-stall", stall=True,
+    ),
+    Fault(
+        "cancel-sigint", "SIGINT to vllm snapshot restore while recovery runs", "signal",
+        head=Expect("nonzero", False, None, None),
+        hook_point="wake-stall", stall=True, signal="INT",
+    ),
+    Fault(
+        "cancel-sigterm", "SIGTERM to vllm snapshot restore while recovery runs", "signal",
+        head=Expect("nonzero", False, None, None),
+        # as released, SIGTERM ends the controller by Python's default action, skipping its BaseException
+        # cleanup: the released child may go on and bind; what is left is recorded, not judged
+        base=Expect("nonzero", None, None, None, cleanup=False),
+        hook_point="wake-stall", stall=True, signal="TERM",
+    ),
+    Fault(
+        "create-partial-sleep", "sleep fails part-way during create", "create",
+        head=Expect(1, None, None, None, message="snapshot child exited before ready"),
+        hook_point="sleep-raise",
+    ),
+    Fault("identity-drift", "an extra VLLM_* variable at restore", "env", head=before_mutation("snapshot mismatch")),
+    Fault(
+        "pid-occupied", "a captured PID is already occupied", "pid",
+        head=before_mutation("captured PID is already occupied"),
+    ),
+    Fault("port-in-use", "the restore port is already in use", "port", head=Expect(1, None, None, None,
+                                                                                   message="already in use")),
+    Fault(
+        "manifest-field", "a manifest field changed (schema_version 1 → 2)", "manifest",
+        head=before_mutation("invalid snapshot manifest"),
+    ),
+    Fault("image-truncated", "an images/ file truncated", "image", head=Expect(1, False, None, None)),
+)  # fmt: skip
 FAULTS_BY_ID = {f.id: f for f in FAULTS}
 
 FAULT_STEPS: tuple[Step, ...] = (
@@ -104,29 +177,19 @@ CANARY_STEPS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2)
 RESTORES: tuple[str, ...] = (RESTORE_1, RESTORE_2)
 
 
-def add_fault(fault: Fault) -> None:
-    """Add a fault point to the catalogue (``faults.register`` calls this; see ``docs/adding-a-fault.md``).
-    Must run before the suites are collected (a conftest's import, or ``pytest_configure``)."""
-    global FAULTS, FAULTS_BY_ID, FAULT_STEPS
-    if fault.id in FAULTS_BY_ID:
-        raise ValueError(f"fault {fault.id!r} is already in the catalogue")
-    FAULTS = (*FAULTS, fault)
-    FAULTS_BY_ID = {f.id: f for f in FAULTS}
-    FAULT_STEPS = (*FAULT_STEPS, Step(fault.step, fault.title, (FAULT_ARTIFACT,), "faults"))
-    STEPS[fault.step] = FAULT_STEPS[-1]
-
-
 def is_fault_step(name: str) -> bool:
     """True for ``fault:<id>`` steps."""
     return name.startswith(FAULT_PREFIX)
 
 
 def step(name: str) -> Step:
-    """The table entry of a step; ``KeyError`` names an unknown step (a typo in a suite)."""
-    try:
+    """The table entry of a step (a fault a conftest added is a fault step like the built-in ones); ``KeyError``
+    names an unknown step (a typo in a suite)."""
+    if name in STEPS:
         return STEPS[name]
-    except KeyError:
-        raise KeyError(f"{name!r} is not a step of the procedure (vsnap_qual/procedure.py)") from None
+    if is_fault_step(name):
+        return Step(name, name, (FAULT_ARTIFACT,), "faults")
+    raise KeyError(f"{name!r} is not a step of the procedure (vsnap_qual/procedure.py)")
 
 
 def title(name: str) -> str:
@@ -138,7 +201,10 @@ def label(runner: str, arm: str, name: str) -> str:
     return f"{runner}/{arm}/{name}"
 
 
-def required(lanes: Iterable[tuple[str, str, bool]], *, faults: bool = True) -> list[str]:
-    """Every step a full qualification of these lanes (runner, arm, overlaid) runs, as labels."""
-    steps = [*LIFECYCLE, *(FAULT_STEPS if faults else ())]
+def required(lanes: Iterable[tuple[str, str, bool]], fault_ids: Sequence[str] | None = None) -> list[str]:
+    """Every step a full qualification of these lanes (runner, arm, overlaid) runs, as labels; the faults are the
+    session's catalogue (default: the built-in ones)."""
+    ids = [f.id for f in FAULTS] if fault_ids is None else list(fault_ids)
+    faults = [FAULT_STEPS[0], *(step(FAULT_PREFIX + i) for i in ids)] if ids else []
+    steps = [*LIFECYCLE, *faults]
     return [label(runner, arm, s.name) for runner, arm, overlaid in lanes for s in steps if s.applies(arm, overlaid)]

@@ -64,10 +64,10 @@ class _Item:
 class Progress:
     """Controller-side reporter: a line when each suite step ends; other tests are left to pytest."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, lanes: list[str]) -> None:
         self.config = config
         self.items: dict[str, _Item] = {}
-        self.width = max(len(lane) for lane in _lane_names(config)) if _lane_names(config) else 7
+        self.width = max((len(lane) for lane in lanes), default=7)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_teststatus(self, report: Any, config: pytest.Config) -> Any:
@@ -115,20 +115,13 @@ def _first_line(crash: Any, report: pytest.TestReport) -> str:
     return lines[0] if lines else ""
 
 
-def _lane_names(config: pytest.Config) -> list[str]:
-    from vsnap_qual.plugin import CONFIG_KEY
-
-    qual = config.stash.get(CONFIG_KEY, None)
-    return [lane.name for lane in qual.lanes] if qual is not None else []
-
-
-def register(config: pytest.Config) -> None:
+def register(config: pytest.Config, lanes: list[str]) -> None:
     """On the controller of an active session only. Without -v, pytest's per-file prefixes go (as under xdist):
     the step lines say where the run is."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and config.get_verbosity() <= 0:
         reporter.showfspath = False
-    config.pluginmanager.register(Progress(config), "vsnap_qual-progress")
+    config.pluginmanager.register(Progress(config, lanes), "vsnap_qual-progress")
 
 
 def pytest_counts(stats: Mapping[str, list[Any]]) -> dict[str, int]:

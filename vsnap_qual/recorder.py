@@ -1,5 +1,6 @@
-"""Step bookkeeping of a lane, whatever runtime it has: outcomes, prerequisites, one evidence record per step,
-engine time, log paths. (The Docker toolset is ``docker_lane.LaneRun``; the steps are ``steps``.)"""
+"""Step bookkeeping of a lane, whatever runtime it has: outcomes, prerequisites, one typed evidence record per
+step, engine time, log paths. (The lane is ``lane.LaneRun``; the steps are ``steps``; the table is
+``procedure``.)"""
 
 from __future__ import annotations
 
@@ -9,13 +10,25 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 
 from vsnap_qual import model, procedure
 from vsnap_qual.config import Lane
+from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore, utc_now
+from vsnap_qual.model import StepResults
+
+
+@dataclass
+class StepEvidence:
+    """What one step gathers while it runs; written as its ``step`` record when it ends, however it ends (a
+    failed step keeps what it had gathered)."""
+
+    results: StepResults = field(default_factory=lambda: StepResults())
+    logs: list[str] = field(default_factory=list)  # report-relative paths
+    argv: list[str] | None = None
+    exit_code: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -25,7 +38,7 @@ class StepRecorder:
 
     lane: Lane
     store: EvidenceStore
-    purpose: str = "lifecycle"
+    purpose: Purpose = "lifecycle"
     outcomes: dict[str, str] = field(default_factory=dict)  # step -> "passed" | failure message
     last_logs: list[str] = field(default_factory=list)  # report-relative paths, newest last
     engine_time: float = 0.0  # seconds spent waiting on the engine in the current step (commands, HTTP)
@@ -39,18 +52,20 @@ class StepRecorder:
                 pytest.skip(f"{self.lane.name}: prerequisite {step} did not pass ({reason})")
 
     @contextlib.contextmanager
-    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:
-        """Record one step: its results dict is filled by the body; the outcome comes from how it ends.
-        Its prerequisites are the procedure table's (``requires`` overrides them)."""
+    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[StepEvidence]:
+        """Record one step: the body fills its evidence; the outcome comes from how it ends. Its prerequisites are
+        the procedure table's (``requires`` overrides them)."""
         if requires is None:
             requires = procedure.step(name).requires
-        record: dict[str, Any] = {"results": {}, "logs": [], "argv": None, "exit_code": None}
+        evidence = StepEvidence()
         started = time.time()
+        clock = time.monotonic()
         self.engine_time = 0.0
-        outcome, message = "passed", ""
+        outcome: model.Outcome = "passed"
+        message = ""
         try:
             self.require(*requires)
-            yield record
+            yield evidence
         except pytest.skip.Exception as exc:
             outcome, message = "skipped", str(exc)
             raise
@@ -63,39 +78,43 @@ class StepRecorder:
                 model.StepRecord(
                     kind="step",
                     time=utc_now(),
-                    runner=cast(model.Runner, self.lane.runner),
-                    arm=cast(model.Arm, self.lane.arm),
+                    runner=self.lane.runner,
+                    arm=self.lane.arm,
                     lane=self.lane.name,
-                    purpose=cast(model.Purpose, self.purpose),
+                    purpose=self.purpose,
                     step=name,
                     nodeid=nodeid,
-                    outcome=cast(model.Outcome, outcome),
+                    outcome=outcome,
                     message=message,
-                    argv=record["argv"],
-                    exit_code=record["exit_code"],
+                    argv=evidence.argv,
+                    exit_code=evidence.exit_code,
                     started=_iso(started),
                     ended=utc_now(),
-                    seconds=round(time.time() - started, 3),
+                    seconds=round(time.monotonic() - clock, 3),
                     engine_seconds=round(self.engine_time, 3),
-                    logs=record["logs"],
-                    results=record["results"],
+                    logs=evidence.logs,
+                    results=evidence.results,
                 )
             )
 
     @contextlib.contextmanager
     def engine_wait(self) -> Iterator[None]:
         """Account the enclosed time as the engine's (a command, a start, an HTTP answer), not the harness's."""
-        started = time.time()
+        started = time.monotonic()
         try:
             yield
         finally:
-            self.engine_time += time.time() - started
+            self.engine_time += time.monotonic() - started
 
-    def log(self, record: dict[str, Any], name: str) -> Path:
+    def log(self, evidence: StepEvidence, name: str) -> Path:
+        """A new log file of the step (in the report directory), listed in its evidence."""
         path = self.store.log_path(f"{self.lane.name}-{self.purpose}", name)
-        record["logs"].append(self.store.relative(path))
-        self.last_logs.append(self.store.relative(path))
+        self.keep_log(evidence, path)
         return path
+
+    def keep_log(self, evidence: StepEvidence, path: Path) -> None:
+        evidence.logs.append(self.store.relative(path))
+        self.last_logs.append(self.store.relative(path))
 
 
 def _iso(epoch: float) -> str:

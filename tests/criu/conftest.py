@@ -81,7 +81,8 @@ def run_in() -> Callable[..., Result]:
     """run_in(image, shell_command) -> Result: one container, tests/criu mounted read-only at /t, removed after.
     Privileges as --vsnap-privileges=all-caps: ALL minus SYS_RESOURCE (missing from this host's bounding set),
     seccomp/AppArmor/systempaths unconfined, host PID/IPC/network."""
-    from vsnap_qual import runtime
+    from vsnap_qual import box as vbox
+    from vsnap_qual.runtimes import docker as docker_runtime
 
     client = docker.from_env()
 
@@ -99,17 +100,17 @@ def run_in() -> Callable[..., Result]:
             "ipc_mode": "host",
             "network_mode": "host",
             "volumes": {str(HERE): {"bind": "/t", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
-            "labels": {runtime.LABEL_SESSION: SESSION, runtime.LABEL_OWNER: runtime.owner_label()},
+            "labels": {vbox.LABEL_SESSION: SESSION, vbox.LABEL_OWNER: vbox.owner_label()},
             "name": f"vsnap-criutest-{uuid.uuid4().hex[:10]}",
         }
         # systempaths=unconfined (empty MaskedPaths/ReadonlyPaths): the SDK has no option for it, the harness's does
-        container = runtime.create_container(client, kwargs, unmask_proc=True)
+        container = docker_runtime.create_container(client, kwargs, unmask_proc=True)
         try:
             container.start()
             rc = container.wait(timeout=timeout)["StatusCode"]
             return Result(rc, (out / "output").read_text(errors="replace"))
         finally:
-            runtime.remove_container(container)
+            docker_runtime.remove_container(container)
             shutil.rmtree(out, ignore_errors=True)
 
     return run

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import procfs
-from vsnap_qual.host_runtime import Bind, HostLane, HostSpec, sweep
+from vsnap_qual.box import Bind, exec_timed_out
+from vsnap_qual.runtimes.host import HostLane, HostSpec, sweep
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host lanes need root")  # CI and dev machines are root
 
@@ -53,19 +54,20 @@ def test_exec_gives_real_codes_output_environment_and_log(lane_factory, tmp_path
     log = tmp_path / "step.log"
     result = lane.exec(["sh", "-c", "echo out; echo err >&2; printf %s \"$LANE_VAR$EXTRA\"; exit 7"], 30,
                        env={"EXTRA": "x"}, log=log)  # fmt: skip
-    assert result.exit_code == 7 and not result.timed_out
+    assert result.exit_code == 7 and not exec_timed_out(result.exit_code, result.seconds, 30)
     assert result.stdout == "out\nvx" and result.stderr == "err\n"
     assert "out" in log.read_text() and "err" in log.read_text()
     fast = lane.exec(["sh", "-c", "kill -KILL $$"], 30)
-    assert fast.exit_code == 137 and not fast.timed_out, "a fast exit 137 is not a timeout"
+    assert fast.exit_code == 137 and not exec_timed_out(fast.exit_code, fast.seconds, 30), "fast 137: no timeout"
 
 
 def test_exec_is_bounded_in_the_lane_and_escalates_to_kill(lane_factory):
     lane = lane_factory()
     started = time.time()
-    assert lane.exec(["sleep", "30"], 1).timed_out
+    slept = lane.exec(["sleep", "30"], 1)
+    assert exec_timed_out(slept.exit_code, slept.seconds, 1)
     stubborn = lane.exec(["sh", "-c", "trap '' TERM; sleep 30"], 1)
-    assert stubborn.timed_out and stubborn.exit_code == 137
+    assert exec_timed_out(stubborn.exit_code, stubborn.seconds, 1) and stubborn.exit_code == 137
     assert time.time() - started < 25
 
 
@@ -142,7 +144,7 @@ def test_sweep_removes_the_lanes_of_a_dead_owner_only(lane_factory, tmp_path):
     child = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
-        from vsnap_qual.host_runtime import HostLane, HostSpec
+        from vsnap_qual.runtimes.host import HostLane, HostSpec
         lane = HostLane.start(HostSpec(name="orphan", labels={{}}, environment={{"PATH": os.environ["PATH"]}},
                                        root=Path({str(root)!r})))
         print(lane.spawn(["sleep", "300"], "/vsnap/work/s.log"), flush=True)

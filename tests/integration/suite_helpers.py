@@ -71,9 +71,9 @@ def run_suite(
 
 
 def labelled_containers(client, session: str | None = None) -> list[str]:
-    from vsnap_qual import runtime
+    from vsnap_qual import box as vbox
 
-    label = f"{runtime.LABEL_SESSION}={session}" if session else runtime.LABEL_SESSION
+    label = f"{vbox.LABEL_SESSION}={session}" if session else vbox.LABEL_SESSION
     return [c.name for c in client.containers.list(all=True, filters={"label": label})]
 
 

@@ -3,7 +3,7 @@ fix, and no container is started (Docker is real; the image is never needed: eac
 
 from __future__ import annotations
 
-from vsnap_qual import runtime
+from vsnap_qual import box as vbox
 
 REV = "0" * 40
 SUITE = """
@@ -15,8 +15,8 @@ def test_uses_a_lane(vsnap_lane_run):
 def _orphans(client) -> set[str]:
     return {
         entry["Id"]
-        for entry in client.api.containers(all=True, filters={"label": runtime.LABEL_SESSION})
-        if not runtime.owner_alive((entry.get("Labels") or {}).get(runtime.LABEL_OWNER, ""))
+        for entry in client.api.containers(all=True, filters={"label": vbox.LABEL_SESSION})
+        if not vbox.owner_alive((entry.get("Labels") or {}).get(vbox.LABEL_OWNER, ""))
     }
 
 

@@ -1,25 +1,24 @@
 """--vsnap-expect / --vsnap-base-expect default to auto: `make qualify`'s two reference flavours (head implements
 the head behaviour, base the released one) must be told apart from their installed snapshot packages, with the
-same probe the lanes run (steps.PACKAGE_PROBE, in a one-shot container of the real image)."""
+same probe the lanes run (package_probe.SCRIPT, in a one-shot container of the real image)."""
 
 from __future__ import annotations
 
 import pytest
 from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 
-from vsnap_qual import options, preflight, runtime, steps
+from vsnap_qual import box as vbox
+from vsnap_qual import options, package_probe
 from vsnap_qual.config import build_config
+from vsnap_qual.runtimes import docker as docker_runtime
 
 
 @pytest.mark.parametrize(("image", "behaviour"), [(REFERENCE_HEAD, "head"), (REFERENCE_BASE, "base")])
 def test_auto_chooses_each_reference_flavours_behaviour(docker_client, reference_images, image, behaviour):
-    info = preflight.probe_package(docker_client, docker_client.images.get(image).id, "vsnap-test-expect", 120)
-    chosen, reason = steps.choose_expectation("auto", info, "--vsnap-expect")
+    info = docker_runtime.probe_package(docker_client, docker_client.images.get(image).id, "vsnap-test-expect", 120)
+    chosen, reason = package_probe.detected_behaviour(info)
     assert chosen == behaviour, reason
-    assert reason.startswith("detected from the image: ") and "SnapshotSession" in reason
-    assert steps.choose_expectation("base" if behaviour == "head" else "head", info, "--vsnap-expect")[1] == (
-        f"--vsnap-expect={'base' if behaviour == 'head' else 'head'}"
-    ), "an explicit value overrides the detection"
+    assert "SnapshotSession" in reason
 
 
 def test_make_qualifys_arms_run_with_auto_expectations(tmp_path):
@@ -39,5 +38,5 @@ def _profile() -> list[str]:
 
 
 def test_nothing_is_left_of_the_probes(docker_client):
-    left = docker_client.api.containers(all=True, filters={"label": f"{runtime.LABEL_SESSION}=vsnap-test-expect"})
+    left = docker_client.api.containers(all=True, filters={"label": f"{vbox.LABEL_SESSION}=vsnap-test-expect"})
     assert left == []

@@ -6,8 +6,11 @@ import uuid
 
 import pytest
 
-from vsnap_qual import privileges, runtime
-from vsnap_qual.runtime import ContainerSpec, EngineContainer
+from vsnap_qual import box as vbox
+from vsnap_qual import privileges
+from vsnap_qual.box import BoxSpec
+from vsnap_qual.runtimes import docker as docker_runtime
+from vsnap_qual.runtimes.docker import EngineContainer
 
 BASE_IMAGE = "vsnap-debian:trixie"
 pytestmark = pytest.mark.docker
@@ -21,11 +24,12 @@ SHOW = (
 
 def _box(docker_client, mode: str) -> EngineContainer:
     """A labelled lane-like container of the base image in this privileges mode (the caller removes it)."""
-    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
-    spec = ContainerSpec(
+    image = docker_runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    spec = BoxSpec(
+        engine=BASE_IMAGE,
         image_id=image.id,
         name=f"vsnap-test-privileges-{uuid.uuid4().hex[:8]}",
-        labels={runtime.LABEL_SESSION: "test-privileges", runtime.LABEL_OWNER: runtime.owner_label()},
+        labels={vbox.LABEL_SESSION: "test-privileges", vbox.LABEL_OWNER: vbox.owner_label()},
         environment={},
         privileges=mode,
     )

@@ -7,8 +7,10 @@ import time
 import docker.errors
 import pytest
 
-from vsnap_qual import runtime
-from vsnap_qual.runtime import ContainerSpec, EngineContainer
+from vsnap_qual import box as vbox
+from vsnap_qual.box import BoxSpec
+from vsnap_qual.runtimes import docker as docker_runtime
+from vsnap_qual.runtimes.docker import EngineContainer
 
 BASE_IMAGE = "vsnap-debian:bookworm"
 pytestmark = pytest.mark.docker
@@ -16,11 +18,12 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def box(docker_client):
-    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
-    spec = ContainerSpec(
+    image = docker_runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    spec = BoxSpec(
+        engine=BASE_IMAGE,
         image_id=image.id,
         name=f"vsnap-test-runtime-{int(time.time())}",
-        labels={runtime.LABEL_SESSION: "test-runtime", runtime.LABEL_OWNER: runtime.owner_label()},
+        labels={vbox.LABEL_SESSION: "test-runtime", vbox.LABEL_OWNER: vbox.owner_label()},
         environment={"VLLM_USE_V2_MODEL_RUNNER": "1"},
         privileges="host-namespaces",
     )
@@ -42,7 +45,7 @@ def test_exec_returns_real_exit_codes_and_output(box, tmp_path):
 def test_exec_is_bounded_inside_the_container(box):
     started = time.time()
     result = box.exec(["sleep", "30"], 2)
-    assert result.timed_out and result.exit_code == 124
+    assert vbox.exec_timed_out(result.exit_code, result.seconds, 2) and result.exit_code == 124
     assert time.time() - started < 10
 
 
@@ -64,36 +67,37 @@ def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(bo
     pid = box.spawn(["sleep", "300"], "/tmp/s2.log")
     before = box.id
     box.restart(stop_timeout=5)
-    assert box.id == before and box.running
+    box.container.reload()
+    assert box.id == before and box.container.status == "running"
     assert box.read_text("/root/marker") == "kept\n"
     assert all(p["pid"] != pid for p in box.processes())
 
 
 def test_sweep_removes_containers_of_dead_owners_only(docker_client):
     image = docker_client.images.list()[0]  # created, never started: any local image does
-    labels = {runtime.LABEL_SESSION: "test-sweep"}
+    labels = {vbox.LABEL_SESSION: "test-sweep"}
     dead = docker_client.containers.create(
         image.id,
         ["sleep", "1"],
-        labels={**labels, runtime.LABEL_OWNER: f"{__import__('socket').gethostname()}:999999999"},
+        labels={**labels, vbox.LABEL_OWNER: f"{__import__('socket').gethostname()}:999999999"},
     )
     alive = docker_client.containers.create(
-        image.id, ["sleep", "1"], labels={**labels, runtime.LABEL_OWNER: runtime.owner_label()}
+        image.id, ["sleep", "1"], labels={**labels, vbox.LABEL_OWNER: vbox.owner_label()}
     )
     try:
-        removed = runtime.sweep(docker_client)
+        removed = docker_runtime.sweep(docker_client)
         assert dead.name in removed and alive.name not in removed
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(dead.id)
-        assert runtime.sweep(docker_client, "test-sweep") == [alive.name]
+        assert docker_runtime.sweep(docker_client, "test-sweep") == [alive.name]
     finally:
         for c in (dead, alive):
-            runtime.remove_container(c)
+            docker_runtime.remove_container(c)
 
 
 def test_missing_image_is_not_pulled_silently(docker_client):
-    with pytest.raises(runtime.RuntimeFailure, match="is not present locally and could not be pulled"):
-        runtime.resolve_image(docker_client, "vsnap-no-such-image:never", pull_timeout=30)
+    with pytest.raises(vbox.RuntimeFailure, match="is not present locally and could not be pulled"):
+        docker_runtime.resolve_image(docker_client, "vsnap-no-such-image:never", pull_timeout=30)
 
 
 def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client):
@@ -101,7 +105,7 @@ def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client)
     that failed one of three ``make qualify`` runs): the sweep removes the rest and does not raise."""
     image = docker_client.images.list()[0]
     session = f"test-sweep-race-{int(time.time() * 1000)}"
-    labels = {runtime.LABEL_SESSION: session, runtime.LABEL_OWNER: runtime.owner_label()}
+    labels = {vbox.LABEL_SESSION: session, vbox.LABEL_OWNER: vbox.owner_label()}
     vanishing = docker_client.containers.create(image.id, ["true"], labels=labels, name=f"{session}-a")
     staying = docker_client.containers.create(image.id, ["true"], labels=labels, name=f"{session}-b")
     real_list = docker_client.api.containers
@@ -113,10 +117,10 @@ def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client)
 
     docker_client.api.containers = list_then_sibling_removes
     try:
-        removed = runtime.sweep(docker_client, session)
+        removed = docker_runtime.sweep(docker_client, session)
     finally:
         del docker_client.api.containers
-        runtime.remove_container(staying)
+        docker_runtime.remove_container(staying)
     assert removed == [f"{session}-b"]
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(staying.id)
@@ -128,7 +132,7 @@ def test_an_abandoned_exec_keeps_writing_its_log_until_its_stream_ends(box, tmp_
     log = tmp_path / "late.log"
     # TERM is ignored, so only --kill-after (10 s) would end it; the host deadline (1 s + 8 s) comes first
     result = box.exec(["sh", "-c", "trap '' TERM; sleep 9.5; echo late-$((40 + 2))"], 1, log=log)
-    assert result.exit_code is None and result.timed_out
+    assert result.exit_code is None and vbox.exec_timed_out(result.exit_code, result.seconds, 1)
     deadline = time.time() + 20
     while "late-42" not in log.read_text() and time.time() < deadline:  # the argv line says late-$((40 + 2))
         time.sleep(0.1)
@@ -137,12 +141,14 @@ def test_an_abandoned_exec_keeps_writing_its_log_until_its_stream_ends(box, tmp_
 
 def test_a_one_shot_probe_that_hangs_is_killed_at_its_time_limit(docker_client):
     """The preflight image probe has a time limit: a hanging python3 ends it and leaves no container."""
-    image = runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
-    labels = {runtime.LABEL_SESSION: "test-oneshot", runtime.LABEL_OWNER: runtime.owner_label()}
+    image = docker_runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
+    labels = {vbox.LABEL_SESSION: "test-oneshot", vbox.LABEL_OWNER: vbox.owner_label()}
     started = time.time()
-    ran = runtime.run_oneshot(docker_client, image.id, ["sleep", "600"], labels, timeout=2)
+    ran = docker_runtime.run_oneshot(docker_client, image.id, ["sleep", "600"], labels, timeout=2)
     assert ran.timed_out and ran.exit_code is None
     assert time.time() - started < 60
-    assert not docker_client.containers.list(all=True, filters={"label": f"{runtime.LABEL_SESSION}=test-oneshot"})
-    done = runtime.run_oneshot(docker_client, image.id, ["sh", "-c", "echo out; echo err >&2; exit 3"], labels, 30)
+    assert not docker_client.containers.list(all=True, filters={"label": f"{vbox.LABEL_SESSION}=test-oneshot"})
+    done = docker_runtime.run_oneshot(
+        docker_client, image.id, ["sh", "-c", "echo out; echo err >&2; exit 3"], labels, 30
+    )
     assert (done.exit_code, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)

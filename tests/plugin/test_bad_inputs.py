@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from vsnap_qual import runtime
+from vsnap_qual import box as runtime
+from vsnap_qual.runtimes.docker import nvidia_runtime_present
 
 REV = "0" * 40
 SUITE = """
@@ -71,7 +72,7 @@ def _labelled(client) -> set[str]:
 
 
 def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, docker_client, tmp_path, vsnap_refused):
-    if runtime.nvidia_runtime_present(docker_client):
+    if nvidia_runtime_present(docker_client):
         bad_inputs = [b for b in bad_inputs if b[0] != "gpus-without-runtime"]
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -22,9 +22,9 @@ SUITE_FILES = {"__init__.py", "conftest.py", "test_lifecycle.py", "test_faults.p
 USER_CONFTEST = """
 import json, os
 from vsnap_qual import plugin
-from vsnap_qual.preflight import PreflightResult
+from vsnap_qual.preflight_result import PreflightResult
 
-plugin.run_preflight = lambda qual: PreflightResult(gpus="none")
+plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 
 def pytest_collection_finish(session):
     with open(os.environ["VSNAP_TEST_DUMP"], "w") as out:

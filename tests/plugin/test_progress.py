@@ -20,9 +20,9 @@ from vsnap_qual import progress
 
 CONFTEST = """
 from vsnap_qual import plugin
-from vsnap_qual.preflight import PreflightResult
+from vsnap_qual.preflight_result import PreflightResult
 
-plugin.run_preflight = lambda qual: PreflightResult(gpus="none")
+plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 """
 
 SUITE = """

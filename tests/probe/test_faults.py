@@ -54,7 +54,8 @@ def fired(cdir: Path) -> list[dict[str, Any]]:
     [
         ('{"point": "wake-raise", "stall_s": null}', faults.Armed("wake-raise", None)),
         ('{"point": "wake-stall", "stall_s": 2}', faults.Armed("wake-stall", 2.0)),
-        ('{"point": "reload-raise"}', faults.Armed("reload-raise", None)),
+        ('{"point": "communicators-raise"}', faults.Armed("communicators-raise", None)),
+        ('{"point": "reload-raise"}', None),  # no fault uses it: not a point
         ('{"point": "no-such-point"}', None),
         ('{"point": "wake-stall", "stall_s": -1}', None),
         ('{"point": "wake-stall", "stall_s": true}', None),
@@ -84,7 +85,6 @@ def test_catalogue_matches_design() -> None:
         "canary-perturb": ("wake_up", "after", "perturb"),
         "wake-stall": ("wake_up", "before", "stall"),
         "sleep-raise": ("sleep", "after", "raise"),
-        "reload-raise": ("reload_weights", "before", "raise"),
     }
     assert faults.DEVICE_SYNC_METHOD == "synchronize_device"
     assert set(faults.HOOKED_METHODS) == {
@@ -147,15 +147,6 @@ def test_sleep_raise_after_call(control: Path) -> None:
     assert worker.calls == [("sleep", 2)]
 
 
-def test_reload_raise_before_call(control: Path) -> None:
-    worker = FakeWorker()
-    faults.instrument_worker(worker)
-    arm(control, "reload-raise")
-    with pytest.raises(RuntimeError, match="reload-raise"):
-        worker.reload_weights()
-    assert worker.calls == []
-
-
 def test_wake_stall_sleeps_then_continues(control: Path) -> None:
     worker = FakeWorker()
     faults.instrument_worker(worker)
@@ -171,12 +162,12 @@ def test_wake_stall_sleeps_then_continues(control: Path) -> None:
 def test_armed_file_is_read_at_call_time(control: Path) -> None:
     worker = FakeWorker()
     faults.instrument_worker(worker)
-    worker.reload_weights()
-    arm(control, "reload-raise")
+    worker.checkpoint_restore()
+    arm(control, "communicators-raise")
     with pytest.raises(RuntimeError):
-        worker.reload_weights()
+        worker.checkpoint_restore()
     (control / "faults" / "armed.json").unlink()
-    worker.reload_weights()
+    worker.checkpoint_restore()
     assert len(worker.calls) == 2
 
 
@@ -251,9 +242,9 @@ def test_patched_init_worker_instruments_the_worker(control: Path) -> None:
     assert not faults.patch_wrapper_class(cls)
     wrapper = cls()
     wrapper.init_worker([{}])
-    arm(control, "reload-raise")
-    with pytest.raises(RuntimeError, match="reload-raise"):
-        wrapper.reload_weights()
+    arm(control, "communicators-raise")
+    with pytest.raises(RuntimeError, match="communicators-raise"):
+        wrapper.checkpoint_restore()
 
 
 def test_patch_during_in_flight_init_worker_still_instruments(control: Path) -> None:

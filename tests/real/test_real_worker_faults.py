@@ -41,7 +41,6 @@ def worker_pid(real: RealContainer, served: Served) -> int:
         ("wake-raise", "wake_up", {"tags": ["kv_cache"]}),
         ("sleep-raise", "sleep", {"level": 1}),
         ("communicators-raise", "checkpoint_restore", {}),
-        ("reload-raise", "reload_weights", {}),
     ],
 )
 def test_raise_point_fires_in_the_real_worker(

@@ -15,8 +15,8 @@ from typing import Any
 
 import docker
 
+from vsnap_qual.box import LABEL_OWNER, LABEL_SESSION, owner_label
 from vsnap_qual.privileges import container_settings, local_missing_capabilities
-from vsnap_qual.runtime import LABEL_OWNER, LABEL_SESSION, owner_label
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO / "docker" / "reference" / "build.sh"
@@ -200,7 +200,7 @@ def _run_lane_container(
             command=[],
             name=name,
             # the harness's own session and owner labels: if this test process is killed, the next
-            # session's dead-owner sweep (vsnap_qual.runtime.sweep) removes the container
+            # session's dead-owner sweep (vsnap_qual.docker_runtime.sweep) removes the container
             labels={LABEL: session, LABEL_SESSION: f"reftest-{session}", LABEL_OWNER: owner_label()},
             environment=env,
             user="0",

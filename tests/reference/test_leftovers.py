@@ -3,12 +3,12 @@ and owner labels, so the next session's dead-owner sweep removes them (seen: a S
 
 from __future__ import annotations
 
-from vsnap_qual import runtime
+from vsnap_qual import box as vbox
 
 
 def test_lane_containers_are_labelled_for_the_dead_owner_sweep(lane_factory) -> None:
     lane = lane_factory("head")
     lane.container.reload()
     labels = lane.container.labels
-    assert labels.get(runtime.LABEL_SESSION, "").startswith("reftest-")
-    assert labels.get(runtime.LABEL_OWNER) == runtime.owner_label()
+    assert labels.get(vbox.LABEL_SESSION, "").startswith("reftest-")
+    assert labels.get(vbox.LABEL_OWNER) == vbox.owner_label()

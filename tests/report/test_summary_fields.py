@@ -10,7 +10,7 @@ import pytest
 from synthetic_runs import MakeRun, RunSpec, record_validator
 
 from vsnap_qual import procedure
-from vsnap_qual.docker_lane import ci_build
+from vsnap_qual.ci_build import ci_build
 from vsnap_qual.overlay import checkout_state
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import read_evidence

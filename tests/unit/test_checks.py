@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import checks, steps
+from vsnap_qual import checks, faults, package_probe, steps
+from vsnap_qual.box import ExecResult
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.runtime import ExecResult
+from vsnap_qual.recorder import StepEvidence
 
 REF = CanaryOutput("The capital of France is", [12095], " Paris", -0.42)
 AUDIT_OK = {"pids_gone": True, "ports_closed": True, "gpu_idle": None, "link_remaps_equal": True, "ok": True}
@@ -135,12 +136,8 @@ class FakeLane:
             soak_s=0.0,  # one look, no waiting: the soak's rule is tested with a lane that dies on cue
             cleanup_grace=5.0,
         )
-        self.peers: dict[str, dict[str, Any]] = {}
-        self.ordinary: dict[str, Any] = {}
-        self.manifest: dict[str, Any] = {}
-        self.inspect_sha256: str | None = None
-        self.server: steps.ServerHandle | None = None
-        self.kv_snapshot: int | None = 4096
+        self.peers: dict[str, steps.OrdinaryReference] = {}
+        self.state = steps.LaneState(kv_snapshot=4096)
         self.digests_after = digests_after
         self.calls: list[str] = []
         self.kv_restored: int | None = 4096
@@ -241,8 +238,8 @@ class FakeLane:
         return []
 
 
-def _rec() -> dict[str, Any]:
-    return {"results": {}, "logs": [], "argv": None, "exit_code": None}
+def _rec() -> StepEvidence:
+    return StepEvidence()
 
 
 def test_the_lifecycle_runs_over_any_lane_toolset() -> None:
@@ -276,7 +273,7 @@ def test_a_restore_whose_parameters_changed_fails_with_the_names() -> None:
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"parameter digests differ .* 1/2 unchanged; changed \['b'\]"):
         steps.restore(lane, rec, 1)  # type: ignore[arg-type]
-    assert rec["results"]["digest_compare"]["ok"] is False and rec["results"]["ready_seconds"] == 0.5
+    assert rec.results["digest_compare"]["ok"] is False and rec.results["ready_seconds"] == 0.5
 
 
 def _restored_lane(**change: Any) -> FakeLane:
@@ -293,7 +290,7 @@ def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"KV capacity after restore is 3,072 tokens, but the snapshot was "):
         steps.restore(_restored_lane(kv_restored=3072), rec, 1)  # type: ignore[arg-type]
-    judged = rec["results"]["kv_judgement"]
+    judged = rec.results["kv_judgement"]
     assert (judged["ok"], judged["restored"], judged["created"]) == (False, 3072, 4096)
     with pytest.raises(steps.StepFailed, match="not observable"):
         steps.restore(_restored_lane(kv_restored=None), _rec(), 1)  # type: ignore[arg-type]
@@ -313,7 +310,7 @@ def test_a_restored_server_that_dies_during_the_soak_fails_naming_when_with_its_
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"restored server died [0-9.]+ s after vllm snapshot restore exited 0"):
         steps.restore(lane, rec, 1)  # type: ignore[arg-type]
-    soak = rec["results"]["soak"]
+    soak = rec.results["soak"]
     assert soak["alive"] is False and soak["log_tail"] == "EngineCore: killed" and soak["probes"] == 1
     assert "log tail:\nEngineCore: killed" in checks.soak_findings(soak, "soak")[0].detail
 
@@ -330,7 +327,7 @@ def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() ->
     message = str(failure.value)
     assert "still alive 5 s after SIGTERM" in message
     assert message.index("GPU holder pid 12") < message.index("pid 11 (started 100)")
-    assert rec["results"]["cleanup"]["ok"] is False
+    assert rec.results["cleanup"]["ok"] is False
 
 
 def test_multi_token_canaries_report_the_first_diverging_position() -> None:
@@ -377,17 +374,35 @@ def test_link_remaps_name_the_file_and_the_lane() -> None:
     assert text == "link remap left in /dev/shm by lane v1-head (restart): /dev/shm/link_remap.42"
 
 
+def _expecting(expect: str, arm: str, probed: dict[str, Any]) -> Any:
+    """A fault lane whose box answers the package probe with ``probed`` (counting how often it is asked)."""
+    box = SimpleNamespace(asked=0)
+
+    def probe(argv: list[str], timeout: float) -> ExecResult:
+        box.asked += 1
+        return ExecResult(argv, 0, json.dumps(probed) + "\n", "", 0.0, 0.1)
+
+    box.exec = probe
+    return SimpleNamespace(
+        lane=SimpleNamespace(expect=expect, arm=arm),
+        state=steps.LaneState(),
+        box=box,
+        config=SimpleNamespace(timeouts={"exec": 10.0}),
+    )
+
+
 def test_expectations_come_from_what_the_image_implements_unless_an_option_names_them() -> None:
     head = {"snapshot_behaviour": "head", "snapshot_behaviour_reason": "engine.py defines SnapshotSession"}
     base = {"snapshot_behaviour": "base", "snapshot_behaviour_reason": "no SnapshotSession"}
-    assert steps.choose_expectation("auto", head, "--vsnap-expect") == (
-        "head",
-        "detected from the image: engine.py defines SnapshotSession",
-    )
-    assert steps.choose_expectation("auto", base, "--vsnap-expect")[0] == "base"
-    assert steps.choose_expectation("head", base, "--vsnap-expect") == ("head", "--vsnap-expect=head")  # override
+    assert package_probe.detected_behaviour(head) == ("head", "engine.py defines SnapshotSession")  # type: ignore[arg-type]
+    lane = _expecting("auto", "head", head)
+    assert faults.lane_expectation(lane) == ("head", "detected from the image: engine.py defines SnapshotSession")
+    assert faults.lane_expectation(lane) and lane.box.asked == 1  # probed once per lane
+    assert faults.lane_expectation(_expecting("auto", "head", base))[0] == "base"
+    overridden = _expecting("head", "head", base)
+    assert faults.lane_expectation(overridden) == ("head", "--vsnap-expect=head") and overridden.box.asked == 0
     with pytest.raises(steps.StepFailed, match="--vsnap-base-expect=auto: cannot tell"):
-        steps.choose_expectation("auto", {"snapshot_behaviour": "none"}, "--vsnap-base-expect")
+        faults.lane_expectation(_expecting("auto", "base", {"snapshot_behaviour": "none"}))
 
 
 def test_gpu_engaged_after_restore_is_judged_only_with_a_gpu() -> None:
@@ -403,11 +418,11 @@ def test_a_restore_whose_cuda_holders_left_the_gpu_fails() -> None:
     steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
     steps.create(lane, _rec())  # type: ignore[arg-type]
     steps.inspect(lane, _rec(), None)  # type: ignore[arg-type]
-    holders = lane.manifest["cuda_holders"]
+    holders = lane.state.manifest["cuda_holders"]
     lane.gpu_listed = set(holders)
     rec = _rec()
     steps.restore(lane, rec, 1)  # type: ignore[arg-type]
-    assert rec["results"]["gpu_engaged"] == {"holders": holders, "gpu_apps": sorted(holders)}
+    assert rec.results["gpu_engaged"] == {"holders": holders, "gpu_apps": sorted(holders)}
     lane.gpu_listed = set()
     with pytest.raises(steps.StepFailed, match="CUDA holders .* are not on the GPU"):
         steps.restore(lane, _rec(), 1)  # type: ignore[arg-type]
@@ -435,7 +450,7 @@ def test_the_package_probe_tells_the_snapshot_behaviour_from_the_installed_packa
         for name, text in files.items():
             (package / "snapshot" / name).write_text(text)
     done = subprocess.run(
-        [sys.executable, "-c", steps.PACKAGE_PROBE],
+        [sys.executable, "-c", package_probe.SCRIPT],
         env={"PYTHONPATH": str(tmp_path)},
         capture_output=True,
         text=True,
@@ -477,4 +492,4 @@ def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"exited 1; error.json=None; CRIU: .*Can't open file dev/shm/psm_2196"):
         steps.restore(lane, rec, 1)  # type: ignore[arg-type]
-    assert rec["results"]["criu_reason"][-1].endswith("Restoring FAILED.")
+    assert rec.results["criu_reason"][-1].endswith("Restoring FAILED.")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import procfs
-from vsnap_qual.runtime import RuntimeFailure, container_pids
+from vsnap_qual.box import RuntimeFailure
+from vsnap_qual.runtimes.docker import container_pids
 
 
 def _status(proc: Path, pid: int, lines: str) -> None:

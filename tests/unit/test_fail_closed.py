@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import docker.errors
 import pytest
 
-from vsnap_qual import steps
-from vsnap_qual.docker_lane import LaneRun
-from vsnap_qual.runtime import ContainerSpec, EngineContainer, RuntimeFailure, exec_timed_out
+from vsnap_qual import audit, checks, steps
+from vsnap_qual.box import BoxSpec, RuntimeFailure, exec_timed_out
+from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.runtimes.docker import EngineContainer
 
 
 def test_exit_137_is_a_timeout_only_past_the_deadline() -> None:
@@ -28,71 +28,69 @@ class _Top:
 
 
 def test_a_process_listing_docker_refuses_raises_instead_of_returning_nothing() -> None:
-    box = EngineContainer(None, _Top(), ContainerSpec(image_id="x", name="vsnap-lane", labels={}, environment={}))  # type: ignore[arg-type]
+    spec = BoxSpec(name="vsnap-lane", engine="x", image_id="x", labels={}, environment={})
+    box = EngineContainer(None, _Top(), spec, Path("/nonexistent"))  # type: ignore[arg-type]
     with pytest.raises(RuntimeFailure, match="cannot list the processes of vsnap-lane: 500 Server Error"):
         box.processes()
 
 
 class _BrokenBox:
-    def sh(self, *_: Any, **__: Any) -> Any:
+    def look(self, *_: Any, **__: Any) -> Any:
         raise RuntimeFailure("Docker API error: 502 Bad Gateway")
 
     def processes(self) -> list[dict[str, Any]]:
         raise RuntimeFailure("cannot list the processes of vsnap-lane")
 
 
-def _lane(box: Any) -> LaneRun:
-    config = SimpleNamespace(gpus="none", privileges="host-namespaces", cleanup_grace=5.0)
-    lane = SimpleNamespace(name="v1-head", runner="v1", arm="head")
-    return LaneRun(config=config, lane=lane, store=None, client=None, overlay=[], session_id="s", container=box)  # type: ignore[arg-type]
+def _scope(tmp_path: Path) -> audit.AuditScope:
+    return audit.AuditScope(lane="v1-head", grace=5.0, gpus=False, claims=tmp_path)
 
 
-def test_an_error_while_auditing_is_a_failed_audit_that_names_it() -> None:
-    audit = _lane(_BrokenBox()).cleanup_audit([101, 102], [8000])
-    assert audit["ok"] is False and audit["pids_gone"] is False and audit["ports_closed"] is False
-    assert audit["error"] == "RuntimeFailure: Docker API error: 502 Bad Gateway"
-    assert steps._audit_problems(audit) == "the audit itself failed (RuntimeFailure: Docker API error: 502 Bad Gateway)"
+def test_an_error_while_auditing_is_a_failed_audit_that_names_it(tmp_path: Path) -> None:
+    found = audit.cleanup_audit(_BrokenBox(), _scope(tmp_path), [101, 102], [8000])  # type: ignore[arg-type]
+    assert found["ok"] is False and found["pids_gone"] is False and found["ports_closed"] is False
+    assert found["error"] == "RuntimeFailure: Docker API error: 502 Bad Gateway"
+    assert checks.audit_problems(found) == "the audit itself failed (RuntimeFailure: Docker API error: 502 Bad Gateway)"
 
 
 def test_stopping_a_server_whose_processes_cannot_be_listed_fails_instead_of_stopping_nothing() -> None:
-    run = _lane(_BrokenBox())
     with pytest.raises(RuntimeFailure, match="cannot list the processes"):
-        run.stop_server(steps.ServerHandle(port=8000, root_pid=101, pids=[101]))
+        audit.strict_stop(_BrokenBox(), steps.ServerHandle(port=8000, root_pid=101, pids=[101]), 5.0, [])  # type: ignore[arg-type]
 
 
 def test_a_restore_failure_is_not_replaced_by_the_cleanup_failure_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    def restore(run: Any, rec: dict[str, Any], n: int) -> None:
+    def restore(run: Any, rec: StepEvidence, n: int) -> None:
         raise steps.StepFailed(f"restore-{n}: canary differs from the ordinary reference")
 
-    def stop_restored(run: Any, rec: dict[str, Any]) -> None:
+    def stop_restored(run: Any, rec: StepEvidence) -> None:
         raise steps.StepFailed("cleanup after restore incomplete: PIDs alive [101]")
 
     monkeypatch.setattr(steps, "restore", restore)
     monkeypatch.setattr(steps, "stop_restored", stop_restored)
-    rec: dict[str, Any] = {"results": {}, "logs": []}
+    rec = StepEvidence()
     with pytest.raises(steps.StepFailed, match="restore-2: canary differs"):
         steps.restore_then_stop(None, rec, 2)  # type: ignore[arg-type]
-    assert rec["results"]["cleanup_error"] == "StepFailed: cleanup after restore incomplete: PIDs alive [101]"
-    assert rec["results"]["cleanup"]["ok"] is False and "PIDs alive [101]" in rec["results"]["cleanup"]["detail"]
+    assert rec.results["cleanup_error"] == "StepFailed: cleanup after restore incomplete: PIDs alive [101]"
+    assert rec.results["cleanup"]["ok"] is False and "PIDs alive [101]" in rec.results["cleanup"]["detail"]
 
 
 def test_a_passing_restore_still_has_its_cleanup_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(steps, "restore", lambda run, rec, n: None)
 
-    def stop_restored(run: Any, rec: dict[str, Any]) -> None:
+    def stop_restored(run: Any, rec: StepEvidence) -> None:
         raise steps.StepFailed("cleanup after restore incomplete: ports open [8001]")
 
     monkeypatch.setattr(steps, "stop_restored", stop_restored)
     with pytest.raises(steps.StepFailed, match="ports open"):
-        steps.restore_then_stop(None, {"results": {}}, 2)  # type: ignore[arg-type]
+        steps.restore_then_stop(None, StepEvidence(), 2)  # type: ignore[arg-type]
 
 
-def test_no_module_but_the_runtime_imports_docker() -> None:
+def test_no_module_but_the_docker_runtime_imports_docker() -> None:
     package = Path(steps.__file__).parent
     offenders = [
         str(path.relative_to(package))
         for path in package.rglob("*.py")
-        if path.name != "runtime.py"
+        if path.relative_to(package) != Path("runtimes/docker.py")
         and any(
             line.strip().startswith(("import docker", "from docker"))
             for line in path.read_text(encoding="utf-8").splitlines()

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import faults
+from vsnap_qual import faults, injection
+from vsnap_qual.box import ExecResult
 from vsnap_qual.faults import ANY
-from vsnap_qual.runtime import ExecResult
+from vsnap_qual.runtimes.shell import ShellBox
+from vsnap_qual.steps import LaneState
 
 TAIL = "CRIU restore.log (tail):\n"
 COLLISION = TAIL + "(00.2) pie: 41: Error (criu/pie/restorer.c:2185): Unable to create a thread: -17\n"
@@ -39,14 +41,17 @@ class Box:
     def sh(self, script: str, timeout: float = 60.0) -> ExecResult:
         return ExecResult(["sh"], 0, "", "", 0, 0)
 
+    def tasks_held(self, ids: set[int]) -> list[str]:
+        return []
+
 
 def _run(box: Box) -> Any:
     return SimpleNamespace(
         box=box,
         ports={"fault": 1},  # nothing listens on port 1
-        manifest={"process_tree": [40, 41]},
-        captured_tids=set(),
-        engine_wait=contextlib.nullcontext,
+        state=LaneState(manifest={"process_tree": [40, 41]}),
+        recorder=SimpleNamespace(engine_wait=contextlib.nullcontext),
+        endpoint=lambda port: ("127.0.0.1", port),
         config=SimpleNamespace(timeouts={"restore": 60, "http": 5, "stop": 60}, cleanup_grace=5.0),
     )
 
@@ -69,7 +74,10 @@ def test_any_other_failure_is_not_retried():
 
 
 class LocalBox(Box):
-    """Shell scripts run for real on this machine (its /proc is the lane's PID namespace); restores are fake."""
+    """Shell scripts run for real on this machine (its /proc is the lane's PID namespace), through the real
+    shell implementation of the box's task listing; restores are fake."""
+
+    host_pid_namespace = True
 
     def __init__(self, outputs: list[tuple[int, str]]) -> None:
         super().__init__(outputs)
@@ -80,8 +88,11 @@ class LocalBox(Box):
         done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=timeout)
         return ExecResult(["sh"], done.returncode, done.stdout, done.stderr, 0, 0)
 
+    def tasks_held(self, ids: set[int]) -> list[str]:
+        return ShellBox.tasks_held(self, ids)  # type: ignore[arg-type]
+
     def exec(self, argv: list[str], timeout: float, **kw: Any) -> ExecResult:
-        self.held_at_restore.append(faults.ids_held(_run(self), self.captured))
+        self.held_at_restore.append(injection.ids_held(self, self.captured))  # type: ignore[arg-type]
         return super().exec(argv, timeout, **kw)
 
 
@@ -119,7 +130,7 @@ def test_a_zombie_and_a_thread_of_another_process_hold_their_ids():
     zombie = _zombie()
     thread, stop, tid = _holding_thread()
     try:
-        held = faults.ids_held(_run(box), {zombie, tid})
+        held = injection.ids_held(box, {zombie, tid})  # type: ignore[arg-type]
         by_id = {int(line.split()[0]): line.split() for line in held}
         assert set(by_id) == {zombie, tid}
         assert by_id[zombie][2] == "Z", held  # PID name State ...: the zombie's state
@@ -128,7 +139,7 @@ def test_a_zombie_and_a_thread_of_another_process_hold_their_ids():
         stop.set()
         thread.join()
         os.waitpid(zombie, 0)
-    assert faults.ids_held(_run(box), {zombie}) == []
+    assert injection.ids_held(box, {zombie}) == []  # type: ignore[arg-type]
 
 
 def test_the_follow_up_waits_until_no_captured_id_names_a_task():
@@ -140,7 +151,7 @@ def test_the_follow_up_waits_until_no_captured_id_names_a_task():
     reaper = threading.Timer(0.6, os.waitpid, (zombie, 0))
     reaper.start()
     run = _run(box)
-    run.manifest = {"process_tree": [zombie]}
+    run.state.manifest = {"process_tree": [zombie]}
     outcome = faults.followup_restore(run, undo_injection=False)
     reaper.join()
     assert box.held_at_restore == [[]], "no restore while a captured PID still names a task"
@@ -152,14 +163,14 @@ def test_a_captured_id_that_never_comes_free_is_named_not_blamed_on_the_artifact
     box = LocalBox([(1, CORRUPT)])
     zombie = _zombie()
     run = _run(box)
-    run.manifest = {"process_tree": [zombie]}
+    run.state.manifest = {"process_tree": [zombie]}
     run.config.timeouts["stop"] = 0.5
     try:
         follow = faults.followup_restore(run, undo_injection=False)
     finally:
         os.waitpid(zombie, 0)
     problems = faults.judge(
-        SimpleNamespace(id="x", kind="signal"),  # type: ignore[arg-type]
+        faults.Fault("x", "x", "signal", head=faults.Expect(ANY, None, None, None, fires=False)),
         faults.Expect(ANY, None, None, None, fires=False),
         faults.Observation(),
         {"cleanup": {"ok": True}, "followup_restore": follow},
@@ -179,8 +190,8 @@ def test_a_captured_thread_id_held_by_another_thread_is_waited_for():
     thread, stop, tid = _holding_thread()
     threading.Timer(0.6, stop.set).start()
     run = _run(box)
-    run.manifest = {"process_tree": []}  # only the thread is captured here (the fake's PIDs 40, 41 are real ones)
-    run.captured_tids = {tid}
+    run.state.manifest = {"process_tree": []}  # only the thread is captured here (the fake's PIDs 40, 41 are real)
+    run.state.captured_tids = {tid}
     box.captured = {tid}
     outcome = faults.followup_restore(run, undo_injection=False)
     thread.join()
@@ -201,9 +212,8 @@ def test_occupying_a_pid_moves_the_cursor_past_every_captured_id_in_the_same_com
     if past >= pid_max:
         pytest.skip("the PID space is too near pid_max here")
     box = LocalBox([])
-    run = SimpleNamespace(box=box, pid_alive=lambda pid: Path(f"/proc/{pid}").exists(),
-                          config=SimpleNamespace(privileges="all-caps"))  # fmt: skip
-    holder = faults.PidHolder(run, target, past)  # type: ignore[arg-type]
+    run = SimpleNamespace(box=box, pid_alive=lambda pid: Path(f"/proc/{pid}").exists())
+    holder = injection.PidHolder(run, target, past)  # type: ignore[arg-type]
     try:
         occupied = holder.occupy()
         cursor = int(Path("/proc/sys/kernel/ns_last_pid").read_text())

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from vsnap_qual import faults
-from vsnap_qual.faults import EXPECTATIONS, Observation
-from vsnap_qual.procedure import FAULTS_BY_ID
+import pytest
+
+from vsnap_qual import faults, procedure
+from vsnap_qual.faults import FaultCatalogue, Observation
+from vsnap_qual.procedure import FAULTS_BY_ID, Fault
 
 GOOD_FOLLOWUP = {"exit_code": 0, "canary_ok": True}
 CLEAN = {"ok": True}
@@ -15,8 +17,8 @@ def _results(**extra):
 
 
 def test_every_fault_has_an_expectation_for_both_behaviours():
-    for behaviour in ("head", "base"):
-        assert set(EXPECTATIONS[behaviour]) == set(FAULTS_BY_ID)
+    for fault in procedure.FAULTS:
+        assert isinstance(fault.expect("head"), faults.Expect) and isinstance(fault.expect("base"), faults.Expect)
     assert len(FAULTS_BY_ID) >= 10
 
 
@@ -25,19 +27,19 @@ def test_head_recovery_failure_passes_when_observed_as_the_contract_says():
     obs = Observation(
         exit_code=1, error_json={"phase": "recovery: restore memory"}, phase="recovery: restore memory", fired=True
     )
-    assert faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results()) == []
+    assert faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results()) == []
 
 
 def test_a_fault_that_never_fired_is_an_ineffective_injection():
     fault = FAULTS_BY_ID["canary-perturb"]
     obs = Observation(exit_code=0, fired=False)
-    problems = faults.judge(fault, EXPECTATIONS["head"]["canary-perturb"], obs, _results())
+    problems = faults.judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
     assert len(problems) == 1 and "ineffective injection" in problems[0]  # and nothing else is claimed
 
 
 def test_firing_is_decided_from_the_harness_evidence_at_the_action():
     def fired(fault_id, obs, injected):
-        return faults.injector_for(FAULTS_BY_ID[fault_id]).fired(obs, injected)
+        return FaultCatalogue.builtin().injector_for(FAULTS_BY_ID[fault_id]).fired(obs, injected)
 
     stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
     assert not fired("identity-drift", stderr, {"env": "VLLM_VSNAP_QUAL_DRIFT=1"})  # stderr proves nothing
@@ -51,7 +53,7 @@ def test_firing_is_decided_from_the_harness_evidence_at_the_action():
 def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffective_injection():
     fault = FAULTS_BY_ID["identity-drift"]
     obs = Observation(exit_code=0, fired=True, artifact_unchanged=True)
-    text = " | ".join(faults.judge(fault, EXPECTATIONS["head"]["identity-drift"], obs, _results()))
+    text = " | ".join(faults.judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, _results()))
     assert "ineffective" not in text and "exit code 0, expected 1" in text and "snapshot mismatch" in text
 
 
@@ -64,10 +66,10 @@ def test_http_bound_before_the_check_fails_head_and_says_so():
         fired=True,
         stderr_tail="snapshot oracle mismatch",
     )
-    head = faults.judge(fault, EXPECTATIONS["head"]["canary-perturb"], obs, _results())
+    head = faults.judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
     assert any("HTTP was bound" in p for p in head)
     assert any("error.json missing" in p for p in head)
-    assert faults.judge(fault, EXPECTATIONS["base"]["canary-perturb"], obs, _results()) == []
+    assert faults.judge(fault, FAULTS_BY_ID["canary-perturb"].expect("base"), obs, _results()) == []
 
 
 def test_mutation_leftovers_and_broken_followup_are_named():
@@ -77,31 +79,19 @@ def test_mutation_leftovers_and_broken_followup_are_named():
         "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
         "followup_restore": {"exit_code": 1, "canary_ok": False},
     }
-    problems = faults.judge(fault, EXPECTATIONS["head"]["identity-drift"], obs, results)
+    problems = faults.judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, results)
     text = " | ".join(problems)
     assert "mutated" in text and "cleanup incomplete" in text and "no longer restores" in text
 
 
-def test_expectations_are_written_once_with_the_base_as_overrides():
-    from vsnap_qual.faults import BASE_OVERRIDES, HEAD
+def test_expectations_are_written_once_with_the_base_only_where_it_differs():
+    same = [f for f in procedure.FAULTS if f.base is None]
+    assert same and all(f.expect("base") is f.head for f in same)
+    differ = [f for f in procedure.FAULTS if f.base is not None]
+    assert differ and all(f.expect("base") == f.base != f.head for f in differ)
 
-    same = [f for f in FAULTS_BY_ID if f not in BASE_OVERRIDES]
-    assert same and all(EXPECTATIONS["base"][f] is HEAD[f] for f in same)
-    assert all(EXPECTATIONS["base"][f] == BASE_OVERRIDES[f] != HEAD[f] for f in BASE_OVERRIDES)
 
-
-def test_a_conftest_can_add_a_fault_point_with_its_own_injector(monkeypatch):
-    from vsnap_qual import procedure
-    from vsnap_qual.procedure import Fault
-
-    for name in ("FAULTS", "FAULTS_BY_ID", "FAULT_STEPS"):
-        monkeypatch.setattr(procedure, name, getattr(procedure, name))
-    monkeypatch.setattr(procedure, "STEPS", dict(procedure.STEPS))
-    monkeypatch.setattr(faults, "HEAD", dict(faults.HEAD))
-    monkeypatch.setattr(faults, "EXPECTATIONS", {k: dict(v) for k, v in EXPECTATIONS.items()})
-    monkeypatch.setattr(faults, "BASE_OVERRIDES", dict(faults.BASE_OVERRIDES))
-    monkeypatch.setattr(faults, "INJECTORS", dict(faults.INJECTORS))
-
+def test_a_conftest_can_add_a_fault_point_with_its_own_injector():
     class HoldLock(faults.Injector):
         def inject(self, run, injected, env):
             injected["lock"] = "held"
@@ -109,18 +99,18 @@ def test_a_conftest_can_add_a_fault_point_with_its_own_injector(monkeypatch):
         def fired(self, obs, injected):
             return injected.get("lock") == "held"
 
-    fault = Fault("lock-held", "a lock file is held at restore", "lock")
-    try:
-        faults.register(fault, faults.Expect(1, False, None, True))
-    except ValueError as exc:
-        assert "needs an injector" in str(exc)
-    faults.register(fault, faults.Expect(1, False, None, True), injector=HoldLock())
-    assert procedure.FAULTS_BY_ID["lock-held"] is fault and procedure.step("fault:lock-held").requires
-    assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)])
-    assert faults.EXPECTATIONS["base"]["lock-held"] == faults.EXPECTATIONS["head"]["lock-held"]
-    injector = faults.injector_for(fault)
-    assert isinstance(injector, HoldLock)  # the registered kind's own injector, in the one table
+    catalogue = FaultCatalogue.builtin()
+    fault = Fault("lock-held", "a lock file is held at restore", "lock", head=faults.Expect(1, False, None, True))
+    with pytest.raises(ValueError, match="needs an injector"):
+        catalogue.add(fault)
+    catalogue.add(fault, injector=HoldLock())
+    assert catalogue.faults[-1] is fault and procedure.step("fault:lock-held").requires == (procedure.FAULT_ARTIFACT,)
+    assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)], catalogue.ids)
+    assert fault.expect("base") == fault.expect("head")
+    injector = catalogue.injector_for(fault)
+    assert isinstance(injector, HoldLock)  # the added kind's own injector, in the session's catalogue
     assert injector.fired(Observation(), {"lock": "held"}) and not injector.fired(Observation(), {})
+    assert "lock-held" not in FaultCatalogue.builtin().ids, "the built-in table is not changed by an addition"
 
 
 def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing_fired():
@@ -134,13 +124,13 @@ def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing
         stderr_tail=f"(APIServer pid=1) INFO non-default args\n{mkl}\nTraceback (most recent call last):\n",
         error_lines=["RuntimeError: Engine core initialization failed."],
     )
-    problems = faults.judge(fault, EXPECTATIONS["base"][fault.id], obs, _results(injected={"target_removed": True}))
+    problems = faults.judge(fault, fault.expect("base"), obs, _results(injected={"target_removed": True}))
     assert problems == [
         f"ineffective injection: fault create-partial-sleep never fired (exit 1 before the hook point was reached: "
         f"{mkl}), so nothing was tested"
     ]
     obs.stderr_tail = "Traceback (most recent call last):\n"  # no fatal line: the last exception line
-    (problem,) = faults.judge(fault, EXPECTATIONS["base"][fault.id], obs, _results())
+    (problem,) = faults.judge(fault, fault.expect("base"), obs, _results())
     assert "before the hook point was reached: RuntimeError: Engine core initialization failed." in problem
 
 
@@ -155,14 +145,14 @@ def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason():
         "stderr_tail": "Traceback\nvllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5",
         "criu_reason": ["(00.1) Error (criu/cr-restore.c:1) Can't fork for 5: File exists", "Restoring FAILED."],
     }
-    (problem,) = faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results(followup_restore=follow))
+    (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
     assert problem == (
         "the artifact no longer restores after the failure: follow-up restore exit 1; "
         "(00.1) Error (criu/cr-restore.c:1) Can't fork for 5: File exists"
     )
     del follow["criu_reason"]
-    (problem,) = faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results(followup_restore=follow))
+    (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
     assert problem.endswith("exit 1; vllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5")
     wrong = {"exit_code": 0, "canary_ok": False}
-    (problem,) = faults.judge(fault, EXPECTATIONS["head"]["wake-raise"], obs, _results(followup_restore=wrong))
+    (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=wrong))
     assert problem.endswith("follow-up restore exit 0; canary differs from the oracle") and "{" not in problem

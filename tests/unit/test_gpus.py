@@ -70,19 +70,20 @@ def test_describe():
 
 
 def test_a_lane_gpu_becomes_dockers_device_request_for_that_gpu():
-    from vsnap_qual import runtime
+    from vsnap_qual.box import RuntimeFailure
+    from vsnap_qual.runtimes import docker
 
-    (one,) = runtime.gpu_device_requests(A)
+    (one,) = docker.gpu_device_requests(A)
     assert one["DeviceIDs"] == [A] and one["Capabilities"] == [["gpu"]] and one["Count"] in (0, None)
-    (every,) = runtime.gpu_device_requests("all")
+    (every,) = docker.gpu_device_requests("all")
     assert every["Count"] == -1 and not every["DeviceIDs"]
-    assert runtime.gpu_device_requests("none") == []
-    with pytest.raises(runtime.RuntimeFailure, match="a lane gets one GPU"):
-        runtime.gpu_device_requests(f"{A},{B}")
+    assert docker.gpu_device_requests("none") == []
+    with pytest.raises(RuntimeFailure, match="a lane gets one GPU"):
+        docker.gpu_device_requests(f"{A},{B}")
 
 
 def test_a_host_lane_sees_only_its_gpu():
-    from vsnap_qual import host_runtime
+    from vsnap_qual.runtimes import host as host_runtime
 
     env = host_runtime.host_environment("/usr/bin/python3", {}, A)
     assert env["CUDA_VISIBLE_DEVICES"] == A

@@ -22,10 +22,14 @@ from typing import Any
 import pytest
 
 from vsnap_qual import faults, procedure
-from vsnap_qual.faults import INJECTORS, Observation
+from vsnap_qual.box import ExecResult
+from vsnap_qual.contract import CONTROL
+from vsnap_qual.control import MountedControlDir
+from vsnap_qual.faults import BUILTIN_INJECTORS as INJECTORS
+from vsnap_qual.faults import FaultCatalogue, Observation
 from vsnap_qual.procedure import FAULTS_BY_ID, Fault
-from vsnap_qual.runtime import ExecResult
-from vsnap_qual.steps import CONTROL
+from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.steps import LaneState
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = {"point": "wake-raise", "pid": 7}
@@ -38,7 +42,7 @@ def _fired(kind: str, obs: Observation | None = None, **injected: Any) -> bool:
 # ---- the table ---------------------------------------------------------------------------------------------
 def test_every_kind_of_the_catalogue_has_its_own_injector_class():
     kinds = {f.kind for f in procedure.FAULTS}
-    assert kinds <= set(INJECTORS) and set(faults.BUILTIN_KINDS) == kinds
+    assert kinds <= set(INJECTORS) and set(INJECTORS) == kinds
     assert {k: type(INJECTORS[k]).__name__ for k in sorted(kinds)} == {
         "create": "CreateInjector",
         "env": "EnvDriftInjector",
@@ -51,7 +55,10 @@ def test_every_kind_of_the_catalogue_has_its_own_injector_class():
     }
     for kind in kinds:  # each decides firing itself: none falls back to the base class's "not implemented"
         assert type(INJECTORS[kind]).fired is not faults.Injector.fired, kind
-        assert faults.injector_for(next(f for f in procedure.FAULTS if f.kind == kind)) is INJECTORS[kind]
+        assert (
+            FaultCatalogue.builtin().injector_for(next(f for f in procedure.FAULTS if f.kind == kind))
+            is INJECTORS[kind]
+        )
 
 
 def test_run_fault_has_no_branch_on_the_kind():
@@ -61,7 +68,7 @@ def test_run_fault_has_no_branch_on_the_kind():
     assert kinds == [], [ast.unparse(n) for n in kinds]
     compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare) and "kind" in ast.unparse(n)]
     assert compared == []
-    assert "injector_for(fault)" in ast.unparse(tree)
+    assert "injector.fired(" in ast.unparse(tree)
     assert not hasattr(faults, "_fired"), "one decision of firing: the injector's"
 
 
@@ -139,9 +146,9 @@ def test_only_a_create_is_judged_on_its_target_directory():
     obs = Observation(exit_code=1, fired=True, stderr_tail="snapshot child exited before ready")
     ok = {"cleanup": {"ok": True}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
     create = FAULTS_BY_ID["create-partial-sleep"]
-    left = faults.judge(create, faults.HEAD[create.id], obs, {**ok, "injected": {"target_removed": False}})
+    left = faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": False}})
     assert left == ["the failed create left its target directory behind"]
-    assert faults.judge(create, faults.HEAD[create.id], obs, {**ok, "injected": {"target_removed": True}}) == []
+    assert faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": True}}) == []
     wake = FAULTS_BY_ID["wake-raise"]
     head = faults.Expect(1, False, None, None)
     assert faults.judge(wake, head, obs, {**ok, "injected": {}}) == []
@@ -198,6 +205,14 @@ class FakeBox:
     def read_text(self, path: str) -> str:
         return ""
 
+    def remove_path(self, path: str) -> None:
+        self.sh(f"rm -rf {path}")
+
+    def tasks_held(self, ids: set[int]) -> list[str]:
+        return []
+
+    host_pid_namespace = False
+
     def exec(self, argv: list[str], timeout: float, **_: Any) -> ExecResult:
         self.log.append(("exec", " ".join(argv)))
         return ExecResult(argv, 1, "", "the follow-up restore is not run here", 0.0, 0.0)
@@ -208,16 +223,19 @@ class FakeBox:
 
 
 class FakeRun:
-    """A lane run: the faulted command's result is chosen by the test (``on_restore``)."""
+    """A fault lane (``faults.FaultLane``): the faulted command's result is chosen by the test (``on_restore``);
+    its control directory is a real one of this test's."""
 
     def __init__(self, control: Path) -> None:
         (control / "faults").mkdir(parents=True)
         self.control_host = control
+        self.control = MountedControlDir(control)
         self.log: list[Any] = []
         self.box = FakeBox(self.log)
         self.ports = {"fault": _free_port()}
-        self.manifest: dict[str, Any] = {"process_tree": []}
-        self.captured_tids: set[int] = set()
+        self.state = LaneState(manifest={"process_tree": []})
+        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext)
+        self.served_model = "m"
         self.config = SimpleNamespace(
             timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0},
             cleanup_grace=0.1,
@@ -232,22 +250,28 @@ class FakeRun:
         self.log.append("digest")
         return "same"
 
-    def _command(self, record: dict[str, Any], argv: list[str], env: dict[str, str] | None) -> ExecResult:
+    def endpoint(self, port: int) -> tuple[str, int]:
+        return "127.0.0.1", port
+
+    def create_argv(self, target: str = "/vsnap/work/artifact") -> list[str]:
+        return ["--model", "m", "--snapshot-dir", target]
+
+    def _command(self, record: StepEvidence, argv: list[str], env: dict[str, str] | None) -> ExecResult:
         self.log.append(("command", argv[:3], dict(env or {})))
         armed = self.control_host / "faults" / "armed.json"
         self.armed_at_restore = json.loads(armed.read_text()) if armed.exists() else None
         if self.on_restore:
             self.on_restore(self)
-        record["exit_code"] = 1
+        record.exit_code = 1
         return ExecResult(argv, 1, "", self.stderr, 0.0, 0.25)
 
-    def restore(self, record: dict[str, Any], port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
+    def restore(self, record: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
         return self._command(record, ["vllm", "snapshot", "restore", name], env)
 
-    def snapshot(self, record: dict[str, Any], action: str, *args: str, **kw: Any) -> ExecResult:
+    def snapshot(self, record: StepEvidence, action: str, *args: str, **kw: Any) -> ExecResult:
         return self._command(record, ["vllm", "snapshot", action, kw.get("name", action)], kw.get("env"))
 
-    def _snapshot_exec(self, record, argv, timeout_key, env, name):  # type: ignore[no-untyped-def]
+    def command(self, record, argv, timeout_key, env, name):  # type: ignore[no-untyped-def]
         """The env kind's recording shell, run for real here: the lane's control dir is this test's, and
         ``vllm`` is a stand-in that fails the way a refusing engine does."""
         self.log.append(("command", argv[:1], dict(env or {})))
@@ -258,15 +282,12 @@ class FakeRun:
         script = argv[2].replace(CONTROL, str(self.control_host))
         full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
         done = subprocess.run([argv[0], "-c", script, *argv[3:]], env=full, capture_output=True, text=True, timeout=30)
-        record["exit_code"] = done.returncode
+        record.exit_code = done.returncode
         return ExecResult(argv, done.returncode, done.stdout, done.stderr, 0.0, 0.1)
 
     def cleanup_audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
         self.log.append(("audit", ports))
         return {"ok": True, "ports_open": [], "link_remaps_equal": True}
-
-    def engine_wait(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
 
     def pid_alive(self, pid: int) -> bool:
         return False
@@ -279,21 +300,13 @@ def lane(tmp_path: Path):  # type: ignore[no-untyped-def]
     run.box.close()
 
 
-@pytest.fixture
-def registries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The catalogue, the expectations and the injector table, as a conftest would see them, restored after."""
-    for name in ("FAULTS", "FAULTS_BY_ID", "FAULT_STEPS"):
-        monkeypatch.setattr(procedure, name, getattr(procedure, name))
-    monkeypatch.setattr(procedure, "STEPS", dict(procedure.STEPS))
-    head = dict(faults.HEAD)
-    monkeypatch.setattr(faults, "HEAD", head)
-    monkeypatch.setattr(faults, "BASE_OVERRIDES", dict(faults.BASE_OVERRIDES))
-    monkeypatch.setattr(faults, "EXPECTATIONS", {"head": head, "base": dict(faults.EXPECTATIONS["base"])})
-    monkeypatch.setattr(faults, "INJECTORS", dict(faults.INJECTORS))
+def _rec() -> StepEvidence:
+    return StepEvidence()
 
 
-def _rec() -> dict[str, Any]:
-    return {"results": {}}
+def _run(lane: FakeRun, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue | None = None) -> Observation:
+    catalogue = catalogue or FaultCatalogue.builtin()
+    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault))  # type: ignore[arg-type]
 
 
 class Recording(faults.Injector):
@@ -316,11 +329,12 @@ class Recording(faults.Injector):
 
 
 @pytest.mark.parametrize("answer", [True, False])
-def test_a_registered_kind_runs_the_same_sequence_and_its_fired_decides(registries, lane, answer):
-    fault = Fault("recorded", "a recorded injection", "recorded")
-    faults.register(fault, faults.Expect(1, False, None, True), injector=Recording(answer))
+def test_an_added_kind_runs_the_same_sequence_and_its_fired_decides(lane, answer):
+    fault = Fault("recorded", "a recorded injection", "recorded", head=faults.Expect(1, False, None, True))
+    catalogue = FaultCatalogue.builtin()
+    catalogue.add(fault, injector=Recording(answer))
     rec = _rec()
-    obs = faults.run_fault(lane, fault, rec)  # type: ignore[arg-type]
+    obs = _run(lane, fault, rec, catalogue)
     assert obs.fired is answer and obs.exit_code == 1 and obs.artifact_unchanged is True
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     reset = next(i for i, e in enumerate(lane.log) if e[0] == "sh" and "cp -a" in e[1])
@@ -329,22 +343,22 @@ def test_a_registered_kind_runs_the_same_sequence_and_its_fired_decides(registri
     assert steps.index("release") < steps.index("audit") < steps.index("exec")  # released, audited, follow-up
     assert lane.log[steps.index("command")][2] == {"VSNAP_TEST_INJECTED": "1"}  # inject's env reached the action
     assert ("audit", [lane.ports["fault"]]) in lane.log
-    assert rec["results"]["injected"] == {"made": "yes"}
-    problems = faults.judge(fault, faults.EXPECTATIONS["head"]["recorded"], obs, rec["results"])
+    assert rec.results["injected"] == {"made": "yes"}
+    problems = faults.judge(fault, fault.expect("head"), obs, rec.results, catalogue.injector_for(fault))
     assert problems[0].startswith("ineffective injection") is not answer
 
 
-def test_registering_an_injector_over_a_built_in_kind_is_refused(registries):
+def test_adding_an_injector_over_a_built_in_kind_is_refused():
+    catalogue = FaultCatalogue.builtin()
+    expect = faults.Expect(1, False, None, None)
     with pytest.raises(ValueError, match="kind 'hook' already has an injector"):
-        faults.register(
-            Fault("x", "x", "hook", "wake-raise"), faults.Expect(1, False, None, None), injector=Recording(True)
-        )
+        catalogue.add(Fault("x", "x", "hook", head=expect, hook_point="wake-raise"), injector=Recording(True))
     with pytest.raises(ValueError, match="needs an injector"):
-        faults.register(Fault("y", "y", "unknown"), faults.Expect(1, False, None, None))
-    faults.register(Fault("z", "z", "hook", "wake-raise"), faults.Expect(1, False, None, None))  # a built-in kind
-    assert faults.injector_for(procedure.FAULTS_BY_ID["z"]) is INJECTORS["hook"]
-    with pytest.raises(ValueError, match="no injector for kind 'other'.*faults.register"):
-        faults.injector_for(Fault("w", "w", "other"))
+        catalogue.add(Fault("y", "y", "unknown", head=expect))
+    catalogue.add(Fault("z", "z", "hook", head=expect, hook_point="wake-raise"))  # a built-in kind
+    assert catalogue.injector_for(catalogue.faults[-1]) is INJECTORS["hook"]
+    with pytest.raises(ValueError, match="no injector for kind 'other'.*vsnap_add_faults"):
+        catalogue.injector_for(Fault("w", "w", "other", head=expect))
 
 
 def _doc_example() -> str:
@@ -353,21 +367,25 @@ def _doc_example() -> str:
 
 
 @pytest.mark.parametrize("touch_fails", [False, True])
-def test_the_documented_conftest_example_works(registries, lane, touch_fails):
-    """``docs/adding-a-fault.md``'s example, executed as a conftest would: its fault is in the catalogue, its
-    injector runs in the one sequence, its own evidence decides whether it fired, and it is released."""
-    exec(compile(_doc_example(), "adding-a-fault.md", "exec"), {"__name__": "conftest"})
-    fault = procedure.FAULTS_BY_ID["lock-held"]
-    assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)])
+def test_the_documented_conftest_example_works(lane, touch_fails):
+    """``docs/adding-a-fault.md``'s example, executed as a conftest would and its hook called as the plugin calls
+    it: its fault is in the catalogue, its injector runs in the one sequence, its own evidence decides whether it
+    fired, and it is released."""
+    conftest: dict[str, Any] = {"__name__": "conftest"}
+    exec(compile(_doc_example(), "adding-a-fault.md", "exec"), conftest)
+    catalogue = FaultCatalogue.builtin()
+    conftest["vsnap_add_faults"](catalogue=catalogue)
+    fault = next(f for f in catalogue.faults if f.id == "lock-held")
+    assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)], catalogue.ids)
     lane.box.fail_touch = touch_fails
     lane.on_restore = lambda run: run.log.append(("lock at restore", set(run.box.files)))
     rec = _rec()
-    obs = faults.run_fault(lane, fault, rec)  # type: ignore[arg-type]
+    obs = _run(lane, fault, rec, catalogue)
     lock = "/vsnap/work/artifact/restore.lock"
-    assert obs.fired is not touch_fails and rec["results"]["injected"] == {"lock": not touch_fails}
+    assert obs.fired is not touch_fails and rec.results["injected"] == {"lock": not touch_fails}
     assert ("lock at restore", set() if touch_fails else {lock}) in lane.log
     assert lock not in lane.box.files, "released after the action"
-    problems = faults.judge(fault, faults.EXPECTATIONS["base"]["lock-held"], obs, rec["results"])
+    problems = faults.judge(fault, fault.expect("base"), obs, rec.results, catalogue.injector_for(fault))
     if touch_fails:
         assert problems == [
             "ineffective injection: fault lock-held never fired (the hook or condition did not take effect: "
@@ -383,19 +401,19 @@ def test_a_hook_fault_is_armed_at_its_point_during_the_restore_and_disarmed_afte
         (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
 
     lane.on_restore = hook_fires
-    obs = faults.run_fault(lane, FAULTS_BY_ID["recovery-deadline"], _rec())  # type: ignore[arg-type]
+    obs = _run(lane, FAULTS_BY_ID["recovery-deadline"], _rec())
     assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}  # past the 2 s frozen deadline
     assert not (lane.control_host / "faults" / "armed.json").exists()
     assert obs.fired and obs.fired_records == [RECORD]
     lane.on_restore = None  # the next fault starts from no record of this one
-    assert not faults.run_fault(lane, FAULTS_BY_ID["wake-raise"], _rec()).fired  # type: ignore[arg-type]
+    assert not _run(lane, FAULTS_BY_ID["wake-raise"], _rec()).fired
     assert lane.armed_at_restore == {"point": "wake-raise", "stall_s": None}
 
 
 def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane):
     rec = _rec()
-    obs = faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], rec)  # type: ignore[arg-type]
-    assert rec["results"]["injected"] == {"port": lane.ports["fault"], "bound_at_restore": True}
+    obs = _run(lane, FAULTS_BY_ID["port-in-use"], rec)
+    assert rec.results["injected"] == {"port": lane.ports["fault"], "bound_at_restore": True}
     assert obs.fired
     # the host connect poll saw our own listener: not an HTTP bind of the engine, and the port is not audited
     assert obs.http_bound is False and obs.http_bound_by == [] and ("audit", []) in lane.log
@@ -403,16 +421,16 @@ def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane):
 
 def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch):
     rec = _rec()
-    obs = faults.run_fault(lane, FAULTS_BY_ID["identity-drift"], rec)  # type: ignore[arg-type]
-    assert rec["results"]["injected"] == {"env": "VLLM_VSNAP_QUAL_DRIFT=1", "seen_in_restore_env": True}
+    obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
+    assert rec.results["injected"] == {"env": "VLLM_VSNAP_QUAL_DRIFT=1", "seen_in_restore_env": True}
     assert obs.fired and obs.exit_code == 1 and "snapshot mismatch" in obs.stderr_tail
     # a restore path that drops the drift (the variable never reached the process) did not fire, whatever the
     # engine printed
-    real = lane._snapshot_exec
-    monkeypatch.setattr(lane, "_snapshot_exec", lambda rec, argv, key, env, name: real(rec, argv, key, {}, name))
+    real = lane.command
+    monkeypatch.setattr(lane, "command", lambda rec, argv, key, env, name: real(rec, argv, key, {}, name))
     rec = _rec()
-    obs = faults.run_fault(lane, FAULTS_BY_ID["identity-drift"], rec)  # type: ignore[arg-type]
-    assert rec["results"]["injected"]["seen_in_restore_env"] is False and not obs.fired
+    obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
+    assert rec.results["injected"]["seen_in_restore_env"] is False and not obs.fired
     assert "snapshot mismatch" in obs.stderr_tail
 
 
@@ -422,11 +440,11 @@ def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
 
     lane.on_restore = hook_fires
     rec = _rec()
-    obs = faults.run_fault(lane, FAULTS_BY_ID["create-partial-sleep"], rec)  # type: ignore[arg-type]
+    obs = _run(lane, FAULTS_BY_ID["create-partial-sleep"], rec)
     assert ("command", ["vllm", "snapshot", "create"], {}) in lane.log
     assert lane.armed_at_restore == {"point": "sleep-raise", "stall_s": None}
-    assert rec["results"]["injected"] == {"target_removed": True} and obs.fired
-    assert obs.artifact_unchanged is None and "watch_polls" not in rec["results"]
+    assert rec.results["injected"] == {"target_removed": True} and obs.fired
+    assert obs.artifact_unchanged is None and "watch_polls" not in rec.results
 
 
 def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lane, monkeypatch):
@@ -438,7 +456,7 @@ def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lan
     monkeypatch.setattr(
         faults.engine.ListenerWatch, "__enter__", lambda self: (lane.log.append("watching"), real_enter(self))[1]
     )
-    faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], _rec())  # type: ignore[arg-type]
+    _run(lane, FAULTS_BY_ID["port-in-use"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("verified") < steps.index("watching") < steps.index("command")
 
@@ -470,9 +488,9 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
 
     lane.on_restore = restore_until_signalled
     rec = _rec()
-    obs = faults.run_fault(lane, FAULTS_BY_ID[fault_id], rec)  # type: ignore[arg-type]
+    obs = _run(lane, FAULTS_BY_ID[fault_id], rec)
     assert ("sh", f"kill -{signame} 4242") in lane.log
-    assert rec["results"]["injected"] == {"signal": [f"SIG{signame} to [4242]"]} and obs.fired
+    assert rec.results["injected"] == {"signal": [f"SIG{signame} to [4242]"]} and obs.fired
     assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}
 
 
@@ -511,6 +529,6 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
     monkeypatch.setattr(box, "exec", exec_)
     lane.config.cleanup_grace = 2.0
     rec = _rec()
-    faults.run_fault(lane, FAULTS_BY_ID["port-in-use"], rec)  # type: ignore[arg-type]
+    _run(lane, FAULTS_BY_ID["port-in-use"], rec)
     assert free_at_followup and all(free_at_followup), "the follow-up restore met the blocker's port"
-    assert "killed_by_harness" not in rec["results"]["cleanup"], rec["results"]["cleanup"]
+    assert "killed_by_harness" not in rec.results["cleanup"], rec.results["cleanup"]

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from vsnap_qual import options
+from vsnap_qual import contract, options
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_bad_values_say_what_is_wrong(parse, value, fragment):
 def test_good_values_parse():
     assert options.parse_runners("V2, v1, v2") == ("v2", "v1")
     assert options.parse_timeouts("serve=60")["serve"] == 60.0
-    assert options.parse_timeouts("")["create"] == options.DEFAULT_TIMEOUTS["create"]
+    assert options.parse_timeouts("")["create"] == contract.DEFAULT_TIMEOUTS["create"]
     assert options.parse_engine_args("--enforce-eager --seed 3") == ("--enforce-eager", "--seed", "3")
     assert options.parse_gpus("GPU-1b2c3d4e-aaaa") == "GPU-1b2c3d4e-aaaa"
     assert options.parse_gpus(" GPU-1b2c3d4e-aaaa, GPU-2b2c3d4e-bbbb ") == "GPU-1b2c3d4e-aaaa,GPU-2b2c3d4e-bbbb"
@@ -111,7 +111,8 @@ def test_engine_args_keep_real_flags_that_only_look_like_the_harness_ones():
 
 def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     """HARNESS_FLAGS is the list of where the harness builds argv: config.engine_argv and the serve, create and
-    restore command lines (docker_lane.py, faults.py). A new flag there must be refused in --vsnap-engine-args."""
+    restore command lines (lane.py, contract.py's restore_argv). A new flag there must be refused in
+    --vsnap-engine-args."""
     import re
     from pathlib import Path
 
@@ -123,10 +124,10 @@ def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     )
     built = {a for a in config.engine_argv() if a.startswith("--")}
     root = Path(options.__file__).parent
-    for name in ("docker_lane.py", "faults.py"):
+    for name in ("lane.py", "contract.py"):
         text = (root / name).read_text()
         for line in text.splitlines():
-            if re.search(r"\b(ARTIFACT|create_dir|serve)\b", line) and '"--' in line:
+            if re.search(r"\b(ARTIFACT|artifact|target|serve)\b", line) and '"--' in line:
                 built |= set(re.findall(r'"(--[a-z][a-z-]+)"', line))
     assert built - set(options.HARNESS_FLAGS) == set(), "add the new flag to options.HARNESS_FLAGS"
     assert {"--host", "--port", "--snapshot-dir", "--revision"} <= built

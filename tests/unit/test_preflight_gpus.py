@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 
 from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import options, preflight, runtime
+from vsnap_qual import options, preflight, runtimes
 from vsnap_qual.config import build_config
+from vsnap_qual.preflight_result import PreflightError, PreflightResult
+from vsnap_qual.runtimes import docker as docker_runtime
+from vsnap_qual.runtimes import host as host_runtime
 
 A, B = "GPU-aaaaaaaa-1111", "GPU-bbbbbbbb-2222"
 BASE = ["--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40]
@@ -24,27 +27,31 @@ def _config(tmp_path: Path, *argv: str, workers: int = 0):
     return build_config(parsed, tmp_path)
 
 
+def _preflight(config):
+    return preflight.run_preflight(config, runtimes.create(config.runtime, config.runtime_settings()))
+
+
 @pytest.fixture
 def docker_host(monkeypatch):
     """A Docker host with an NVIDIA runtime whose GPUs are ``state['gpus']``; images resolve to fixed IDs."""
     state: dict[str, Any] = {"gpus": [A], "resolved": []}
     monkeypatch.setattr(preflight, "check_io_uring", lambda: None)
-    monkeypatch.setattr(runtime, "connect", lambda: object())
-    monkeypatch.setattr(runtime, "nvidia_runtime_present", lambda client: True)
+    monkeypatch.setattr(docker_runtime, "connect", lambda: object())
+    monkeypatch.setattr(docker_runtime, "nvidia_runtime_present", lambda client: True)
     monkeypatch.setattr(gpus_mod, "host_gpus", lambda **kw: state["gpus"])
 
     def resolve_image(client, ref, pull_timeout):
         state["resolved"].append(ref)
         return SimpleNamespace(id="sha256:" + ref.encode().hex())
 
-    monkeypatch.setattr(runtime, "resolve_image", resolve_image)
-    monkeypatch.setattr(preflight, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm"})
+    monkeypatch.setattr(docker_runtime, "resolve_image", resolve_image)
+    monkeypatch.setattr(docker_runtime, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm"})
     return state
 
 
 def test_two_workers_on_one_gpu_are_refused_before_any_image(tmp_path, docker_host):
-    with pytest.raises(preflight.PreflightError) as info:
-        preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", workers=2))
+    with pytest.raises(PreflightError) as info:
+        _preflight(_config(tmp_path, "--vsnap-image=img:1", workers=2))
     assert "-n 2 runs 2 runner lanes at once (v1, v2) but this host has 1 GPU" in str(info.value)
     assert docker_host["resolved"] == [], "refused before anything else started"
 
@@ -52,34 +59,34 @@ def test_two_workers_on_one_gpu_are_refused_before_any_image(tmp_path, docker_ho
 def test_two_workers_on_two_gpus_get_one_each_and_workers_see_it(tmp_path, docker_host):
     docker_host["gpus"] = [A, B]
     config = _config(tmp_path, "--vsnap-image=img:1", workers=2)
-    result = preflight.run_preflight(config)
+    result = _preflight(config)
     assert result.lane_gpus == {"v1": A, "v2": B}
     by_runner = {lane.runner: result.gpus_for(lane) for lane in config.lanes}
     assert by_runner == {"v1": A, "v2": B}
-    again = preflight.PreflightResult.from_json(result.to_json())  # what an xdist worker reads
+    again = PreflightResult.from_json(result.to_json())  # what an xdist worker reads
     assert {lane.name: again.gpus_for(lane) for lane in config.lanes} == {"v1-head": A, "v2-head": B}
 
 
 def test_serial_lanes_on_one_gpu_share_it_and_none_needs_no_gpu(tmp_path, docker_host):
-    result = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1"))
+    result = _preflight(_config(tmp_path, "--vsnap-image=img:1"))
     assert result.lane_gpus == {"v1": A, "v2": A} and result.gpus == A
-    none = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-gpus=none", workers=2))
+    none = _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-gpus=none", workers=2))
     assert none.lane_gpus == {"v1": "none", "v2": "none"}
-    one_runner = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-runners=v2", workers=2))
+    one_runner = _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-runners=v2", workers=2))
     assert one_runner.lane_gpus == {"v2": A}, "-n 2 with one runner: one lane at a time"
 
 
 def test_old_preflight_files_still_read(tmp_path):
     old = '{"gpus": "all", "images": {}, "packages": {}, "overlay": []}'
-    result = preflight.PreflightResult.from_json(old)
+    result = PreflightResult.from_json(old)
     config = _config(tmp_path, "--vsnap-image=img:1")
     assert [result.gpus_for(lane) for lane in config.lanes] == ["all", "all"]
 
 
 def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "check_io_uring", lambda: None)
-    monkeypatch.setattr(preflight.host_runtime, "check_host", lambda root: [])
-    monkeypatch.setattr(preflight, "host_gpus", lambda requested: True)
+    monkeypatch.setattr(host_runtime, "check_host", lambda root: [])
+    monkeypatch.setattr(host_runtime, "host_gpus", lambda requested: True)
     seen: dict[str, Any] = {}
 
     def listed(**kw):
@@ -88,8 +95,8 @@ def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gpus_mod, "host_gpus", listed)
     config = _config(tmp_path, "--vsnap-runtime=host", f"--vsnap-python={sys.executable}", workers=2)
-    with pytest.raises(preflight.PreflightError, match="but this host has 1 GPU"):
-        preflight.run_preflight(config)
+    with pytest.raises(PreflightError, match="but this host has 1 GPU"):
+        _preflight(config)
     assert seen == {"honour_cuda_visible": True}, "host lanes choose within this process's CUDA_VISIBLE_DEVICES"
 
 
@@ -111,20 +118,17 @@ def test_xdist_worker_count_comes_from_the_session():
 
 def test_auto_expectations_need_a_snapshot_package_to_read(tmp_path, docker_host, monkeypatch):
     monkeypatch.setattr(
-        preflight,
+        docker_runtime,
         "probe_package",
         lambda *a, **k: {"package_dir": "/p/vllm", "vllm": "0.30.0", "snapshot_behaviour": "none"},
     )
-    with pytest.raises(preflight.PreflightError) as info:
-        preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1"))
+    with pytest.raises(PreflightError) as info:
+        _preflight(_config(tmp_path, "--vsnap-image=img:1"))
     assert "--vsnap-image: the vllm of img:1 (0.30.0, /p/vllm) has no vllm/snapshot package" in str(info.value)
     assert "--vsnap-expect=auto" in str(info.value)
-    explicit = preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-expect=base"))
+    explicit = _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-expect=base"))
     assert explicit.packages["img:1"]["snapshot_behaviour"] == "none", "an explicit expectation is not second-guessed"
     monkeypatch.setattr(
-        preflight, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm", "snapshot_behaviour": "base"}
+        docker_runtime, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm", "snapshot_behaviour": "base"}
     )
-    assert (
-        preflight.run_preflight(_config(tmp_path, "--vsnap-image=img:1")).packages["img:1"]["snapshot_behaviour"]
-        == "base"
-    )
+    assert _preflight(_config(tmp_path, "--vsnap-image=img:1")).packages["img:1"]["snapshot_behaviour"] == "base"

@@ -7,8 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from vsnap_qual import preflight, privileges
-from vsnap_qual.runtime import ContainerSpec, container_kwargs
+from vsnap_qual import preflight, privileges, runtimes
+from vsnap_qual.box import BoxSpec
+from vsnap_qual.preflight_result import PreflightError
+from vsnap_qual.runtimes.docker import container_kwargs
 
 # This project's machines: every capability but CAP_SYS_RESOURCE (bit 24).
 OUR_HOST = "Name:\tpython3\nCapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\n"
@@ -51,13 +53,13 @@ def test_privileged_is_refused_where_the_bounding_set_is_short_and_all_caps_is_n
     ],
 )
 def test_docker_arguments_per_mode(mode, expected):
-    spec = ContainerSpec(image_id="sha256:x", name="n", labels={}, environment={}, privileges=mode, ports=[8000])
+    spec = BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={}, privileges=mode, ports=(8000,))
     assert container_kwargs(spec) == expected
 
 
 def test_all_caps_docker_arguments_drop_what_this_host_lacks(monkeypatch):
     monkeypatch.setattr(privileges, "local_missing_capabilities", lambda: ("SYS_RESOURCE",))
-    spec = ContainerSpec(image_id="sha256:x", name="n", labels={}, environment={}, privileges="all-caps-own-pid")
+    spec = BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={}, privileges="all-caps-own-pid")
     kwargs = container_kwargs(spec)
     assert kwargs["cap_add"] == ["ALL"] and kwargs["cap_drop"] == ["SYS_RESOURCE"]
     assert "pid_mode" not in kwargs and kwargs["init"] is True and kwargs["network_mode"] == "host"
@@ -82,5 +84,5 @@ def test_preflight_refuses_an_io_uring_host_before_touching_docker(tmp_path: Pat
     monkeypatch.setattr(preflight, "IO_URING_SYSCTL", sysctl)
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")  # nothing may reach Docker before the refusal
     config = SimpleNamespace(report_dir=tmp_path / "report")
-    with pytest.raises(preflight.PreflightError, match="^host: kernel.io_uring_disabled is 0"):
-        preflight.run_preflight(config)  # type: ignore[arg-type]
+    with pytest.raises(PreflightError, match="^host: kernel.io_uring_disabled is 0"):
+        preflight.run_preflight(config, runtimes.create("docker"))  # type: ignore[arg-type]

@@ -49,7 +49,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from vsnap_probe import control_dir, utc_now, warn, write_json_atomic
+from vsnap_probe import control_dir, control_files, utc_now, warn, write_json_atomic
 
 WRAPPER_MODULE = "vllm.v1.worker.worker_base"
 WRAPPER_CLASS = "WorkerWrapperBase"
@@ -91,7 +91,6 @@ POINTS: dict[str, Point] = {
         Point("canary-perturb", "wake_up", "after", "perturb", kv_only=True),
         Point("wake-stall", "wake_up", "before", "stall", kv_only=True),
         Point("sleep-raise", "sleep", "after", "raise"),
-        Point("reload-raise", "reload_weights", "before", "raise"),
     )
 }
 
@@ -103,11 +102,11 @@ class Armed:
 
 
 def armed_path(cdir: Path) -> Path:
-    return cdir / "faults" / "armed.json"
+    return cdir / control_files.ARMED
 
 
 def fired_path(cdir: Path, point: str, pid: int) -> Path:
-    return cdir / "faults" / f"fired-{point}-{pid}.json"
+    return cdir / control_files.fired(point, pid)
 
 
 def parse_armed(text: str) -> Armed | None:

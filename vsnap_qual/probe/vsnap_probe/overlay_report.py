@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vsnap_probe import control_dir, process_cmdline, utc_now, warn, write_json_atomic
+from vsnap_probe import control_dir, control_files, process_cmdline, utc_now, warn, write_json_atomic
 
 POLL_S = 0.5
 ROLES = ("api_server", "engine_core", "worker", "other")
@@ -88,7 +88,7 @@ def file_sha256(path: str) -> str | None:
 
 def read_overlay_modules(cdir: Path) -> list[str] | None:
     """Module names from ``overlay.json``; None when the file is absent or unusable."""
-    path = cdir / "overlay.json"
+    path = cdir / control_files.OVERLAY
     try:
         data: Any = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -130,7 +130,7 @@ def imported_modules(names: Iterable[str]) -> dict[str, dict[str, Any]]:
 def write_loaded(cdir: Path) -> None:
     pid = os.getpid()
     write_json_atomic(
-        cdir / "probe" / f"loaded-{pid}.json",
+        cdir / control_files.loaded(pid),
         {"pid": pid, "cmdline": process_cmdline(), "role": current_role(), "time": utc_now()},
     )
 
@@ -140,7 +140,7 @@ def write_imports(cdir: Path, names: list[str]) -> set[str]:
     pid = os.getpid()
     modules = imported_modules(names)
     write_json_atomic(
-        cdir / "probe" / f"imports-{pid}.json",
+        cdir / control_files.imports(pid),
         {
             "pid": pid,
             "cmdline": process_cmdline(),

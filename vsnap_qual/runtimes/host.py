@@ -23,8 +23,10 @@ from __future__ import annotations
 import array
 import base64
 import contextlib
+import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import signal
@@ -39,19 +41,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from vsnap_qual.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
-from vsnap_qual.runtime import (
+from vsnap_qual import gpus as gpus_mod
+from vsnap_qual import package_probe
+from vsnap_qual.box import (
     HOST_GRACE_S,
+    Bind,
+    BoxSpec,
     ExecResult,
+    ImageInfo,
+    ProcessRow,
     RuntimeFailure,
-    ShellBox,
-    exec_timed_out,
+    bounded,
     listening_ports,
     owner_alive,
     owner_label,
 )
+from vsnap_qual.config import QualConfig
+from vsnap_qual.contract import CONTROL
+from vsnap_qual.control import MountedControlDir
+from vsnap_qual.diagnostics import CheckResult
+from vsnap_qual.overlay import OverlayFile
+from vsnap_qual.preflight_result import PreflightError, PreflightResult, lane_gpu_result
+from vsnap_qual.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
+from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, EngineOptionError, RuntimeSettings
+from vsnap_qual.runtimes.shell import ShellBox
 
-DEFAULT_ROOT = Path("/var/tmp/vsnap-lanes")
+DEFAULT_ROOT = DEFAULT_HOST_ROOT
 MOUNT_POINT = "/vsnap"
 LANE_TOKEN = "VSNAP_HOST_LANE"
 
@@ -60,18 +75,9 @@ class HostRuntimeFailure(RuntimeFailure):
     """The host runtime could not do what a step asked (start a lane, run a command, list processes)."""
 
 
-@dataclass(frozen=True)
-class Bind:
-    """A host path bind-mounted at ``target`` inside the lane's mount namespace."""
-
-    target: str
-    source: Path
-    read_only: bool = True
-
-
 @dataclass
 class HostSpec:
-    """What a host lane looks like (the host twin of ``runtime.ContainerSpec``)."""
+    """What a host lane looks like: the lane's box spec, where its directories go, how large its /dev/shm is."""
 
     name: str
     labels: dict[str, str]
@@ -139,11 +145,10 @@ class _Log:
 
 
 class HostLane(ShellBox):
-    """A lane as host processes in a mount namespace of its own; the interface of ``runtime.EngineContainer``."""
+    """A lane as host processes in a mount namespace of its own (a :class:`vsnap_qual.box.Box`)."""
 
     def __init__(self, spec: HostSpec) -> None:
         self.spec = spec
-        self.box_name = f"lane {spec.name}"
         self.dir = spec.root / spec.name
         self.holder: subprocess.Popen[bytes] | None = None
         self.holder_start: int | None = None
@@ -316,28 +321,35 @@ class HostLane(ShellBox):
         self._umount_shm()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    # -- the box interface the steps use ----------------------------------------------------------------------
+    # -- the box --------------------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"lane {self.spec.name}"
+
     @property
     def id(self) -> str:
         return f"host-lane:{self.spec.name}"
 
     @property
+    def host_pid_namespace(self) -> bool:
+        return True
+
+    @property
+    def connect_proves_listener(self) -> bool:
+        return True  # the host's network namespace: a connect reaches the listener itself
+
+    def endpoint(self, port: int) -> tuple[str, int]:
+        return "127.0.0.1", port
+
+    def control(self) -> MountedControlDir:
+        source = next((b.source for b in self.spec.binds if b.target == CONTROL), None)
+        if source is None:
+            raise HostRuntimeFailure(f"lane {self.spec.name}: no control directory bound at {CONTROL}")
+        return MountedControlDir(source)
+
+    @property
     def running(self) -> bool:
         return self.holder is not None and self.holder.poll() is None
-
-    def reload(self) -> None:
-        return None
-
-    def attrs(self) -> dict[str, Any]:
-        return {
-            "Id": self.id,
-            "Name": self.spec.name,
-            "Runtime": "host",
-            "State": {"Running": self.running, "Pid": self.holder.pid if self.holder else None},
-            "Config": {"Labels": dict(self.spec.labels)},
-            "MountNamespace": self.namespace,
-            "Generation": self.generation,
-        }
 
     def _connect(self) -> socket.socket:
         if not self.running:
@@ -357,13 +369,14 @@ class HostLane(ShellBox):
         *,
         env: Mapping[str, str] | None = None,
         log: Path | None = None,
-        stdin_null: bool = True,
     ) -> ExecResult:
         """Run ``argv`` in the lane (a child of its holder) to completion under ``timeout``; stream output to
         ``log`` as it comes."""
         limit = max(timeout, 1.0)
-        wrapped = ["timeout", "--signal=TERM", "--kill-after=10", f"{limit:.0f}s", *argv]
-        request = {"argv": wrapped, "env": {**self.spec.environment, **(env or {}), LANE_TOKEN: self.token}}
+        request = {
+            "argv": bounded(argv, timeout),
+            "env": {**self.spec.environment, **(env or {}), LANE_TOKEN: self.token},
+        }
         conn = self._connect()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -419,8 +432,9 @@ class HostLane(ShellBox):
             conn.close()
         for reader in readers:  # a detached child may keep a pipe open: read what came, do not wait for it
             reader.join(2.0)
-        ended = time.time()
-        if code is not None and code < 0:
+        if host_deadline:
+            code = None  # abandoned at the harness's deadline, as a `docker exec` is
+        elif code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it as a shell (and `docker exec`) does
         return ExecResult(
             argv=list(argv),
@@ -428,8 +442,7 @@ class HostLane(ShellBox):
             stdout=b"".join(out).decode("utf-8", "replace"),
             stderr=b"".join(err).decode("utf-8", "replace"),
             started=started,
-            ended=ended,
-            timed_out=host_deadline or exec_timed_out(code, ended - started, limit),
+            ended=time.time(),
         )
 
     def read_bytes(self, path: str) -> bytes | None:
@@ -437,11 +450,11 @@ class HostLane(ShellBox):
         done = self.exec(["sh", "-c", 'test -f "$1" && exec base64 -w0 -- "$1"', "read", path], 60)
         return base64.b64decode(done.stdout) if done.exit_code == 0 else None
 
-    def processes(self) -> list[dict[str, Any]]:
+    def processes(self) -> list[ProcessRow]:
         """The lane's processes (its mount namespace only), with pid, ppid, sid, stat, args; fails closed."""
         if not self.running:
             raise HostRuntimeFailure(f"lane {self.spec.name}: cannot list processes, its namespace holder is gone")
-        return [{"pid": p.pid, "ppid": p.ppid, "sid": p.sid, "stat": p.state, "args": p.args} for p in self._members()]
+        return [ProcessRow(pid=p.pid, ppid=p.ppid, sid=p.sid, stat=p.state, args=p.args) for p in self._members()]
 
     def listening_ports(self) -> set[int]:
         """TCP ports in LISTEN state (the host's network namespace, which the lane shares)."""
@@ -508,3 +521,151 @@ def _same_process(pid: int, start_time: int) -> bool:
     except OSError:
         return False
     return parse_stat(text)[4] == start_time
+
+
+# ---- the runtime ------------------------------------------------------------------------------------------------
+def host_gpus(requested: str, dev: Path = Path("/dev")) -> bool:
+    """Whether host lanes can be given GPUs (NVIDIA device nodes); explicit GPUs without them are refused."""
+    present = (dev / "nvidiactl").exists()
+    if requested not in ("auto", "none") and not present:
+        raise PreflightError(f"--vsnap-gpus={requested}: this host has no NVIDIA device (/dev/nvidiactl); use none")
+    return present
+
+
+def host_image_id(python: str, info: package_probe.PackageInfo) -> str:
+    """What stands for an image ID with the host runtime: the interpreter and the vllm it imports."""
+    key = json.dumps([os.path.realpath(python), info.get("package_dir"), info.get("vllm"), info.get("torch")])
+    return "host-python:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class HostRuntime:
+    """``--vsnap-runtime=host``: each lane host processes of its arm's Python, in a mount namespace of its own."""
+
+    name = "host"
+    engine_options = ("--vsnap-python", "--vsnap-base-python")
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.settings = settings
+        self.root = settings.host_root
+
+    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+        given = [f"--vsnap-{n}" for n in ("image", "base-image") if parsed.get("vsnap_" + n.replace("-", "_"))]
+        if given:
+            raise EngineOptionError(
+                f"{', '.join(given)} cannot be used with --vsnap-runtime=host (no containers): the host runtime "
+                "qualifies the vllm of --vsnap-python (and --vsnap-base-python for the base arm)"
+            )
+        # The arm's engine environment is its Python: the image fields carry its path through the evidence.
+        base = parsed.get("vsnap_base_python")
+        return str(parsed.get("vsnap_python") or default_python), str(base) if base else None
+
+    def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
+        """Root and the tools lanes need, each Python's vllm, criu and vllm on the lanes' PATH."""
+        problems = check_host(self.root)
+        if problems:
+            raise PreflightError("--vsnap-runtime=host: " + "; ".join(problems))
+        present = host_gpus(config.gpus)
+        # host lanes inherit this process's CUDA_VISIBLE_DEVICES (a scheduler's allocation): choose within it
+        available = gpus_mod.host_gpus(honour_cuda_visible=True) if present and config.gpus != "none" else None
+        result = lane_gpu_result(config, present, available, overlay)
+        for python, option in ((config.image, "--vsnap-python"), (config.base_image, "--vsnap-base-python")):
+            if not python:
+                continue
+            env = host_environment(python, {}, result.gpus)
+            try:
+                done = subprocess.run(
+                    [python, "-c", package_probe.SCRIPT],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=config.timeouts["exec"],
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                raise PreflightError(
+                    f"{option}: {python} did not locate vllm within {config.timeouts['exec']:.0f} s"
+                ) from None
+            info = (package_probe.parse(done.stdout) if done.returncode == 0 else None) or {}
+            if not info.get("package_dir"):
+                raise PreflightError(
+                    f"{option}: {python} cannot import vllm (exit {done.returncode}): "
+                    f"{(done.stderr or done.stdout).strip()[-300:]!r}; give the Python of an environment with vllm"
+                )
+            for tool in ("criu", "vllm"):
+                if shutil.which(tool, path=env["PATH"]) is None:
+                    raise PreflightError(
+                        f"{option}: {tool} not found on the lanes' PATH ({env['PATH']}); "
+                        + (
+                            "put the criu kit's sbin/ on PATH (docker/criu/export.sh)"
+                            if tool == "criu"
+                            else "install vllm into that Python's environment (its console script)"
+                        )
+                    )
+            result.images[python] = host_image_id(python, info)
+            result.packages[python] = info
+        return result
+
+    def image(self, ref: str, pre: PreflightResult) -> ImageInfo:
+        """What the evidence records as the "image" of a host-runtime arm: its Python and the vllm it imports."""
+        info = pre.packages[ref]
+        return ImageInfo(
+            id=pre.images[ref],
+            repo_digests=[],
+            labels={
+                "ai.vsnap.runtime": "host",
+                "ai.vsnap.python": os.path.realpath(ref),
+                "ai.vsnap.vllm-package": str(info.get("package_dir")),
+            },
+            platform=f"host/{platform.machine()}",
+        )
+
+    def start(self, spec: BoxSpec) -> HostLane:
+        # no overlay binds: on the host the checkout is what the Python imports (verified, not mounted)
+        return HostLane.start(
+            HostSpec(
+                name=spec.name,
+                labels=spec.labels,
+                environment=host_environment(spec.engine, spec.environment, spec.gpus),
+                binds=list(spec.binds),
+                root=self.root,
+            )
+        )
+
+    def sweep(self, *, session: str | None = None, owner: str | None = None) -> list[str]:
+        # a session's lanes are its owner's (one lane directory per lane, owner recorded); with no owner, the
+        # lanes of owners that are gone
+        return sweep(self.root, owner=owner)
+
+    def host_facts(self) -> dict[str, Any]:
+        return {"docker_version": None}
+
+    def gpu_capable(self) -> bool:
+        return (Path("/dev") / "nvidiactl").exists()
+
+    def close(self) -> None:
+        return None
+
+    def reachable(self) -> CheckResult:
+        problems = check_host(self.root)
+        if problems:
+            return CheckResult("host lanes", "FAIL", "; ".join(problems), "run as root with util-linux installed")
+        return CheckResult("host lanes", "PASS", f"root, unshare and nsenter present; lanes under {self.root}")
+
+    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+        out = []
+        for key, label in (("vsnap_python", "python"), ("vsnap_base_python", "base python")):
+            python = opts.get(key) or (sys.executable if key == "vsnap_python" else None)
+            if not python:
+                continue
+            env = host_environment(str(python), {}, "none")
+            found = {tool: shutil.which(tool, path=env["PATH"]) for tool in ("criu", "vllm")}
+            missing = [tool for tool, where in found.items() if where is None]
+            out.append(
+                CheckResult(
+                    f"{label} tools",
+                    "FAIL" if missing else "PASS",
+                    f"missing on the lanes' PATH: {', '.join(missing)}" if missing else f"{found}",
+                    "put the criu kit's sbin/ on PATH (docker/criu/export.sh) and install vllm into that Python",
+                )
+            )
+        return out

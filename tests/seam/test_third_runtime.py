@@ -1,0 +1,114 @@
+"""The runtime seam holds: a third runtime, one module registered from outside the harness
+(``tests/seam/memory_runtime.py``, loaded with ``-p``), runs the qualification suites' lifecycle unchanged, and a
+run on a runtime other than Docker never imports the docker SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+#: A plugin that records, as the session ends, whether the docker SDK was ever imported in this process.
+SPY = """
+import json, os, sys
+
+def pytest_unconfigure(config):
+    with open(os.environ["VSNAP_TEST_MODULES"], "w") as out:
+        json.dump(sorted(m for m in sys.modules if m == "docker" or m.startswith("docker.")), out)
+"""
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
+    (tmp_path / "spy_plugin.py").write_text(SPY)
+    report = tmp_path / "report"
+    modules = tmp_path / "modules.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(tmp_path), str(ROOT)]),
+        "VSNAP_TEST_MODULES": str(modules),
+    }
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", str(ROOT / "suites"), "-p", "memory_runtime", "-p", "spy_plugin",
+            "-p", "no:cacheprovider", "--vsnap-runtime=memory", "--vsnap-image=memory:head",
+            "--vsnap-base-image=memory:base", "--vsnap-model=org/tiny", f"--vsnap-revision={REVISION}",
+            "--vsnap-expect=base", "--vsnap-base-expect=base", "--vsnap-soak=0.5", "--vsnap-cleanup-grace=1",
+            f"--vsnap-report-dir={report}", *args,
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    results = json.loads((report / "results.json").read_text()) if (report / "results.json").exists() else {}
+    return done, results, json.loads(modules.read_text()) if modules.exists() else ["(not recorded)"]
+
+
+def test_a_runtime_registered_from_outside_runs_the_whole_lifecycle(tmp_path: Path) -> None:
+    done, results, docker_modules = _run(tmp_path, "-m", "not fault")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    steps = {(s["lane"], s["step"]): s for s in results["steps"]}
+    for lane in ("v1-head", "v2-head", "v1-base", "v2-base"):
+        for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2"):
+            assert steps[(lane, step)]["outcome"] == "passed", (lane, step, steps[(lane, step)]["message"])
+    restore = steps[("v1-head", "restore-1")]["results"]
+    assert all(c["bit_exact"] for c in restore["canary_compare"]) and len(restore["canary_compare"]) == 6
+    assert restore["digest_compare"]["unchanged"] == 3 and restore["kv_tokens"] == 4096
+    assert steps[("v1-base", "vs-head")]["outcome"] == "passed"
+    assert results["verdict"]["status"] == "pass" and "narrowed" in results["verdict"]["headline"]
+    environment = next(lane["environment"] for lane in results["lanes"] if lane["environment"])
+    assert environment["container_id"].startswith("memory:"), "the runtime's own box identity is recorded"
+    assert docker_modules == [], f"a memory-runtime run imported the docker SDK: {docker_modules}"
+
+
+def test_the_endpoint_is_the_runtimes_not_the_lanes_port(tmp_path: Path) -> None:
+    """The memory box publishes each lane port under another local port: every request the harness made went
+    there, so nothing assumes it reaches the box's own port number on loopback."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import memory_runtime
+    except ValueError:  # registered already by another import in this process
+        memory_runtime = sys.modules["memory_runtime"]
+    finally:
+        sys.path.remove(str(HERE))
+    from vsnap_qual.box import Bind, BoxSpec
+
+    spec = BoxSpec(name="n", engine="e", image_id="i", labels={}, environment={},
+                   binds=[Bind("/vsnap/control", tmp_path, read_only=False)])  # fmt: skip
+    box = memory_runtime.MemoryBox(spec)
+    host, real = box.endpoint(18000)
+    assert (host, box.endpoint(18000)[1]) == ("127.0.0.1", real) and real != 18000
+
+
+def test_the_docker_sdk_is_not_imported_on_the_way_to_a_host_lane() -> None:
+    """Everything a host-runtime run loads (plugin, config, preflight, the host runtime, the lane, the steps, the
+    faults, the report) loads no docker SDK."""
+    code = (
+        "import sys, vsnap_qual.plugin, vsnap_qual.runtimes.host, vsnap_qual.lane, vsnap_qual.faults, "
+        "vsnap_qual.injection, vsnap_qual.doctor, vsnap_qual.report, vsnap_qual.cli\n"
+        "from vsnap_qual import runtimes\n"
+        "runtimes.create('host')\n"
+        "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith('docker.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    docker = subprocess.run(
+        [sys.executable, "-c", code.replace("'host'", "'docker'")], capture_output=True, text=True, cwd=ROOT,
+        timeout=120,
+    )  # fmt: skip
+    assert "'docker'" in docker.stdout, "the check sees the SDK when the Docker runtime is chosen"
+
+
+@pytest.mark.parametrize("name", ["docker", "host"])
+def test_a_name_already_taken_is_refused(name: str) -> None:
+    from vsnap_qual import runtimes
+
+    with pytest.raises(ValueError, match="already registered"):
+        runtimes.register(name, lambda settings: None)  # type: ignore[arg-type,return-value]

@@ -1,0 +1,192 @@
+"""What an engine left behind, as functions of a lane's box: the strict stop of a server's tree, the cleanup audit
+after a stop or a failure (processes, ports, the GPU, ``/dev/shm``), and which lane a leftover belongs to.
+
+Audits fail closed: an error while auditing (the box cannot list its processes, a probe fails) is a failed audit
+that names the error, never an audit that saw nothing. With host PID and IPC namespaces several lanes share the
+PIDs and ``/dev/shm``; a process is its PID *and* its start time, and a ``/dev/shm`` entry belongs to the lane that
+saw it appear first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+from vsnap_qual import checks, engine
+from vsnap_qual.box import Box, ProcessRow, ShmEntry
+from vsnap_qual.model import CleanupAudit, LeftoverProcess
+
+LINK_REMAP = "link_remap."
+
+
+def link_remaps(entries: Sequence[ShmEntry]) -> str:
+    """CRIU's ``/dev/shm/link_remap.*`` entries of a listing, one line each, sorted (the audit's inventory)."""
+    return "".join(f"{line}\n" for line in sorted(e.line for e in entries if e.name.startswith(LINK_REMAP)))
+
+
+@dataclass
+class ServerHandle:
+    """A running engine server (ordinary or restored) and what was recorded about it."""
+
+    port: int
+    root_pid: int
+    pids: list[int] = field(default_factory=list)
+    log_in_box: str | None = None
+    #: The tree as recorded at stop: {"pid", "start_time", "cmdline", "gpu_holder"} per process.
+    tree: list[LeftoverProcess] = field(default_factory=list)
+
+
+@dataclass
+class AuditScope:
+    """What a lane's audits know besides its box: its name, the grace, whether it has GPUs, its ``/dev/shm``
+    baseline, and the run's claim directory (which lane saw a shared ``/dev/shm`` entry appear first)."""
+
+    lane: str
+    grace: float
+    gpus: bool
+    claims: Path
+    link_remaps_baseline: str = ""
+
+
+def session_pids(box: Box, root_pid: int, procs: list[ProcessRow] | None = None) -> list[int]:
+    """The root's tree: its descendants and every process of its session."""
+    procs = box.processes() if procs is None else procs
+    sid = next((p["sid"] for p in procs if p["pid"] == root_pid), None)
+    tree = {root_pid}
+    changed = True
+    while changed:
+        changed = False
+        for p in procs:
+            if p["pid"] not in tree and (p["ppid"] in tree or (sid is not None and p["sid"] == sid)):
+                tree.add(p["pid"])
+                changed = True
+    return sorted(pid for pid in tree if any(p["pid"] == pid for p in procs))
+
+
+def port_listening(box: Box, port: int, listening: set[int] | None = None) -> bool:
+    """A listener on the port, as seen in the box's network namespace (and from here when a connect proves one;
+    with published ports Docker's proxy answers even when nothing listens)."""
+    if port in (box.listening_ports() if listening is None else listening):
+        return True
+    if not box.connect_proves_listener:
+        return False
+    host, mapped = box.endpoint(port)
+    return engine.port_open(mapped, host)
+
+
+def strict_stop(box: Box, handle: ServerHandle, grace: float, cuda_holders: Sequence[int]) -> list[LeftoverProcess]:
+    """SIGTERM the server's whole tree; what is still alive ``grace`` seconds later (same PID *and* start time)
+    is a leftover: recorded with its command line and whether it holds the GPU, then SIGKILLed. The manifest's
+    CUDA holders count as GPU holders when the server is the snapshot's restored tree."""
+    pids = sorted(set(handle.pids) | set(session_pids(box, handle.root_pid)))
+    if not pids:
+        return []
+    seen = box.terminate(pids, grace)
+    handle.pids = pids
+    holders = set(seen.gpu_apps) | set(cuda_holders)
+    tree = {t.pid: t for t in seen.tree}
+    leftovers: list[LeftoverProcess] = []
+    for pid, state, start in seen.survivors:
+        known = tree.get(pid)
+        if known is None or known.start_time != start or state == "Z":
+            continue  # gone (a zombie, or the PID reused by another process)
+        leftovers.append(
+            LeftoverProcess(
+                pid=pid, start_time=known.start_time, cmdline=known.cmdline, gpu_holder=pid in holders, state=state
+            )
+        )
+    handle.tree = [
+        LeftoverProcess(pid=t.pid, start_time=t.start_time, cmdline=t.cmdline, gpu_holder=t.pid in holders)
+        for t in seen.tree
+    ]
+    return cast(list[LeftoverProcess], checks.order_leftovers(leftovers))
+
+
+def cleanup_audit(box: Box, scope: AuditScope, pids: list[int], ports: list[int]) -> CleanupAudit:
+    """After a stop: recorded PIDs gone, ports closed, GPU idle, link-remap inventory at its baseline."""
+    try:
+        return _audit(box, scope, pids, ports)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return CleanupAudit(
+            pids=pids,
+            ports=ports,
+            pids_gone=False,
+            ports_closed=False,
+            gpu_idle=None,
+            link_remaps_equal=False,
+            ok=False,
+            error=error,
+            detail=f"the audit itself failed: {error}",
+        )
+
+
+def _audit(box: Box, scope: AuditScope, pids: list[int], ports: list[int]) -> CleanupAudit:
+    deadline = time.monotonic() + scope.grace
+    while True:
+        alive, listening = box.look(pids)
+        open_ports = [p for p in ports if port_listening(box, p, listening)]
+        if (not alive and not open_ports) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    gpu_idle: bool | None = None
+    if scope.gpus:
+        apps = box.gpu_apps()
+        if apps is not None:
+            ours = set(pids) | {p["pid"] for p in box.processes()}  # other lanes may share the GPU
+            gpu_idle = not (apps & ours)
+    remaps = link_remaps(box.shm())
+    audit = CleanupAudit(
+        pids=pids,
+        pids_alive=alive,
+        pids_gone=not alive,
+        ports=ports,
+        ports_open=open_ports,
+        ports_closed=not open_ports,
+        gpu_idle=gpu_idle,
+        link_remaps_equal=remaps == scope.link_remaps_baseline,
+    )
+    audit.update(attribute_link_remaps(box, scope, remaps))
+    if not audit["link_remaps_equal"] and not audit["link_remaps_ours"]:
+        audit["link_remaps_equal"] = True  # changed only by others (another lane or session): named, not ours
+    audit["ok"] = checks.audit_ok(alive, open_ports, gpu_idle, bool(audit["link_remaps_equal"]))
+    return audit
+
+
+def attribute_link_remaps(box: Box, scope: AuditScope, listing: str) -> CleanupAudit:
+    """Entries of ``/dev/shm/link_remap.*`` new since this lane's baseline, each attributed to the lane that
+    first saw it appear (a claim file in the report directory, shared by every lane of the run): with host
+    IPC namespaces ``/dev/shm`` is shared, so one lane's leak must not be reported as every lane's."""
+    baseline = set(scope.link_remaps_baseline.splitlines())
+    new = [e for e in listing.splitlines() if e and e not in baseline]
+    transient: list[str] = []
+    deadline = time.monotonic() + scope.grace
+    while new and time.monotonic() < deadline:
+        # /dev/shm is the host's: another CRIU dump in flight (another lane, session or tool) has its link
+        # remaps there for a moment. A leak stays; an entry that goes within the grace was not a leak.
+        time.sleep(0.5)
+        now = set(link_remaps(box.shm()).splitlines())
+        transient += [e for e in new if e not in now]
+        new = [e for e in new if e in now]
+    scope.claims.mkdir(parents=True, exist_ok=True)
+    ours: list[str] = []
+    others: dict[str, list[str]] = {}
+    for entry in new:
+        claim = scope.claims / entry.replace("/", "_").replace("|", "_")
+        try:
+            with open(claim, "x") as fh:
+                fh.write(scope.lane)
+            owner = scope.lane
+        except FileExistsError:
+            owner = claim.read_text().strip() or "?"
+        (ours.append(entry) if owner == scope.lane else others.setdefault(owner, []).append(entry))
+    return CleanupAudit(
+        lane=scope.lane,
+        link_remaps_new=new,
+        link_remaps_ours=ours,
+        link_remaps_others=others,
+        link_remaps_transient=transient,
+    )

@@ -1,0 +1,344 @@
+"""Where a lane's engine runs, declared once: the :class:`Box` protocol and the value types every runtime shares.
+
+A *box* is one lane's long-lived environment (a Docker container, a host lane in a mount namespace of its own, a
+pod of a runtime registered from a conftest). Everything the lane, its steps and its faults do to the engine goes
+through these methods; nothing above this module knows which runtime made the box. This module is neutral: it
+imports no runtime (so a host-runtime run never loads the docker SDK).
+
+Two bounds hold on every command a box runs: coreutils ``timeout`` inside the box and a deadline in the harness
+(``HOST_GRACE_S`` past it), so a step fails within its budget whatever the engine does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TypedDict
+
+from vsnap_qual.contract import Purpose
+
+LABEL_SESSION = "ai.vsnap.session"
+LABEL_LANE = "ai.vsnap.lane"
+LABEL_OWNER = "ai.vsnap.owner"  # "<hostname>:<pid>" of the pytest process that owns the box
+HOST_GRACE_S = 8.0  # harness deadline = in-box timeout + 8 s (a step fails within its budget + 10 s)
+
+
+class RuntimeFailure(RuntimeError):
+    """A runtime could not do what a step asked; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """One finished command in a box."""
+
+    argv: list[str]
+    exit_code: int | None  # None: the harness's deadline passed and the command was abandoned
+    stdout: str
+    stderr: str
+    started: float
+    ended: float
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+    def tail(self, lines: int = 30) -> str:
+        text = (self.stderr or self.stdout).rstrip()
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def exec_timed_out(code: int | None, seconds: float, timeout: float) -> bool:
+    """Whether a command wrapped in coreutils ``timeout`` ran out of time: abandoned by the harness's deadline
+    (``code`` None), ``timeout``'s own 124, or 137 (its ``--kill-after`` SIGKILL) only once the deadline had
+    passed; a 137 before it is a process killed by someone else (OOM killer, a stop), not a timeout."""
+    if code is None:
+        return True
+    return code == 124 or (code == 137 and seconds >= timeout)
+
+
+def bounded(argv: list[str], timeout: float) -> list[str]:
+    """``argv`` under coreutils ``timeout`` (the in-box bound; SIGKILL 10 s after SIGTERM)."""
+    return ["timeout", "--signal=TERM", "--kill-after=10", f"{max(timeout, 1.0):.0f}s", *argv]
+
+
+class ProcessRow(TypedDict):
+    """One process of a box, numbered as the box itself numbers it."""
+
+    pid: int
+    ppid: int
+    sid: int
+    stat: str
+    args: str
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """A process of a stopped tree as recorded when the stop began: with host PID namespaces a PID is reused by
+    other processes, so a process is its PID *and* its start time (``/proc/PID/stat`` field 22)."""
+
+    pid: int
+    start_time: str
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class Termination:
+    """What a strict stop (SIGTERM to a tree, up to a grace, then SIGKILL) saw: the GPU's compute apps as it began,
+    the tree, and the survivors of the grace (pid, state, start time), before the harness's SIGKILL."""
+
+    gpu_apps: frozenset[int]
+    tree: tuple[TreeEntry, ...]
+    survivors: tuple[tuple[int, str, str], ...]
+
+
+@dataclass(frozen=True)
+class ShmEntry:
+    """A file of the box's ``/dev/shm``: CRIU's ``link_remap.*``, Python's ``psm_*`` segments, ``sem.*``."""
+
+    name: str
+    device: str
+    inode: str
+    mode: str
+    size: int
+
+    @property
+    def line(self) -> str:
+        """``/dev/shm/NAME|device|inode|mode|size``: the entry as the evidence records it (the same name may be a
+        new file later, with another inode)."""
+        return f"/dev/shm/{self.name}|{self.device}|{self.inode}|{self.mode}|{self.size}"
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU as ``nvidia-smi`` lists it inside the box."""
+
+    name: str
+    uuid: str
+    driver: str
+    memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class BoxFacts:
+    """What the box says of itself when it starts: CRIU's version line, ``CUDA_VERSION``, the GPUs it sees."""
+
+    criu: str | None
+    cuda: str | None
+    gpus: tuple[GpuRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the harness records and checks of an arm's engine: an image, or the host runtime's Python."""
+
+    id: str
+    repo_digests: list[str]
+    labels: dict[str, str]
+    platform: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A path of the harness's machine mounted at ``target`` in a box."""
+
+    target: str
+    source: Path
+    read_only: bool = True
+
+
+@dataclass
+class BoxSpec:
+    """What a lane's box looks like; built by the lane from the validated configuration."""
+
+    name: str
+    engine: str  # the arm's engine as the user named it: an image reference, the host runtime's Python
+    image_id: str  # what preflight resolved it to (an image ID), for a runtime that pins it
+    labels: dict[str, str]
+    environment: dict[str, str]
+    binds: list[Bind] = field(default_factory=list)
+    #: binds of the overlay's files over the image's modules (a runtime that imports the checkout in place
+    #: leaves them out: the host runtime's Python imports the checkout itself)
+    overlay_binds: list[Bind] = field(default_factory=list)
+    privileges: str = "privileged"
+    gpus: str = "none"  # "none" | "all" | "GPU-<uuid>"
+    ports: tuple[int, ...] = ()
+    purpose: Purpose = "lifecycle"
+
+
+class ControlDir(Protocol):
+    """The lane's control directory (``contract.CONTROL`` in the box): what the probe writes and the harness reads
+    (imports, loaded, fired records), what the harness writes and the probe reads (arming), engine logs. Read and
+    written through the box's runtime, so a box on another machine works as well as a local bind mount."""
+
+    def write_json(self, name: str, payload: object) -> None: ...
+    def read_text(self, name: str) -> str | None: ...
+    def remove(self, name: str) -> None: ...
+    def names(self, pattern: str) -> list[str]: ...
+    def local_copy(self, name: str) -> Path | None:
+        """A file of this machine holding ``name``'s bytes (the file itself when the directory is local)."""
+        ...
+
+
+class Box(Protocol):
+    """Everything a lane needs from where its engine runs. Implemented by each runtime (``vsnap_qual.runtimes``);
+    :class:`vsnap_qual.runtimes.shell.ShellBox` implements the process-level operations over ``exec`` for any box
+    with a POSIX shell and ``/proc``."""
+
+    @property
+    def name(self) -> str:
+        """How messages name the box (``container vsnap-…``, ``lane vsnap-…``)."""
+        ...
+
+    @property
+    def id(self) -> str:
+        """The environment's identity: unchanged by :meth:`restart` (a container ID, a host lane's name)."""
+        ...
+
+    @property
+    def host_pid_namespace(self) -> bool:
+        """Whether the box's PIDs are PIDs of the harness's machine (host PID namespace, or the host runtime)."""
+        ...
+
+    @property
+    def connect_proves_listener(self) -> bool:
+        """Whether a connect to :meth:`endpoint` succeeds only while something listens in the box (false where a
+        proxy accepts for published ports)."""
+        ...
+
+    # -- commands -----------------------------------------------------------------------------------------------
+    def exec(
+        self, argv: list[str], timeout: float, *, env: Mapping[str, str] | None = None, log: Path | None = None
+    ) -> ExecResult:
+        """Run ``argv`` to completion under both bounds; stream its output to ``log`` as it comes."""
+        ...
+
+    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
+        """A POSIX shell script in the box (the fault layer's injections use it)."""
+        ...
+
+    def spawn(self, argv: list[str], log_path: str, *, env: Mapping[str, str] | None = None) -> int:
+        """Start ``argv`` detached in a session of its own, output to ``log_path`` (a box path); its PID."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """A file's bytes as the box sees it; None when it does not exist or is not a regular file."""
+        ...
+
+    def read_text(self, path: str) -> str: ...
+    def tail(self, path: str, lines: int) -> str: ...
+    def ensure_dir(self, path: str, mode: int = 0o700) -> None: ...
+    def remove_path(self, path: str) -> None: ...
+
+    # -- processes and listeners ------------------------------------------------------------------------------
+    def processes(self) -> list[ProcessRow]:
+        """The box's processes. Fails closed: raises :class:`RuntimeFailure` when they cannot be listed (an empty
+        list would tell a stop or an audit that nothing runs)."""
+        ...
+
+    def listening_ports(self) -> set[int]:
+        """TCP ports in LISTEN state in the box's network namespace."""
+        ...
+
+    def look(self, pids: list[int]) -> tuple[list[int], set[int]]:
+        """In one round trip: which of ``pids`` exist, and the LISTEN ports."""
+        ...
+
+    def identify(self, pids: list[int]) -> dict[int, str]:
+        """The start time of each of ``pids`` that exists."""
+        ...
+
+    def terminate(self, pids: list[int], grace: float) -> Termination:
+        """SIGTERM ``pids``; what is still alive (same PID and start time) ``grace`` seconds later is reported,
+        then SIGKILLed."""
+        ...
+
+    def tasks_held(self, ids: set[int]) -> list[str]:
+        """Which of these PIDs/TIDs name any task (a zombie, a thread of another process), as ``PID name state
+        tgid ppid``: what CRIU's ``clone3(set_tid)`` meets."""
+        ...
+
+    def shm(self) -> list[ShmEntry]:
+        """The box's ``/dev/shm`` (fails with :class:`RuntimeFailure` when it cannot be listed)."""
+        ...
+
+    def gpu_apps(self) -> set[int] | None:
+        """The PIDs ``nvidia-smi`` lists as compute apps; None when the box has no ``nvidia-smi``."""
+        ...
+
+    def facts(self, gpus: bool) -> BoxFacts:
+        """CRIU's version, ``CUDA_VERSION`` and (``gpus``) the GPUs, as the box sees them."""
+        ...
+
+    # -- the environment --------------------------------------------------------------------------------------
+    def endpoint(self, port: int) -> tuple[str, int]:
+        """Where the harness reaches the box's ``port`` over TCP."""
+        ...
+
+    def control(self) -> ControlDir: ...
+
+    def restart(self, stop_timeout: int = 20) -> None:
+        """Stop and start the same environment: every process gone, the filesystem (the artifact) kept."""
+        ...
+
+    def remove(self) -> None: ...
+
+
+# ---- ownership: which process started a box (a sweep removes boxes of owners that are gone) -------------------
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_alive(owner: str) -> bool:
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's session: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lane_labels(session: str, lane: str) -> dict[str, str]:
+    """The labels every box of a lane carries: its session, its lane and its owner."""
+    return {LABEL_SESSION: session, LABEL_LANE: lane, LABEL_OWNER: owner_label()}
+
+
+# ---- the harness's own machine ----------------------------------------------------------------------------------
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports (all sockets held open until every port is chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def listening_ports(proc_net_tcp: str) -> set[int]:
+    """The LISTEN ports of a ``/proc/net/tcp{,6}`` listing (other lines are ignored)."""
+    ports = set()
+    for line in proc_net_tcp.splitlines():
+        cols = line.split()
+        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
+            ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports

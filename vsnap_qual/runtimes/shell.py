@@ -1,0 +1,207 @@
+"""The process-level operations of :class:`vsnap_qual.box.Box` for any box with a POSIX shell and ``/proc``: each
+one shell script run through the box's own ``exec`` (one round trip each), so a runtime only brings ``exec``,
+``read_bytes``, ``processes``, ``restart``, ``remove`` and ``endpoint``. The Docker and host runtimes build on it;
+a runtime that can do better (the host runtime reads the host's ``/proc`` directly) overrides a method.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from vsnap_qual.box import (
+    BoxFacts,
+    ControlDir,
+    ExecResult,
+    GpuRow,
+    ProcessRow,
+    RuntimeFailure,
+    ShmEntry,
+    Termination,
+    TreeEntry,
+    listening_ports,
+)
+
+#: state and start time of process $p (after the comm field, which may hold spaces and parentheses)
+_IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"
+_GPU_APPS = "nvidia-smi --query-compute-apps=pid --format=csv,noheader"
+_GPUS = "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader"
+_SHM = "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f|%D|%i|%m|%s\\n' | sort"
+
+
+def _pids(pids: list[int]) -> str:
+    return " ".join(str(int(p)) for p in pids)
+
+
+def parse_shm(text: str) -> list[ShmEntry]:
+    """``find -printf '%f|%D|%i|%m|%s'`` lines as entries (malformed lines are left out)."""
+    entries = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == 5 and parts[4].isdigit():
+            entries.append(ShmEntry(parts[0], parts[1], parts[2], parts[3], int(parts[4])))
+    return entries
+
+
+def parse_gpus(csv: str) -> list[GpuRow]:
+    """``nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader`` rows."""
+    rows = []
+    for line in csv.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) >= 4 and cols[1].startswith("GPU-"):
+            mib = cols[3].split()[0] if cols[3].split() else ""
+            rows.append(GpuRow(cols[0], cols[1], cols[2], int(mib) if mib.isdigit() else None))
+    return rows
+
+
+def parse_termination(stdout: str) -> Termination:
+    """The strict stop script's report: ``gpu PID`` lines (compute apps as it began), ``id PID STATE START
+    CMDLINE`` (the tree), ``left PID STATE START`` (alive after the grace, before SIGKILL)."""
+    gpu: set[int] = set()
+    tree: dict[int, TreeEntry] = {}
+    left: list[tuple[int, str, str]] = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if parts[:1] == ["gpu"] and len(parts) > 1 and parts[1].isdigit():
+            gpu.add(int(parts[1]))
+        elif parts[:1] == ["id"] and len(parts) >= 4 and parts[1].isdigit():
+            tree[int(parts[1])] = TreeEntry(int(parts[1]), parts[3], " ".join(parts[4:]))
+        elif parts[:1] == ["left"] and len(parts) >= 4 and parts[1].isdigit():
+            left.append((int(parts[1]), parts[2], parts[3]))
+    return Termination(frozenset(gpu), tuple(tree.values()), tuple(left))
+
+
+class ShellBox:
+    """A box's process-level operations as shell scripts over its ``exec``. Subclasses implement ``exec``,
+    ``read_bytes``, ``processes``, ``restart``, ``remove``, ``endpoint`` and ``control``."""
+
+    def exec(
+        self, argv: list[str], timeout: float, *, env: Mapping[str, str] | None = None, log: Path | None = None
+    ) -> ExecResult:
+        raise NotImplementedError
+
+    def read_bytes(self, path: str) -> bytes | None:
+        raise NotImplementedError
+
+    def processes(self) -> list[ProcessRow]:
+        raise NotImplementedError
+
+    def control(self) -> ControlDir:
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    # -- commands -------------------------------------------------------------------------------------------------
+    def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
+        return self.exec(["sh", "-c", script], timeout, env=env)
+
+    def spawn(self, argv: list[str], log_path: str, *, env: Mapping[str, str] | None = None) -> int:
+        pidfile = f"{log_path}.pid"
+        script = (
+            f'mkdir -p "$(dirname {shlex.quote(log_path)})"; '
+            f"setsid {shlex.join(argv)} </dev/null >>{shlex.quote(log_path)} 2>&1 & "
+            f"echo $! > {shlex.quote(pidfile)}"
+        )
+        result = self.exec(["sh", "-c", script], 30.0, env=env)
+        if result.exit_code != 0:
+            raise RuntimeFailure(f"could not start {argv[0]} in {self.name}: {result.tail()}")
+        return int(self.read_text(pidfile).strip())
+
+    def read_text(self, path: str) -> str:
+        data = self.read_bytes(path)
+        return "" if data is None else data.decode("utf-8", "replace")
+
+    def tail(self, path: str, lines: int) -> str:
+        return self.sh(f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null; true", 30).stdout
+
+    def ensure_dir(self, path: str, mode: int = 0o700) -> None:
+        done = self.sh(f"mkdir -p -m {mode:o} {shlex.quote(path)}", 30)
+        if done.exit_code != 0:
+            raise RuntimeFailure(f"cannot create {path} in {self.name}: {done.tail()}")
+
+    def remove_path(self, path: str) -> None:
+        done = self.sh(f"rm -rf {shlex.quote(path)}", 120)
+        if done.exit_code != 0:
+            raise RuntimeFailure(f"cannot remove {path} in {self.name}: {done.tail()}")
+
+    # -- processes and listeners ------------------------------------------------------------------------------
+    def listening_ports(self) -> set[int]:
+        return listening_ports(self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", 20.0).stdout)
+
+    def look(self, pids: list[int]) -> tuple[list[int], set[int]]:
+        script = (
+            f"for p in {_pids(pids)}; do [ -d /proc/$p ] && echo pid $p; done; "
+            "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true"
+        )
+        result = self.sh(script, 30)
+        if result.exit_code != 0:
+            raise RuntimeFailure(f"cannot probe processes and ports in {self.name}: {result.tail()}")
+        alive = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("pid ")]
+        return alive, listening_ports(result.stdout)
+
+    def identify(self, pids: list[int]) -> dict[int, str]:
+        if not pids:
+            return {}
+        start = "$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
+        script = f'for p in {_pids(pids)}; do [ -r /proc/$p/stat ] && echo "$p {start}"; done; true'
+        found = {}
+        for line in self.sh(script, 30).stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit():
+                found[int(parts[0])] = parts[1]
+        return found
+
+    def terminate(self, pids: list[int], grace: float) -> Termination:
+        if not pids:
+            return Termination(frozenset(), (), ())
+        listed = _pids(pids)
+        script = (
+            f"command -v nvidia-smi >/dev/null 2>&1 && {_GPU_APPS} 2>/dev/null | sed 's/^ */gpu /'; "
+            f"for p in {listed}; do [ -r /proc/$p/stat ] && echo \"id $p $({_IDENT}) $(tr '\\0' ' ' "
+            '< /proc/$p/cmdline)"; done; '
+            f"end=$(( $(date +%s%N) / 1000000 + {int(grace * 1000)} )); kill -TERM {listed} 2>/dev/null; "
+            "while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do left=; "
+            f'for p in {listed}; do [ -r /proc/$p/stat ] && [ "$({_IDENT} | cut -c1)" != Z ] && left=1; done; '
+            '[ -z "$left" ] && break; sleep 0.05; done; '
+            f'for p in {listed}; do [ -r /proc/$p/stat ] && echo "left $p $({_IDENT})"; done; '
+            f"kill -KILL {listed} 2>/dev/null; true"
+        )
+        return parse_termination(self.sh(script, grace + 30).stdout)
+
+    def tasks_held(self, ids: set[int]) -> list[str]:
+        if not ids:
+            return []
+        script = (
+            f"for p in {_pids(sorted(ids))}; do [ -e /proc/$p ] && "
+            "{ printf '%s ' $p; awk -F'\t' '/^(Name|State|Tgid|PPid):/{printf \"%s \", $2}' /proc/$p/status "
+            "2>/dev/null; echo; }; done; true"
+        )
+        return [line.strip() for line in self.sh(script, 15).stdout.splitlines() if line.strip()]
+
+    def shm(self) -> list[ShmEntry]:
+        listing = self.sh(_SHM, 30)
+        if listing.exit_code != 0:
+            raise RuntimeFailure(f"cannot list /dev/shm in {self.name}: exit {listing.exit_code} {listing.tail()}")
+        return parse_shm(listing.stdout)
+
+    def gpu_apps(self) -> set[int] | None:
+        listing = self.sh(f"command -v nvidia-smi >/dev/null || exit 127; {_GPU_APPS}", 30)
+        if listing.exit_code == 127:
+            return None
+        if listing.exit_code != 0:
+            raise RuntimeFailure(f"nvidia-smi cannot list compute apps: exit {listing.exit_code} {listing.tail()}")
+        return {int(x) for x in listing.stdout.split() if x.strip().isdigit()}
+
+    def facts(self, gpus: bool) -> BoxFacts:
+        script = (
+            "printf '%s\\n' \"$(criu --version 2>/dev/null | head -n1)\"; printenv CUDA_VERSION || echo; "
+            + (f"{_GPUS} 2>/dev/null; " if gpus else "")
+            + "true"
+        )
+        lines = self.sh(script, 30).stdout.splitlines()
+        criu = lines[0].strip() if lines and lines[0].strip() else None
+        cuda = lines[1].strip() if len(lines) > 1 and lines[1].strip() else None
+        return BoxFacts(criu, cuda, tuple(parse_gpus("\n".join(lines[2:]))) if gpus else ())
