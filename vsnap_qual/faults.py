@@ -5,7 +5,7 @@ Hooks inside the engine are armed through the lane's control directory (``faults
 when the hooked worker method runs: the environment is frozen into the snapshot at create, so it cannot carry a
 trigger). The other kinds act on what the contract checks: the environment, a captured PID, the port, the
 artifact's files. Each kind has one :class:`Injector` (built in, or added with its faults from a conftest through
-the ``vsnap_add_faults`` hook into the session's :class:`FaultCatalogue`); every fault runs through the one
+the ``pytest_vsnap_add_faults`` hook into the session's :class:`FaultCatalogue`); every fault runs through the one
 sequence of :func:`run_fault`; the injector decides from the harness's own evidence whether it fired, and a fault
 that did not fire fails as an ineffective injection. :func:`judge` is pure. The lane-side tools the injectors use
 are :mod:`vsnap_qual.injection`; the fault layer sees its lane only through :class:`FaultLane`.
@@ -380,7 +380,7 @@ BUILTIN_INJECTORS: Mapping[str, Injector] = {
 
 class FaultCatalogue:
     """The session's faults: the built-in table (``procedure.FAULTS``) and those a conftest or plugin adds through
-    the ``vsnap_add_faults`` hook (``docs/adding-a-fault.md``), with one injector per kind."""
+    the ``pytest_vsnap_add_faults`` hook (``docs/adding-a-fault.md``), with one injector per kind."""
 
     def __init__(self, faults: Iterable[Fault] = (), injectors: Mapping[str, Injector] | None = None) -> None:
         self._faults: dict[str, Fault] = {}
@@ -429,7 +429,7 @@ class FaultCatalogue:
         except KeyError:
             raise ValueError(
                 f"fault {fault.id!r}: no injector for kind {fault.kind!r} (known: {', '.join(self._injectors)}); "
-                "add the fault with its injector in a vsnap_add_faults hook (docs/adding-a-fault.md)"
+                "add the fault with its injector in a pytest_vsnap_add_faults hook (docs/adding-a-fault.md)"
             ) from None
 
 

@@ -11,11 +11,11 @@ if TYPE_CHECKING:
 
 
 @pytest.hookspec
-def vsnap_add_faults(catalogue: FaultCatalogue) -> None:
+def pytest_vsnap_add_faults(catalogue: FaultCatalogue) -> None:
     """Add fault points to the session's catalogue, from a ``conftest.py`` or a plugin: each one entry
     (``procedure.Fault``: id, title, kind, head and base expectations) and, for a kind of its own, its injector::
 
-        def vsnap_add_faults(catalogue):
+        def pytest_vsnap_add_faults(catalogue):
             catalogue.add(Fault("lock-held", "a stale restore lock file", "lock", head=Expect(1, False, None, True)),
                           injector=HoldLockFile())
 

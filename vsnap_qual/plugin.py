@@ -42,7 +42,7 @@ from vsnap_qual.steps import OrdinaryReference
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
-FAULTS_KEY = pytest.StashKey[FaultCatalogue]()  # the session's faults: built-in and added (vsnap_add_faults)
+FAULTS_KEY = pytest.StashKey[FaultCatalogue]()  # the session's faults: built-in and added (pytest_vsnap_add_faults)
 PEERS_KEY = pytest.StashKey[dict[str, OrdinaryReference]]()  # lane name -> ordinary reference, within one worker
 ACTIVE_KEY = pytest.StashKey[str]()  # why the plugin is active (vsnap_qual.plugin.active)
 PREFLIGHT_FILE = "preflight.json"
@@ -66,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """vsnap-qual's own hooks (``vsnap_qual.hookspecs``): ``vsnap_add_faults`` adds fault points from a conftest."""
+    """vsnap-qual's own hooks (``vsnap_qual.hookspecs``): ``pytest_vsnap_add_faults`` adds fault points from a conftest."""
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -126,7 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     config.stash[CONFIG_KEY] = qual
     catalogue = FaultCatalogue.builtin()
-    config.hook.vsnap_add_faults(catalogue=catalogue)
+    config.hook.pytest_vsnap_add_faults(catalogue=catalogue)
     config.stash[FAULTS_KEY] = catalogue
     _CONFIG["config"] = config
     workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
@@ -419,7 +419,7 @@ def vsnap_runtime(vsnap_config: QualConfig) -> Iterator[runtimes.Runtime]:
 
 @pytest.fixture(scope="session")
 def vsnap_faults(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> FaultCatalogue:
-    """The session's faults: the built-in table and those added through the ``vsnap_add_faults`` hook."""
+    """The session's faults: the built-in table and those added through the ``pytest_vsnap_add_faults`` hook."""
     return request.config.stash[FAULTS_KEY]
 
 

@@ -93,3 +93,20 @@ def make_overlay(tmp_path: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return checkout
+
+
+def check_items(results: dict) -> dict:
+    """What a qualification concluded, less times and ids: the verdict's status and counts, every check with its
+    items' judgements, every step's outcome, the coverage. Two runs of the same configuration on the same images
+    must agree on all of it."""
+    verdict = results["verdict"]
+    return {
+        "status": verdict["status"],
+        "counts": verdict["counts"],
+        "checks": [
+            {"id": c["id"], "ok": c["ok"], "status": c["status"], "items": [[i["id"], i["ok"]] for i in c["items"]]}
+            for c in verdict["checks"]
+        ],
+        "steps": sorted([s["runner"], s["arm"], s.get("purpose"), s["step"], s["outcome"]] for s in results["steps"]),
+        "coverage": {k: verdict["coverage"][k] for k in ("required", "passed", "failed", "not_reached", "left_out")},
+    }

@@ -11,7 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
-from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD, image_file, labelled_containers, make_overlay, run_suite
+from suite_helpers import (
+    REFERENCE_BASE,
+    REFERENCE_HEAD,
+    check_items,
+    image_file,
+    labelled_containers,
+    make_overlay,
+    run_suite,
+)
 
 pytestmark = pytest.mark.docker
 SECRET = "secret-value-123"
@@ -213,3 +221,17 @@ def test_an_overlay_that_breaks_restored_weights_fails_canary_and_digests(tmp_pa
     assert "parameter digests differ" in restore["message"] and compare["changed"][0] in restore["message"]
     if not all(c["ok"] for c in restore["results"]["canary_compare"]):
         assert "canary differs from the ordinary reference" in restore["message"]
+
+
+GOLDEN = Path(__file__).parent / "golden" / "make-qualify-check-items.json"
+
+
+def test_make_qualify_concludes_as_recorded(tmp_path, reference_images):
+    """`make qualify`'s own configuration (the reference profile, the base arm, -n 2) reaches the recorded verdict,
+    checks, items, step outcomes and coverage, less times and ids: recorded from a run of main before the runtime
+    seam restructure (0cb1647), so a change that moves any judgement shows here. A deliberate change of what the
+    qualification concludes updates the golden file in the same commit, saying why."""
+    run = run_suite(tmp_path / "report", "-n", "2", f"--vsnap-base-image={REFERENCE_BASE}")
+    assert run.returncode == 0, run.output[-6000:]
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert check_items(results) == json.loads(GOLDEN.read_text())

@@ -357,7 +357,7 @@ def test_adding_an_injector_over_a_built_in_kind_is_refused():
         catalogue.add(Fault("y", "y", "unknown", head=expect))
     catalogue.add(Fault("z", "z", "hook", head=expect, hook_point="wake-raise"))  # a built-in kind
     assert catalogue.injector_for(catalogue.faults[-1]) is INJECTORS["hook"]
-    with pytest.raises(ValueError, match="no injector for kind 'other'.*vsnap_add_faults"):
+    with pytest.raises(ValueError, match="no injector for kind 'other'.*pytest_vsnap_add_faults"):
         catalogue.injector_for(Fault("w", "w", "other", head=expect))
 
 
@@ -374,7 +374,7 @@ def test_the_documented_conftest_example_works(lane, touch_fails):
     conftest: dict[str, Any] = {"__name__": "conftest"}
     exec(compile(_doc_example(), "adding-a-fault.md", "exec"), conftest)
     catalogue = FaultCatalogue.builtin()
-    conftest["vsnap_add_faults"](catalogue=catalogue)
+    conftest["pytest_vsnap_add_faults"](catalogue=catalogue)
     fault = next(f for f in catalogue.faults if f.id == "lock-held")
     assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)], catalogue.ids)
     lane.box.fail_touch = touch_fails
