@@ -66,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """vsnap-qual's own hooks (``vsnap_qual.hookspecs``): ``pytest_vsnap_add_faults`` adds fault points from a conftest."""
+    """vsnap-qual's own hooks (``vsnap_qual.hookspecs``): ``pytest_vsnap_add_faults`` adds fault points."""
     pluginmanager.add_hookspecs(hookspecs)
 
 
