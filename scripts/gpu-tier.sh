@@ -5,7 +5,7 @@
 # driver and a Python with CUDA torch, pytest and requests, and no network (the lent H200): everything else comes
 # from CARRY, made on a machine with Docker and a network by `scripts/gpu-tier.sh --prepare CARRY`.
 #
-#   scripts/gpu-tier.sh --prepare CARRY     # here: criu kit tarball + the wheels the GPU host lacks (docker SDK)
+#   scripts/gpu-tier.sh --prepare CARRY     # here: the criu kit tarball (the host runtime needs no docker SDK)
 #   scripts/gpu-tier.sh CARRY OUT [pytest args...]    # there: installs into a scratch prefix, qualifies -> OUT/
 #
 # Env: PYTHON (default python3), PREFIX (default /tmp/vsnap-gpu-tier), VSNAP_GPU_TIER_RUNNERS (default v1,v2),
@@ -16,10 +16,8 @@ log() { echo "gpu-tier: $*" >&2; }
 
 if [ "${1:-}" = "--prepare" ]; then
   carry=${2:?usage: gpu-tier.sh --prepare CARRY}
-  mkdir -p "$carry/whl"
+  mkdir -p "$carry"
   bash "$here/docker/criu/export.sh" "$carry" || exit 1
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$carry/whl" docker==7.1.0 || exit 1
   du -sh "$carry"
   exit 0
 fi
@@ -58,15 +56,12 @@ tar -C "$here" --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./
 here="$prefix/src"
 cd "$here" || exit 2
 tar -C "$prefix" -xzf "$carry/vsnap-criu-kit.tar.gz" || { log "no criu kit in $carry"; exit 2; }
-# `import docker.errors`, not `import docker`: this checkout's docker/ folder (image recipes) is a namespace package
-if ! (cd / && "$python" -c 'import docker.errors') 2>/dev/null; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$prefix/site" "$carry"/whl/*.whl || exit 2
-fi
+# No docker SDK here: the host runtime never imports it (vsnap_qual/runtimes/; tests/seam checks sys.modules).
 options="$(bash "$here/scripts/host-reference.sh" "$python" "$prefix/ref")" || exit 2
 
 export PATH="$prefix/vsnap-criu/sbin:$prefix/vsnap-criu/bin:$PATH:$prefix/ref/sim/bin"
 export CRIU_CUDA_PLUGIN_DIR="$prefix/vsnap-criu/lib/criu"
-export PYTHONPATH="$prefix/site:$here"  # carried wheels, then the harness (the copy); lanes drop it
+export PYTHONPATH="$here"  # the harness (the copy); lanes drop it
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $commit"

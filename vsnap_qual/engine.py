@@ -106,7 +106,12 @@ def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) ->
     digests: dict[str, Digest] = {}
     for rank, worker in enumerate(results):
         for name, info in worker.items():
-            digests[name if rank == 0 else f"rank{rank}:{name}"] = Digest(**info)
+            digests[name if rank == 0 else f"rank{rank}:{name}"] = Digest(
+                sha256=info.get("sha256"),
+                shape=list(info.get("shape") or []),
+                dtype=str(info.get("dtype")),
+                source=info.get("source", "parameter"),
+            )
     return digests
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -147,7 +148,7 @@ OVERLAY_NOT_IMPORTED = "overlaid, not imported by the engine"  # no engine proce
 OVERLAY_NOT_IN_EFFECT = "not in effect"
 
 
-def file_finding(item: dict[str, Any]) -> tuple[str, str]:
+def file_finding(item: OverlayFileResult) -> tuple[str, str]:
     """How one overlaid file fared, as (status, plain sentence): ``item`` is a step's ``files`` entry
     (``relative``, ``host_sha256``, ``imported`` [{pid, role, path, sha256}], ``fresh_import`` {exit_code, path,
     sha256}). A file no engine process imported (a new helper, or code of the ``vllm`` command's own process,
@@ -189,7 +190,7 @@ def file_finding(item: dict[str, Any]) -> tuple[str, str]:
     return OVERLAY_IN_EFFECT, f"{name}: in effect in {processes} ({roles}) and a fresh import"
 
 
-def findings_line(files: list[dict[str, Any]]) -> tuple[bool, str]:
+def findings_line(files: Sequence[OverlayFileResult]) -> tuple[bool, str]:
     """Whether the overlay is in effect (no file ``not in effect``) and one plain line saying what was found."""
     found = [file_finding(f) for f in files]
     bad = [text for status, text in found if status == OVERLAY_NOT_IN_EFFECT]

@@ -176,7 +176,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     lanes = qual.lanes
 
-    class LaneScheduling(LoadScopeScheduling):
+    class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type information
         def _split_scope(self, nodeid: str) -> str:
             return lane_group(nodeid, lanes) or nodeid
 

@@ -99,13 +99,21 @@ def test_host_runtime_judges_injected_failures(host_target, tmp_path):
         assert "still_held" not in (res.get("captured_id_waits") or {}).get("after_fault", {}), (arm, res)  # type: ignore[union-attr]
 
 
-CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane)."""
+CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane); records at the
+end whether the docker SDK was ever imported (the host runtime must not need it: the H200 has none)."""
+import json
 import os
 import shutil
+import sys
 
 
 def pytest_sessionstart(session):
     shutil.rmtree(os.environ["VSNAP_TIER_DOOMED"])
+
+
+def pytest_unconfigure(config):
+    with open(os.environ["VSNAP_TIER_MODULES"], "w") as out:
+        json.dump(sorted(m for m in sys.modules if m == "docker" or m.startswith("docker.")), out)
 '''
 
 
@@ -125,7 +133,7 @@ def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
     out, prefix = tmp_path / "out", tmp_path / "prefix"
     env = {**os.environ, "PYTHON": sys.executable, "PREFIX": str(prefix), "VSNAP_GPU_TIER_RUNNERS": "v1",
            "VSNAP_GPU_MEMORY_UTILIZATION": "0.5",  # the harness default: the tier's 0.05 is for an H200's 141 GB
-           "VSNAP_TIER_DOOMED": str(checkout)}  # fmt: skip
+           "VSNAP_TIER_DOOMED": str(checkout), "VSNAP_TIER_MODULES": str(tmp_path / "modules.json")}  # fmt: skip
     tier = [
         "bash", str(checkout / "scripts" / "gpu-tier.sh"), str(carry), str(out),
         "-p", "tier_chaos", "-k", "head and ordinary",
@@ -140,6 +148,7 @@ def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
     assert str(prefix / "src" / "suites") in str(plan["selection"]), "the harness ran from the prefix's copy"
     host = (out / "host.txt").read_text()
     assert "commit: c0ffee (exported tree)" in host, host
+    assert json.loads((tmp_path / "modules.json").read_text()) == [], "the GPU tier imported the docker SDK"
 
 
 PROBE_CHAOS_PLUGIN = '''"""Removes the --vsnap-probe-dir tree after the first lane started (as a re-sent tree would)."""

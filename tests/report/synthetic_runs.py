@@ -160,11 +160,9 @@ def fault_evidence(
     fault: procedure.Fault, behaviour: str, cleanup: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A fault step's ``expected``, ``observed`` and ``cleanup`` as a run that met the real expectation table
-    (``faults.EXPECTATIONS``) records them: many expected values are "no" (HTTP never bound, the base arm's
+    (``procedure.FAULTS``' expectations) records them: many expected values are "no" (HTTP never bound, the base arm's
     missing hook never fired, the truncated image not unchanged, base SIGTERM's cleanup recorded, not judged)."""
-    from vsnap_qual import faults
-
-    want = faults.EXPECTATIONS[behaviour][fault.id]
+    want = fault.expect(behaviour)
     phase = want.error_phase if want.error_phase not in (None, "absent") else None
     exit_code = want.exit_code if isinstance(want.exit_code, int) else 1
     observed = {
