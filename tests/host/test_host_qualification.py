@@ -99,8 +99,8 @@ def test_host_runtime_judges_injected_failures(host_target, tmp_path):
         assert "still_held" not in (res.get("captured_id_waits") or {}).get("after_fault", {}), (arm, res)  # type: ignore[union-attr]
 
 
-CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane); records at the
-end whether the docker SDK was ever imported (the host runtime must not need it: the H200 has none)."""
+CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane); records
+at the end whether the docker SDK was ever imported (the host runtime must not need it: the H200 has none)."""
 import json
 import os
 import shutil
