@@ -152,9 +152,9 @@ class QualConfig:
                 values.append(inline if sep else (args[i + 1] if i + 1 < len(args) else ""))
         return [v for v in values if len(v) >= 4]
 
-    def public_options(self) -> dict[str, Any]:
+    def public_options(self) -> dict[str, object]:
         """Options as recorded in the evidence (paths and tuples made JSON-friendly)."""
-        out: dict[str, Any] = {}  # JSON of the session record: every option's value
+        out: dict[str, object] = {}
         for key, value in self.__dict__.items():
             if isinstance(value, Path):
                 value = str(value)

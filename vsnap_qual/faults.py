@@ -116,13 +116,13 @@ class Injector:
     #: fires through a probe hook point: a command that died before reaching it says why (the judge quotes it)
     through_hook: bool = False
 
-    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
+    def inject(self, run: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
         raise NotImplementedError
 
     def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         raise NotImplementedError
 
-    def release(self, run: FaultLane, injected: dict[str, Any]) -> None:
+    def release(self, run: FaultLane, injected: dict[str, object]) -> None:
         """Undo the injection (default: nothing to undo)."""
 
     # ---- the rest of the sequence (defaults) --------------------------------------------------------------
@@ -196,9 +196,9 @@ class Attempt:
     captured: set[int]  # the snapshot's captured PIDs
     obs: Observation = field(default_factory=Observation)
     env: dict[str, str] = field(default_factory=dict)  # added to the faulted command's environment
-    injected: dict[str, Any] = field(default_factory=dict)  # the injection's evidence (results.injected)
+    injected: dict[str, object] = field(default_factory=dict)  # the injection's evidence (results.injected)
     ignore: set[int] = field(default_factory=set)  # the injection's own processes: not vLLM's leftovers
-    state: dict[str, Any] = field(default_factory=dict)  # the injector's own objects for this attempt
+    state: dict[str, object] = field(default_factory=dict)  # the injector's own objects for this attempt
 
 
 # ---- the built-in kinds -----------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ class EnvDriftInjector(Injector):
     """``env``: an extra ``VLLM_*`` variable at restore; fired when the restore process's own environment held
     it (recorded by the shell that then ``exec``s the restore), whatever the engine did with it."""
 
-    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
+    def inject(self, run: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
         env[DRIFT_NAME] = DRIFT_VALUE
         injected["env"] = f"{DRIFT_NAME}={DRIFT_VALUE}"
 
@@ -302,17 +302,23 @@ class PidInjector(Injector):
         injected["pid_cursor_moved"] = holder.cursor_moved or move_pid_cursor_past(run.box, at.captured)
         at.ignore.add(holder.pid)
 
+    @staticmethod
+    def holder(at: Attempt) -> PidHolder | None:
+        holder = at.state.get("holder")
+        return holder if isinstance(holder, PidHolder) else None
+
     def at_restore_start(self, at: Attempt) -> None:
-        holder: PidHolder = at.state["holder"]
-        at.injected["held_at_restore"] = at.run.pid_alive(holder.pid)  # held at the moment the restore starts
+        holder = self.holder(at)
+        at.injected["held_at_restore"] = holder is not None and at.run.pid_alive(holder.pid)  # as the restore starts
 
     @contextlib.contextmanager
     def restoring(self, at: Attempt) -> Iterator[None]:
         yield
-        at.injected["held_after_restore"] = at.run.pid_alive(at.state["holder"].pid)  # and still when it ended
+        holder = self.holder(at)
+        at.injected["held_after_restore"] = holder is not None and at.run.pid_alive(holder.pid)  # and when it ended
 
     def end(self, at: Attempt) -> None:
-        holder: PidHolder | None = at.state.get("holder")
+        holder = self.holder(at)
         if holder is not None and holder.where in ("container", "host"):
             holder.release()
 
@@ -344,7 +350,7 @@ class ManifestInjector(Injector):
 
     undo_before_followup = True
 
-    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
+    def inject(self, run: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
         corrupt_manifest(run.box)
         injected["manifest"] = "schema_version=2"
 
@@ -358,7 +364,7 @@ class ImageInjector(Injector):
 
     undo_before_followup = True
 
-    def inject(self, run: FaultLane, injected: dict[str, Any], env: dict[str, str]) -> None:
+    def inject(self, run: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
         injected["truncated"] = truncate_image(run.box)
 
     def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from vsnap_qual.model import ImportedModule, OverlayCheckout, OverlayFileResult
+from vsnap_qual.model import FreshImport, ImportedModule, OverlayCheckout, OverlayFileResult
 
 
 class OverlayError(ValueError):
@@ -113,21 +112,31 @@ def collect(checkout: Path, ref: str, explicit: tuple[str, ...] = ()) -> list[Ov
     return files
 
 
-def imported(reports: list[dict[str, Any]], files: list[OverlayFile], package_dir: str) -> list[OverlayFileResult]:
-    """Each overlaid file as the engine processes imported it, from the probe's ``imports-<pid>.json`` reports
-    (``{"pid", "role", "modules": {module: {"path", "sha256"}}}``, JSON the probe wrote)."""
+def _module_seen(report: Mapping[str, object], module: str) -> ImportedModule | None:
+    """One process's report of ``module`` (``{"pid", "role", "modules": {module: {"path", "sha256"}}}``, JSON the
+    probe wrote), or None when that process did not import it."""
+    modules = report.get("modules")
+    entry = modules.get(module) if isinstance(modules, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    pid, role = report.get("pid"), report.get("role")
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) else None
+
+    return ImportedModule(
+        pid=pid if isinstance(pid, int) else None, role=text(role), path=text(entry.get("path")),
+        sha256=text(entry.get("sha256")),
+    )  # fmt: skip
+
+
+def imported(
+    reports: Sequence[Mapping[str, object]], files: list[OverlayFile], package_dir: str
+) -> list[OverlayFileResult]:
+    """Each overlaid file as the engine processes imported it, from the probe's ``imports-<pid>.json`` reports."""
     results = []
     for item in files:
-        seen = [
-            ImportedModule(
-                pid=r.get("pid"),
-                role=r.get("role"),
-                path=r["modules"][item.module].get("path"),
-                sha256=r["modules"][item.module].get("sha256"),
-            )
-            for r in reports
-            if isinstance(r.get("modules"), dict) and item.module in r["modules"]
-        ]
+        seen = [found for r in reports if (found := _module_seen(r, item.module)) is not None]
         results.append(
             OverlayFileResult(
                 host_path=str(item.host_path),
@@ -156,7 +165,7 @@ def file_finding(item: OverlayFileResult) -> tuple[str, str]:
     an engine process imported with other bytes, or that a fresh interpreter cannot import as overlaid, is."""
     name = str(item.get("relative") or item.get("module") or "?")
     want = str(item.get("host_sha256") or "")
-    fresh = item.get("fresh_import") or {}
+    fresh = item.get("fresh_import") or FreshImport(exit_code=None, path=None, sha256=None)
     imported = list(item.get("imported") or [])
     wrong = [i for i in imported if i.get("sha256") != want]
     if wrong:

@@ -13,7 +13,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import pytest
 
@@ -81,12 +81,19 @@ class OrdinaryReference:
     kv_tokens: int | None
 
 
+class FieldChange(TypedDict):
+    """One field of ``vllm snapshot inspect``'s output that changed: its values (any JSON vLLM printed)."""
+
+    before: object
+    after: object
+
+
 @dataclass
 class InspectChanged:
     """The first step after which ``vllm snapshot inspect`` printed something else, and what changed."""
 
     step: str
-    changes: dict[str, dict[str, Any]]  # field -> {"before", "after"}: values of vLLM's manifest (any JSON)
+    changes: dict[str, FieldChange]
 
 
 @dataclass
@@ -375,7 +382,7 @@ def restore(run: LaneTools, rec: StepEvidence, n: int) -> None:
     )
 
 
-def inspect_changes(run: LaneTools, rec: StepEvidence, name: str) -> dict[str, dict[str, Any]]:
+def inspect_changes(run: LaneTools, rec: StepEvidence, name: str) -> dict[str, FieldChange]:
     """``vllm snapshot inspect`` again: the fields that differ from what the inspect step printed."""
     result = run.snapshot_inspect(rec, name=name)
     try:

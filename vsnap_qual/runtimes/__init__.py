@@ -81,7 +81,7 @@ class Runtime(Protocol):
         that are gone. Returns their names."""
         ...
 
-    def host_facts(self) -> dict[str, Any]:
+    def host_facts(self) -> dict[str, str | None]:
         """Facts of the machine the boxes run on, for the session record (e.g. ``docker_version``)."""
         ...
 

@@ -86,27 +86,28 @@ def resolve_image(client: DockerClient, ref: str, pull_timeout: float = 900.0) -
         pass
     except docker.errors.APIError as exc:
         raise RuntimeFailure(f"cannot look up image {ref!r}: {exc.explanation}") from None
-    outcome: dict[str, Any] = {}  # the pulling thread's image or error
+    pulled: list[Any] = []  # the docker SDK's image, once pulled
+    failed: list[docker.errors.DockerException] = []
 
     def pull() -> None:
         try:
-            outcome["image"] = client.images.pull(ref)
+            pulled.append(client.images.pull(ref))
         except docker.errors.DockerException as exc:
-            outcome["error"] = exc
+            failed.append(exc)
 
     worker = threading.Thread(target=pull, daemon=True)
     worker.start()
     worker.join(pull_timeout)
     if worker.is_alive():
         raise RuntimeFailure(f"image {ref!r} is not local and pulling it did not finish in {pull_timeout:.0f} s")
-    if "error" in outcome:
-        err = outcome["error"]
+    if failed:
+        err = failed[0]
         detail = getattr(err, "explanation", None) or str(err)
         raise RuntimeFailure(
             f"image {ref!r} is not present locally and could not be pulled ({detail}). Build or load it "
             "first (for the reference engine: `make reference`), or `docker login` to its registry."
         )
-    return outcome["image"]
+    return pulled[0]
 
 
 def engine_version(client: DockerClient) -> str | None:
@@ -621,7 +622,7 @@ class DockerRuntime:
     def sweep(self, *, session: str | None = None, owner: str | None = None) -> list[str]:
         return sweep(self.client, session, owner)
 
-    def host_facts(self) -> dict[str, Any]:
+    def host_facts(self) -> dict[str, str | None]:
         return {"docker_version": engine_version(self.client)}
 
     def gpu_capable(self) -> bool:

@@ -636,7 +636,7 @@ class HostRuntime:
         # lanes of owners that are gone
         return sweep(self.root, owner=owner)
 
-    def host_facts(self) -> dict[str, Any]:
+    def host_facts(self) -> dict[str, str | None]:
         return {"docker_version": None}
 
     def gpu_capable(self) -> bool:

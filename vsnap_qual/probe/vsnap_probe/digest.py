@@ -96,7 +96,7 @@ def reconstruct_packed_weight(layer: Any, empty: Any) -> Any | None:
     return weight
 
 
-def parameter_records(model: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+def parameter_records(model: Any) -> Iterator[tuple[str, dict[str, object]]]:
     """``(name, record)`` for every entry of ``model.named_parameters()``."""
     for name, param in model.named_parameters():
         data = param.detach()
@@ -111,7 +111,7 @@ def parameter_records(model: Any) -> Iterator[tuple[str, dict[str, Any]]]:
                 },
             )
             continue
-        record: dict[str, Any] = {
+        record: dict[str, object] = {
             "sha256": None,
             "shape": list(data.shape),
             "dtype": dtype_name(data.dtype),
@@ -135,7 +135,7 @@ def parameter_records(model: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield name, record
 
 
-def param_digests(model: Any) -> dict[str, dict[str, Any]]:
+def param_digests(model: Any) -> dict[str, dict[str, object]]:
     """All parameter records of a model, keyed by parameter name (``named_parameters()`` order)."""
     return dict(parameter_records(model))
 
@@ -154,7 +154,7 @@ def worker_model(worker: Any) -> Any:
 class DigestExtension:
     """Worker extension (``--worker-extension-cls vsnap_probe.digest.DigestExtension``)."""
 
-    def vsnap_param_digests(self) -> dict[str, dict[str, Any]]:
+    def vsnap_param_digests(self) -> dict[str, dict[str, object]]:
         """``{name: {"sha256", "shape", "dtype", "source"}}`` over the worker model's
         ``named_parameters()``."""
         return param_digests(worker_model(self))

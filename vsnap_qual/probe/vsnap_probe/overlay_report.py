@@ -115,9 +115,9 @@ def loaded_module(name: str) -> Any:
     return module
 
 
-def imported_modules(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+def imported_modules(names: Iterable[str]) -> dict[str, dict[str, object]]:
     """``{name: {"path", "sha256"}}`` for the names present in ``sys.modules`` (or run as ``__main__``)."""
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, dict[str, object]] = {}
     for name in names:
         module = loaded_module(name)
         if module is None:
