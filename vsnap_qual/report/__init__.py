@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual.redact import Redactor
 from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, SCHEMA, assemble_file, load_results
-from vsnap_qual.report.redact import Redactor
 
 __all__ = [
     "EVIDENCE_FILE",

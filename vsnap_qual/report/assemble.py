@@ -9,48 +9,21 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
 from vsnap_qual import model, procedure
+from vsnap_qual.clock import utc_stamp
+from vsnap_qual.evidence import EVIDENCE_FILE, Evidence, read_evidence
+
+__all__ = ["EVIDENCE_FILE", "RESULTS_FILE", "SCHEMA", "Evidence", "assemble_file", "load_results", "read_evidence"]
 
 SCHEMA = model.SCHEMA
-EVIDENCE_FILE = "evidence.jsonl"
 RESULTS_FILE = "results.json"
 
 #: The lifecycle steps in the order the report shows them; fault steps (``fault:<id>``) follow.
 CORE_STEPS: tuple[str, ...] = procedure.DISPLAY_ORDER
 _ARM_ORDER = ("head", "base")
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """The parsed lines of an evidence file."""
-
-    records: list[dict[str, Any]]
-    malformed_lines: int = 0
-
-
-def read_evidence(path: Path) -> Evidence:
-    """Parse ``evidence.jsonl``; a torn last line (the run was killed mid-write) is counted, not fatal."""
-    records: list[dict[str, Any]] = []
-    malformed = 0
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                malformed += 1
-                continue
-            if isinstance(record, dict) and isinstance(record.get("kind"), str):
-                records.append(record)
-            else:
-                malformed += 1
-    return Evidence(records, malformed)
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -92,10 +65,6 @@ def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
     seen = list(dict.fromkeys(values))
     first = [v for v in preferred if v in seen]
     return first + [v for v in seen if v not in first]
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> model.Results:
@@ -177,7 +146,7 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,
-        "generated": _now(),
+        "generated": utc_stamp(),
         "run": run,
         "verdict": {},
         "runners": runners,

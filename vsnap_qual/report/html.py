@@ -14,11 +14,11 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from vsnap_qual.redact import Redactor
 from vsnap_qual.report import figures
 from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, step_label
 from vsnap_qual.report.frames import DIGEST_COLUMNS, UNOBSERVABLE, Comparisons, compare_all, records
 from vsnap_qual.report.markdown import SIMULATED_LABEL
-from vsnap_qual.report.redact import Redactor
 from vsnap_qual.report.verdict import recorded_checks
 
 #: Lines of each log shown inline; the full log is linked.

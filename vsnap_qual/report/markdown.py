@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vsnap_qual.redact import Redactor
 from vsnap_qual.report.assemble import as_dict, as_list, option_value
 from vsnap_qual.report.frames import Comparisons, compare_all, records
-from vsnap_qual.report.redact import Redactor
 from vsnap_qual.report.verdict import recorded_checks
 
 #: GitHub step summaries and Buildkite annotations reject larger bodies (1 MiB); stay clearly below.
