@@ -566,6 +566,8 @@ class Lane(TypedDict):
     arm: str
     #: the lane's environment the views show: its lifecycle container's (else the last one recorded)
     environment: Environment | None
+    #: the lane's other containers' environments (its faults container's), in the order they were recorded
+    other_environments: NotRequired[list[Environment]]
 
 
 class CheckItem(TypedDict):

@@ -74,7 +74,8 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
     malformed."""
     session: model.SessionRecord | None = None
     session_end: model.SessionEndRecord | None = None
-    environments: dict[tuple[str, str], model.Environment] = {}
+    # by the container it describes: lane and purpose (a lane's lifecycle and faults run in two), last one kept
+    environments: dict[tuple[str, str | None], model.Environment] = {}
     steps: list[model.Step] = []
     plans: list[model.PlanRecord] = []
     harness_errors: list[model.HarnessError] = []
@@ -95,7 +96,9 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
         elif record["kind"] == "session_end":
             session_end = record
         elif record["kind"] == "environment":
-            environments[(record["runner"], record["arm"])] = cast(model.Environment, _without_kind(record))
+            box = (record.get("lane") or f"{record['runner']}-{record['arm']}", record.get("purpose"))
+            environments.pop(box, None)  # a container's later record replaces its earlier one, in the record order
+            environments[box] = cast(model.Environment, _without_kind(record))
         elif record["kind"] == "step":
             steps.append(cast(model.Step, _without_kind(record)))
         elif record["kind"] == "plan":
@@ -111,11 +114,11 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
     configured_runners = (
         [str(r).strip() for r in configured if str(r).strip()] if isinstance(configured, (list, tuple)) else []
     )
-    lane_keys = [(s["runner"], s["arm"]) for s in steps] + list(environments)
+    lane_keys = [(s["runner"], s["arm"]) for s in steps] + [(e["runner"], e["arm"]) for e in environments.values()]
     runners = _ordered([r for r, _ in lane_keys], configured_runners)
     arms = _ordered([a for _, a in lane_keys], _ARM_ORDER)
     lanes = [
-        model.Lane(runner=runner, arm=arm, environment=environments.get((runner, arm)))
+        _lane(runner, arm, [e for e in environments.values() if (e["runner"], e["arm"]) == (runner, arm)])
         for runner in runners
         for arm in arms
         if (runner, arm) in set(lane_keys)
@@ -176,6 +179,19 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
         harness_errors=found["harness_errors"],
         evidence=found["evidence"],
     )
+
+
+def _lane(runner: str, arm: str, environments: list[model.Environment]) -> model.Lane:
+    """A lane and the environments of its containers: the lifecycle container's is the one the views show
+    (else the last recorded); the others follow it."""
+    shown = next((e for e in reversed(environments) if e.get("purpose") == "lifecycle"), None)
+    if shown is None and environments:
+        shown = environments[-1]
+    lane = model.Lane(runner=runner, arm=arm, environment=shown)
+    others = [e for e in environments if e is not shown]
+    if others:
+        lane["other_environments"] = others
+    return lane
 
 
 def _without_kind(record: Mapping[str, object]) -> dict[str, object]:
