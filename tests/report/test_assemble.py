@@ -11,7 +11,8 @@ from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual import model, procedure
 from vsnap_qual.report import write_reports
-from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, option_value, read_evidence
+from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, read_evidence
+from vsnap_qual.report.recorded import option_value
 
 
 def test_complete_run_has_the_documented_shape(report_dir: Path) -> None:

@@ -1,7 +1,9 @@
 """Assemble ``results.json`` (schema ``vsnap-qual/results@1``) from the run's ``evidence.jsonl``.
 
-The evidence file is the only input (docs/design.md §4). A run that was killed has no ``session_end`` record;
-its results are marked incomplete and name the last step that reached the evidence file.
+The evidence file is the only input (docs/design.md §4); each of its lines is read as the model once, here
+(``report.parse``). A run that was killed has no ``session_end`` record; its results are marked incomplete and
+name the last step that reached the evidence file. The run's comparisons (``frames.compare_all``) are computed
+once: the verdict is judged from them, and :func:`assemble` hands them on to the views.
 """
 
 from __future__ import annotations
@@ -9,57 +11,43 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from vsnap_qual import model, procedure
 from vsnap_qual.clock import utc_stamp
 from vsnap_qual.evidence import EVIDENCE_FILE, Evidence, read_evidence
 from vsnap_qual.report import parse
+from vsnap_qual.report.frames import Comparisons, compare_all
+from vsnap_qual.report.verdict import judge
 
-__all__ = ["EVIDENCE_FILE", "RESULTS_FILE", "SCHEMA", "Evidence", "assemble_file", "load_results", "read_evidence"]
+__all__ = [
+    "EVIDENCE_FILE",
+    "RESULTS_FILE",
+    "SCHEMA",
+    "Assembled",
+    "Evidence",
+    "assemble",
+    "assemble_file",
+    "assemble_results",
+    "load_results",
+    "read_evidence",
+]
 
 SCHEMA: Final = model.SCHEMA
 RESULTS_FILE = "results.json"
 
-#: The lifecycle steps in the order the report shows them; fault steps (``fault:<id>``) follow.
-CORE_STEPS: tuple[str, ...] = procedure.DISPLAY_ORDER
 _ARM_ORDER = ("head", "base")
 
 
-def as_dict(value: Any) -> dict[str, Any]:
-    """``value`` if the evidence holds an object there, else ``{}``: odd evidence never crashes a report."""
-    return value if isinstance(value, dict) else {}
+@dataclass(frozen=True)
+class Assembled:
+    """A run's ``results.json`` and the comparisons its verdict was judged from (the views render them); None
+    when they could not be computed from this evidence (the verdict says why)."""
 
-
-def as_list(value: Any) -> list[Any]:
-    """``value`` when the evidence holds an array there, else ``[]``."""
-    return value if isinstance(value, list) else []
-
-
-is_fault_step = procedure.is_fault_step
-
-
-def step_label(record: Mapping[str, Any]) -> str:
-    """``runner/arm/step``, the name a step goes by in every view."""
-    return f"{record.get('runner', '?')}/{record.get('arm', '?')}/{record.get('step', '?')}"
-
-
-def option_value(results: Mapping[str, Any], name: str, default: Any = None) -> Any:
-    """The run's value of option ``name`` (``logprob-tolerance``), however the session record spelled it."""
-    wanted = _option_key(name)
-    for key, value in (results.get("run", {}).get("options") or {}).items():
-        if _option_key(str(key)) == wanted:
-            return value
-    return default
-
-
-def _option_key(name: str) -> str:
-    key = name.strip().lower().lstrip("-").replace("_", "-")
-    for prefix in ("vsnap-",):
-        if key.startswith(prefix):
-            key = key[len(prefix) :]
-    return key
+    results: model.Results
+    comparisons: Comparisons | None
 
 
 def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
@@ -69,9 +57,13 @@ def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
 
 
 def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> model.Results:
-    """Build ``results.json`` (``model.Results``, schema ``vsnap-qual/results@1``) from parsed evidence: each
-    line is checked against the model here, once (``report.parse``); a line that cannot be placed counts as
-    malformed."""
+    """Build ``results.json`` (``model.Results``, schema ``vsnap-qual/results@1``) from parsed evidence."""
+    return assemble(evidence, source=source).results
+
+
+def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
+    """Build ``results.json`` from parsed evidence, with the comparisons it was judged from: each line is checked
+    against the model here, once (``report.parse``); a line that cannot be placed counts as malformed."""
     session: model.SessionRecord | None = None
     session_end: model.SessionEndRecord | None = None
     # by the container it describes: lane and purpose (a lane's lifecycle and faults run in two), last one kept
@@ -164,13 +156,17 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
             has_session=session is not None,
         ),
     )
-    from vsnap_qual.report.verdict import judge
-
-    return model.Results(
+    comparisons: Comparisons | None = None
+    try:
+        comparisons = compare_all(found)  # once: the verdict is judged from them, the views render them
+        verdict = judge(found, comparisons)  # the one verdict, recorded here; views render it
+    except Exception as exc:  # odd evidence: the verdict says so instead of losing the run
+        verdict = judge(found, None, failure=f"{type(exc).__name__}: {exc}")
+    results = model.Results(
         schema=SCHEMA,
         generated=utc_stamp(),
         run=found["run"],
-        verdict=cast(model.Verdict, judge(found)),  # the one verdict, recorded here; views render it
+        verdict=verdict,
         runners=found["runners"],
         arms=found["arms"],
         lanes=found["lanes"],
@@ -179,6 +175,7 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
         harness_errors=found["harness_errors"],
         evidence=found["evidence"],
     )
+    return Assembled(results, comparisons)
 
 
 def _lane(runner: str, arm: str, environments: list[model.Environment]) -> model.Lane:
@@ -234,8 +231,13 @@ def _coverage(required: model.Coverage, plans: list[model.PlanRecord]) -> model.
 
 
 def assemble_file(evidence_path: Path) -> model.Results:
-    """Read ``evidence_path`` and assemble its results dictionary."""
-    return assemble_results(read_evidence(evidence_path), source=evidence_path.name)
+    """Read ``evidence_path`` and assemble its ``results.json``."""
+    return assemble_path(evidence_path).results
+
+
+def assemble_path(evidence_path: Path) -> Assembled:
+    """Read ``evidence_path`` and assemble its ``results.json``, with the comparisons it was judged from."""
+    return assemble(read_evidence(evidence_path), source=evidence_path.name)
 
 
 def load_results(path: Path) -> model.Results:
