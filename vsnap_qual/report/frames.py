@@ -25,7 +25,16 @@ if TYPE_CHECKING:
 DIGEST_COLUMNS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2, "base")
 #: A digest cell for a parameter the probe could not observe (``sha256: null``).
 UNOBSERVABLE = "(unobservable)"
-_STATUS_RANK = {"changed": 0, "missing": 1, "unobservable": 2, "unchanged": 3}
+#: A parameter's status in the digest table, worst first: the list a recorded comparison named it in
+#: (``checks.compare_digests``), else ``unchanged``.
+DigestStatus = Literal["changed", "missing", "extra", "unobservable", "unchanged"]
+_STATUS_RANK: dict[DigestStatus, int] = {"changed": 0, "missing": 1, "extra": 2, "unobservable": 3, "unchanged": 4}
+_RECORDED: tuple[Literal["changed", "missing", "extra", "unobservable"], ...] = (
+    "changed",
+    "missing",
+    "extra",
+    "unobservable",
+)
 
 CanaryStatus = Literal["reference", "bit-exact", "within tolerance", "mismatch", "not judged"]
 #: A row of the step matrix: lane, runner, arm, then one column per step (its outcome), faults, faults_ok.
@@ -41,9 +50,11 @@ class DigestSummaryRow(TypedDict):
     unchanged: int
     changed: int
     missing: int
+    extra: int
     unobservable: int
     changed_names: list[str]
     missing_names: list[str]
+    extra_names: list[str]
     text: str
     ok: bool | None
 
@@ -213,8 +224,11 @@ def digest_sources(run: model.RunEvidence, runner: str) -> dict[str, model.Step]
 def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
     """A row per parameter: its sha256 in each digest column, ``status`` and ``changed_in``; changed first.
 
-    ``status`` is ``changed`` (an observed digest differs from ordinary), ``missing`` (absent from a column),
-    ``unobservable`` (the probe could not hash it) or ``unchanged``.
+    ``status`` is what the recorded comparisons of the columns with the reference (:func:`column_compares`)
+    named the parameter: ``changed``, ``missing`` (from a column), ``extra`` (in a column, not in the
+    reference) or ``unobservable``, the worst over the columns; else ``unobservable`` when a digest shown is
+    (nothing compared it), else ``unchanged``. ``changed_in``: the columns whose comparison named it changed.
+    The report classifies nothing itself.
     """
     import numpy as np
     import pandas as pd
@@ -240,35 +254,48 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
     )
     if not columns:
         return frame.assign(status=pd.Series(dtype=object), changed_in=pd.Series(dtype=object))
-    ref_column = columns[0]
-    ref = frame[ref_column]
-    others = [c for c in columns if c != ref_column]
-    present = frame[columns].notna()
-    missing = ~present.all(axis=1)
-    unobservable = (frame[columns] == UNOBSERVABLE).any(axis=1)
-    observed_ref = ref.notna() & (ref != UNOBSERVABLE)
-    differs = pd.DataFrame(
-        {c: observed_ref & frame[c].notna() & (frame[c] != UNOBSERVABLE) & (frame[c] != ref) for c in others},
-        index=frame.index,
-    )
-    changed = differs.any(axis=1) if others else pd.Series(False, index=frame.index)
-    status = np.select([changed, missing, unobservable], ["changed", "missing", "unobservable"], "unchanged")
-    changed_in = pd.Series("", index=frame.index, dtype=object)
-    for c in others:
-        changed_in = changed_in + np.where(differs[c], c + " ", "")
+    latest = latest_steps(run)
+    recorded: dict[str, DigestStatus] = {}
+    changed_in: dict[str, list[str]] = {}
+    for column in columns:
+        for compare in column_compares(latest, runner, column, sources[column]):
+            for status in _RECORDED:
+                for name in compare[status]:
+                    if _STATUS_RANK[status] < _STATUS_RANK[recorded.get(name, "unchanged")]:
+                        recorded[name] = status
+                    if status == "changed" and column not in changed_in.setdefault(name, []):
+                        changed_in[name].append(column)
+    statuses = [
+        recorded.get(n) or ("unobservable" if any(data[c].get(n) == UNOBSERVABLE for c in columns) else "unchanged")
+        for n in names
+    ]
     frame = frame.assign(
         shape=[shapes.get(n, "") for n in names],
         dtype=[dtypes.get(n, "") for n in names],
-        status=status,
-        changed_in=changed_in.str.strip(),
+        status=statuses,
+        changed_in=[" ".join(changed_in.get(n, [])) for n in names],
     )
     rank = frame["status"].map(_STATUS_RANK)
     ordered: pd.DataFrame = frame.iloc[np.argsort(rank.to_numpy(), kind="stable")]
     return ordered
 
 
+def column_compares(
+    latest: dict[StepKey, model.Step], runner: str, column: str, source: model.Step
+) -> list[model.DigestCompare]:
+    """The recorded comparisons of a digest column with the reference (the ordinary column): a restore's own
+    ``digest_compare``; for the base column, the base arm's comparison with the head arm (``vs-head``) and,
+    when the column shows a base restore, that restore's comparison with the base arm's ordinary server."""
+    steps: list[model.Step] = []
+    if column == "base" and (vs_head := latest.get((runner, source["arm"], VS_HEAD))) is not None:
+        steps.append(vs_head)
+    if source["step"] in RESTORES:
+        steps.append(source)
+    return [compare for step in steps if (compare := step["results"].get("digest_compare")) is not None]
+
+
 def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
-    """A row per runner: total, unchanged, changed, missing, unobservable, changed names, a summary line.
+    """A row per runner: total, unchanged, changed, missing, extra, unobservable, their names, a summary line.
 
     When a runner's steps carry no raw digests, the restores' ``digest_compare`` records are used instead.
     """
@@ -279,11 +306,12 @@ def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | Non
     for runner in run["runners"]:
         frame = tables[runner] if tables is not None and runner in tables else digest_frame(run, runner)
         columns = [c for c in DIGEST_COLUMNS if c in frame.columns]
-        counts: dict[str, int]
+        counts: dict[DigestStatus, int]
+        names: dict[DigestStatus, list[str]]
         if len(frame) and len(columns) > 1:
             statuses = frame["status"]
-            counts = {k: int((statuses == k).sum()) for k in ("unchanged", "changed", "missing", "unobservable")}
-            names = {k: [str(n) for n in frame.index[statuses == k]] for k in ("changed", "missing")}
+            counts = {k: int((statuses == k).sum()) for k in _STATUS_RANK}
+            names = {k: [str(n) for n in frame.index[statuses == k]] for k in _RECORDED}
             total, shown = len(frame), ", ".join(columns)
         else:
             compared = _summary_from_compare(runner, latest, reference_arm(run))
@@ -299,9 +327,11 @@ def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | Non
                 unchanged=counts["unchanged"],
                 changed=counts["changed"],
                 missing=counts["missing"],
+                extra=counts["extra"],
                 unobservable=counts["unobservable"],
                 changed_names=names["changed"],
                 missing_names=names["missing"],
+                extra_names=names["extra"],
                 text=_digest_text(total, counts),
                 ok=recorded_digest_ok(latest, runner),
             )
@@ -322,7 +352,7 @@ def recorded_digest_ok(latest: dict[StepKey, model.Step], runner: str) -> bool |
 
 def _summary_from_compare(
     runner: str, latest: dict[StepKey, model.Step], arm: str
-) -> tuple[int, dict[str, int], dict[str, list[str]]] | None:
+) -> tuple[int, dict[DigestStatus, int], dict[DigestStatus, list[str]]] | None:
     """(total, counts, names) from the restores' recorded ``digest_compare``, for a runner without digests."""
     found = [
         compare
@@ -331,17 +361,17 @@ def _summary_from_compare(
     ]
     if not found:
         return None
-    names = {k: list(dict.fromkeys(n for c in found for n in c[k])) for k in ("changed", "missing", "unobservable")}
+    names: dict[DigestStatus, list[str]] = {k: list(dict.fromkeys(n for c in found for n in c[k])) for k in _RECORDED}
     total = max(c["total"] for c in found)
-    seen = set(names["changed"]) | set(names["missing"]) | set(names["unobservable"])
-    counts = {k: len(v) for k, v in names.items()}
+    seen = {n for k in ("changed", "missing", "unobservable") for n in names[k]}  # extra ones are beyond the total
+    counts: dict[DigestStatus, int] = {k: len(v) for k, v in names.items()}
     counts["unchanged"] = max(0, total - len(seen))
     return total, counts, names
 
 
-def _digest_text(total: int, counts: dict[str, int]) -> str:
+def _digest_text(total: int, counts: dict[DigestStatus, int]) -> str:
     text = f"{counts['unchanged']}/{total} unchanged"
-    extra = [f"{counts[k]} {k}" for k in ("changed", "missing", "unobservable") if counts[k]]
+    extra = [f"{counts[k]} {k}" for k in _RECORDED if counts[k]]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 

@@ -221,6 +221,8 @@ def _digests(comparisons: Comparisons) -> model.Check:
             details.append(f"{row['runner']} changed: {_names(list(row['changed_names']))}")
         if row["missing_names"]:
             details.append(f"{row['runner']} missing: {_names(list(row['missing_names']))}")
+        if row["extra_names"]:
+            details.append(f"{row['runner']} extra: {_names(list(row['extra_names']))}")
     return _row(
         "parameter digests (ordinary vs restored)",
         _all_ok([r["ok"] for r in found]),
