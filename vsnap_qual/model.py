@@ -773,8 +773,13 @@ def json_schema() -> dict[str, Any]:
 
 def record_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of one evidence record kind (for validating ``evidence.jsonl``)."""
+    return type_schema(RECORD_TYPES[kind])
+
+
+def type_schema(tp: type) -> dict[str, Any]:
+    """The JSON Schema of one of the model's types (a record, a step result's piece)."""
     defs: dict[str, Any] = {}
-    root = _schema_of(RECORD_TYPES[kind], defs)
+    root = _schema_of(tp, defs)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **root, "$defs": defs}
 
 

@@ -11,6 +11,7 @@ back as it. pandas is imported inside the functions: importing this module stays
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast
 
@@ -191,6 +192,14 @@ def rows(frame: pd.DataFrame, of: type[Row]) -> list[Row]:
     return cast(list[Row], records(frame))
 
 
+def _frame(found: Sequence[object], row: type) -> pd.DataFrame:
+    """A frame of ``found`` rows, with the columns of their row type (also when there are none)."""
+    import pandas as pd
+
+    frame: pd.DataFrame = pd.DataFrame(found, columns=_columns(row))  # (pandas-stubs: the constructor is Any)
+    return frame
+
+
 def _float(value: float | None) -> float | None:
     """A recorded figure as the frames hold it (NaN, which JSON can carry, is no figure)."""
     return None if value is None or math.isnan(value) else float(value)
@@ -247,13 +256,14 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
             dtypes.setdefault(name, entry.get("dtype") or "")
         data[column] = cells
     names = list(dict.fromkeys(name for column in columns for name in data[column]))
-    frame = pd.DataFrame(
+    frame: pd.DataFrame = pd.DataFrame(  # (pandas-stubs type the constructor as returning Any)
         {column: [data[column].get(n) for n in names] for column in columns},
         index=pd.Index(names, name="parameter"),
         dtype=object,
     )
     if not columns:
-        return frame.assign(status=pd.Series(dtype=object), changed_in=pd.Series(dtype=object))
+        empty: pd.DataFrame = frame.assign(status=pd.Series(dtype=object), changed_in=pd.Series(dtype=object))
+        return empty
     latest = latest_steps(run)
     recorded: dict[str, DigestStatus] = {}
     changed_in: dict[str, list[str]] = {}
@@ -299,7 +309,6 @@ def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | Non
 
     When a runner's steps carry no raw digests, the restores' ``digest_compare`` records are used instead.
     """
-    import pandas as pd
 
     found: list[DigestSummaryRow] = []
     latest = latest_steps(run)
@@ -336,7 +345,7 @@ def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | Non
                 ok=recorded_digest_ok(latest, runner),
             )
         )
-    return pd.DataFrame(found, columns=_columns(DigestSummaryRow))
+    return _frame(found, DigestSummaryRow)
 
 
 def recorded_digest_ok(latest: dict[StepKey, model.Step], runner: str) -> bool | None:
@@ -385,7 +394,6 @@ def canary_frame(run: model.RunEvidence) -> pd.DataFrame:
     ``canary_compare``), or ``not judged`` (``ok`` None) when the step recorded no comparison: the report shows
     the step's judgement and never makes its own.
     """
-    import pandas as pd
 
     latest = latest_steps(run)
     ref_arm = reference_arm(run)
@@ -415,7 +423,7 @@ def canary_frame(run: model.RunEvidence) -> pd.DataFrame:
                             is_reference,
                         )
                     )
-    return pd.DataFrame(found, columns=_columns(CanaryRow))
+    return _frame(found, CanaryRow)
 
 
 def _canary_tokens(canary: model.Canary) -> int:
@@ -488,7 +496,6 @@ def canary_summary(run: model.RunEvidence) -> pd.DataFrame:
 
 
 def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    import pandas as pd
 
     frame = frame[frame["status"] != "reference"]
     found: list[CanarySummaryRow] = []
@@ -506,7 +513,7 @@ def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
                 ok=bool((group["ok"] == True).all()),  # noqa: E712 (None: not judged)
             )
         )
-    return pd.DataFrame(found, columns=_columns(CanarySummaryRow))
+    return _frame(found, CanarySummaryRow)
 
 
 # ---------------------------------------------------------------------------------------------- KV
@@ -514,7 +521,6 @@ def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def kv_frame(run: model.RunEvidence) -> pd.DataFrame:
     """Arm × runner: KV capacity in tokens, ordinary vs snapshot (create, else restore), Δ tokens and %."""
-    import pandas as pd
 
     latest = latest_steps(run)
     nothing = model.StepResults()
@@ -546,7 +552,7 @@ def kv_frame(run: model.RunEvidence) -> pd.DataFrame:
                     source=restore.get("kv_source") or ordinary.get("kv_source"),
                 )
             )
-    return pd.DataFrame(found, columns=_columns(KvRow))
+    return _frame(found, KvRow)
 
 
 # ---------------------------------------------------------------------------------------------- timings
@@ -571,8 +577,8 @@ def timing_frame(run: model.RunEvidence) -> pd.DataFrame:
     ]
     columns = _columns(TimingRow)
     if not found:
-        return pd.DataFrame(columns=columns)
-    frame = pd.DataFrame(found)
+        return _frame([], TimingRow)
+    frame: pd.DataFrame = pd.DataFrame(found)
     grouped = frame.groupby(["runner", "arm", "step"], sort=False)
     out = grouped["seconds"].agg(["count", "median", "min", "max"]).rename(columns={"count": "n"})
     out["engine_median"] = grouped["engine_seconds"].median()
@@ -610,7 +616,7 @@ def readiness_frame(run: model.RunEvidence) -> pd.DataFrame:
                 speedup=cold_value / restore_median if cold_value and restore_median else None,
             )
         )
-    return pd.DataFrame(found, columns=_columns(ReadinessRow))
+    return _frame(found, ReadinessRow)
 
 
 # --------------------------------------------------------------------------------------- faults, cleanup
@@ -618,7 +624,6 @@ def readiness_frame(run: model.RunEvidence) -> pd.DataFrame:
 
 def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per fault step: point, expected behaviour, exit, HTTP ever bound, phase, cleanup, follow-up."""
-    import pandas as pd
 
     found: list[FaultRow] = []
     for (runner, arm, name), step in latest_steps(run).items():
@@ -655,12 +660,11 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 message=step["message"],
             )
         )
-    return pd.DataFrame(found, columns=_columns(FaultRow))
+    return _frame(found, FaultRow)
 
 
 def cleanup_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per step that carries a cleanup audit: PIDs gone, ports closed, GPU idle, link remaps, ok."""
-    import pandas as pd
 
     found = [
         CleanupRow(
@@ -677,7 +681,7 @@ def cleanup_frame(run: model.RunEvidence) -> pd.DataFrame:
         for (runner, arm, name), step in latest_steps(run).items()
         if (audit := step["results"].get("cleanup")) and audit.get("judged", True)
     ]
-    return pd.DataFrame(found, columns=_columns(CleanupRow))
+    return _frame(found, CleanupRow)
 
 
 # --------------------------------------------------------------------------------------- matrix, overlay
@@ -705,12 +709,12 @@ def step_matrix(run: model.RunEvidence) -> pd.DataFrame:
         row["faults"] = f"{passed}/{len(faults)}" if faults else None
         row["faults_ok"] = None if not faults else passed == len(faults)
         found.append(row)
-    return pd.DataFrame(found, columns=["lane", "runner", "arm", *columns, "faults", "faults_ok"])
+    matrix: pd.DataFrame = pd.DataFrame(found, columns=["lane", "runner", "arm", *columns, "faults", "faults_ok"])
+    return matrix
 
 
 def overlay_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per (lane, overlaid file): module, host hash, importing processes, matching hashes, ok."""
-    import pandas as pd
 
     found: list[OverlayRow] = []
     for (runner, arm, step_name), step in latest_steps(run).items():
@@ -736,7 +740,7 @@ def overlay_frame(run: model.RunEvidence) -> pd.DataFrame:
                     finding_detail=entry.get("finding_detail") or "",
                 )
             )
-    return pd.DataFrame(found, columns=_columns(OverlayRow))
+    return _frame(found, OverlayRow)
 
 
 def _overlay_finding(entry: model.OverlayFileResult, imported: list[model.ImportedModule]) -> str:
