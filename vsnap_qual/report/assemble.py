@@ -30,7 +30,7 @@ __all__ = [
     "Evidence",
     "assemble",
     "assemble_file",
-    "assemble_results",
+    "assemble_path",
     "load_results",
     "read_evidence",
 ]
@@ -54,11 +54,6 @@ def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
     seen = list(dict.fromkeys(values))
     first = [v for v in preferred if v in seen]
     return first + [v for v in seen if v not in first]
-
-
-def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> model.Results:
-    """Build ``results.json`` (``model.Results``, schema ``vsnap-qual/results@1``) from parsed evidence."""
-    return assemble(evidence, source=source).results
 
 
 def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:

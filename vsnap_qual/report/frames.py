@@ -490,13 +490,9 @@ def _canary_row(
     )
 
 
-def canary_summary(run: model.RunEvidence) -> pd.DataFrame:
-    """A row per (runner, arm, restore step): prompts, equal, bit-exact, max |Δ logprob|, ok."""
-    return _canary_summary(canary_frame(run))
-
-
 def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
-
+    """A row per (runner, arm, restore step) of the canary frame: prompts, equal, bit-exact, max |Δ logprob|,
+    ok."""
     frame = frame[frame["status"] != "reference"]
     found: list[CanarySummaryRow] = []
     for (runner, arm, step), group in frame.groupby(["runner", "arm", "step"], sort=False):
@@ -521,7 +517,6 @@ def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def kv_frame(run: model.RunEvidence) -> pd.DataFrame:
     """Arm × runner: KV capacity in tokens, ordinary vs snapshot (create, else restore), Δ tokens and %."""
-
     latest = latest_steps(run)
     nothing = model.StepResults()
     found: list[KvRow] = []
@@ -624,7 +619,6 @@ def readiness_frame(run: model.RunEvidence) -> pd.DataFrame:
 
 def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per fault step: point, expected behaviour, exit, HTTP ever bound, phase, cleanup, follow-up."""
-
     found: list[FaultRow] = []
     for (runner, arm, name), step in latest_steps(run).items():
         if not procedure.is_fault_step(name):
@@ -665,7 +659,6 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
 
 def cleanup_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per step that carries a cleanup audit: PIDs gone, ports closed, GPU idle, link remaps, ok."""
-
     found = [
         CleanupRow(
             runner=runner,
@@ -715,7 +708,6 @@ def step_matrix(run: model.RunEvidence) -> pd.DataFrame:
 
 def overlay_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per (lane, overlaid file): module, host hash, importing processes, matching hashes, ok."""
-
     found: list[OverlayRow] = []
     for (runner, arm, step_name), step in latest_steps(run).items():
         if step_name != OVERLAY:
