@@ -150,7 +150,7 @@ class Evidence:
 
 def read_evidence(path: Path) -> Evidence:
     """Parse ``evidence.jsonl``; a torn last line (the run was killed mid-write) is counted, not fatal."""
-    records: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []  # JSON objects as written, checked against the model later
     malformed = 0
     with path.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
@@ -169,5 +169,5 @@ def read_evidence(path: Path) -> Evidence:
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of an evidence file (:func:`read_evidence`'s), one by one."""
+    """The records of an evidence file (:func:`read_evidence`'s: untyped JSON objects), one by one."""
     yield from read_evidence(path).records

@@ -2,8 +2,9 @@
 and ``results.json`` assembled from them (docs/design.md §4–5).
 
 The types are ``TypedDict``s: the JSON on disk *is* the model (no conversion layer that could drift). The store
-writes these records (``EvidenceStore.write``), the report reads them back as the same types
-(``report.assemble``), and the report tests build their synthetic runs from them. ``results.schema.json``
+writes these records (``EvidenceStore.write``), the report reads them back as the same types, checking each
+value against its type once (``report.parse``, driven by these annotations through :func:`fields_of`), and the
+report tests build their synthetic runs from them. ``results.schema.json``
 (beside the report package) is generated from these types by :func:`json_schema` and checked against a fresh
 generation by the tests.
 
@@ -11,9 +12,9 @@ Step results are partial by nature (a step that fails records what it had gather
 optional; a field that is present has its documented type. Records and ``results.json`` themselves are closed:
 a field not in the model is a schema violation.
 
-``dict[str, Any]`` appears here only where the data is JSON nobody here defines (what vLLM prints or writes:
-the inspect manifest, ``error.json``; the run's options; an injector's own notes) and in the JSON Schema
-generator, whose output is a JSON document.
+Untyped dictionaries appear here only where the data is JSON nobody here defines (what vLLM prints or writes:
+the inspect manifest, ``error.json``; the run's options and preflight; an injector's own notes) and in the JSON
+Schema generator, whose output is a JSON document.
 """
 
 import functools
@@ -672,7 +673,7 @@ class Results(RunEvidence):
 class Fields:
     """A ``TypedDict``'s fields: each one's type, which are required, and whether others may be present."""
 
-    types: dict[str, Any]
+    types: dict[str, object]  # field -> its annotation (a type, a generic alias, a Literal ...)
     required: frozenset[str]
     open: bool
 
