@@ -60,7 +60,7 @@ def test_a_value_of_another_type_is_left_out_or_emptied_never_passed_on() -> Non
     assert step["seconds"] == 0.0 and "engine_seconds" not in step and step["logs"] == ["a.log"]
     assert "surprise" not in step
     results = step["results"]
-    assert "kv_tokens" not in results and results["something_new"] == {"kept": True}  # type: ignore[typeddict-item]
+    assert "kv_tokens" not in results and results["something_new"] == {"kept": True}
     assert results["canary"] == [{"prompt": "p", "token_ids": [1], "text": "", "logprob": -0.1}]
     assert results["digest_compare"] == {
         "total": 1,

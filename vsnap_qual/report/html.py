@@ -36,6 +36,7 @@ from vsnap_qual.report.frames import (
     rows,
 )
 from vsnap_qual.report.markdown import SIMULATED_LABEL
+from vsnap_qual.report.recorded import option_value
 
 if TYPE_CHECKING:
     import jinja2
@@ -226,7 +227,7 @@ def build_view(
         generated=results["generated"],
         run=run,
         verdict=results["verdict"],
-        title=_title(run),
+        title=_title(results),
         options=sorted((k, _plain(v)) for k, v in run["options"].items()),
         checks=results["verdict"]["checks"],
         environment=_environment(results),
@@ -250,11 +251,9 @@ def build_view(
     )
 
 
-def _title(run: model.RunInfo) -> str:
-    options = run["options"]
-    image = options.get("image") or options.get("vsnap_image") or ""
-    model = options.get("model") or options.get("vsnap_model") or ""
-    return " · ".join(str(p) for p in (image, model) if p) or "vsnap-qual run"
+def _title(results: model.Results) -> str:
+    image, model_name = option_value(results, "image"), option_value(results, "model")
+    return " · ".join(str(p) for p in (image, model_name) if p) or "vsnap-qual run"
 
 
 def _plain(value: object) -> str:
