@@ -90,11 +90,14 @@ def _status(results: model.Results) -> str:
 
 
 def diff_runs(
-    old_json: Mapping[str, object], new_json: Mapping[str, object], *, timing_threshold: float = TIMING_THRESHOLD
+    old: Mapping[str, object], new: Mapping[str, object], *, timing_threshold: float = TIMING_THRESHOLD
 ) -> RunDiff:
     """Compare two ``results.json`` (``old`` → ``new``), each read as the model first: they may come from
     different harness versions (``report.parse``; ``ValueError`` when one cannot be read)."""
-    old, new = parse.results(old_json), parse.results(new_json)
+    return _diff(parse.results(old), parse.results(new), timing_threshold)
+
+
+def _diff(old: model.Results, new: model.Results, timing_threshold: float) -> RunDiff:
     return RunDiff(
         old_run=_run_name(old),
         new_run=_run_name(new),
