@@ -3,6 +3,11 @@
 No function here touches Docker, the network or the file system; the steps gather observations through their
 lane's tools and hand them here (so a second runtime changes nothing in this module, and every rule is unit-tested
 with no engine reachable: ``tests/unit/test_checks.py``). A step fails with the details of its failed findings.
+
+What a step records comes back as the evidence model's types (``model.CanaryCompare``, ``DigestCompare``,
+``KvJudgement``, ``InspectCheck``), and the judgements read those types. Where a parameter also takes an
+untyped dictionary, a caller still hands over what it gathered that way (the lane's audits, soak, digests and
+overlay files, in ``steps.py``); the model type beside it is what that dictionary holds.
 """
 
 from __future__ import annotations
@@ -11,14 +16,17 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from vsnap_qual import overlay
+from vsnap_qual import model, overlay
 from vsnap_qual.engine import CanaryOutput
 
+#: The snapshot boundary ``vllm snapshot inspect`` must name (contract §6).
 BOUNDARY = "post-engine-init-reloadable-state-released"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _SHOWN = 10
+#: A process as a cleanup audit lists it (``model.LeftoverProcess``, or the lane's untyped record of it).
+Process = TypeVar("Process", bound=Mapping[str, object])
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,18 @@ def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | No
     return None if len(expected) == len(actual) else min(len(expected), len(actual))
 
 
-def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> dict[str, Any]:
+def canary_record(output: CanaryOutput) -> model.Canary:
+    """A canary output as the evidence records it."""
+    return model.Canary(
+        prompt=output.prompt,
+        token_ids=list(output.token_ids),
+        text=output.text,
+        logprob=output.logprob,
+        logprobs=None if output.logprobs is None else list(output.logprobs),
+    )
+
+
+def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> model.CanaryCompare:
     """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), per position for a multi-token
     canary (every token id exact, every position's |Δlogprob| ≤ tol), plus whether it was bit-exact and the
     first position where the outputs diverge (token id, or logprob beyond the tolerance)."""
@@ -67,22 +86,25 @@ def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: floa
     ]
     diverges = min((p for p in positions if p is not None), default=None)
     worst = max((abs(d) for d in deltas), default=abs(delta))
-    return {
-        "prompt": expected.prompt,
-        "tokens": len(expected.token_ids),
-        "expected": expected.as_dict(),
-        "actual": actual.as_dict(),
-        "token_ids_equal": ids_equal,
-        "text_equal": text_equal,
-        "logprob_delta": delta,
-        "max_logprob_delta": worst,
-        "first_divergence": diverges,
-        "bit_exact": ids_equal and text_equal and all(d == 0.0 for d in deltas) and len(e_lp) == len(a_lp),
-        "ok": ids_equal and text_equal and len(e_lp) == len(a_lp) and worst <= tolerance,
-    }
+    return model.CanaryCompare(
+        prompt=expected.prompt,
+        tokens=len(expected.token_ids),
+        expected=canary_record(expected),
+        actual=canary_record(actual),
+        token_ids_equal=ids_equal,
+        text_equal=text_equal,
+        logprob_delta=delta,
+        max_logprob_delta=worst,
+        first_divergence=diverges,
+        bit_exact=ids_equal and text_equal and all(d == 0.0 for d in deltas) and len(e_lp) == len(a_lp),
+        ok=ids_equal and text_equal and len(e_lp) == len(a_lp) and worst <= tolerance,
+    )
 
 
-def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def compare_digests(
+    reference: Mapping[str, model.Digest],
+    actual: Mapping[str, model.Digest],
+) -> model.DigestCompare:
     """Which parameters kept their bytes; unobservable ones are named, never counted as unchanged."""
     changed, missing, unobservable = [], [], []
     unchanged = 0
@@ -92,24 +114,24 @@ def compare_digests(reference: dict[str, dict[str, Any]], actual: dict[str, dict
             missing.append(name)
         elif ref.get("sha256") is None or got.get("sha256") is None:
             unobservable.append(name)
-        elif ref["sha256"] == got["sha256"]:
+        elif ref.get("sha256") == got.get("sha256"):
             unchanged += 1
         else:
             changed.append(name)
     extra = sorted(set(actual) - set(reference))
-    return {
-        "total": len(reference),
-        "unchanged": unchanged,
-        "changed": changed,
-        "missing": missing,
-        "unobservable": unobservable,
-        "extra": extra,
+    return model.DigestCompare(
+        total=len(reference),
+        unchanged=unchanged,
+        changed=changed,
+        missing=missing,
+        unobservable=unobservable,
+        extra=extra,
         # nothing compared is never a pass
-        "ok": not changed and not missing and not extra and 0 < unchanged == len(reference) - len(unobservable),
-    }
+        ok=not changed and not missing and not extra and 0 < unchanged == len(reference) - len(unobservable),
+    )
 
 
-def _canary_text(c: Mapping[str, Any], left: str, right: str) -> str:
+def _canary_text(c: model.CanaryCompare, left: str, right: str) -> str:
     e, a = c["expected"], c["actual"]
     tokens = c.get("tokens") or len(e["token_ids"])
     where = c.get("first_divergence")
@@ -130,7 +152,7 @@ def _canary_text(c: Mapping[str, Any], left: str, right: str) -> str:
     )
 
 
-def canary_findings(compare: Sequence[Mapping[str, Any]], against: str = "the ordinary reference") -> list[Finding]:
+def canary_findings(compare: Sequence[model.CanaryCompare], against: str = "the ordinary reference") -> list[Finding]:
     """The one-token vLLM canary first, then the multi-token canaries (each names its first diverging position)."""
     one = [c for c in compare if (c.get("tokens") or 1) == 1]
     many = [c for c in compare if (c.get("tokens") or 1) > 1]
@@ -144,7 +166,7 @@ def canary_findings(compare: Sequence[Mapping[str, Any]], against: str = "the or
     return findings
 
 
-def digest_findings(compare: Mapping[str, Any], against: str = "the ordinary reference") -> list[Finding]:
+def digest_findings(compare: model.DigestCompare, against: str = "the ordinary reference") -> list[Finding]:
     detail = (
         f"parameter digests differ from {against}: {compare['unchanged']}/{compare['total']} unchanged; "
         f"changed {compare['changed'][:_SHOWN]} missing {compare['missing'][:_SHOWN]} "
@@ -160,14 +182,14 @@ def audit_ok(pids_alive: Sequence[int], ports_open: Sequence[int], gpu_idle: boo
     return not pids_alive and not ports_open and gpu_idle is not False and remaps_equal
 
 
-def audit_problems(audit: Mapping[str, Any]) -> str:
+def audit_problems(audit: model.CleanupAudit) -> str:
     if audit.get("error"):
-        return f"the audit itself failed ({audit['error']})"
+        return f"the audit itself failed ({audit.get('error')})"
     problems = []
     if audit.get("leftovers"):
         problems.append(
             f"still alive {audit.get('grace_s', 0):g} s after SIGTERM (killed by the harness): "
-            + "; ".join(leftover_text(p) for p in order_leftovers(audit["leftovers"]))
+            + "; ".join(leftover_text(p) for p in order_leftovers(audit.get("leftovers", [])))
         )
     if not audit.get("pids_gone"):
         problems.append(f"PIDs alive {audit.get('pids_alive')}")
@@ -176,18 +198,22 @@ def audit_problems(audit: Mapping[str, Any]) -> str:
     if audit.get("gpu_idle") is False:
         problems.append("GPU busy")
     if audit.get("link_remaps_ours"):
-        problems.append(remap_text(audit["link_remaps_ours"], str(audit.get("lane")), str(audit.get("step") or "")))
+        ours = audit.get("link_remaps_ours", [])
+        problems.append(remap_text(ours, str(audit.get("lane")), str(audit.get("step") or "")))
     elif not audit.get("link_remaps_equal"):
         problems.append("/dev/shm/link_remap.* differs from its baseline")
     return ", ".join(problems) or "ok"
 
 
-def audit_findings(audit: Mapping[str, Any], when: str) -> list[Finding]:
+def audit_findings(audit: model.CleanupAudit, when: str) -> list[Finding]:
     return [Finding("cleanup", bool(audit.get("ok")), f"cleanup {when} incomplete: {audit_problems(audit)}")]
 
 
 # ---- per step --------------------------------------------------------------------------------------------------
-def ordinary_findings(digests: Mapping[str, Mapping[str, Any]], audit: Mapping[str, Any]) -> list[Finding]:
+def ordinary_findings(
+    digests: Mapping[str, model.Digest],
+    audit: model.CleanupAudit,
+) -> list[Finding]:
     """The ordinary reference is usable: no parameter hashed as empty bytes, at least one observable, and the
     server left nothing behind when stopped."""
     empty = [n for n, d in digests.items() if d.get("sha256") == EMPTY_SHA256]
@@ -220,13 +246,13 @@ class InspectExpectations:
     reference_oracle: CanaryOutput | None = None  # the ordinary run's output for vLLM's canary prompt
 
 
-def inspect_checks(manifest: Mapping[str, Any], expect: InspectExpectations) -> list[dict[str, Any]]:
-    """The upstream e2e's field-by-field inspect validation (contract §6 step 11), plus the ordinary oracle;
-    recorded as ``[{"name", "ok", "detail"}]``."""
-    checks: list[dict[str, Any]] = []
+def inspect_checks(manifest: Mapping[str, Any], expect: InspectExpectations) -> list[model.InspectCheck]:
+    """The upstream e2e's field-by-field inspect validation (contract §6 step 11), plus the ordinary oracle.
+    ``manifest`` is what ``vllm snapshot inspect`` printed (JSON vLLM defines, read field by field here)."""
+    checks: list[model.InspectCheck] = []
 
-    def add(name: str, ok: bool, detail: Any) -> None:
-        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+    def add(name: str, ok: bool, detail: object) -> None:
+        checks.append(model.InspectCheck(name=name, ok=bool(ok), detail=detail))
 
     version = manifest.get("schema_version")
     add("schema_version", version == 1 and type(version) is int, version)
@@ -276,13 +302,15 @@ def inspect_checks(manifest: Mapping[str, Any], expect: InspectExpectations) -> 
     return checks
 
 
-def inspect_findings(checks: Sequence[Mapping[str, Any]]) -> list[Finding]:
+def inspect_findings(checks: Sequence[model.InspectCheck]) -> list[Finding]:
     bad = [c for c in checks if not c["ok"]]
     detail = "inspect checks failed: " + "; ".join(f"{c['name']}={c['detail']!r}" for c in bad)
     return [Finding("inspect", not bad, detail)]
 
 
-def restore_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: Mapping[str, Any]) -> list[Finding]:
+def restore_findings(
+    canary_compare: Sequence[model.CanaryCompare], digest_compare: model.DigestCompare
+) -> list[Finding]:
     """A restored engine answers like the ordinary one: every canary equal, every parameter's bytes unchanged."""
     return [*canary_findings(canary_compare), *digest_findings(digest_compare)]
 
@@ -290,7 +318,7 @@ def restore_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare
 def restart_findings(
     container_before: str,
     container_after: str,
-    audit: Mapping[str, Any],
+    audit: model.CleanupAudit,
     inspect_exit: int | None,
     sha_before: str | None,
     sha_after: str,
@@ -316,7 +344,7 @@ def restart_findings(
 
 
 def overlay_file_ok(
-    host_sha256: str, imported: Sequence[Mapping[str, Any]], fresh_exit: int | None, fresh_sha: str | None
+    host_sha256: str, imported: Sequence[model.ImportedModule], fresh_exit: int | None, fresh_sha: str | None
 ) -> bool:
     """An overlaid file is in effect: a fresh interpreter imports exactly these bytes, and every engine process
     that imported the module imported exactly these bytes. A module no engine process imports (the ``vllm
@@ -325,14 +353,16 @@ def overlay_file_ok(
     return fresh_exit == 0 and fresh_sha == host_sha256 and all(i.get("sha256") == host_sha256 for i in imported)
 
 
-def overlay_findings(files: Sequence[Mapping[str, Any]]) -> list[Finding]:
+def overlay_findings(
+    files: Sequence[model.OverlayFileResult],
+) -> list[Finding]:
     """The overlay is in effect, in plain words (``overlay.findings_line``): a file the engine imported from
     elsewhere fails; one no engine process imported passes as "overlaid, not imported by the engine"."""
-    ok, line = overlay.findings_line([dict(f) for f in files])
+    ok, line = overlay.findings_line(files)
     return [Finding("overlay", ok, line)]
 
 
-def arms_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: Mapping[str, Any]) -> list[Finding]:
+def arms_findings(canary_compare: Sequence[model.CanaryCompare], digest_compare: model.DigestCompare) -> list[Finding]:
     """The base image's ordinary outputs and parameter bytes equal the image under test's."""
     bad = [c for c in canary_compare if not c["ok"]]
     canary = Finding(
@@ -353,17 +383,13 @@ def arms_findings(canary_compare: Sequence[Mapping[str, Any]], digest_compare: M
 # ---- KV capacity after a restore (issue 13) ---------------------------------------------------------------------
 def kv_judgement(
     restored: int | None, created: int | None, ordinary: int | None, tolerance: float, source: str
-) -> dict[str, Any]:
+) -> model.KvJudgement:
     """A restored engine serves with exactly the KV capacity its snapshot was created with (the pool is sized
     once, at create), and that capacity is within ``tolerance`` (a fraction) of ordinary serving. A figure that
     could not be observed is "not observable", never a pass."""
-    judgement: dict[str, Any] = {
-        "restored": restored,
-        "created": created,
-        "ordinary": ordinary,
-        "tolerance": tolerance,
-        "restored_source": source,
-    }
+    judgement = model.KvJudgement(
+        restored=restored, created=created, ordinary=ordinary, tolerance=tolerance, restored_source=source
+    )
     problems = []
     if restored is None:
         problems.append(f"KV capacity of the restored server not observable (source: {source})")
@@ -390,8 +416,8 @@ def kv_judgement(
     return judgement
 
 
-def kv_findings(judgement: Mapping[str, Any]) -> list[Finding]:
-    return [Finding("KV capacity", bool(judgement.get("ok")), "; ".join(judgement.get("problems") or []))]
+def kv_findings(judgement: model.KvJudgement) -> list[Finding]:
+    return [Finding("KV capacity", bool(judgement.get("ok")), "; ".join(judgement.get("problems", [])))]
 
 
 # ---- the GPU after a restore ------------------------------------------------------------------------------------
@@ -411,7 +437,7 @@ def gpu_engaged_findings(holders: Sequence[int], apps: Iterable[int] | None, ste
 
 
 # ---- liveness after a restore -----------------------------------------------------------------------------------
-def soak_findings(soak: Mapping[str, Any], when: str) -> list[Finding]:
+def soak_findings(soak: model.Soak, when: str) -> list[Finding]:
     """The restored server stayed alive and serving through the soak (``soak`` as ``steps.soak`` records it)."""
     if soak.get("alive"):
         return [Finding("liveness", True)]
@@ -425,14 +451,20 @@ def soak_findings(soak: Mapping[str, Any], when: str) -> list[Finding]:
 
 
 # ---- strict cleanup ---------------------------------------------------------------------------------------------
-def leftover_text(proc: Mapping[str, Any]) -> str:
+def leftover_text(proc: Mapping[str, object]) -> str:
+    """One process an audit found (``model.LeftoverProcess``) in words."""
     role = "GPU holder " if proc.get("gpu_holder") else ""
     return f"{role}pid {proc.get('pid')} (started {proc.get('start_time')}) `{str(proc.get('cmdline'))[:160]}`"
 
 
-def order_leftovers(procs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def order_leftovers(procs: Iterable[Process]) -> list[Process]:
     """Leftover processes, GPU holders first (they are what keeps the next engine from starting)."""
-    return sorted((dict(p) for p in procs), key=lambda p: (not p.get("gpu_holder"), p.get("pid") or 0))
+    return sorted(procs, key=lambda p: (not p.get("gpu_holder"), _pid(p)))
+
+
+def _pid(proc: Mapping[str, object]) -> int:
+    pid = proc.get("pid")
+    return pid if isinstance(pid, int) else 0
 
 
 def remap_text(entries: Sequence[str], lane: str, step: str) -> str:
@@ -441,8 +473,9 @@ def remap_text(entries: Sequence[str], lane: str, step: str) -> str:
 
 
 # ---- inspect output across the lifecycle ------------------------------------------------------------------------
-def manifest_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The fields of ``inspect``'s output that differ: {field: {"before", "after"}}."""
+def manifest_changes(before: Mapping[str, object], after: Mapping[str, object]) -> dict[str, model.InspectChange]:
+    """The fields of ``inspect``'s output (JSON vLLM defines) that differ: {field: {"before", "after"}}, each a
+    ``model.InspectChange`` (typed as the untyped map ``steps.inspect_changes`` still declares it returns)."""
     return {
         name: {"before": before.get(name), "after": after.get(name)}
         for name in sorted(set(before) | set(after))
@@ -450,7 +483,10 @@ def manifest_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dic
     }
 
 
-def inspect_stable_findings(changes: Mapping[str, Mapping[str, Any]], after_step: str) -> list[Finding]:
+def inspect_stable_findings(
+    changes: Mapping[str, model.InspectChange],
+    after_step: str,
+) -> list[Finding]:
     shown = "; ".join(f"{k}: {v['before']!r} -> {v['after']!r}" for k, v in list(changes.items())[:_SHOWN])
     return [
         Finding(

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from vsnap_qual import __version__
+from vsnap_qual import __version__, model
 
 #: Exit status when an input cannot be read (the same as argparse's own usage errors).
 EXIT_BAD_INPUT = 2
@@ -56,7 +55,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     from vsnap_qual.report import render_reports
-    from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_file, load_results
+    from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_path, load_results
 
     source: Path = args.source
     if source.is_dir():
@@ -75,12 +74,16 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"vsnap-qual report: {source} does not exist", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        results = assemble_file(source) if source.suffix == ".jsonl" else load_results(source)
+        if source.suffix == ".jsonl":
+            assembled = assemble_path(source)  # judged from its comparisons: the views reuse them
+            results, comparisons = assembled.results, assembled.comparisons
+        else:
+            results, comparisons = load_results(source), None
     except (OSError, ValueError) as exc:
         print(f"vsnap-qual report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out_dir: Path = args.out or source.parent
-    paths = render_reports(results, out_dir, log_root=source.parent)
+    paths = render_reports(results, out_dir, log_root=source.parent, comparisons=comparisons)
     print(f"{paths.verdict.upper()}: wrote {paths.report_html}, {paths.summary_md}, {paths.results_json}")
     return EXIT_BY_VERDICT.get(paths.verdict, EXIT_BY_VERDICT["incomplete"])
 
@@ -100,7 +103,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = COMPARE_EPILOG
 
 
-def _load_for_compare(path: Path) -> Mapping[str, Any]:
+def _load_for_compare(path: Path) -> model.Results:
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_file, load_results
 
     if path.is_dir():
@@ -115,8 +118,8 @@ def _load_for_compare(path: Path) -> Mapping[str, Any]:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
+    from vsnap_qual.redact import Redactor
     from vsnap_qual.report.compare_runs import diff_runs, format_markdown, format_text, regressions
-    from vsnap_qual.report.redact import Redactor
 
     try:
         old, new = _load_for_compare(args.old), _load_for_compare(args.new)

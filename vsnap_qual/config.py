@@ -181,7 +181,8 @@ def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
-    """Cross-field validation and defaults. Raises ``pytest.UsageError`` naming the option and the fix."""
+    """Cross-field validation and defaults: the parsed options (``options.parse_values``, untyped) become the typed
+    ``QualConfig`` here. Raises ``pytest.UsageError`` naming the option and the fix."""
     runtime = parsed.get("vsnap_runtime") or "docker"
     try:
         image, base_image = runtimes.factory(runtime)(RuntimeSettings()).engines(

@@ -1,32 +1,26 @@
-"""The evidence store: one JSONL file appended as the run goes (docs/design.md §4).
+"""The evidence store: one JSONL file appended as the run goes (docs/design.md §4), and its one reader.
 
 Each record is written with an exclusive ``flock`` and fsynced, so pytest-xdist workers can share the file and
 a killed run still leaves everything gathered up to the kill. Secret values are replaced by ``***`` before a
-record reaches the disk.
+record reaches the disk. Reading gives the lines as JSON objects, unchecked: the report checks them against the
+model once (``report.parse``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vsnap_qual import model, probe_copy
-from vsnap_qual.report.redact import Redactor
+from vsnap_qual.redact import Redactor
 
-__all__ = [
-    "EVIDENCE_FILE",
-    "EvidenceStore",
-    "Redactor",
-    "ReportDirInUse",
-    "read_records",
-    "refuse_used_report_dir",
-    "utc_now",
-]
+__all__ = ["EVIDENCE_FILE", "Evidence", "EvidenceStore", "ReportDirInUse", "read_evidence", "read_records",
+           "refuse_used_report_dir"]  # fmt: skip
 
 EVIDENCE_FILE = "evidence.jsonl"
 #: What a run leaves in its report directory; any of them there means another run's evidence.
@@ -64,10 +58,6 @@ def refuse_used_report_dir(report_dir: Path) -> None:
     )
 
 
-def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 class EvidenceStore:
     """Append-only JSONL evidence under ``report_dir``; logs live beside it under ``logs/``."""
 
@@ -78,15 +68,11 @@ class EvidenceStore:
         self.redact = redactor or Redactor(())
         self.logs_dir.mkdir(parents=True, exist_ok=True)
 
-    def write(self, record: model.Record) -> dict[str, Any]:
-        """Append one typed evidence record (``vsnap_qual.model``)."""
-        fields = {k: v for k, v in record.items() if k not in ("kind", "time")}
-        return self.append(record["kind"], time=record.get("time") or utc_now(), **fields)
-
-    def append(self, kind: str, time: str | None = None, **fields: Any) -> dict[str, Any]:
-        """The untyped primitive under :meth:`write`: redact, then append one line under an exclusive lock."""
-        record = self.redact({"kind": kind, "time": time or utc_now(), **fields})
-        line = json.dumps(record, sort_keys=False, default=str) + "\n"
+    def write(self, record: model.Record) -> model.Record:
+        """Append one typed evidence record (``vsnap_qual.model``), redacted, as one line under an exclusive lock;
+        returns the record as written."""
+        written = self.redact(record)
+        line = json.dumps(written, sort_keys=False, default=str) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -95,7 +81,7 @@ class EvidenceStore:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
-        return record
+        return written
 
     def log_path(self, lane: str, step: str, suffix: str = "log") -> Path:
         """A fresh path for one step's log, e.g. ``logs/v1-head/create.log``."""
@@ -143,14 +129,35 @@ def redact_tree(root: Path, redact: Redactor) -> list[Path]:
     return changed
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of an evidence file; a torn last line (killed writer) is skipped."""
-    with path.open(encoding="utf-8") as handle:
+@dataclass(frozen=True)
+class Evidence:
+    """The lines of an evidence file: each a JSON object with a string ``kind``, not yet checked against the
+    model (untyped JSON: ``report.parse`` checks it, once); ``malformed_lines`` counts the rest."""
+
+    records: list[dict[str, Any]]
+    malformed_lines: int = 0
+
+
+def read_evidence(path: Path) -> Evidence:
+    """Parse ``evidence.jsonl``; a torn last line (the run was killed mid-write) is counted, not fatal."""
+    records: list[dict[str, Any]] = []  # JSON objects as written, checked against the model later
+    malformed = 0
+    with path.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
-            line = line.strip()
-            if not line:
+            if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError:
+                malformed += 1
                 continue
+            if isinstance(record, dict) and isinstance(record.get("kind"), str):
+                records.append(record)
+            else:
+                malformed += 1
+    return Evidence(records, malformed)
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of an evidence file (:func:`read_evidence`'s: untyped JSON objects), one by one."""
+    yield from read_evidence(path).records

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vsnap_qual import checks, engine, package_probe
@@ -49,7 +49,7 @@ from vsnap_qual.injection import (
     truncate_image,
     wait_ids_free,
 )
-from vsnap_qual.model import Behaviour, CleanupAudit, FaultObservation, FollowupRestore
+from vsnap_qual.model import Behaviour, CleanupAudit, FaultExpectation, FaultObservation, FiredRecord, FollowupRestore
 from vsnap_qual.procedure import ANY, Expect, Fault
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.steps import EXCEPTION_LINE, LaneState, StepFailed
@@ -178,7 +178,7 @@ class Observation:
     error_json: dict[str, Any] | None = None  # vLLM's error.json: any JSON it wrote
     phase: str | None = None
     fired: bool = False
-    fired_records: list[dict[str, object]] = field(default_factory=list)
+    fired_records: list[FiredRecord] = field(default_factory=list)
     artifact_unchanged: bool | None = None
     stderr_tail: str = ""
     error_lines: list[str] = field(default_factory=list)  # exception lines anywhere in stderr
@@ -488,7 +488,7 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
             "title": fault.title,
             "expect": behaviour,
             "expect_reason": reason,
-            "expected": asdict(expect),
+            "expected": expectation_record(expect),
             "observed": observation_record(observed),
             "mismatches": problems,
         }
@@ -549,6 +549,20 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     return obs
 
 
+def expectation_record(expect: Expect) -> FaultExpectation:
+    """The expectation as the step's evidence records it."""
+    return FaultExpectation(
+        exit_code=expect.exit_code,
+        http_bound=expect.http_bound,
+        error_phase=expect.error_phase,
+        artifact_unchanged=expect.artifact_unchanged,
+        fires=expect.fires,
+        message=expect.message,
+        followup_restore=expect.followup_restore,
+        cleanup=expect.cleanup,
+    )
+
+
 def observation_record(obs: Observation) -> FaultObservation:
     """The observation as the step's evidence records it."""
     return FaultObservation(
@@ -558,7 +572,7 @@ def observation_record(obs: Observation) -> FaultObservation:
         error_json=obs.error_json,
         phase=obs.phase,
         fired=obs.fired,
-        fired_records=[dict(r) for r in obs.fired_records],
+        fired_records=list(obs.fired_records),
         artifact_unchanged=obs.artifact_unchanged,
         stderr_tail=obs.stderr_tail,
         error_lines=list(obs.error_lines),

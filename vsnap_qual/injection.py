@@ -11,13 +11,13 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from vsnap_qual import engine
 from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK, restore_argv
 from vsnap_qual.control import read_json_files
-from vsnap_qual.model import CapturedIdWait
+from vsnap_qual.model import CapturedIdWait, FiredRecord
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.steps import check, skip_if_limitation, vllm_reason
@@ -81,8 +81,9 @@ def disarm(control: ControlDir) -> None:
     control.remove(control_files.ARMED)
 
 
-def fired_records(control: ControlDir) -> list[dict[str, object]]:
-    return read_json_files(control, control_files.FIRED_GLOB)
+def fired_records(control: ControlDir) -> list[FiredRecord]:
+    """The probe's records of the hooks that acted (JSON the probe wrote; read as the model's open record)."""
+    return [cast(FiredRecord, record) for record in read_json_files(control, control_files.FIRED_GLOB)]
 
 
 class ListenerScan:

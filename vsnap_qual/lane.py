@@ -16,11 +16,11 @@ from pathlib import Path
 from vsnap_qual import audit, engine, model, overlay, probe_copy
 from vsnap_qual.box import Bind, Box, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
+from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT, CONTROL, MODEL_CACHE, PROBE, WORK, restore_argv
 from vsnap_qual.control import MountedControlDir, read_json_files
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.evidence import utc_now
 from vsnap_qual.model import CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.package_probe import PackageInfo
@@ -157,7 +157,7 @@ class LaneRun:
         )
         versions: dict[str, str | None] = {k: v for k, v in package_info.items() if isinstance(v, str | None)}
         versions["criu"] = facts.criu
-        gpu: dict[str, object] | None = None
+        gpu: model.Gpu | None = None
         if facts.gpus:
             first = facts.gpus[0]
             gpu = {"name": first.name, "uuid": first.uuid, "driver": first.driver,

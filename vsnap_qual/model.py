@@ -2,21 +2,30 @@
 and ``results.json`` assembled from them (docs/design.md §4–5).
 
 The types are ``TypedDict``s: the JSON on disk *is* the model (no conversion layer that could drift). The store
-writes these records (``EvidenceStore.write``), the report reads them back as the same types
-(``report.assemble``), and the report tests build their synthetic runs from them. ``results.schema.json``
+writes these records (``EvidenceStore.write``), the report reads them back as the same types, checking each
+value against its type once (``report.parse``, driven by these annotations through :func:`fields_of`), and the
+report tests build their synthetic runs from them. ``results.schema.json``
 (beside the report package) is generated from these types by :func:`json_schema` and checked against a fresh
 generation by the tests.
 
 Step results are partial by nature (a step that fails records what it had gathered), so their fields are all
 optional; a field that is present has its documented type. Records and ``results.json`` themselves are closed:
 a field not in the model is a schema violation.
+
+Untyped dictionaries appear here only where the data is JSON nobody here defines (what vLLM prints or writes:
+the inspect manifest, ``error.json``; the run's options and preflight; an injector's own notes) and in the JSON
+Schema generator, whose output is a JSON document.
 """
 
+import functools
 import json
 import sys
 import types
 import typing
-from typing import Any, Literal, Union
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Union
+
+from vsnap_qual.contract import Arm, Purpose, Runner  # one definition each, re-exported for the model's users
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired, Required, TypedDict, get_type_hints
@@ -24,12 +33,9 @@ else:  # Python 3.10: typing has no NotRequired; typing_extensions' TypedDict un
     from typing_extensions import NotRequired, Required, TypedDict, get_type_hints
 
 #: The one schema version: of ``results.json`` and of the evidence records it is assembled from.
-SCHEMA = "vsnap-qual/results@1"
+SCHEMA: Final = "vsnap-qual/results@1"
 
-Runner = Literal["v1", "v2"]
-Arm = Literal["head", "base"]
 Outcome = Literal["passed", "failed", "skipped"]
-Purpose = Literal["lifecycle", "faults"]
 Status = Literal["pass", "partial", "fail", "incomplete"]
 CheckStatus = Literal["pass", "FAIL", "info", "incomplete", "not run"]
 HarnessPhase = Literal["collection", "setup", "teardown"]
@@ -152,7 +158,16 @@ class CleanupAudit(TypedDict, total=False):
 class InspectCheck(TypedDict):
     name: str
     ok: bool
+    #: the manifest's value (or the values compared): whatever JSON vLLM printed
     detail: Any
+
+
+class InspectChange(TypedDict):
+    """One field of ``vllm snapshot inspect``'s output that changed: its value before and after (JSON as vLLM
+    printed it)."""
+
+    before: Any
+    after: Any
 
 
 class ImportedModule(TypedDict):
@@ -196,14 +211,26 @@ class FaultExpectation(TypedDict):
     cleanup: bool
 
 
+class FiredRecord(TypedDict, total=False):
+    """What the probe wrote when a fault hook acted (``faults/fired-<point>-<pid>.json``, docs/design.md §3)."""
+
+    point: str
+    pid: int
+    method: str
+    #: the hooked method's arguments, as the probe could write them
+    args: Any
+    time: str
+
+
 class FaultObservation(TypedDict, total=False):
     exit_code: int | None
     http_bound: bool
     http_bound_by: list[str]
+    #: vLLM's ``error.json``, as it wrote it
     error_json: dict[str, Any] | None
     phase: str | None
     fired: bool
-    fired_records: list[dict[str, Any]]
+    fired_records: list[FiredRecord]
     artifact_unchanged: bool | None
     stderr_tail: str
     error_lines: list[str]
@@ -234,6 +261,13 @@ class FollowupRestore(TypedDict, total=False):
     cleanup: CleanupAudit
 
 
+class GpuEngaged(TypedDict):
+    """After a restore: the CUDA holders the manifest names, and the compute apps ``nvidia-smi`` listed."""
+
+    holders: list[int]
+    gpu_apps: list[int]
+
+
 class StepResults(TypedDict, total=False):
     """Every field a step records, by step (all optional: a failed step keeps what it had gathered)."""
 
@@ -252,13 +286,16 @@ class StepResults(TypedDict, total=False):
     kv_ordinary: int | None
     root_pid: int | None
     listener_first_bound: float | None
+    #: vLLM's ``error.json`` after a failed restore, as it wrote it
     error_json: dict[str, Any] | None
     kv_head: int | None
     kv_base: int | None
     kv_create: int | None
     kv_judgement: KvJudgement
     soak: Soak
-    inspect_changes: dict[str, dict[str, Any]]
+    #: restore-N: the CUDA holders on the GPU again (None: the lane has no GPU)
+    gpu_engaged: GpuEngaged | None
+    inspect_changes: dict[str, InspectChange]
     alive_before_restart: bool
     #: a restore (or fault) run a second time, and why the first did not count
     retried_after: str
@@ -270,6 +307,7 @@ class StepResults(TypedDict, total=False):
     vllm_reason: str
     # inspect and restart
     sha256: str
+    #: what ``vllm snapshot inspect`` printed
     manifest: dict[str, Any]
     checks: list[InspectCheck]
     sha256_before: str | None
@@ -288,10 +326,11 @@ class StepResults(TypedDict, total=False):
     expect: Behaviour
     #: why these expectations: the option that named them, or what the image's snapshot package implements
     expect_reason: str
-    expected: FaultExpectation | dict[str, Any]
+    expected: FaultExpectation
     observed: FaultObservation
     mismatches: list[str]
-    injected: dict[str, Any]
+    #: what the fault's injector did, in its own terms (each kind records different things)
+    injected: dict[str, object]
     followup_restore: FollowupRestore
     watch_polls: int
     #: fault steps: the waits for the captured PIDs to be free, before the fault and after its cleanup
@@ -349,7 +388,9 @@ class SessionRecord(TypedDict):
     run_id: str
     harness_version: str
     started: str
+    #: every option's value as the run resolved it (``QualConfig.public_options``): as many shapes as options
     options: dict[str, Any]
+    #: the preflight's findings as the plugin records them for the workers (``PreflightResult``); not read here
     preflight: NotRequired[dict[str, Any]]
     coverage: NotRequired[Coverage]
     probe: NotRequired[ProbeCopy]
@@ -387,16 +428,26 @@ class CiBuild(TypedDict, total=False):
     branch: str
 
 
-class EnvironmentRecord(TypedDict):
-    kind: Literal["environment"]
+#: The lane's GPU as ``nvidia-smi`` names it, the first one it lists (``name``, ``uuid``, ``driver``,
+#: ``memory_mib``) and how many it lists (``count``). A map of facts rather than a ``TypedDict``: the lane
+#: gathers them as a plain dictionary (``docker_lane.LaneRun.start``).
+Gpu = dict[str, str | int | None]
+
+
+class Environment(TypedDict):
+    """One lane's environment (the record without ``kind``): its image, container, versions and GPU. A lane may
+    run in more than one container (``purpose``: the lifecycle, the faults), each with its record."""
+
     time: str
     runner: Runner
     arm: Arm
     lane: NotRequired[str]
     image: Image
     container_id: str
-    versions: dict[str, Any]
-    gpu: Any
+    #: vllm, torch, python, cuda, driver, criu, and what the package probe says (``package_dir``, the snapshot
+    #: behaviour it detected); None where the lane could not say
+    versions: dict[str, str | None]
+    gpu: Gpu | None
     package_dir: str | None
     ports: NotRequired[dict[str, int]]
     environment: NotRequired[dict[str, str]]
@@ -405,6 +456,12 @@ class EnvironmentRecord(TypedDict):
     purpose: NotRequired[Purpose]
     overlay_checkout: NotRequired[OverlayCheckout]
     ci: NotRequired[CiBuild]
+
+
+class EnvironmentRecord(Environment):
+    """An environment as the evidence store writes it: the lane's environment plus its record kind."""
+
+    kind: Literal["environment"]
 
 
 class Step(TypedDict):
@@ -444,12 +501,17 @@ class PlanRecord(TypedDict):
     selection: Selection
 
 
-class HarnessErrorRecord(TypedDict):
-    kind: Literal["harness_error"]
+class HarnessError(TypedDict):
+    """A collection, setup or teardown error (the record without ``kind``)."""
+
     time: str
     phase: HarnessPhase
     nodeid: str
     message: str
+
+
+class HarnessErrorRecord(HarnessError):
+    kind: Literal["harness_error"]
 
 
 class SessionEndRecord(TypedDict):
@@ -474,12 +536,14 @@ RECORD_TYPES: dict[str, type] = {
 
 # ---- results.json ---------------------------------------------------------------------------------------------
 class LastStep(TypedDict):
+    """The step record last written to the evidence (what a killed run reached)."""
+
     label: str
-    runner: Any
-    arm: Any
-    step: Any
-    outcome: Any
-    ended: Any
+    runner: Runner
+    arm: Arm
+    step: str
+    outcome: Outcome
+    ended: str
 
 
 class RunInfo(TypedDict):
@@ -491,22 +555,19 @@ class RunInfo(TypedDict):
     complete: bool
     last_step: LastStep | None
     last_record_time: str | None
+    #: the session record's options (untyped: see ``SessionRecord.options``)
     options: dict[str, Any]
     probe: ProbeCopy | None
-    host: dict[str, Any]
+    host: Host
 
 
 class Lane(TypedDict):
     runner: str
     arm: str
-    environment: dict[str, Any] | None
-
-
-class HarnessError(TypedDict):
-    time: str
-    phase: HarnessPhase
-    nodeid: str
-    message: str
+    #: the lane's environment the views show: its lifecycle container's (else the last one recorded)
+    environment: Environment | None
+    #: the lane's other containers' environments (its faults container's), in the order they were recorded
+    other_environments: NotRequired[list[Environment]]
 
 
 class CheckItem(TypedDict):
@@ -537,13 +598,17 @@ class SkippedStep(TypedDict):
     message: str
 
 
+class NoSelection(TypedDict):
+    """No plan record, so no selection: an empty object."""
+
+
 class VerdictCoverage(TypedDict):
     known: bool
     runners: list[str]
     arms: list[str]
     overlay: bool
     faults: list[str]
-    selection: dict[str, Any]
+    selection: Selection | NoSelection
     required: int | None
     passed: list[str]
     failed: list[str]
@@ -580,11 +645,11 @@ class EvidenceInfo(TypedDict):
     has_session: bool
 
 
-class Results(TypedDict):
-    schema: Literal["vsnap-qual/results@1"]
-    generated: str
+class RunEvidence(TypedDict):
+    """What the evidence says about a run, assembled: ``results.json`` without its verdict. The verdict is
+    judged from it and the views render it (``report.frames``)."""
+
     run: RunInfo
-    verdict: Verdict
     runners: list[str]
     arms: list[str]
     lanes: list[Lane]
@@ -594,15 +659,44 @@ class Results(TypedDict):
     evidence: EvidenceInfo
 
 
-# ---- JSON Schema ------------------------------------------------------------------------------------------------
-def _is_typeddict(tp: Any) -> bool:
+class Results(RunEvidence):
+    """``results.json``: the assembled evidence, and the verdict judged from it once."""
+
+    schema: Literal["vsnap-qual/results@1"]
+    generated: str
+    verdict: Verdict
+
+
+# ---- the model's own shape (read by the JSON Schema generator and by report.parse) ----------------------------
+@dataclass(frozen=True)
+class Fields:
+    """A ``TypedDict``'s fields: each one's type, which are required, and whether others may be present."""
+
+    types: dict[str, object]  # field -> its annotation (a type, a generic alias, a Literal ...)
+    required: frozenset[str]
+    open: bool
+
+
+def is_typeddict(tp: object) -> bool:
     return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
 
 
+@functools.cache
+def fields_of(tp: type) -> Fields:
+    """The fields of the model's ``TypedDict`` ``tp`` (``NotRequired`` unwrapped into ``required``)."""
+    return Fields(
+        types=get_type_hints(tp, include_extras=False),
+        required=frozenset(getattr(tp, "__required_keys__", ())),
+        open=tp.__name__ in _OPEN,
+    )
+
+
+# ---- JSON Schema ------------------------------------------------------------------------------------------------
+# A JSON Schema is a JSON document: the generator's dictionaries are untyped JSON by nature.
 def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if tp is Any:
+    if tp is Any or tp is object:  # any JSON value
         return {}
     if tp is type(None):
         return {"type": "null"}
@@ -624,18 +718,18 @@ def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": _schema_of(args[1], defs)}
     if origin in (NotRequired, Required):
         return _schema_of(args[0], defs)
-    if _is_typeddict(tp):
+    if is_typeddict(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # placeholder: recursive references resolve to the same definition
-            hints = get_type_hints(tp, include_extras=False)
-            properties = {key: _schema_of(value, defs) for key, value in hints.items()}
+            fields = fields_of(tp)
+            properties = {key: _schema_of(value, defs) for key, value in fields.types.items()}
             schema: dict[str, Any] = {
                 "type": "object",
                 "properties": properties,
-                "required": sorted(tp.__required_keys__),
+                "required": sorted(fields.required),
                 # step results are open (documented fields are typed); records and results are closed
-                "additionalProperties": name in _OPEN,
+                "additionalProperties": fields.open,
             }
             if tp.__doc__ and not tp.__doc__.startswith(name + "("):
                 schema["description"] = " ".join(tp.__doc__.split())
@@ -655,6 +749,7 @@ _OPEN = {
     "FollowupRestore",
     "OverlayFileResult",
     "Digest",
+    "FiredRecord",
     "Host",
     "Image",
     "Coverage",
@@ -678,8 +773,13 @@ def json_schema() -> dict[str, Any]:
 
 def record_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of one evidence record kind (for validating ``evidence.jsonl``)."""
+    return type_schema(RECORD_TYPES[kind])
+
+
+def type_schema(tp: type) -> dict[str, Any]:
+    """The JSON Schema of one of the model's types (a record, a step result's piece)."""
     defs: dict[str, Any] = {}
-    root = _schema_of(RECORD_TYPES[kind], defs)
+    root = _schema_of(tp, defs)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **root, "$defs": defs}
 
 

@@ -559,7 +559,9 @@ class OptionError(ValueError):
 
 
 def parse_values(chosen: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
-    """Parse each option's chosen text (unset options without a default become None)."""
+    """Parse each option's chosen text (unset options without a default become None). The parsed values are
+    whatever each option's parse function returns (``OPTIONS``): the command line's one untyped boundary, read by
+    ``config.build_config`` into the typed ``QualConfig``."""
     parsed: dict[str, Any] = {}
     for dest, (text, origin) in chosen.items():
         spec = OPTIONS_BY_DEST[dest]

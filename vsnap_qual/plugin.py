@@ -22,21 +22,16 @@ import pytest
 
 from vsnap_qual import __version__, hookspecs, model, options, probe_copy, procedure, progress, runtimes
 from vsnap_qual.box import RuntimeFailure, owner_label
+from vsnap_qual.clock import utc_now
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
 from vsnap_qual.contract import Purpose
-from vsnap_qual.evidence import (
-    EvidenceStore,
-    Redactor,
-    ReportDirInUse,
-    redact_tree,
-    refuse_used_report_dir,
-    utc_now,
-)
+from vsnap_qual.evidence import EvidenceStore, ReportDirInUse, redact_tree, refuse_used_report_dir
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.lane import LaneRun
 from vsnap_qual.preflight import check_report_dir, run_preflight
 from vsnap_qual.preflight_result import PreflightError, PreflightResult
 from vsnap_qual.recorder import StepRecorder
+from vsnap_qual.redact import Redactor
 from vsnap_qual.steps import OrdinaryReference
 
 CONFIG_KEY = pytest.StashKey[QualConfig]()

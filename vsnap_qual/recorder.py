@@ -5,7 +5,6 @@ step, engine time, log paths. (The lane is ``lane.LaneRun``; the steps are ``ste
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import model, procedure
+from vsnap_qual.clock import utc_now, utc_time
 from vsnap_qual.config import Lane
 from vsnap_qual.contract import Purpose
-from vsnap_qual.evidence import EvidenceStore, utc_now
+from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.model import StepResults
 
 
@@ -88,7 +88,7 @@ class StepRecorder:
                     message=message,
                     argv=evidence.argv,
                     exit_code=evidence.exit_code,
-                    started=_iso(started),
+                    started=utc_time(started),
                     ended=utc_now(),
                     seconds=round(time.monotonic() - clock, 3),
                     engine_seconds=round(self.engine_time, 3),
@@ -115,7 +115,3 @@ class StepRecorder:
     def keep_log(self, evidence: StepEvidence, path: Path) -> None:
         evidence.logs.append(self.store.relative(path))
         self.last_logs.append(self.store.relative(path))
-
-
-def _iso(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="milliseconds")

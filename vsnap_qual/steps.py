@@ -13,7 +13,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
 
 import pytest
 
@@ -29,6 +29,7 @@ from vsnap_qual.model import (
     CleanupAudit,
     Digest,
     FreshImport,
+    InspectChange,
     LeftoverProcess,
     OverlayFileResult,
     Soak,
@@ -81,19 +82,12 @@ class OrdinaryReference:
     kv_tokens: int | None
 
 
-class FieldChange(TypedDict):
-    """One field of ``vllm snapshot inspect``'s output that changed: its values (any JSON vLLM printed)."""
-
-    before: object
-    after: object
-
-
 @dataclass
 class InspectChanged:
     """The first step after which ``vllm snapshot inspect`` printed something else, and what changed."""
 
     step: str
-    changes: dict[str, FieldChange]
+    changes: dict[str, InspectChange]
 
 
 @dataclass
@@ -382,7 +376,7 @@ def restore(run: LaneTools, rec: StepEvidence, n: int) -> None:
     )
 
 
-def inspect_changes(run: LaneTools, rec: StepEvidence, name: str) -> dict[str, FieldChange]:
+def inspect_changes(run: LaneTools, rec: StepEvidence, name: str) -> dict[str, InspectChange]:
     """``vllm snapshot inspect`` again: the fields that differ from what the inspect step printed."""
     result = run.snapshot_inspect(rec, name=name)
     try:

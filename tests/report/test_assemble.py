@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import procedure
-from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, option_value, read_evidence
+from vsnap_qual import model, procedure
+from vsnap_qual.report import write_reports
+from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, read_evidence
+from vsnap_qual.report.recorded import option_value
 
 
 def test_complete_run_has_the_documented_shape(report_dir: Path) -> None:
@@ -98,3 +101,39 @@ def test_load_results_checks_the_schema(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(ValueError, match="is not JSON"):
         load_results(path)
+
+
+def test_every_container_of_a_lane_keeps_its_environment_record(report_dir: Path) -> None:
+    """A lane runs its lifecycle and its faults in two containers, each with an environment record (``lane``,
+    ``purpose``); the faults container's, written later, must not replace the lifecycle's."""
+    evidence = report_dir / "evidence.jsonl"
+    lines = evidence.read_text().splitlines()
+    index, lifecycle = next(
+        (i, record)
+        for i, record in enumerate(map(json.loads, lines))
+        if record["kind"] == "environment" and (record["runner"], record["arm"]) == ("v1", "head")
+    )
+    lifecycle.update(lane="v1-head", purpose="lifecycle")
+    faults = {**lifecycle, "purpose": "faults", "container_id": "faults-box", "time": lifecycle["time"] + "1"}
+    lines[index] = json.dumps(lifecycle)
+    lines.insert(index + 1, json.dumps(faults))
+    evidence.write_text("\n".join(lines) + "\n")
+
+    results = assemble_file(evidence)
+    lane = next(lane for lane in results["lanes"] if (lane["runner"], lane["arm"]) == ("v1", "head"))
+    assert lane["environment"] is not None
+    assert (lane["environment"]["purpose"], lane["environment"]["container_id"]) == (
+        "lifecycle",
+        lifecycle["container_id"],
+    )
+    assert [(e.get("purpose"), e["container_id"]) for e in lane.get("other_environments", [])] == [
+        ("faults", "faults-box")
+    ]
+    # results.json keeps both, and validates against its schema
+    written = json.loads(write_reports(report_dir, github_step_summary=False).results_json.read_text())
+    (lane,) = [lane for lane in written["lanes"] if (lane["runner"], lane["arm"]) == ("v1", "head")]
+    assert [lane["environment"]["container_id"], lane["other_environments"][0]["container_id"]] == [
+        lifecycle["container_id"],
+        "faults-box",
+    ]
+    jsonschema.validate(written, model.json_schema())

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import procedure
+from vsnap_qual import checks, procedure
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.frames import (
     canary_frame,
@@ -47,11 +48,11 @@ def test_digest_summary_text(report_dir: Path) -> None:
 
 
 def test_unobservable_and_missing_parameters(report_dir: Path) -> None:
-    results = _results(report_dir)
-    for step in results["steps"]:
-        if step["runner"] == "v1" and step["step"] == "restore-1" and step["arm"] == "head":
-            step["results"]["digests"]["lm_head.weight"]["sha256"] = None
-            del step["results"]["digests"]["model.embed_tokens.weight"]
+    def observe_less(digests: dict[str, Any]) -> None:
+        digests["lm_head.weight"]["sha256"] = None
+        del digests["model.embed_tokens.weight"]
+
+    results = assemble_file(_record_digests(report_dir, "v1", "restore-1", observe_less))
     frame = digest_frame(results, "v1")
     assert frame.loc["lm_head.weight", "status"] == "unobservable"
     assert frame.loc["model.embed_tokens.weight", "status"] == "missing"
@@ -160,3 +161,53 @@ def test_compare_all_on_an_empty_run(tmp_path: Path) -> None:
     (tmp_path / "evidence.jsonl").write_text("")
     comparisons = compare_all(assemble_file(tmp_path / "evidence.jsonl"))
     assert comparisons.digests.empty and comparisons.canary.empty and comparisons.faults.empty
+
+
+def _record_digests(directory: Path, runner: str, step: str, change: Callable[[dict[str, Any]], None]) -> Path:
+    """Change one restore's digests in the evidence and record its comparison as the harness does
+    (``checks.compare_digests`` against the lane's ordinary digests)."""
+    evidence = directory / "evidence.jsonl"
+    records = [json.loads(line) for line in evidence.read_text().splitlines()]
+    steps = {(r["runner"], r["arm"], r["step"]): r for r in records if r["kind"] == "step"}
+    restore = steps[(runner, "head", step)]
+    change(restore["results"]["digests"])
+    reference = steps[(runner, "head", "ordinary")]["results"]["digests"]
+    restore["results"]["digest_compare"] = checks.compare_digests(reference, restore["results"]["digests"])
+    evidence.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return evidence
+
+
+def test_digest_rows_show_the_recorded_comparison_an_extra_parameter_is_extra(report_dir: Path) -> None:
+    """A parameter the restore has and the ordinary server had not is recorded as ``extra``
+    (``checks.compare_digests``); the table and its summary say so, never "missing"."""
+    evidence = _record_digests(
+        report_dir,
+        "v1",
+        "restore-1",
+        lambda digests: digests.update({"extra.weight": {"sha256": "ee" * 32, "shape": [2], "dtype": "float16"}}),
+    )
+    results = assemble_file(evidence)
+    compare = next(
+        s["results"]["digest_compare"]
+        for s in results["steps"]
+        if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1")
+    )
+    assert (compare["extra"], compare["missing"], compare["ok"]) == (["extra.weight"], [], False)
+    frame = digest_frame(results, "v1")
+    assert frame.loc["extra.weight", "status"] == "extra"
+    summary = {r["runner"]: r for r in records(digest_summary(results))}
+    assert summary["v1"]["text"] == "30/31 unchanged (1 extra)" and not summary["v1"]["ok"]
+    assert summary["v1"]["extra_names"] == ["extra.weight"] and summary["v1"]["missing_names"] == []
+    check = next(c for c in results["verdict"]["checks"] if c["id"] == "digests")
+    assert "1 extra" in check["result"] and "missing" not in check["result"]
+
+
+def test_digest_rows_never_classify_a_parameter_themselves(report_dir: Path) -> None:
+    """The status is the recorded comparison's: bytes that differ in the table without a comparison naming them
+    (here edited after the run) are not turned into a finding by the report."""
+    results = _results(report_dir)
+    restore = next(s for s in results["steps"] if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1"))
+    restore["results"]["digests"]["lm_head.weight"]["sha256"] = "ff" * 32
+    frame = digest_frame(results, "v1")
+    assert frame.loc["lm_head.weight", "restore-1"] == "ff" * 32
+    assert frame.loc["lm_head.weight", "status"] == "unchanged"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vsnap_qual import model
+from vsnap_qual.report import parse
 from vsnap_qual.report.frames import compare_all
 from vsnap_qual.report.validation_table import validation_checks
 
@@ -63,20 +65,21 @@ def _results(kv_restored: int, alive: bool, diverges: int | None) -> dict[str, A
     }
 
 
-def _rows(results: dict[str, Any]) -> dict[str, Any]:
-    return {c.short: c for c in validation_checks(results, compare_all(results))}
+def _rows(results: dict[str, Any]) -> dict[str, model.Check]:
+    run = parse.run_evidence(results)  # what the report reads is the model: the mapping above, read as it
+    return {c["short"]: c for c in validation_checks(run, compare_all(run))}
 
 
 def test_a_sound_restore_passes_the_kv_liveness_and_multi_token_rows() -> None:
     rows = _rows(_results(4096, True, None))
-    assert rows["KV"].status == "pass" and "restored 4,096" in rows["KV"].result
-    assert rows["liveness"].status == "pass" and "1/1 restores alive" in rows["liveness"].result
-    assert rows["multi-token"].status == "pass" and "(4 tokens each)" in rows["multi-token"].name
+    assert rows["KV"]["status"] == "pass" and "restored 4,096" in rows["KV"]["result"]
+    assert rows["liveness"]["status"] == "pass" and "1/1 restores alive" in rows["liveness"]["result"]
+    assert rows["multi-token"]["status"] == "pass" and "(4 tokens each)" in rows["multi-token"]["name"]
 
 
 def test_a_broken_restore_fails_each_row_for_its_own_defect() -> None:
-    assert _rows(_results(3072, True, None))["KV"].status == "FAIL"
+    assert _rows(_results(3072, True, None))["KV"]["status"] == "FAIL"
     dead = _rows(_results(4096, False, None))["liveness"]
-    assert dead.status == "FAIL" and "died 2.1 s after restore" in dead.details[0]
+    assert dead["status"] == "FAIL" and "died 2.1 s after restore" in dead["details"][0]
     corrupt = _rows(_results(4096, True, 1))["multi-token"]
-    assert corrupt.status == "FAIL" and "first diverging position 1" in corrupt.details[0]
+    assert corrupt["status"] == "FAIL" and "first diverging position 1" in corrupt["details"][0]

@@ -143,7 +143,7 @@ def test_names() -> None:
 def test_properties_from_a_run_without_results(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     junit.write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="0"/></testsuites>')
-    add_run_properties(junit, {})
+    add_run_properties(junit, None)
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "vsnap-qual"
     assert [(p.get("name"), p.get("value")) for p in suite.iter("property")] == [("verdict", "incomplete")]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from synthetic_runs import SECRET, MakeRun, RunSpec
 
+from vsnap_qual.redact import MASK, Redactor, redact, secret_names
 from vsnap_qual.report import write_reports
-from vsnap_qual.report.redact import MASK, Redactor, redact, secret_names
 
 
 def test_default_names_and_extra_names() -> None:
@@ -37,9 +37,9 @@ def test_evidence_writer_interface() -> None:
 
 
 def test_longest_secret_masked_whole_and_tiny_values_ignored() -> None:
-    redactor = Redactor.from_values(["abcd", "abcdefgh", "", "x"])
+    redactor = Redactor(["abcd", "abcdefgh", "", "x"])
     assert redactor.text("abcdefgh abcd x") == f"{MASK} {MASK} x"
-    assert not Redactor.from_values(["", "ab"])
+    assert not Redactor(["", "ab"])
 
 
 def test_no_report_file_contains_the_token(

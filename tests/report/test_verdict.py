@@ -10,6 +10,7 @@ from synthetic_runs import MakeRun, RunSpec
 from vsnap_qual import checks
 from vsnap_qual.report import render_reports, write_reports
 from vsnap_qual.report.assemble import assemble_file, read_evidence
+from vsnap_qual.report.frames import compare_all
 from vsnap_qual.report.verdict import judge
 
 
@@ -88,7 +89,7 @@ def test_digest_row_uses_the_runs_own_rule_when_every_parameter_is_unobservable(
             reference = steps[(runner, arm if name != "vs-head" else "head", "ordinary")]["results"]["digests"]
             own = step["results"].get("digests") or steps[(runner, arm, "ordinary")]["results"]["digests"]
             step["results"]["digest_compare"] = checks.compare_digests(reference, own)
-    verdict = judge(results)
+    verdict = judge(results, compare_all(results))
     digest = next(c for c in verdict["checks"] if c["short"] == "digests")
     assert digest["status"] == "FAIL", digest
     assert (

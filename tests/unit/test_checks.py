@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import checks, faults, package_probe, steps
+from vsnap_qual import checks, faults, model, package_probe, steps
 from vsnap_qual.box import ExecResult
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.recorder import StepEvidence
@@ -493,3 +493,20 @@ def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
     with pytest.raises(steps.StepFailed, match=r"exited 1; error.json=None; CRIU: .*Can't open file dev/shm/psm_2196"):
         steps.restore(lane, rec, 1)  # type: ignore[arg-type]
     assert rec.results["criu_reason"][-1].endswith("Restoring FAILED.")
+
+
+def test_what_the_checks_record_is_the_evidence_model() -> None:
+    """Each recorded judgement validates against its model type (closed types: no field the model lacks)."""
+    import jsonschema
+
+    within = checks.compare_canary(REF, CanaryOutput(REF.prompt, [12095], " Paris", -0.4205), 1e-3)
+    digests = checks.compare_digests(_digests(a="1", b="2"), _digests(a="1", b="3", c="4"))
+    recorded = [
+        (model.CanaryCompare, within),
+        (model.DigestCompare, digests),
+        (model.KvJudgement, checks.kv_judgement(4096, 4096, 4100, 0.02, "metrics")),
+        *((model.InspectCheck, c) for c in checks.inspect_checks(_manifest(), EXPECT)),
+        (model.InspectChange, checks.manifest_changes({"a": 1}, {"a": 2})["a"]),
+    ]
+    for tp, value in recorded:
+        jsonschema.validate(json.loads(json.dumps(value)), model.type_schema(tp))

@@ -2,16 +2,26 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from pathlib import Path
 
 import pytest
 
-from vsnap_qual.evidence import EvidenceStore, Redactor, read_records
+from vsnap_qual import model
+from vsnap_qual.clock import utc_now
+from vsnap_qual.evidence import EvidenceStore, read_records
+from vsnap_qual.redact import Redactor
+
+
+def _session(options: dict[str, object], run_id: str = "r") -> model.SessionRecord:
+    return model.SessionRecord(
+        kind="session", time=utc_now(), run_id=run_id, harness_version="0", started=utc_now(), options=options, host={}
+    )
 
 
 def _writer(path: str, n: int) -> None:
-    store = EvidenceStore(__import__("pathlib").Path(path))
+    store = EvidenceStore(Path(path))
     for i in range(n):
-        store.append("step", i=i, payload="x" * 6000)
+        store.write(_session({"payload": "x" * 6000}, run_id=str(i)))
 
 
 def test_concurrent_appends_never_tear_lines(tmp_path):
@@ -22,23 +32,23 @@ def test_concurrent_appends_never_tear_lines(tmp_path):
         p.join()
     records = list(read_records(tmp_path / "evidence.jsonl"))
     assert len(records) == 150
-    assert all(len(r["payload"]) == 6000 for r in records)
+    assert all(len(r["options"]["payload"]) == 6000 for r in records)
 
 
 def test_secrets_are_redacted_everywhere(tmp_path):
     store = EvidenceStore(tmp_path, Redactor(["secret-value-123"]))
-    store.append("session", options={"env": "HF_TOKEN=secret-value-123"}, argv=["--hf-token", "secret-value-123"])
+    store.write(_session({"env": "HF_TOKEN=secret-value-123", "argv": ["--hf-token", "secret-value-123"]}))
     store.write_text(tmp_path / "logs" / "x.log", "token secret-value-123 seen")
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert "secret-value-123" not in path.read_text()
     record = json.loads((tmp_path / "evidence.jsonl").read_text())
-    assert record["argv"] == ["--hf-token", "***"]
+    assert record["options"]["argv"] == ["--hf-token", "***"]
 
 
 def test_torn_last_line_is_skipped(tmp_path):
     store = EvidenceStore(tmp_path)
-    store.append("session", run_id="r")
+    store.write(_session({}))
     with (tmp_path / "evidence.jsonl").open("a") as handle:
         handle.write('{"kind": "step", "ste')
     assert [r["kind"] for r in read_records(tmp_path / "evidence.jsonl")] == ["session"]

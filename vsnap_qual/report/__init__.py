@@ -1,6 +1,7 @@
 """Qualification reports: ``results.json``, ``report.html`` and ``summary.md`` from one evidence model.
 
-The pytest plugin calls :func:`write_reports` once, on the controller, after the evidence file is closed; the
+The pytest plugin calls :func:`write_reports` once, on the controller, after the evidence file is closed: the
+evidence is assembled, its comparisons computed once, and the verdict and every view use them. The
 ``vsnap-qual report`` command calls :func:`render_reports` to re-render from a saved ``results.json``.
 """
 
@@ -10,13 +11,15 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, SCHEMA, assemble_file, load_results
-from vsnap_qual.report.redact import Redactor
+from vsnap_qual import model
+from vsnap_qual.redact import Redactor
+from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, SCHEMA, assemble_path, load_results
+from vsnap_qual.report.frames import Comparisons, compare_all
+from vsnap_qual.report.recorded import option_value
 
 __all__ = [
     "EVIDENCE_FILE",
@@ -38,23 +41,23 @@ _ANNOTATE_TIMEOUT_S = 30
 
 @dataclass(frozen=True)
 class ReportPaths:
-    """What :func:`write_reports` wrote, the verdict, and where the summary also went."""
+    """What :func:`write_reports` wrote, the verdict, and where the summary also went; the results rendered and
+    their comparisons (None when they could not be computed), for the terminal summary."""
 
     results_json: Path
     report_html: Path
     summary_md: Path
     verdict: str
+    results: model.Results = field(repr=False, compare=False)
+    comparisons: Comparisons | None = field(default=None, repr=False, compare=False)
     github_step_summary: Path | None = None
     annotated: bool = False
     notes: tuple[str, ...] = ()
-    results: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
-def _configured_secret_names(results: Mapping[str, Any]) -> list[str]:
+def _configured_secret_names(results: model.Results) -> list[str]:
     """The secret variable names the run recorded: ``QualConfig.secret_names`` (the defaults plus
     ``--vsnap-secrets``), recorded in the session's options as ``secret_names``."""
-    from vsnap_qual.report.assemble import option_value
-
     names: list[str] = []
     for key in ("secret_names", "secrets"):  # ``secrets``: the option's own name, if a writer used it
         value = option_value(results, key)
@@ -72,20 +75,21 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def render_reports(
-    results: Mapping[str, Any],
+    results: model.Results,
     out_dir: Path,
     *,
     log_root: Path | None = None,
     extra_secret_names: Iterable[str] = (),
     write_results: bool = True,
+    comparisons: Comparisons | None = None,
 ) -> ReportPaths:
     """Write ``results.json`` (unless ``write_results`` is false), ``report.html`` and ``summary.md``.
 
     Every file is redacted with the secret values set in this process's environment (the defaults, the
     run's recorded ``secret_names`` and ``extra_secret_names``). ``log_root`` is the directory the evidence's log
-    paths are relative to (default ``out_dir``).
+    paths are relative to (default ``out_dir``). ``comparisons`` are the run's (``assemble.assemble``): given,
+    they are not computed again; the pages are redacted whole, so tables computed before redaction are safe.
     """
-    from vsnap_qual.report.frames import compare_all
     from vsnap_qual.report.html import render_html
     from vsnap_qual.report.markdown import render_markdown
 
@@ -94,17 +98,18 @@ def render_reports(
     results = redactor.data(results)
     notes: list[str] = []
     # A report must come out of any evidence: a rendering bug degrades the page, never loses the run.
-    comparisons = None
-    try:
-        comparisons = compare_all(results)  # tables to show; the verdict was judged once, at assembly
-    except Exception as exc:
-        notes.append(f"comparisons failed ({type(exc).__name__}: {exc}); report.html and summary.md are minimal")
+    if comparisons is None:
+        try:
+            comparisons = compare_all(results)  # tables to show; the verdict was judged once, at assembly
+        except Exception as exc:
+            notes.append(f"comparisons failed ({type(exc).__name__}: {exc}); report.html and summary.md are minimal")
     paths = ReportPaths(
         results_json=out_dir / RESULTS_FILE,
         report_html=out_dir / HTML_FILE,
         summary_md=out_dir / SUMMARY_FILE,
-        verdict=str((results.get("verdict") or {}).get("status") or "incomplete"),
+        verdict=results["verdict"]["status"],
         results=results,
+        comparisons=comparisons,
     )
     if write_results:
         _atomic_write(paths.results_json, json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n")
@@ -129,23 +134,23 @@ def render_reports(
     return replace(paths, notes=tuple(notes))
 
 
-def _minimal_html(results: Mapping[str, Any], notes: list[str]) -> str:
+def _minimal_html(results: model.Results, notes: list[str]) -> str:
     from markupsafe import escape
 
-    verdict = results.get("verdict") or {}
-    reasons = "".join(f"<li>{escape(r)}</li>" for r in [*(verdict.get("reasons") or []), *notes])
+    verdict = results["verdict"]
+    reasons = "".join(f"<li>{escape(r)}</li>" for r in [*verdict["reasons"], *notes])
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>vsnap-qual report</title></head>'
-        f"<body><h1>vsnap-qual: {escape(verdict.get('headline') or 'NO VERDICT')}</h1><ul>{reasons}</ul>"
+        f"<body><h1>vsnap-qual: {escape(verdict['headline'] or 'NO VERDICT')}</h1><ul>{reasons}</ul>"
         "<p>The full report could not be rendered; every piece of evidence is in results.json and "
         "evidence.jsonl beside this page.</p></body></html>\n"
     )
 
 
-def _minimal_markdown(results: Mapping[str, Any], notes: list[str]) -> str:
-    verdict = results.get("verdict") or {}
-    lines = [f"## vsnap-qual: {verdict.get('headline') or 'NO VERDICT'}", ""]
-    lines += [f"- {line}" for line in [*(verdict.get("reasons") or []), *notes]]
+def _minimal_markdown(results: model.Results, notes: list[str]) -> str:
+    verdict = results["verdict"]
+    lines = [f"## vsnap-qual: {verdict['headline'] or 'NO VERDICT'}", ""]
+    lines += [f"- {line}" for line in [*verdict["reasons"], *notes]]
     return "\n".join([*lines, "", "_The full summary could not be rendered; see `results.json`._", ""])
 
 
@@ -163,8 +168,14 @@ def write_reports(
     ``vsnap-qual``). Those two never raise: what went wrong is returned in ``notes``. A missing evidence file
     raises ``FileNotFoundError``.
     """
-    results = assemble_file(report_dir / EVIDENCE_FILE)
-    paths = render_reports(results, report_dir, log_root=report_dir, extra_secret_names=extra_secret_names)
+    assembled = assemble_path(report_dir / EVIDENCE_FILE)
+    paths = render_reports(
+        assembled.results,
+        report_dir,
+        log_root=report_dir,
+        extra_secret_names=extra_secret_names,
+        comparisons=assembled.comparisons,
+    )
     notes: list[str] = list(paths.notes)
     step_summary: Path | None = None
     if github_step_summary and os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -180,16 +191,7 @@ def write_reports(
         annotated, note = _buildkite_annotate(paths.summary_md, paths.verdict)
         if note:
             notes.append(note)
-    return ReportPaths(
-        results_json=paths.results_json,
-        report_html=paths.report_html,
-        summary_md=paths.summary_md,
-        verdict=paths.verdict,
-        github_step_summary=step_summary,
-        annotated=annotated,
-        notes=tuple(notes),
-        results=paths.results,
-    )
+    return replace(paths, github_step_summary=step_summary, annotated=annotated, notes=tuple(notes))
 
 
 def _buildkite_annotate(summary: Path, verdict: str) -> tuple[bool, str]:

@@ -1,7 +1,9 @@
 """Assemble ``results.json`` (schema ``vsnap-qual/results@1``) from the run's ``evidence.jsonl``.
 
-The evidence file is the only input (docs/design.md §4). A run that was killed has no ``session_end`` record;
-its results are marked incomplete and name the last step that reached the evidence file.
+The evidence file is the only input (docs/design.md §4); each of its lines is read as the model once, here
+(``report.parse``). A run that was killed has no ``session_end`` record; its results are marked incomplete and
+name the last step that reached the evidence file. The run's comparisons (``frames.compare_all``) are computed
+once: the verdict is judged from them, and :func:`assemble` hands them on to the views.
 """
 
 from __future__ import annotations
@@ -10,82 +12,42 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Final, cast
 
 from vsnap_qual import model, procedure
+from vsnap_qual.clock import utc_stamp
+from vsnap_qual.evidence import EVIDENCE_FILE, Evidence, read_evidence
+from vsnap_qual.report import parse
+from vsnap_qual.report.frames import Comparisons, compare_all
+from vsnap_qual.report.verdict import judge
 
-SCHEMA = model.SCHEMA
-EVIDENCE_FILE = "evidence.jsonl"
+__all__ = [
+    "EVIDENCE_FILE",
+    "RESULTS_FILE",
+    "SCHEMA",
+    "Assembled",
+    "Evidence",
+    "assemble",
+    "assemble_file",
+    "assemble_path",
+    "load_results",
+    "read_evidence",
+]
+
+SCHEMA: Final = model.SCHEMA
 RESULTS_FILE = "results.json"
 
-#: The lifecycle steps in the order the report shows them; fault steps (``fault:<id>``) follow.
-CORE_STEPS: tuple[str, ...] = procedure.DISPLAY_ORDER
 _ARM_ORDER = ("head", "base")
 
 
 @dataclass(frozen=True)
-class Evidence:
-    """The parsed lines of an evidence file."""
+class Assembled:
+    """A run's ``results.json`` and the comparisons its verdict was judged from (the views render them); None
+    when they could not be computed from this evidence (the verdict says why)."""
 
-    records: list[dict[str, Any]]
-    malformed_lines: int = 0
-
-
-def read_evidence(path: Path) -> Evidence:
-    """Parse ``evidence.jsonl``; a torn last line (the run was killed mid-write) is counted, not fatal."""
-    records: list[dict[str, Any]] = []
-    malformed = 0
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                malformed += 1
-                continue
-            if isinstance(record, dict) and isinstance(record.get("kind"), str):
-                records.append(record)
-            else:
-                malformed += 1
-    return Evidence(records, malformed)
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    """``value`` if the evidence holds an object there, else ``{}``: odd evidence never crashes a report."""
-    return value if isinstance(value, dict) else {}
-
-
-def as_list(value: Any) -> list[Any]:
-    """``value`` when the evidence holds an array there, else ``[]``."""
-    return value if isinstance(value, list) else []
-
-
-is_fault_step = procedure.is_fault_step
-
-
-def step_label(record: Mapping[str, Any]) -> str:
-    """``runner/arm/step``, the name a step goes by in every view."""
-    return f"{record.get('runner', '?')}/{record.get('arm', '?')}/{record.get('step', '?')}"
-
-
-def option_value(results: Mapping[str, Any], name: str, default: Any = None) -> Any:
-    """The run's value of option ``name`` (``logprob-tolerance``), however the session record spelled it."""
-    wanted = _option_key(name)
-    for key, value in (results.get("run", {}).get("options") or {}).items():
-        if _option_key(str(key)) == wanted:
-            return value
-    return default
-
-
-def _option_key(name: str) -> str:
-    key = name.strip().lower().lstrip("-").replace("_", "-")
-    for prefix in ("vsnap-",):
-        if key.startswith(prefix):
-            key = key[len(prefix) :]
-    return key
+    results: model.Results
+    comparisons: Comparisons | None
 
 
 def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
@@ -94,38 +56,44 @@ def _ordered(values: Iterable[str], preferred: Iterable[str] = ()) -> list[str]:
     return first + [v for v in seen if v not in first]
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> model.Results:
-    """Build ``results.json`` (``model.Results``, schema ``vsnap-qual/results@1``) from parsed evidence."""
-    session: dict[str, Any] = {}
-    session_end: dict[str, Any] | None = None
-    environments: dict[tuple[str, str], dict[str, Any]] = {}
-    steps: list[dict[str, Any]] = []
-    plans: list[dict[str, Any]] = []
-    harness_errors: list[dict[str, Any]] = []
+def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
+    """Build ``results.json`` from parsed evidence, with the comparisons it was judged from: each line is checked
+    against the model here, once (``report.parse``); a line that cannot be placed counts as malformed."""
+    session: model.SessionRecord | None = None
+    session_end: model.SessionEndRecord | None = None
+    # by the container it describes: lane and purpose (a lane's lifecycle and faults run in two), last one kept
+    environments: dict[tuple[str, str | None], model.Environment] = {}
+    steps: list[model.Step] = []
+    plans: list[model.PlanRecord] = []
+    harness_errors: list[model.HarnessError] = []
     kinds: Counter[str] = Counter()
     last_time: str | None = None
-    for record in evidence.records:
-        kind = record["kind"]
-        kinds[kind] += 1
-        last_time = record.get("time") or last_time
-        if kind == "session":
+    unplaced = 0
+    for raw in evidence.records:
+        kinds[str(raw["kind"])] += 1
+        if raw["kind"] not in model.RECORD_TYPES:
+            continue  # a kind this harness does not know (a newer writer's): counted, not read
+        record = parse.record(raw)
+        if record is None:
+            unplaced += 1
+            continue
+        last_time = record["time"] or last_time
+        if record["kind"] == "session":
             session = record
-        elif kind == "session_end":
+        elif record["kind"] == "session_end":
             session_end = record
-        elif kind == "environment":
-            environments[(str(record.get("runner")), str(record.get("arm")))] = record
-        elif kind == "step":
-            steps.append({k: v for k, v in record.items() if k != "kind"})
-        elif kind == "plan":
+        elif record["kind"] == "environment":
+            box = (record.get("lane") or f"{record['runner']}-{record['arm']}", record.get("purpose"))
+            environments.pop(box, None)  # a container's later record replaces its earlier one, in the record order
+            environments[box] = cast(model.Environment, _without_kind(record))
+        elif record["kind"] == "step":
+            steps.append(cast(model.Step, _without_kind(record)))
+        elif record["kind"] == "plan":
             plans.append(record)
-        elif kind == "harness_error":
-            harness_errors.append({k: v for k, v in record.items() if k != "kind"})
+        elif record["kind"] == "harness_error":
+            harness_errors.append(cast(model.HarnessError, _without_kind(record)))
 
-    options = as_dict(session.get("options"))
+    options = session["options"] if session else {}
     configured = options.get("runners") or options.get("vsnap_runners") or []
     if isinstance(configured, str):
         configured = configured.split(",")
@@ -133,86 +101,110 @@ def assemble_results(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> mode
     configured_runners = (
         [str(r).strip() for r in configured if str(r).strip()] if isinstance(configured, (list, tuple)) else []
     )
-    lane_keys = [(str(s.get("runner")), str(s.get("arm"))) for s in steps] + list(environments)
+    lane_keys = [(s["runner"], s["arm"]) for s in steps] + [(e["runner"], e["arm"]) for e in environments.values()]
     runners = _ordered([r for r, _ in lane_keys], configured_runners)
     arms = _ordered([a for _, a in lane_keys], _ARM_ORDER)
     lanes = [
-        {
-            "runner": runner,
-            "arm": arm,
-            "environment": {k: v for k, v in environments[(runner, arm)].items() if k != "kind"}
-            if (runner, arm) in environments
-            else None,
-        }
+        _lane(runner, arm, [e for e in environments.values() if (e["runner"], e["arm"]) == (runner, arm)])
         for runner in runners
         for arm in arms
         if (runner, arm) in set(lane_keys)
     ]
 
-    complete = bool(session_end and session_end.get("complete", True))
     last_step = None
     if steps:
         last = steps[-1]
-        last_step = {
-            "label": step_label(last),
-            "runner": last.get("runner"),
-            "arm": last.get("arm"),
-            "step": last.get("step"),
-            "outcome": last.get("outcome"),
-            "ended": last.get("ended") or last.get("time"),
-        }
-    steps = ordered_steps(steps, runners, arms)
-    run = {
-        "run_id": session.get("run_id"),
-        "harness_version": session.get("harness_version"),
-        "started": session.get("started") or session.get("time"),
-        "ended": (session_end or {}).get("ended"),
-        "exitstatus": (session_end or {}).get("exitstatus"),
-        "complete": complete,
-        "last_step": last_step,
-        "last_record_time": last_time,
-        "options": options,
-        "probe": session.get("probe"),
-        "host": as_dict(session.get("host")),
-    }
-    results: dict[str, Any] = {
-        "schema": SCHEMA,
-        "generated": _now(),
-        "run": run,
-        "verdict": {},
-        "runners": runners,
-        "arms": arms,
-        "lanes": lanes,
-        "steps": steps,
-        "coverage": _coverage(as_dict(session.get("coverage")), plans),
-        "harness_errors": harness_errors,
-        "evidence": {
-            "file": source,
-            "records": len(evidence.records),
-            "malformed_lines": evidence.malformed_lines,
-            "kinds": dict(kinds),
-            "has_session": bool(session),
-        },
-    }
-    from vsnap_qual.report.verdict import judge
+        last_step = model.LastStep(
+            label=procedure.label(last["runner"], last["arm"], last["step"]),
+            runner=last["runner"],
+            arm=last["arm"],
+            step=last["step"],
+            outcome=last["outcome"],
+            ended=last["ended"] or last["time"],
+        )
+    run = model.RunInfo(
+        run_id=session["run_id"] if session else None,
+        harness_version=session["harness_version"] if session else None,
+        started=(session["started"] or session["time"]) if session else None,
+        ended=session_end["ended"] if session_end else None,
+        exitstatus=session_end["exitstatus"] if session_end else None,
+        complete=bool(session_end and session_end["complete"]),
+        last_step=last_step,
+        last_record_time=last_time,
+        options=options,
+        probe=session.get("probe") if session else None,
+        host=session["host"] if session else {},
+    )
+    found = model.RunEvidence(
+        run=run,
+        runners=runners,
+        arms=arms,
+        lanes=lanes,
+        steps=ordered_steps(steps, runners, arms),
+        coverage=_coverage(session.get("coverage", {}) if session else {}, plans),
+        harness_errors=harness_errors,
+        evidence=model.EvidenceInfo(
+            file=source,
+            records=len(evidence.records),
+            malformed_lines=evidence.malformed_lines + unplaced,
+            kinds=dict(kinds),
+            has_session=session is not None,
+        ),
+    )
+    comparisons: Comparisons | None = None
+    try:
+        comparisons = compare_all(found)  # once: the verdict is judged from them, the views render them
+        verdict = judge(found, comparisons)  # the one verdict, recorded here; views render it
+    except Exception as exc:  # odd evidence: the verdict says so instead of losing the run
+        verdict = judge(found, None, failure=f"{type(exc).__name__}: {exc}")
+    results = model.Results(
+        schema=SCHEMA,
+        generated=utc_stamp(),
+        run=found["run"],
+        verdict=verdict,
+        runners=found["runners"],
+        arms=found["arms"],
+        lanes=found["lanes"],
+        steps=found["steps"],
+        coverage=found["coverage"],
+        harness_errors=found["harness_errors"],
+        evidence=found["evidence"],
+    )
+    return Assembled(results, comparisons)
 
-    results["verdict"] = judge(results)  # the one verdict, recorded here; views render it
-    return cast(model.Results, results)
+
+def _lane(runner: str, arm: str, environments: list[model.Environment]) -> model.Lane:
+    """A lane and the environments of its containers: the lifecycle container's is the one the views show
+    (else the last recorded); the others follow it."""
+    shown = next((e for e in reversed(environments) if e.get("purpose") == "lifecycle"), None)
+    if shown is None and environments:
+        shown = environments[-1]
+    lane = model.Lane(runner=runner, arm=arm, environment=shown)
+    others = [e for e in environments if e is not shown]
+    if others:
+        lane["other_environments"] = others
+    return lane
 
 
-def ordered_steps(steps: list[dict[str, Any]], runners: list[str], arms: list[str]) -> list[dict[str, Any]]:
+def _without_kind(record: Mapping[str, object]) -> dict[str, object]:
+    """A record as ``results.json`` carries it (``model.Step``, ``model.Environment``, ``model.HarnessError``):
+    the record less its ``kind``."""
+    return {key: value for key, value in record.items() if key != "kind"}
+
+
+def ordered_steps(steps: list[model.Step], runners: list[str], arms: list[str]) -> list[model.Step]:
     """The step records in a fixed order, whatever order the lanes finished in (``pytest -n``): the procedure
     table's order (``procedure.STEPS``; a step it does not name after them, as first seen), then runner, then
     arm. A repeated step's records keep their written order, so the last one stays the one that counts."""
     procedure_order = {name: i for i, name in enumerate(procedure.STEPS)}
     unknown: dict[str, int] = {}
     for record in steps:
-        name = str(record.get("step"))
+        name = record["step"]
         if name not in procedure_order:
             unknown.setdefault(name, len(procedure_order) + len(unknown))
 
-    def key(record: dict[str, Any]) -> tuple[int, int, int]:
-        name, runner, arm = str(record.get("step")), str(record.get("runner")), str(record.get("arm"))
+    def key(record: model.Step) -> tuple[int, int, int]:
+        name, runner, arm = record["step"], record["runner"], record["arm"]
         return (
             procedure_order.get(name, unknown.get(name, 0)),
             runners.index(runner) if runner in runners else len(runners),
@@ -222,24 +214,30 @@ def ordered_steps(steps: list[dict[str, Any]], runners: list[str], arms: list[st
     return sorted(steps, key=key)
 
 
-def _coverage(required: dict[str, Any], plans: list[dict[str, Any]]) -> dict[str, Any]:
+def _coverage(required: model.Coverage, plans: list[model.PlanRecord]) -> model.Coverage:
     """What a full qualification requires (the session record) and what the run selected (its plan records:
     one per collecting process, the same selection each)."""
-    out = dict(required)
+    out = required.copy()
     if plans:
-        out["selected"] = list(dict.fromkeys(str(x) for p in plans for x in as_list(p.get("selected"))))
-        out["deselected"] = list(dict.fromkeys(str(x) for p in plans for x in as_list(p.get("deselected"))))
-        out["selection"] = as_dict(plans[0].get("selection"))
+        out["selected"] = list(dict.fromkeys(x for p in plans for x in p["selected"]))
+        out["deselected"] = list(dict.fromkeys(x for p in plans for x in p["deselected"]))
+        out["selection"] = plans[0]["selection"]
     return out
 
 
 def assemble_file(evidence_path: Path) -> model.Results:
-    """Read ``evidence_path`` and assemble its results dictionary."""
-    return assemble_results(read_evidence(evidence_path), source=evidence_path.name)
+    """Read ``evidence_path`` and assemble its ``results.json``."""
+    return assemble_path(evidence_path).results
 
 
-def load_results(path: Path) -> dict[str, Any]:
-    """Read a ``results.json`` and check its schema; raises ``ValueError`` naming the problem."""
+def assemble_path(evidence_path: Path) -> Assembled:
+    """Read ``evidence_path`` and assemble its ``results.json``, with the comparisons it was judged from."""
+    return assemble(read_evidence(evidence_path), source=evidence_path.name)
+
+
+def load_results(path: Path) -> model.Results:
+    """Read a ``results.json``, check its schema and read it as the model (``report.parse``); raises
+    ``ValueError`` naming the problem."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -247,4 +245,7 @@ def load_results(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"{path} is not a vsnap-qual results file (schema {found!r}, expected {SCHEMA!r})")
-    return data
+    try:
+        return parse.results(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None

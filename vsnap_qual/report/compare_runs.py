@@ -8,19 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from vsnap_qual.report import figures
+from vsnap_qual import model
+from vsnap_qual.report import figures, parse
 from vsnap_qual.report.frames import (
+    CanaryRow,
+    KvRow,
+    ReadinessRow,
+    TimingRow,
     canary_frame,
     digest_frame,
     kv_frame,
-    latest_steps,
     readiness_frame,
-    records,
+    rows,
     timing_frame,
 )
 from vsnap_qual.report.markdown import cell
+from vsnap_qual.report.recorded import StepKey, latest_steps
+from vsnap_qual.report.validation_table import CHECK_IDS
 
 #: A step's median time must move by at least this fraction to be listed (restore ready times always are).
 TIMING_THRESHOLD = 0.10
@@ -72,20 +77,27 @@ class RunDiff:
         )
 
 
-def _run_name(results: Mapping[str, Any]) -> str:
-    return str((results.get("run") or {}).get("run_id") or "unknown")
+def _run_name(results: model.Results) -> str:
+    return results["run"]["run_id"] or "unknown"
 
 
-def _verdict(results: Mapping[str, Any]) -> str:
-    return str((results.get("verdict") or {}).get("headline") or "?")
+def _verdict(results: model.Results) -> str:
+    return results["verdict"]["headline"] or "?"
 
 
-def _status(results: Mapping[str, Any]) -> str:
-    return str((results.get("verdict") or {}).get("status") or "incomplete")
+def _status(results: model.Results) -> str:
+    return results["verdict"]["status"]
 
 
-def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshold: float = TIMING_THRESHOLD) -> RunDiff:
-    """Compare two results dictionaries (``old`` → ``new``)."""
+def diff_runs(
+    old: Mapping[str, object], new: Mapping[str, object], *, timing_threshold: float = TIMING_THRESHOLD
+) -> RunDiff:
+    """Compare two ``results.json`` (``old`` → ``new``), each read as the model first: they may come from
+    different harness versions (``report.parse``; ``ValueError`` when one cannot be read)."""
+    return _diff(parse.results(old), parse.results(new), timing_threshold)
+
+
+def _diff(old: model.Results, new: model.Results, timing_threshold: float) -> RunDiff:
     return RunDiff(
         old_run=_run_name(old),
         new_run=_run_name(new),
@@ -104,44 +116,40 @@ def diff_runs(old: Mapping[str, Any], new: Mapping[str, Any], *, timing_threshol
     )
 
 
-def _recorded_checks(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def _recorded_checks(results: model.Results) -> dict[str, model.Check]:
     """The verdict's recorded checks by stable id (a results.json from before ids: by its one-word ``short``
     name, which maps to the id one to one, else by its sentence)."""
-    from vsnap_qual.report.validation_table import CHECK_IDS
-
     by_short = {short: check_id for check_id, short in CHECK_IDS.items()}
-    out: dict[str, Mapping[str, Any]] = {}
-    for entry in (results.get("verdict") or {}).get("checks") or []:
-        if isinstance(entry, Mapping):
-            out[str(entry.get("id") or by_short.get(str(entry.get("short"))) or entry.get("name"))] = entry
-    return out
+    return {
+        entry["id"] or by_short.get(entry["short"]) or entry["name"]: entry for entry in results["verdict"]["checks"]
+    }
 
 
-def _checks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def _checks(old: model.Results, new: model.Results) -> list[Change]:
     """Validation checks whose recorded status changed, by stable id."""
     before, after = _recorded_checks(old), _recorded_checks(new)
     changes = []
     for key in list(dict.fromkeys([*before, *after])):
-        was = str(before[key].get("status")) if key in before else "absent"
-        now = str(after[key].get("status")) if key in after else "absent"
+        was = before[key]["status"] if key in before else "absent"
+        now = after[key]["status"] if key in after else "absent"
         if was != now:
-            changes.append(Change(key, was, now, str((after.get(key) or before[key]).get("result") or "")))
+            changes.append(Change(key, was, now, (after.get(key) or before[key])["result"]))
     return changes
 
 
 _OK_TEXT = {True: "ok", False: "not ok", None: "not judged"}
 
 
-def _items(results: Mapping[str, Any]) -> dict[str, str]:
-    out = {}
-    for entry in _recorded_checks(results).values():
-        for item in entry.get("items") or []:
-            if isinstance(item, Mapping) and item.get("id"):
-                out[str(item["id"])] = _OK_TEXT.get(item.get("ok"), "not judged")
-    return out
+def _items(results: model.Results) -> dict[str, str]:
+    return {
+        item["id"]: _OK_TEXT[item["ok"]]
+        for entry in _recorded_checks(results).values()
+        for item in entry["items"]
+        if item["id"]
+    }
 
 
-def _check_items(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def _check_items(old: model.Results, new: model.Results) -> list[Change]:
     """The recorded judgements behind the checks (``digests.v1.head.restore-1``) whose result changed."""
     before, after = _items(old), _items(new)
     return [
@@ -189,23 +197,23 @@ def regressions(diff: RunDiff, fail_on: str = FAIL_ON_DEFAULT) -> list[str]:
     return found
 
 
-def _steps(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def _steps(old: model.Results, new: model.Results) -> list[Change]:
     before, after = latest_steps(old), latest_steps(new)
     changes = []
     for key in list(dict.fromkeys([*before, *after])):
-        was = str(before[key].get("outcome")) if key in before else "not run"
-        now = str(after[key].get("outcome")) if key in after else "not run"
+        was = before[key]["outcome"] if key in before else "not run"
+        now = after[key]["outcome"] if key in after else "not run"
         if was != now:
-            message = str(after.get(key, {}).get("message") or before.get(key, {}).get("message") or "")
+            message = next((s["message"] for s in (after.get(key), before.get(key)) if s and s["message"]), "")
             changes.append(Change("/".join(key), was, now, message))
     return changes
 
 
-def _runners(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    return list(dict.fromkeys([*(old.get("runners") or []), *(new.get("runners") or [])]))
+def _runners(old: model.Results, new: model.Results) -> list[str]:
+    return list(dict.fromkeys([*old["runners"], *new["runners"]]))
 
 
-def _digests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def _digests(old: model.Results, new: model.Results) -> list[Change]:
     changes = []
     for runner in _runners(old, new):
         before, after = digest_frame(old, runner), digest_frame(new, runner)
@@ -224,7 +232,7 @@ def _digests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     return changes
 
 
-def _reference_digests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def _reference_digests(old: model.Results, new: model.Results) -> list[Change]:
     """Parameters whose ordinary (reference) digest differs between runs: different weights were loaded."""
     changes = []
     for runner in _runners(old, new):
@@ -248,16 +256,17 @@ def _reference_digests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[C
     return changes
 
 
-def _canary(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
-    def index(results: Mapping[str, Any]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
-        return {(r["runner"], r["arm"], r["step"], r["prompt"]): r for r in records(canary_frame(results))}
+def _canary(old: model.Results, new: model.Results) -> list[Change]:
+    def index(results: model.Results) -> dict[tuple[str, str, str, str], CanaryRow]:
+        return {(r["runner"], r["arm"], r["step"], r["prompt"]): r for r in rows(canary_frame(results), CanaryRow)}
 
     before, after = index(old), index(new)
     changes = []
     for key in list(dict.fromkeys([*before, *after])):
         a, b = before.get(key), after.get(key)
         if a is None or b is None:
-            if (a or b or {}).get("status") != "reference":
+            present = a if a is not None else b
+            if present is None or present["status"] != "reference":
                 changes.append(Change(_canary_key(key), _canary_text(a), _canary_text(b), "compared in one run only"))
             continue
         if a["status"] == "reference" and b["status"] == "reference":
@@ -274,16 +283,16 @@ def _canary_key(key: tuple[str, str, str, str]) -> str:
     return f"{key[0]}/{key[1]}/{key[2]} {key[3]!r}"
 
 
-def _canary_text(row: Mapping[str, Any] | None) -> str:
+def _canary_text(row: CanaryRow | None) -> str:
     if row is None:
         return "absent"
     text = f"[{row['token_ids']}] {row['status']}"
     return text if row["status"] == "reference" else f"{text}, Δ {figures.delta(row['delta'])}"
 
 
-def _kv(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
-    before = {(r["runner"], r["arm"]): r for r in records(kv_frame(old))}
-    after = {(r["runner"], r["arm"]): r for r in records(kv_frame(new))}
+def _kv(old: model.Results, new: model.Results) -> list[Change]:
+    before = {(r["runner"], r["arm"]): r for r in rows(kv_frame(old), KvRow)}
+    after = {(r["runner"], r["arm"]): r for r in rows(kv_frame(new), KvRow)}
     changes = []
     for key in list(dict.fromkeys([*before, *after])):
         a, b = before.get(key), after.get(key)
@@ -307,9 +316,11 @@ def _kv(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     return changes
 
 
-def _timings(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float) -> list[Change]:
-    before = {(r["runner"], r["arm"], r["step"]): r for r in records(timing_frame(old))}
-    after = {(r["runner"], r["arm"], r["step"]): r for r in records(timing_frame(new))}
+def _timings(old: model.Results, new: model.Results, threshold: float) -> list[Change]:
+    before: dict[StepKey, TimingRow] = {
+        (r["runner"], r["arm"], r["step"]): r for r in rows(timing_frame(old), TimingRow)
+    }
+    after = {(r["runner"], r["arm"], r["step"]): r for r in rows(timing_frame(new), TimingRow)}
     changes = []
     for key in [k for k in after if k in before]:
         a, b = before[key]["median"], after[key]["median"]
@@ -319,8 +330,8 @@ def _timings(old: Mapping[str, Any], new: Mapping[str, Any], threshold: float) -
         if abs(relative) < threshold:
             continue
         changes.append(Change("/".join(key), figures.seconds(a), figures.seconds(b), f"{relative * 100:+.0f}%"))
-    ready_a = {(r["runner"], r["arm"]): r for r in records(readiness_frame(old))}
-    for r in records(readiness_frame(new)):
+    ready_a = {(r["runner"], r["arm"]): r for r in rows(readiness_frame(old), ReadinessRow)}
+    for r in rows(readiness_frame(new), ReadinessRow):
         a_row = ready_a.get((r["runner"], r["arm"]))
         if a_row and a_row["restore_median"] and r["restore_median"]:
             relative = (r["restore_median"] - a_row["restore_median"]) / a_row["restore_median"]

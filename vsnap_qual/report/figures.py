@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 
-def _real(value: Any) -> float | None:
+def _real(value: object) -> float | None:
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return None if math.isnan(value) else float(value)
 
 
-def count(value: Any) -> str:
+def count(value: object) -> str:
     """``54048`` → ``54,048``; missing → ``–``."""
     number = _real(value)
     return "–" if number is None else f"{round(number):,}"
 
 
-def signed_count(value: Any) -> str:
+def signed_count(value: object) -> str:
     """``-16`` → ``−16``, ``+16``, ``0``."""
     number = _real(value)
     if number is None:
@@ -27,7 +26,7 @@ def signed_count(value: Any) -> str:
     return "0" if rounded == 0 else f"{'+' if rounded > 0 else '−'}{abs(rounded):,}"
 
 
-def percent(value: Any) -> str:
+def percent(value: object) -> str:
     """A signed percentage with two decimals: ``−0.03%``."""
     number = _real(value)
     if number is None:
@@ -35,13 +34,13 @@ def percent(value: Any) -> str:
     return "0.00%" if number == 0 else f"{'+' if number > 0 else '−'}{abs(number):.2f}%"
 
 
-def logprob(value: Any) -> str:
+def logprob(value: object) -> str:
     """A logprob with six decimals."""
     number = _real(value)
     return "–" if number is None else f"{number:.6f}"
 
 
-def delta(value: Any) -> str:
+def delta(value: object) -> str:
     """A logprob delta: ``0`` when exactly zero, else signed scientific (``+4.0e-04``)."""
     number = _real(value)
     if number is None:
@@ -49,7 +48,7 @@ def delta(value: Any) -> str:
     return "0" if number == 0 else f"{number:+.1e}".replace("-", "−")
 
 
-def seconds(value: Any) -> str:
+def seconds(value: object) -> str:
     """``41.5`` → ``41.5 s``; under 10 s two decimals; over 2 minutes also ``m:ss``."""
     number = _real(value)
     if number is None:
@@ -60,13 +59,13 @@ def seconds(value: Any) -> str:
     return text
 
 
-def ratio(value: Any) -> str:
+def ratio(value: object) -> str:
     """``5.12`` → ``5.1×``."""
     number = _real(value)
     return "–" if number is None else f"{number:.1f}×"
 
 
-def short_hash(value: Any, length: int = 12) -> str:
+def short_hash(value: object, length: int = 12) -> str:
     """The first ``length`` hex digits of a sha256 (a ``sha256:`` prefix kept out)."""
     if not isinstance(value, str) or not value:
         return "–"

@@ -1,25 +1,45 @@
 """``report.html``: one self-contained page (inline CSS and SVG, no JavaScript, no network fetch).
 
-The page is rendered by jinja2 with autoescape from a view built here out of the results dictionary and its
-comparison frames. Log tails are read from the files the evidence names, relative to the report directory.
+The page is rendered by jinja2 with autoescape from a view built here (:class:`ReportView`) out of
+``results.json`` and its comparison frames. Log tails are read from the files the evidence names, relative to
+the report directory.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from markupsafe import Markup, escape
 
+from vsnap_qual import model, procedure
+from vsnap_qual.redact import Redactor
 from vsnap_qual.report import figures
-from vsnap_qual.report.assemble import CORE_STEPS, as_dict, as_list, is_fault_step, step_label
-from vsnap_qual.report.frames import DIGEST_COLUMNS, UNOBSERVABLE, Comparisons, compare_all, records
+from vsnap_qual.report.frames import (
+    DIGEST_COLUMNS,
+    UNOBSERVABLE,
+    CanaryRow,
+    CanarySummaryRow,
+    CleanupRow,
+    Comparisons,
+    DigestSummaryRow,
+    FaultRow,
+    KvRow,
+    MatrixRow,
+    OverlayRow,
+    ReadinessRow,
+    TimingRow,
+    compare_all,
+    rows,
+)
 from vsnap_qual.report.markdown import SIMULATED_LABEL
-from vsnap_qual.report.redact import Redactor
-from vsnap_qual.report.verdict import recorded_checks
+from vsnap_qual.report.recorded import option_value
+
+if TYPE_CHECKING:
+    import jinja2
 
 #: Lines of each log shown inline; the full log is linked.
 LOG_TAIL_LINES = 60
@@ -31,10 +51,130 @@ _PROBLEM_ROWS_SHOWN = 50
 MAX_LOG_TAILS = 12
 _MATRIX_META = ("lane", "runner", "arm", "faults", "faults_ok")
 _PALETTE = ("#3b6ea5", "#d08c2a", "#4a9a6b", "#a6508a", "#6b6b6b", "#b5443b", "#7b62b8", "#2a9d9d")
+Row = TypeVar("Row")
+
+
+class EnvironmentView(TypedDict):
+    """A lane's row of the environment table."""
+
+    lane: str
+    recorded: bool
+    image: str | None
+    image_id: str | None
+    repo_digests: list[str]
+    repo_digests_full: str
+    revision: str | None
+    build_commit: str | None
+    platform: str | None
+    versions: dict[str, str | None]
+    gpu: tuple[str, str]
+    simulated: str | None
+    gpu_full: str
+    container_id: str | None
+    package_dir: str | None
+
+
+class MatrixCell(TypedDict):
+    outcome: str | bool | None
+    seconds: float | None
+
+
+class MatrixLane(TypedDict):
+    lane: str | bool | None
+    cells: list[MatrixCell]
+    faults: str | bool | None
+    faults_ok: str | bool | None
+
+
+class MatrixView(TypedDict):
+    columns: list[str]
+    rows: list[MatrixLane]
+
+
+class CanaryPrompt(TypedDict):
+    prompt: str
+    cells: list[CanaryRow | None]
+
+
+class CanaryBlock(TypedDict):
+    """A runner's canary table: prompts as rows, (arm, step) as columns."""
+
+    runner: str
+    columns: list[str]
+    rows: list[CanaryPrompt]
+
+
+class DigestBlock(TypedDict):
+    """A runner's digest table, its rows pre-rendered."""
+
+    runner: str
+    columns: list[str]
+    reference: str
+    summary: DigestSummaryRow | None
+    rows: Markup
+    problem_rows: Markup
+    problems: int
+    count: int
+
+
+class LogLink(TypedDict):
+    name: str
+    href: str
+
+
+class StepLogs(TypedDict):
+    label: str
+    outcome: str
+    logs: list[LogLink]
+
+
+class LogTail(TypedDict):
+    label: str
+    message: str
+    name: str
+    href: str
+    tail: str
+    excerpt: str
+
+
+class LogsView(TypedDict):
+    tails: list[LogTail]
+    links: list[StepLogs]
+    omitted: int
+
+
+class ReportView(TypedDict):
+    """The template's context: every section, already ordered and formatted where it helps."""
+
+    schema: str
+    generated: str
+    run: model.RunInfo
+    verdict: model.Verdict
+    title: str
+    options: list[tuple[str, str]]
+    checks: list[model.Check]
+    environment: list[EnvironmentView]
+    overlay: list[OverlayRow]
+    matrix: MatrixView
+    canary: list[CanaryBlock]
+    canary_summary: list[CanarySummaryRow]
+    digests: list[DigestBlock]
+    kv: list[KvRow]
+    kv_chart: Markup
+    readiness: list[ReadinessRow]
+    timings: list[TimingRow]
+    timing_chart: Markup
+    ready_chart: Markup
+    faults: list[FaultRow]
+    cleanup: list[CleanupRow]
+    cleanup_failed: int
+    logs: LogsView
+    tail_lines: int
+    evidence: model.EvidenceInfo
 
 
 @functools.lru_cache(maxsize=1)
-def _template() -> Any:
+def _template() -> jinja2.Template:
     import jinja2
 
     environment = jinja2.Environment(
@@ -58,7 +198,7 @@ def _template() -> Any:
 
 
 def render_html(
-    results: Mapping[str, Any],
+    results: model.Results,
     *,
     log_root: Path | None = None,
     out_dir: Path | None = None,
@@ -77,84 +217,80 @@ def render_html(
 
 
 def build_view(
-    results: Mapping[str, Any], comparisons: Comparisons, *, log_root: Path | None, out_dir: Path | None
-) -> dict[str, Any]:
+    results: model.Results, comparisons: Comparisons, *, log_root: Path | None, out_dir: Path | None
+) -> ReportView:
     """The template's context: every section, already ordered and formatted where it helps."""
-    run = results.get("run") or {}
-    checks = recorded_checks(results)
-    options = run.get("options") or {}
-    return {
-        "schema": results.get("schema"),
-        "generated": results.get("generated"),
-        "run": run,
-        "verdict": results.get("verdict") or {},
-        "title": _title(results),
-        "options": sorted((str(k), _plain(v)) for k, v in options.items()),
-        "checks": checks,
-        "environment": _environment(results),
-        "overlay": records(comparisons.overlay),
-        "matrix": _matrix(results, comparisons),
-        "canary": _canary(results, comparisons),
-        "canary_summary": records(comparisons.canary_summary),
-        "digests": _digests(comparisons),
-        "kv": records(comparisons.kv),
-        "kv_chart": _kv_chart(records(comparisons.kv)),
-        "readiness": records(comparisons.readiness),
-        "timings": records(comparisons.timings),
-        "timing_chart": _timing_chart(results, comparisons),
-        "ready_chart": _ready_chart(records(comparisons.readiness)),
-        "faults": _failed_first(records(comparisons.faults), lambda r: r["outcome"] == "passed"),
-        "cleanup": _failed_first(records(comparisons.cleanup), lambda r: bool(r["ok"])),
-        "cleanup_failed": sum(1 for r in records(comparisons.cleanup) if not r["ok"]),
-        "logs": _logs(results, log_root, out_dir),
-        "tail_lines": LOG_TAIL_LINES,
-        "evidence": results.get("evidence") or {},
-    }
+    run = results["run"]
+    cleanup = rows(comparisons.cleanup, CleanupRow)
+    return ReportView(
+        schema=results["schema"],
+        generated=results["generated"],
+        run=run,
+        verdict=results["verdict"],
+        title=_title(results),
+        options=sorted((k, _plain(v)) for k, v in run["options"].items()),
+        checks=results["verdict"]["checks"],
+        environment=_environment(results),
+        overlay=rows(comparisons.overlay, OverlayRow),
+        matrix=_matrix(results, comparisons),
+        canary=_canary(results, comparisons),
+        canary_summary=rows(comparisons.canary_summary, CanarySummaryRow),
+        digests=_digests(comparisons),
+        kv=rows(comparisons.kv, KvRow),
+        kv_chart=_kv_chart(rows(comparisons.kv, KvRow)),
+        readiness=rows(comparisons.readiness, ReadinessRow),
+        timings=rows(comparisons.timings, TimingRow),
+        timing_chart=_timing_chart(results, comparisons),
+        ready_chart=_ready_chart(rows(comparisons.readiness, ReadinessRow)),
+        faults=_failed_first(rows(comparisons.faults, FaultRow), lambda r: r["outcome"] == "passed"),
+        cleanup=_failed_first(cleanup, lambda r: bool(r["ok"])),
+        cleanup_failed=sum(1 for r in cleanup if not r["ok"]),
+        logs=_logs(results, log_root, out_dir),
+        tail_lines=LOG_TAIL_LINES,
+        evidence=results["evidence"],
+    )
 
 
-def _title(results: Mapping[str, Any]) -> str:
-    options = (results.get("run") or {}).get("options") or {}
-    image = options.get("image") or options.get("vsnap_image") or ""
-    model = options.get("model") or options.get("vsnap_model") or ""
-    return " · ".join(str(p) for p in (image, model) if p) or "vsnap-qual run"
+def _title(results: model.Results) -> str:
+    image, model_name = option_value(results, "image"), option_value(results, "model")
+    return " · ".join(str(p) for p in (image, model_name) if p) or "vsnap-qual run"
 
 
-def _plain(value: Any) -> str:
+def _plain(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
     return "" if value is None else str(value)
 
 
-def _failed_first(rows: list[dict[str, Any]], ok: Any) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: 1 if ok(r) else 0)
+def _failed_first(found: list[Row], ok: Callable[[Row], bool]) -> list[Row]:
+    return sorted(found, key=lambda r: 1 if ok(r) else 0)
 
 
-def _environment(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _environment(results: model.Results) -> list[EnvironmentView]:
     lanes = []
-    for lane in results.get("lanes") or []:
-        env = as_dict(lane.get("environment"))
-        image = as_dict(env.get("image"))
-        labels = as_dict(image.get("labels"))
-        versions = as_dict(env.get("versions"))
-        gpu = env.get("gpu")
+    for lane in results["lanes"]:
+        env = lane["environment"]
+        image = env["image"] if env else model.Image()
+        labels = image.get("labels") or {}
+        gpu = env["gpu"] if env else None
         lanes.append(
-            {
-                "lane": f"{lane['runner']}/{lane['arm']}",
-                "recorded": bool(env),
-                "image": image.get("ref"),
-                "image_id": image.get("id"),
-                "repo_digests": [_short_digest(str(d)) for d in as_list(image.get("repo_digests"))],
-                "repo_digests_full": ", ".join(str(d) for d in as_list(image.get("repo_digests"))),
-                "revision": labels.get("org.opencontainers.image.revision"),
-                "build_commit": labels.get("ai.vllm.build.commit"),
-                "platform": image.get("platform"),
-                "versions": versions,
-                "gpu": _gpu(gpu),
-                "simulated": labels.get(SIMULATED_LABEL),
-                "gpu_full": ", ".join(f"{k}={v}" for k, v in gpu.items()) if isinstance(gpu, dict) else "",
-                "container_id": env.get("container_id"),
-                "package_dir": env.get("package_dir"),
-            }
+            EnvironmentView(
+                lane=f"{lane['runner']}/{lane['arm']}",
+                recorded=bool(env),
+                image=image.get("ref"),
+                image_id=image.get("id"),
+                repo_digests=[_short_digest(d) for d in image.get("repo_digests", [])],
+                repo_digests_full=", ".join(image.get("repo_digests", [])),
+                revision=labels.get("org.opencontainers.image.revision"),
+                build_commit=labels.get("ai.vllm.build.commit"),
+                platform=image.get("platform"),
+                versions=env["versions"] if env else {},
+                gpu=_gpu(gpu),
+                simulated=labels.get(SIMULATED_LABEL),
+                gpu_full=", ".join(f"{k}={v}" for k, v in gpu.items()) if gpu is not None else "",
+                container_id=env["container_id"] if env else None,
+                package_dir=env["package_dir"] if env else None,
+            )
         )
     return lanes
 
@@ -165,45 +301,45 @@ def _short_digest(reference: str) -> str:
     return f"{name}@{digest[:19]}" if name else str(reference)[:19]
 
 
-def _gpu(gpu: Any) -> tuple[str, str]:
+def _gpu(gpu: model.Gpu | None) -> tuple[str, str]:
     """(name, short id) of the lane's GPU; ("none", "") without one."""
-    if not isinstance(gpu, dict) or not gpu:
+    if not gpu:
         return "none", ""
     ident = next((str(gpu[k]) for k in ("uuid", "index") if gpu.get(k) is not None), "")
     return str(gpu.get("name") or "GPU"), ident[:12]
 
 
-def _matrix(results: Mapping[str, Any], comparisons: Comparisons) -> dict[str, Any]:
-    seconds = {
-        (str(s.get("runner")), str(s.get("arm")), str(s.get("step"))): s.get("seconds")
-        for s in results.get("steps", [])
+def _matrix(results: model.Results, comparisons: Comparisons) -> MatrixView:
+    seconds: dict[tuple[str, str, str], float] = {
+        (s["runner"], s["arm"], s["step"]): s["seconds"] for s in results["steps"]
     }
-    columns = [c for c in comparisons.matrix.columns if c not in _MATRIX_META]
-    rows = []
-    for row in records(comparisons.matrix):
-        cells = [{"outcome": row[c], "seconds": seconds.get((row["runner"], row["arm"], c))} for c in columns]
-        rows.append({"lane": row["lane"], "cells": cells, "faults": row["faults"], "faults_ok": row["faults_ok"]})
-    return {"columns": columns, "rows": rows}
+    columns = [str(c) for c in comparisons.matrix.columns if c not in _MATRIX_META]
+    lanes = []
+    for row in rows(comparisons.matrix, MatrixRow):
+        where = (str(row["runner"]), str(row["arm"]))
+        cells = [MatrixCell(outcome=row[c], seconds=seconds.get((*where, c))) for c in columns]
+        lanes.append(MatrixLane(lane=row["lane"], cells=cells, faults=row["faults"], faults_ok=row["faults_ok"]))
+    return MatrixView(columns=columns, rows=lanes)
 
 
-def _canary(results: Mapping[str, Any], comparisons: Comparisons) -> list[dict[str, Any]]:
+def _canary(results: model.Results, comparisons: Comparisons) -> list[CanaryBlock]:
     """Per runner: prompts as rows, (arm, step) as columns."""
     frame = comparisons.canary
     out = []
-    for runner in results.get("runners") or []:
-        part = records(frame[frame["runner"] == runner])
+    for runner in results["runners"]:
+        part = rows(frame[frame["runner"] == runner], CanaryRow)
         if not part:
             continue
         columns = list(dict.fromkeys((r["arm"], r["step"]) for r in part))
         prompts = list(dict.fromkeys(r["prompt"] for r in part))
         cells = {(r["prompt"], r["arm"], r["step"]): r for r in part}
-        rows = [{"prompt": p, "cells": [cells.get((p, a, s)) for a, s in columns]} for p in prompts]
-        out.append({"runner": runner, "columns": [f"{a} {s}" for a, s in columns], "rows": rows})
+        lines = [CanaryPrompt(prompt=p, cells=[cells.get((p, a, s)) for a, s in columns]) for p in prompts]
+        out.append(CanaryBlock(runner=runner, columns=[f"{a} {s}" for a, s in columns], rows=lines))
     return out
 
 
-def _digests(comparisons: Comparisons) -> list[dict[str, Any]]:
-    summaries = {r["runner"]: r for r in records(comparisons.digests)}
+def _digests(comparisons: Comparisons) -> list[DigestBlock]:
+    summaries = {r["runner"]: r for r in rows(comparisons.digests, DigestSummaryRow)}
     out = []
     for runner, table in comparisons.digest_tables.items():
         columns = [c for c in DIGEST_COLUMNS if c in table.columns]
@@ -215,36 +351,36 @@ def _digests(comparisons: Comparisons) -> list[dict[str, Any]]:
         shapes = table["shape"].to_numpy()
         dtypes = table["dtype"].to_numpy()
         # Rows are pre-rendered markup: at 1,000 parameters a template loop per cell eats the time budget.
-        rows: list[Markup] = []
+        lines: list[Markup] = []
         for name, row, status, shape, dtype in zip(table.index, values, statuses, shapes, dtypes, strict=True):
             ref = row[0]
             cells = [_digest_cell(ref, ref, is_reference=True)]
             cells.extend(_digest_cell(value, ref, is_reference=False) for value in row[1:])
-            rows.append(
+            lines.append(
                 Markup(
                     '<tr class="{}"><td class="mono">{}</td><td>{}</td><td>{}</td>{}'
                     '<td><span class="pill s-{}">{}</span></td></tr>'
                 ).format(status, name, shape, dtype, Markup("").join(cells), status, status)
             )
-        summary = summaries.get(runner, {})
         problems = int((statuses != "unchanged").sum())
         out.append(
-            {
-                "runner": runner,
-                "columns": columns,
-                "reference": reference,
-                "summary": summary,
-                "rows": Markup("\n").join(rows),
+            DigestBlock(
+                runner=runner,
+                columns=columns,
+                reference=reference,
+                summary=summaries.get(runner),
+                rows=Markup("\n").join(lines),
                 # Statuses sort changed/missing/unobservable first, so the leading rows are the problems.
-                "problem_rows": Markup("\n").join(rows[: min(problems, _PROBLEM_ROWS_SHOWN)]),
-                "problems": problems,
-                "count": len(rows),
-            }
+                problem_rows=Markup("\n").join(lines[: min(problems, _PROBLEM_ROWS_SHOWN)]),
+                problems=problems,
+                count=len(lines),
+            )
         )
     return out
 
 
-def _digest_cell(value: Any, reference: Any, *, is_reference: bool) -> Markup:
+def _digest_cell(value: str | float | None, reference: str | float | None, *, is_reference: bool) -> Markup:
+    """A digest table cell: a sha256, ``=`` (the reference's), unobservable, or missing (pandas' None or NaN)."""
     if value is None or (isinstance(value, float) and value != value):
         return Markup('<td class="missing">missing</td>')
     if value == UNOBSERVABLE:
@@ -255,32 +391,34 @@ def _digest_cell(value: Any, reference: Any, *, is_reference: bool) -> Markup:
     return Markup('<td class="{}" title="{}">{}</td>').format(cls, value, figures.short_hash(value))
 
 
-def _logs(results: Mapping[str, Any], log_root: Path | None, out_dir: Path | None) -> dict[str, Any]:
+def _logs(results: model.Results, log_root: Path | None, out_dir: Path | None) -> LogsView:
     """Tails of failed steps' logs (inline) and links to every log."""
-    tails: list[dict[str, Any]] = []
+    tails: list[LogTail] = []
     links = []
     omitted = 0
-    for step in results.get("steps", []):
-        logs = [str(p) for p in as_list(step.get("logs"))]
-        if not logs:
+    for step in results["steps"]:
+        if not step["logs"]:
             continue
-        entries = [{"name": p, "href": _href(p, log_root, out_dir)} for p in logs]
-        links.append({"label": step_label(step), "outcome": step.get("outcome"), "logs": entries})
-        if step.get("outcome") == "failed":
+        label = procedure.label(step["runner"], step["arm"], step["step"])
+        entries = [LogLink(name=p, href=_href(p, log_root, out_dir)) for p in step["logs"]]
+        links.append(StepLogs(label=label, outcome=step["outcome"], logs=entries))
+        if step["outcome"] == "failed":
             for entry in entries:
                 if len(tails) >= MAX_LOG_TAILS:
                     omitted += 1
                     continue
+                tail, excerpt = _tail(entry["name"], log_root)
                 tails.append(
-                    {
-                        "label": step_label(step),
-                        "message": step.get("message") or "",
-                        "name": entry["name"],
-                        "href": entry["href"],
-                        **_tail(entry["name"], log_root),
-                    }
+                    LogTail(
+                        label=label,
+                        message=step["message"],
+                        name=entry["name"],
+                        href=entry["href"],
+                        tail=tail,
+                        excerpt=excerpt,
+                    )
                 )
-    return {"tails": tails, "links": links, "omitted": omitted}
+    return LogsView(tails=tails, links=links, omitted=omitted)
 
 
 def _inside(path: str, root: Path) -> Path | None:
@@ -298,13 +436,13 @@ def _href(path: str, log_root: Path | None, out_dir: Path | None) -> str:
     return Path(os.path.relpath(target, out_dir.resolve())).as_posix()
 
 
-def _tail(path: str, log_root: Path | None) -> dict[str, str]:
+def _tail(path: str, log_root: Path | None) -> tuple[str, str]:
     """The last lines of a log and, when the last traceback lies before them, that traceback."""
     if log_root is None:
-        return {"tail": "(log directory unknown)", "excerpt": ""}
+        return "(log directory unknown)", ""
     target = _inside(path, log_root)
     if target is None:
-        return {"tail": "(log path outside the report directory; not read)", "excerpt": ""}
+        return "(log path outside the report directory; not read)", ""
     try:
         with target.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -312,7 +450,7 @@ def _tail(path: str, log_root: Path | None) -> dict[str, str]:
             handle.seek(max(0, size - _LOG_READ_BYTES))
             data = handle.read()
     except OSError as exc:
-        return {"tail": f"(log not readable: {exc.strerror or exc})", "excerpt": ""}
+        return f"(log not readable: {exc.strerror or exc})", ""
     lines = data.decode("utf-8", errors="replace").splitlines()
     if size > _LOG_READ_BYTES and lines:
         lines = lines[1:]  # the first line is probably cut
@@ -324,7 +462,7 @@ def _tail(path: str, log_root: Path | None) -> dict[str, str]:
         block = lines[starts[-1] : min(starts[-1] + _EXCERPT_LINES, tail_start)]
         excerpt = "\n".join(line[:_LINE_CHARS] for line in block)
     tail = "\n".join(line[:_LINE_CHARS] for line in lines[tail_start:])
-    return {"tail": tail, "excerpt": excerpt}
+    return tail, excerpt
 
 
 # ---------------------------------------------------------------------------------------------- SVG charts
@@ -333,7 +471,7 @@ def _tail(path: str, log_root: Path | None) -> dict[str, str]:
 def _svg_bars(
     groups: Sequence[tuple[str, Sequence[tuple[str, float | None]]]],
     *,
-    unit_format: Any,
+    unit_format: Callable[[float], str],
     title: str,
     series: Sequence[str],
 ) -> Markup:
@@ -421,19 +559,19 @@ def _svg_stacked(lanes: Sequence[tuple[str, Sequence[tuple[str, float]]]], serie
     return Markup("".join(parts))
 
 
-def _timing_chart(results: Mapping[str, Any], comparisons: Comparisons) -> Markup:
+def _timing_chart(results: model.Results, comparisons: Comparisons) -> Markup:
     frame = comparisons.timings
     if frame.empty:
         return Markup("")
-    series = [s for s in CORE_STEPS if s in set(frame["step"])] + (
-        ["faults"] if frame["step"].map(is_fault_step).any() else []
+    series = [s for s in procedure.DISPLAY_ORDER if s in set(frame["step"])] + (
+        ["faults"] if frame["step"].map(procedure.is_fault_step).any() else []
     )
     lanes = []
-    for lane in results.get("lanes") or []:
+    for lane in results["lanes"]:
         part = frame[(frame["runner"] == lane["runner"]) & (frame["arm"] == lane["arm"])]
         totals: dict[str, float] = {}
-        for row in records(part):
-            key = "faults" if is_fault_step(row["step"]) else row["step"]
+        for row in rows(part, TimingRow):
+            key = "faults" if procedure.is_fault_step(row["step"]) else row["step"]
             if row["median"] is not None:
                 totals[key] = totals.get(key, 0.0) + float(row["median"]) * int(row["n"] or 1)
         segments = [(name, totals[name]) for name in series if totals.get(name)]
@@ -441,19 +579,19 @@ def _timing_chart(results: Mapping[str, Any], comparisons: Comparisons) -> Marku
     return _svg_stacked(lanes, series)
 
 
-def _ready_chart(rows: list[dict[str, Any]]) -> Markup:
+def _ready_chart(found: list[ReadinessRow]) -> Markup:
     groups = [
         (
             f"{r['runner']}/{r['arm']}",
             [("cold start (serve)", r["cold_start"]), ("restore", r["restore_median"])],
         )
-        for r in rows
+        for r in found
     ]
     return _svg_bars(groups, unit_format=figures.seconds, title="Ready time", series=("cold start (serve)", "restore"))
 
 
-def _kv_chart(rows: list[dict[str, Any]]) -> Markup:
-    groups = [(f"{r['runner']}/{r['arm']}", [("ordinary", r["ordinary"]), ("snapshot", r["snapshot"])]) for r in rows]
+def _kv_chart(found: list[KvRow]) -> Markup:
+    groups = [(f"{r['runner']}/{r['arm']}", [("ordinary", r["ordinary"]), ("snapshot", r["snapshot"])]) for r in found]
     return _svg_bars(
         groups, unit_format=figures.count, title="KV-cache capacity (tokens)", series=("ordinary", "snapshot")
     )

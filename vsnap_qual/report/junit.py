@@ -16,13 +16,16 @@ import json
 import os
 import warnings
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from pathlib import Path, PurePath
 from typing import Any
 
 import pytest
 
-from vsnap_qual.report.assemble import RESULTS_FILE, as_dict, as_list, option_value
+from vsnap_qual import model
+from vsnap_qual.report import parse
+from vsnap_qual.report.assemble import RESULTS_FILE
+from vsnap_qual.report.recorded import option_value
 
 SUITE_NAME = "vsnap-qual"
 #: The ``user_properties`` key that carries a suite item's ``runner/arm/step`` label into its reports.
@@ -53,36 +56,41 @@ def _label(report: pytest.TestReport) -> str | None:
     return None
 
 
-def run_properties(results: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The run's ``<properties>``, from ``results.json``: what a CI dashboard shows beside the test list."""
-    run = as_dict(results.get("run"))
-    verdict = as_dict(results.get("verdict"))
+def run_properties(results: model.Results | None) -> list[tuple[str, str]]:
+    """The run's ``<properties>``, from ``results.json`` (None: there is none): what a CI dashboard shows beside
+    the test list."""
+    if not results:
+        return [("verdict", "incomplete")]
+    run = results["run"]
+    verdict = results["verdict"]
     props: list[tuple[str, str]] = [
-        ("run_id", str(run.get("run_id") or "")),
-        ("verdict", str(verdict.get("status") or "incomplete")),
-        ("headline", str(verdict.get("headline") or "")),
-        ("harness_version", str(run.get("harness_version") or "")),
+        ("run_id", run["run_id"] or ""),
+        ("verdict", verdict["status"]),
+        ("headline", verdict["headline"]),
+        ("harness_version", run["harness_version"] or ""),
     ]
-    images: dict[str, dict[str, Any]] = {}
-    build: dict[str, Any] = {}
-    for lane in as_list(results.get("lanes")):
-        env = as_dict(as_dict(lane).get("environment"))
-        images.setdefault(str(env.get("arm")), as_dict(env.get("image")))
-        build = build or as_dict(env.get("ci"))
+    images: dict[str, model.Image] = {}
+    build = model.CiBuild()
+    for lane in results["lanes"]:
+        env = lane["environment"]
+        if env is None:
+            continue
+        images.setdefault(env["arm"], env["image"])
+        build = build or env.get("ci", model.CiBuild())
     for arm, prefix, option in (("head", "image", "image"), ("base", "base_image", "base-image")):
-        image = images.get(arm, {})
+        image = images.get(arm, model.Image())
         ref = image.get("ref") or option_value(results, option)
         if not ref:
             continue
-        digests = [str(d) for d in as_list(image.get("repo_digests"))]
-        props += [(prefix, str(ref)), (f"{prefix}_id", str(image.get("id") or ""))]
+        digests = image.get("repo_digests", [])
+        props += [(prefix, str(ref)), (f"{prefix}_id", image.get("id") or "")]
         props.append((f"{prefix}_digest", digests[0] if digests else ""))
     if build.get("build_url"):
-        props.append(("ci_build_url", str(build["build_url"])))
+        props.append(("ci_build_url", build.get("build_url", "")))
     return [(name, value) for name, value in props if value]
 
 
-def add_run_properties(junit_path: Path, results: Mapping[str, Any], *, suite_name: str | None = SUITE_NAME) -> None:
+def add_run_properties(junit_path: Path, results: model.Results | None, *, suite_name: str | None = SUITE_NAME) -> None:
     """Add the run's properties to each ``<testsuite>`` of the JUnit file (before its test cases, where the
     schema puts them) and name the suite ``suite_name`` (None: keep the name)."""
     tree = ET.parse(junit_path)
@@ -172,10 +180,12 @@ class JunitNames:
         if xml is None or not Path(xml.logfile).is_file():
             return
         results_path = self.report_dir / RESULTS_FILE
+        results: model.Results | None = None
         try:
-            results = json.loads(results_path.read_text(encoding="utf-8")) if results_path.is_file() else {}
+            if results_path.is_file():
+                results = parse.results(json.loads(results_path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
-            results = {}
+            results = None
         explicit = config.getini("junit_suite_name") != _PYTEST_DEFAULT_SUITE
         try:
             add_run_properties(Path(xml.logfile), results, suite_name=None if explicit else SUITE_NAME)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from vsnap_qual.report.assemble import as_dict, as_list, option_value
-from vsnap_qual.report.frames import Comparisons, compare_all, records
-from vsnap_qual.report.redact import Redactor
-from vsnap_qual.report.verdict import recorded_checks
+from vsnap_qual import model
+from vsnap_qual.redact import Redactor
+from vsnap_qual.report.frames import Comparisons, FaultRow, compare_all, rows
+from vsnap_qual.report.recorded import option_value
 
 #: GitHub step summaries and Buildkite annotations reject larger bodies (1 MiB); stay clearly below.
 SUMMARY_LIMIT_BYTES = 1_000_000
@@ -26,14 +23,14 @@ _STATUS = {
 }
 
 
-def cell(text: Any, limit: int = _CELL_LIMIT) -> str:
+def cell(text: object, limit: int = _CELL_LIMIT) -> str:
     """``text`` made safe for one Markdown table cell (pipes escaped, one line, bounded length)."""
     flat = " ".join(str(text).split()).replace("|", "\\|")
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def render_markdown(
-    results: Mapping[str, Any],
+    results: model.Results,
     comparisons: Comparisons | None = None,
     *,
     redactor: Redactor | None = None,
@@ -42,35 +39,33 @@ def render_markdown(
     """The run's ``summary.md``: verdict, validation table, environment, what failed; truncated to fit."""
     comparisons = comparisons or compare_all(results)
     redactor = redactor or Redactor()
-    run = results.get("run") or {}
-    verdict = results.get("verdict") or {}
-    status = str(verdict.get("status") or "incomplete")
-    model = option_value(results, "model") or ""
-    revision = option_value(results, "revision") or ""
+    run = results["run"]
+    verdict = results["verdict"]
+    status = verdict["status"]
 
     head = [
-        f"## vsnap-qual: {_ICON.get(status, '')} {verdict.get('headline') or status.upper()}".rstrip(),
+        f"## vsnap-qual: {_ICON.get(status, '')} {verdict['headline'] or status.upper()}".rstrip(),
         "",
     ]
     head += [" · ".join(_facts(results)), ""]
-    head += _configuration(results, model, revision)
-    if verdict.get("coverage_line"):
+    head += _configuration(results)
+    if verdict["coverage_line"]:
         head += [f"Coverage: {verdict['coverage_line']}", ""]
-    if not run.get("complete"):
-        last = run.get("last_step")
+    if not run["complete"]:
+        last = run["last_step"]
         where = f"last step recorded: `{last['label']}` ({last['outcome']})" if last else "no step recorded"
         head += [f"> **Incomplete run**: it stopped before the session ended; {where}.", ""]
-    for reason in verdict.get("reasons") or []:
-        if run.get("complete") or "did not finish" not in reason:
+    for reason in verdict["reasons"]:
+        if run["complete"] or "did not finish" not in reason:
             head.append(f"- {reason}")
-    if verdict.get("reasons"):
+    if verdict["reasons"]:
         head.append("")
 
     table = ["| check | result |", "|---|---|"]
-    for check in recorded_checks(results):
-        details = "".join(f"<br>{cell(d, 600)}" for d in check.details)
-        status = _STATUS.get(check.status, check.status)
-        table.append(f"| {cell(check.name)} | {status}: {cell(check.result)}{details} |")
+    for check in verdict["checks"]:
+        details = "".join(f"<br>{cell(d, 600)}" for d in check["details"])
+        shown = _STATUS.get(check["status"], check["status"])
+        table.append(f"| {cell(check['name'])} | {shown}: {cell(check['result'])}{details} |")
     table.append("")
 
     environment = _environment(results)
@@ -81,69 +76,66 @@ def render_markdown(
     return redactor.text(_fit(sections, footer, limit_bytes))
 
 
-def _lane_environments(results: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [
-        (f"{lane['runner']}/{lane['arm']}", as_dict(lane.get("environment")))
-        for lane in results.get("lanes") or []
-        if as_dict(lane.get("environment"))
-    ]
+def _lane_environments(results: model.Results) -> list[tuple[str, model.Environment]]:
+    return [(f"{lane['runner']}/{lane['arm']}", env) for lane in results["lanes"] if (env := lane["environment"])]
 
 
-def image_identity(image: Mapping[str, Any]) -> str:
+def image_identity(image: model.Image) -> str:
     """``ID sha256:0123456789ab`` and the first repo digest, as recorded for the lane's image."""
     parts = []
     if image.get("id"):
-        parts.append(f"ID `{str(image['id'])[:19]}`")
-    digests = [str(d) for d in as_list(image.get("repo_digests"))]
+        parts.append(f"ID `{image.get('id', '')[:19]}`")
+    digests = image.get("repo_digests", [])
     if digests:
         name, _, digest = digests[0].partition("@")
         parts.append(f"digest `{digest[:19] or name}`")
     return ", ".join(parts) or "no ID recorded"
 
 
-def image_commit(image: Mapping[str, Any]) -> str:
+def image_commit(image: model.Image) -> str:
     """The image's build commit from its labels, or ``unlabelled`` (never a blank cell)."""
-    labels = as_dict(image.get("labels"))
+    labels = image.get("labels") or {}
     commit = labels.get("ai.vllm.build.commit") or labels.get("org.opencontainers.image.revision")
-    return str(commit)[:12] if commit else "unlabelled"
+    return commit[:12] if commit else "unlabelled"
 
 
-def gpu_text(gpu: Mapping[str, Any], labels: Mapping[str, Any]) -> str:
+def gpu_text(gpu: model.Gpu | None, labels: dict[str, str] | None) -> str:
     """The lane's GPU name (``none``), and what the image simulates when its label says so."""
-    text = str(gpu.get("name") or "none")
-    simulated = labels.get(SIMULATED_LABEL)
+    text = str((gpu or {}).get("name") or "none")
+    simulated = (labels or {}).get(SIMULATED_LABEL)
     return f"{text} (simulated: {simulated})" if simulated else text
 
 
-def _facts(results: Mapping[str, Any]) -> list[str]:
+def _facts(results: model.Results) -> list[str]:
     """What was qualified: each arm's image with its ID or digest, the model, the runners, the run and CI build."""
     facts = []
-    first_by_arm: dict[str, dict[str, Any]] = {}
+    first_by_arm: dict[str, model.Image] = {}
     for _lane, env in _lane_environments(results):
-        first_by_arm.setdefault(str(env.get("arm")), as_dict(env.get("image")))
+        first_by_arm.setdefault(env["arm"], env["image"])
     for arm, option in (("head", "image"), ("base", "base-image")):
         ref = option_value(results, option)
-        image = first_by_arm.get(arm, {})
+        image = first_by_arm.get(arm, model.Image())
         if ref or image:
             what = "image" if arm == "head" else "base"
             identity = f" ({image_identity(image)})" if image else ""
             facts.append(f"{what} `{image.get('ref') or ref}`{identity}")
-    if results.get("runners"):
+    if results["runners"]:
         facts.append("runners " + ", ".join(results["runners"]))
-    run = results.get("run") or {}
-    facts.append(f"run `{run.get('run_id') or 'unknown'}`")
-    build = next((as_dict(env.get("ci")) for _l, env in _lane_environments(results) if env.get("ci")), {})
+    facts.append(f"run `{results['run']['run_id'] or 'unknown'}`")
+    build = next((ci for _l, env in _lane_environments(results) if (ci := env.get("ci"))), model.CiBuild())
     if build.get("build_url"):
-        facts.append(f"[CI build]({build['build_url']})")
+        facts.append(f"[CI build]({build.get('build_url')})")
     return facts
 
 
-def _configuration(results: Mapping[str, Any], model: Any, revision: Any) -> list[str]:
+def _configuration(results: model.Results) -> list[str]:
     """The engine configuration and the overlay checkout, as the run recorded them."""
+    model_name = option_value(results, "model") or ""
+    revision = option_value(results, "revision") or ""
     lines = []
     engine = []
-    if model:
-        engine.append(f"model `{model}`" + (f" @ `{str(revision)[:12]}`" if revision else ""))
+    if model_name:
+        engine.append(f"model `{model_name}`" + (f" @ `{str(revision)[:12]}`" if revision else ""))
     for label, option in (("dtype", "dtype"), ("max-model-len", "max-model-len")):
         value = option_value(results, option)
         if value not in (None, ""):
@@ -152,8 +144,7 @@ def _configuration(results: Mapping[str, Any], model: Any, revision: Any) -> lis
     extra_text = " ".join(str(a) for a in extra) if isinstance(extra, list) else str(extra or "")
     engine.append(f"engine args `{extra_text}`" if extra_text.strip() else "engine args: none beyond the harness's")
     lines.append("Engine: " + " · ".join(engine))
-    checkouts = [as_dict(env.get("overlay_checkout")) for _l, env in _lane_environments(results)]
-    checkout = next((c for c in checkouts if c), {})
+    checkout = next((found for _l, env in _lane_environments(results) if (found := env.get("overlay_checkout"))), None)
     if checkout:
         lines.append("Overlay: " + overlay_checkout_text(checkout))
     elif option_value(results, "overlay"):
@@ -163,11 +154,11 @@ def _configuration(results: Mapping[str, Any], model: Any, revision: Any) -> lis
     return [*[f"{line}  " for line in lines[:-1]], lines[-1], ""]
 
 
-def overlay_checkout_text(checkout: Mapping[str, Any]) -> str:
+def overlay_checkout_text(checkout: model.OverlayCheckout) -> str:
     """``/src/vllm at 0123456789ab, dirty (3 uncommitted changes), files changed since HEAD (= 0123…)``."""
     text = f"`{checkout.get('path')}`"
     if checkout.get("commit"):
-        text += f" at `{str(checkout['commit'])[:12]}`"
+        text += f" at `{str(checkout.get('commit'))[:12]}`"
     if checkout.get("dirty") is True:
         text += f", **dirty** ({checkout.get('changed', '?')} uncommitted change(s))"
     elif checkout.get("dirty") is False:
@@ -177,11 +168,11 @@ def overlay_checkout_text(checkout: Mapping[str, Any]) -> str:
         ref_commit = str(checkout.get("ref_commit") or "")[:12]
         text += f"; overlaid: the files changed since `{ref}`" + (f" (`{ref_commit}`)" if ref_commit else "")
     if checkout.get("error"):
-        text += f" (git: {checkout['error']})"
+        text += f" (git: {checkout.get('error')})"
     return text
 
 
-def fault_result_text(row: Mapping[str, Any]) -> str:
+def fault_result_text(row: FaultRow) -> str:
     """One fault step's recorded result in plain words: ``exit 1 before HTTP, error.json phase "…", cleanup
     verified, the artifact restores afterwards`` (the step's outcome and its recorded observations)."""
     parts = []
@@ -218,11 +209,11 @@ def fault_result_text(row: Mapping[str, Any]) -> str:
 
 def _faults(comparisons: Comparisons) -> list[str]:
     """A line per fault point: its recorded result in plain words, lanes with the same result together."""
-    rows = records(comparisons.faults)
-    if not rows:
+    found = rows(comparisons.faults, FaultRow)
+    if not found:
         return []
-    by_fault: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
+    by_fault: dict[str, list[FaultRow]] = {}
+    for row in found:
         by_fault.setdefault(str(row["fault"]), []).append(row)
     lines = ["### Injected faults", ""]
     for fault, group in by_fault.items():
@@ -235,12 +226,11 @@ def _faults(comparisons: Comparisons) -> list[str]:
     return lines
 
 
-def _environment(results: Mapping[str, Any]) -> list[str]:
-    rows = []
+def _environment(results: model.Results) -> list[str]:
+    lines = []
     for lane, env in _lane_environments(results):
-        versions = as_dict(env.get("versions"))
-        image = as_dict(env.get("image"))
-        gpu = as_dict(env.get("gpu"))
+        versions = env["versions"]
+        image = env["image"]
         values = (
             lane,
             image.get("ref") or "",
@@ -251,29 +241,29 @@ def _environment(results: Mapping[str, Any]) -> list[str]:
             versions.get("cuda") or "",
             versions.get("driver") or "",
             versions.get("criu") or "",
-            gpu_text(gpu, as_dict(image.get("labels"))),
+            gpu_text(env["gpu"], image.get("labels")),
         )
-        rows.append("| " + " | ".join(cell(v, 200) for v in values) + " |")
-    if not rows:
+        lines.append("| " + " | ".join(cell(v, 200) for v in values) + " |")
+    if not lines:
         return []
     return [
         "### Environment",
         "",
         "| lane | image | image ID / digest | commit | vLLM | torch | CUDA | driver | CRIU | GPU |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
+        *lines,
         "",
     ]
 
 
-def _failures(results: Mapping[str, Any]) -> list[str]:
-    failed = [s for s in results.get("steps", []) if s.get("outcome") == "failed"]
+def _failures(results: model.Results) -> list[str]:
+    failed = [s for s in results["steps"] if s["outcome"] == "failed"]
     if not failed:
         return []
     lines = ["### Failed steps", ""]
     for step in failed:
-        label = f"{step.get('runner')}/{step.get('arm')}/{step.get('step')}"
-        message = cell(step.get("message") or "", 500)
+        label = f"{step['runner']}/{step['arm']}/{step['step']}"
+        message = cell(step["message"], 500)
         lines.append(f"- `{label}`" + (f": {message}" if message else ""))
     lines.append("")
     return lines

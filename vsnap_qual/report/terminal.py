@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from vsnap_qual.report.frames import Comparisons, compare_all, records
-from vsnap_qual.report.verdict import recorded_checks
+from vsnap_qual import model
+from vsnap_qual.report.frames import Comparisons, MatrixRow, compare_all, rows
 
 if TYPE_CHECKING:
     from vsnap_qual.report import ReportPaths
 
-_MARK = {"passed": "ok", "failed": "FAIL", "skipped": "skip", None: "-"}
+_MARK: dict[str | bool | None, str] = {"passed": "ok", "failed": "FAIL", "skipped": "skip", None: "-"}
 
 
 def terminal_summary_lines(
-    results: Mapping[str, Any],
+    results: model.Results,
     paths: ReportPaths | None = None,
     *,
     comparisons: Comparisons | None = None,
@@ -25,48 +25,47 @@ def terminal_summary_lines(
     """Lines for ``terminalreporter.write_line``: verdict, lane × step table, validation checks, paths.
 
     Counts are pytest's own when given (``pytest_counts``: what its summary line says, by-design "not applicable"
-    steps apart), else the recorded steps'. ``paths.notes`` (step summary / annotation problems) are left to the
-    caller to print.
+    steps apart), else the recorded steps'. The comparisons are the ones the reports were rendered from
+    (``paths.comparisons``) unless given, and computed only when neither has them. ``paths.notes`` (step summary
+    / annotation problems) are left to the caller to print.
     """
-    comparisons = comparisons or compare_all(results)
-    verdict = results.get("verdict") or {}
-    run = results.get("run") or {}
+    comparisons = comparisons or (paths.comparisons if paths is not None else None) or compare_all(results)
+    verdict = results["verdict"]
+    run = results["run"]
     if pytest_counts is not None:
         shown = ", ".join(f"{n} {category}" for category, n in pytest_counts.items()) or "no tests"
         counted = f"pytest: {shown}"
     else:
-        counts = verdict.get("counts") or {}
-        counted = (
-            f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped"
-        )
-    lines = [f"vsnap-qual: {verdict.get('headline') or '?'}  ({counted})  run {run.get('run_id') or 'unknown'}"]
-    extra = [f"  coverage: {verdict['coverage_line']}"] if verdict.get("coverage_line") else []
-    extra += [f"  - {reason}" for reason in (verdict.get("reasons") or [])[:6]]
+        counts = verdict["counts"]
+        counted = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    lines = [f"vsnap-qual: {verdict['headline'] or '?'}  ({counted})  run {run['run_id'] or 'unknown'}"]
+    extra = [f"  coverage: {verdict['coverage_line']}"] if verdict["coverage_line"] else []
+    extra += [f"  - {reason}" for reason in verdict["reasons"][:6]]
     lines += [text if len(text) <= width else text[: width - 1] + "…" for text in extra]
-    if not run.get("complete"):
-        last = run.get("last_step")
+    if not run["complete"]:
+        last = run["last_step"]
         lines.append(
             "  incomplete: "
             + (f"last step recorded {last['label']} ({last['outcome']})" if last else "no step recorded")
         )
 
-    matrix = records(comparisons.matrix)
+    matrix = rows(comparisons.matrix, MatrixRow)
     if matrix:
         steps = [c for c in comparisons.matrix.columns if c not in ("lane", "runner", "arm", "faults", "faults_ok")]
         header = ["lane", *steps, "faults"]
         table = [header] + [
-            [row["lane"], *(_MARK.get(row[s], str(row[s])) for s in steps), row["faults"] or "-"] for row in matrix
+            [str(row["lane"]), *(_MARK.get(row[s], str(row[s])) for s in steps), str(row["faults"] or "-")]
+            for row in matrix
         ]
         widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
         lines += ["  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
-    checks = recorded_checks(results)
-    for check in checks:
-        if check.ok is None:
+    for check in verdict["checks"]:
+        if check["ok"] is None:
             continue
-        text = f"  {check.status:<5} {check.short or check.name:<10} {check.result}"
+        text = f"  {check['status']:<5} {check['short'] or check['name']:<10} {check['result']}"
         lines.append(text if len(text) <= width else text[: width - 1] + "…")
-        for detail in check.details[:3]:
+        for detail in check["details"][:3]:
             detail_text = f"        {detail}"
             lines.append(detail_text if len(detail_text) <= width else detail_text[: width - 1] + "…")
     if paths is not None:

@@ -19,13 +19,10 @@ Statuses:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import asdict
-from typing import Any
 
-from vsnap_qual import procedure
-from vsnap_qual.report.assemble import as_dict, as_list
-from vsnap_qual.report.validation_table import Check, validation_checks
+from vsnap_qual import model, procedure
+from vsnap_qual.report.frames import Comparisons
+from vsnap_qual.report.validation_table import validation_checks
 
 _SHOWN = 10
 
@@ -44,96 +41,96 @@ def _grouped(labels: list[str]) -> str:
     return ", ".join(f"{name} ×{n}" for name, n in counts.items())
 
 
-def latest_by_label(steps: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+def latest_by_label(steps: list[model.Step]) -> dict[str, model.Step]:
     """The last record of each ``runner/arm/step``: a repeated step counts once, by its last outcome."""
-    return {procedure.label(str(s.get("runner")), str(s.get("arm")), str(s.get("step"))): s for s in steps}
+    return {procedure.label(s["runner"], s["arm"], s["step"]): s for s in steps}
 
 
-def coverage(results: Mapping[str, Any]) -> dict[str, Any]:
+def coverage(run: model.RunEvidence) -> model.VerdictCoverage:
     """What the run required and what of it ran: passed, failed, skipped (with why), not reached, left out."""
-    wanted = as_dict(results.get("coverage"))
+    wanted = run["coverage"]
     required = wanted.get("required")
-    if isinstance(required, list):
-        required = [str(x) for x in required]
-    latest = latest_by_label([s for s in as_list(results.get("steps")) if isinstance(s, Mapping)])
-    out: dict[str, Any] = {
-        "known": isinstance(required, list),
-        "runners": [str(x) for x in as_list(wanted.get("runners")) or as_list(results.get("runners"))],
-        "arms": [str(x) for x in as_list(wanted.get("arms")) or as_list(results.get("arms"))],
-        "overlay": bool(wanted.get("overlay")),
-        "faults": [str(x) for x in as_list(wanted.get("faults"))],
-        "selection": as_dict(wanted.get("selection")),
-        "required": len(required) if isinstance(required, list) else None,
-        "passed": [],
-        "failed": [],
-        "skipped": [],
-        "not_reached": [],
-        "left_out": [],
-    }
-    if not isinstance(required, list):
+    latest = latest_by_label(run["steps"])
+    out = model.VerdictCoverage(
+        known=required is not None,
+        runners=list(wanted.get("runners") or run["runners"]),
+        arms=list(wanted.get("arms") or run["arms"]),
+        overlay=bool(wanted.get("overlay")),
+        faults=list(wanted.get("faults", [])),
+        selection=wanted.get("selection") or model.NoSelection(),
+        required=len(required) if required is not None else None,
+        passed=[],
+        failed=[],
+        skipped=[],
+        not_reached=[],
+        left_out=[],
+    )
+    if required is None:
         return out
     selected = wanted.get("selected")
-    chosen = {str(x) for x in selected} if isinstance(selected, list) else None
+    chosen = set(selected) if selected is not None else None
     for label in required:
         record = latest.get(label)
         if chosen is not None and label not in chosen and record is None:
             out["left_out"].append(label)
         elif record is None:
             out["not_reached"].append(label)
-        elif record.get("outcome") == "passed":
+        elif record["outcome"] == "passed":
             out["passed"].append(label)
-        elif record.get("outcome") == "failed":
+        elif record["outcome"] == "failed":
             out["failed"].append(label)
         else:
-            out["skipped"].append({"step": label, "message": str(record.get("message") or "")[:300]})
+            out["skipped"].append(model.SkippedStep(step=label, message=record["message"][:300]))
     return out
 
 
-def coverage_line(cov: Mapping[str, Any]) -> str:
+def coverage_line(cov: model.VerdictCoverage) -> str:
     """One line for the badge: required vs ran, by dimension."""
-    if not cov.get("known"):
+    if not cov["known"]:
         return "coverage unknown: the evidence does not record what the run required"
-    faults = cov.get("faults") or []
     parts = [
         f"{len(cov['passed'])}/{cov['required']} required steps passed",
-        "runners " + (", ".join(cov.get("runners") or []) or "none"),
-        "arms " + (", ".join(cov.get("arms") or []) or "none"),
-        f"{len(faults)} fault points per lane",
-        "overlay " + ("verified per process" if cov.get("overlay") else "not configured"),
+        "runners " + (", ".join(cov["runners"]) or "none"),
+        "arms " + (", ".join(cov["arms"]) or "none"),
+        f"{len(cov['faults'])} fault points per lane",
+        "overlay " + ("verified per process" if cov["overlay"] else "not configured"),
     ]
     return "; ".join(parts)
 
 
-def _narrowing(cov: Mapping[str, Any]) -> str:
-    selection = cov.get("selection") or {}
+def _narrowing(cov: model.VerdictCoverage) -> str:
+    selection = cov["selection"]
     how = []
     if selection.get("markexpr"):
-        how.append(f"-m {selection['markexpr']!r}")
+        how.append(f"-m {selection.get('markexpr')!r}")
     if selection.get("keyword"):
-        how.append(f"-k {selection['keyword']!r}")
+        how.append(f"-k {selection.get('keyword')!r}")
     if selection.get("deselect"):
         how.append("--deselect")
     return " ".join(how) or "the selected tests"
 
 
-def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]:
-    """The run's verdict (status, headline, reasons, counts, checks, coverage, harness errors)."""
-    from vsnap_qual.report.frames import compare_all
-
-    run = results.get("run") or {}
-    complete = bool(run.get("complete"))
-    latest = latest_by_label([s for s in as_list(results.get("steps")) if isinstance(s, Mapping)])
-    counts = Counter(str(s.get("outcome")) for s in latest.values())
-    failed = [label for label, s in latest.items() if s.get("outcome") == "failed"]
-    errors = [e for e in as_list(results.get("harness_errors")) if isinstance(e, Mapping)]
-    checks: list[Check] = []
+def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: str = "") -> model.Verdict:
+    """The run's verdict (status, headline, reasons, counts, checks, coverage, harness errors), from the
+    evidence and its comparisons (``frames.compare_all``, computed once and shared with the views; None, with
+    the ``failure``, when they could not be computed)."""
+    info = run["run"]
+    complete = info["complete"]
+    latest = latest_by_label(run["steps"])
+    counts = Counter(s["outcome"] for s in latest.values())
+    failed = [label for label, s in latest.items() if s["outcome"] == "failed"]
+    errors = list(run["harness_errors"])
+    checks: list[model.Check] = []
     check_error = None
-    try:
-        checks = validation_checks(results, comparisons if comparisons is not None else compare_all(results))
-    except Exception as exc:  # odd evidence: the verdict says so instead of losing the run
-        check_error = f"the checks could not be evaluated ({type(exc).__name__}: {exc})"
-    cov = coverage(results)
-    has_session = bool((results.get("evidence") or {}).get("has_session", True))
+    if comparisons is None:
+        check_error = f"the checks could not be evaluated ({failure or 'no comparisons'})"
+    else:
+        try:
+            checks = validation_checks(run, comparisons)
+        except Exception as exc:  # odd evidence: the verdict says so instead of losing the run
+            check_error = f"the checks could not be evaluated ({type(exc).__name__}: {exc})"
+    cov = coverage(run)
+    has_session = run["evidence"]["has_session"]
 
     reasons: list[str] = []
     fail = False
@@ -141,11 +138,9 @@ def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]
         reasons.append(f"{len(failed)} step(s) failed: {_names(failed)}")
         fail = True
     for error in errors:
-        reasons.append(
-            f"harness error ({error.get('phase')}) in {error.get('nodeid') or 'the session'}: {error.get('message')}"
-        )
+        reasons.append(f"harness error ({error['phase']}) in {error['nodeid'] or 'the session'}: {error['message']}")
         fail = True
-    bad_checks = [c.name for c in checks if c.status == "FAIL"]
+    bad_checks = [c["name"] for c in checks if c["status"] == "FAIL"]
     for name in bad_checks:
         reasons.append(f"check failed: {name}")
         fail = True
@@ -153,13 +148,13 @@ def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]
         reasons.append(check_error)
         fail = True
     if not complete:
-        last = run.get("last_step")
+        last = info["last_step"]
         where = f"last step recorded: {last['label']} ({last['outcome']})" if last else "no step was recorded"
         reasons.append(f"the run did not finish (no session_end record); {where}")
     if not has_session:
         reasons.append("the evidence has no session record")
         fail = fail or complete
-    exitstatus = run.get("exitstatus")
+    exitstatus = info["exitstatus"]
     if complete and exitstatus not in (0, None):
         if not fail:
             reasons.append(f"pytest exited with status {exitstatus} (no step failure or harness error recorded)")
@@ -170,6 +165,7 @@ def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]
 
     gaps = [*(s["step"] for s in cov["skipped"]), *cov["not_reached"]]
     narrowed = bool(cov["left_out"])
+    status: model.Status
     if fail:
         status = "fail"
     elif not complete:
@@ -192,33 +188,16 @@ def judge(results: Mapping[str, Any], comparisons: Any = None) -> dict[str, Any]
         left = f"left out by {_narrowing(cov)}: {_grouped(cov['left_out'])}"
         headline += f" (narrowed: {_grouped(cov['left_out'])} left out)"
         reasons.append(left)
-    return {
-        "status": status,
-        "headline": headline,
-        "complete": complete,
-        "reasons": reasons,
-        "counts": {k: counts.get(k, 0) for k in ("passed", "failed", "skipped")},
-        "failed": failed,
-        "narrowed": narrowed,
-        "coverage": cov,
-        "coverage_line": coverage_line(cov),
-        "harness_errors": errors,
-        "checks": [
-            {**asdict(c), "items": [{"id": i, "ok": ok} for i, ok in c.items], "status": c.status} for c in checks
-        ],
-    }
-
-
-def recorded_checks(results: Mapping[str, Any]) -> list[Check]:
-    """The validation checks as the verdict recorded them (never evaluated again)."""
-    fields = set(Check.__dataclass_fields__)
-    out = []
-    for entry in (results.get("verdict") or {}).get("checks") or []:
-        if isinstance(entry, Mapping):
-            values = {k: v for k, v in entry.items() if k in fields}
-            values["details"] = tuple(values.get("details") or ())
-            values["items"] = tuple(
-                (str(i.get("id")), i.get("ok")) for i in values.get("items") or () if isinstance(i, Mapping)
-            )
-            out.append(Check(**values))
-    return out
+    return model.Verdict(
+        status=status,
+        headline=headline,
+        complete=complete,
+        reasons=reasons,
+        counts=model.Counts(passed=counts["passed"], failed=counts["failed"], skipped=counts["skipped"]),
+        failed=failed,
+        narrowed=narrowed,
+        coverage=cov,
+        coverage_line=coverage_line(cov),
+        harness_errors=errors,
+        checks=checks,
+    )

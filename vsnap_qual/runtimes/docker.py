@@ -210,10 +210,10 @@ def gpu_device_requests(gpus: str) -> list[Any]:
     return []
 
 
-def container_kwargs(spec: BoxSpec) -> dict[str, Any]:
+def container_kwargs(spec: BoxSpec) -> dict[str, object]:
     """Docker SDK arguments for the spec's privileges mode (see ``vsnap_qual.privileges``)."""
     settings = privileges.container_settings(spec.privileges, privileges.local_missing_capabilities())
-    kwargs: dict[str, Any] = {}  # the docker SDK's keyword arguments
+    kwargs: dict[str, object] = {}  # the docker SDK's keyword arguments
     if settings.privileged:
         kwargs["privileged"] = True
     if settings.cap_add:
@@ -235,7 +235,7 @@ def container_kwargs(spec: BoxSpec) -> dict[str, Any]:
     return kwargs
 
 
-def create_container(client: DockerClient, kwargs: dict[str, Any], unmask_proc: bool = False) -> Container:
+def create_container(client: DockerClient, kwargs: dict[str, object], unmask_proc: bool = False) -> Container:
     """``client.containers.create(**kwargs)``; with ``unmask_proc`` also empty MaskedPaths/ReadonlyPaths (what
     the CLI's ``--security-opt systempaths=unconfined`` sends; the SDK has no parameter for it), so that
     ``/proc/sys`` (e.g. ``kernel/ns_last_pid``) is writable inside the container."""
@@ -282,7 +282,7 @@ class EngineContainer(ShellBox):
 
     @classmethod
     def start(cls, client: DockerClient, spec: BoxSpec) -> EngineContainer:
-        kwargs: dict[str, Any] = {  # the docker SDK's keyword arguments
+        kwargs: dict[str, object] = {  # the docker SDK's keyword arguments
             "image": spec.image_id,  # the ID preflight resolved: the tag may move meanwhile
             "entrypoint": ["sleep", "infinity"],
             "command": [],

@@ -1,14 +1,15 @@
 """Secret redaction: the values of secret environment variables never reach an artefact.
 
 Used by the evidence writer (before a record is written) and again by every report writer (before a file is
-written), so a secret that slipped into a log line, an argv or an error message is replaced by ``***``.
+written), so a secret that slipped into a log line, an argv or an error message is replaced by ``***``. It sits
+below both (``evidence`` and ``report`` import it; it imports neither).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TypeVar, cast
 
 #: Environment variables whose values are always secret.
 DEFAULT_SECRET_NAMES: tuple[str, ...] = (
@@ -17,6 +18,9 @@ DEFAULT_SECRET_NAMES: tuple[str, ...] = (
     "HUGGINGFACE_HUB_TOKEN",
     "VLLM_API_KEY",
 )
+
+#: Any JSON-like value: redaction keeps its shape.
+Json = TypeVar("Json")
 
 #: What a secret value is replaced with.
 MASK = "***"
@@ -49,15 +53,10 @@ class Redactor:
         env = os.environ if environ is None else environ
         return cls(env.get(name, "") for name in secret_names(extra_names))
 
-    @classmethod
-    def from_values(cls, values: Iterable[str]) -> Redactor:
-        """A redactor for these literal values (empty and too-short values are ignored)."""
-        return cls(values)
-
     def __repr__(self) -> str:
         return f"Redactor({len(self.values)} secret value(s))"  # never the values themselves
 
-    def __call__(self, obj: Any) -> Any:
+    def __call__(self, obj: Json) -> Json:
         return self.data(obj)
 
     def __bool__(self) -> bool:
@@ -70,16 +69,17 @@ class Redactor:
                 text = text.replace(value, MASK)
         return text
 
-    def data(self, obj: Any) -> Any:
-        """A copy of JSON-like ``obj`` with secrets masked in every string, dictionary keys included."""
+    def data(self, obj: Json) -> Json:
+        """A copy of JSON-like ``obj`` with secrets masked in every string, dictionary keys included: the same
+        shape (a record stays the model type it was; a tuple becomes the list JSON makes of it anyway)."""
         if not self.values:
             return obj
         if isinstance(obj, str):
-            return self.text(obj)
+            return cast(Json, self.text(obj))
         if isinstance(obj, Mapping):
-            return {(self.text(k) if isinstance(k, str) else k): self.data(v) for k, v in obj.items()}
+            return cast(Json, {(self.text(k) if isinstance(k, str) else k): self.data(v) for k, v in obj.items()})
         if isinstance(obj, (list, tuple)):
-            return [self.data(item) for item in obj]
+            return cast(Json, [self.data(item) for item in obj])
         return obj
 
 
