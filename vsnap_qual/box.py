@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,20 @@ class ExecResult:
     stderr: str
     started: float
     ended: float
+
+    @classmethod
+    def gathered(
+        cls, argv: list[str], code: int | None, out: list[bytes], err: list[bytes], started: float
+    ) -> ExecResult:
+        """A command that ends now, from the output chunks its pumps gathered."""
+        return cls(
+            argv=list(argv),
+            exit_code=code,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            started=started,
+            ended=time.time(),
+        )
 
     @property
     def seconds(self) -> float:

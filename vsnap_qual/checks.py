@@ -59,17 +59,6 @@ def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | No
     return None if len(expected) == len(actual) else min(len(expected), len(actual))
 
 
-def canary_record(output: CanaryOutput) -> model.Canary:
-    """A canary output as the evidence records it."""
-    return model.Canary(
-        prompt=output.prompt,
-        token_ids=list(output.token_ids),
-        text=output.text,
-        logprob=output.logprob,
-        logprobs=None if output.logprobs is None else list(output.logprobs),
-    )
-
-
 def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: float) -> model.CanaryCompare:
     """vLLM's ``oracles_match`` rule (ids and text exact, |Δlogprob| ≤ tol), per position for a multi-token
     canary (every token id exact, every position's |Δlogprob| ≤ tol), plus whether it was bit-exact and the
@@ -89,8 +78,8 @@ def compare_canary(expected: CanaryOutput, actual: CanaryOutput, tolerance: floa
     return model.CanaryCompare(
         prompt=expected.prompt,
         tokens=len(expected.token_ids),
-        expected=canary_record(expected),
-        actual=canary_record(actual),
+        expected=expected.as_dict(),
+        actual=actual.as_dict(),
         token_ids_equal=ids_equal,
         text_equal=text_equal,
         logprob_delta=delta,

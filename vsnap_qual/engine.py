@@ -39,6 +39,7 @@ class CanaryOutput:
         return len(self.token_ids)
 
     def as_dict(self) -> Canary:
+        """The output as the evidence records it."""
         return Canary(
             prompt=self.prompt, token_ids=list(self.token_ids), text=self.text, logprob=self.logprob,
             logprobs=None if self.logprobs is None else list(self.logprobs),

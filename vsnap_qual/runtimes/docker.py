@@ -378,14 +378,7 @@ class EngineContainer(ShellBox):
         code: int | None = None
         if not reader.is_alive():
             code = api.exec_inspect(exec_id).get("ExitCode")
-        return ExecResult(
-            argv=list(argv),
-            exit_code=code,
-            stdout=b"".join(out).decode("utf-8", "replace"),
-            stderr=b"".join(err).decode("utf-8", "replace"),
-            started=started,
-            ended=time.time(),
-        )
+        return ExecResult.gathered(argv, code, out, err, started)
 
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes from the container, or None when it does not exist."""

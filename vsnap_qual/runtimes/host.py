@@ -436,14 +436,7 @@ class HostLane(ShellBox):
             code = None  # abandoned at the harness's deadline, as a `docker exec` is
         elif code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it as a shell (and `docker exec`) does
-        return ExecResult(
-            argv=list(argv),
-            exit_code=code,
-            stdout=b"".join(out).decode("utf-8", "replace"),
-            stderr=b"".join(err).decode("utf-8", "replace"),
-            started=started,
-            ended=time.time(),
-        )
+        return ExecResult.gathered(argv, code, out, err, started)
 
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes as the lane sees it, or None when it does not exist (or is not a regular file)."""
