@@ -104,6 +104,14 @@ def host_environment(python: str, lane_env: dict[str, str], gpus: str) -> dict[s
     return env
 
 
+def holder_pythonpath() -> str:
+    """Where the holder's Python finds ``vsnap_qual.host_holder``: the directory holding this package (the lane's
+    Python need not have vsnap-qual installed: the GPU tier runs the harness from a copy on ``PYTHONPATH``)."""
+    import vsnap_qual
+
+    return str(Path(vsnap_qual.__file__).resolve().parents[1])
+
+
 def check_host(root: Path = DEFAULT_ROOT) -> list[str]:
     """What this host lacks for host lanes (empty when nothing): checked before anything starts."""
     problems = []
@@ -238,7 +246,7 @@ class HostLane(ShellBox):
                 env={
                     **self.spec.environment,
                     LANE_TOKEN: self.token,
-                    "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # the holder is this package's
+                    "PYTHONPATH": holder_pythonpath(),  # the holder is this package's
                 },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
