@@ -45,7 +45,7 @@ class TestLifecycle:
     def test_restore_1(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """First restore: exit 0, listener up, canary and digests equal to the ordinary reference."""
         with vsnap_lane_run.recorder.step(procedure.RESTORE_1, request.node.nodeid) as rec:
-            steps.restore(vsnap_lane_run, rec, 1)
+            steps.restore(vsnap_lane_run, rec, procedure.RESTORE_1)
 
     @pytest.mark.vsnap_step(procedure.RESTART)
     def test_container_restart(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
@@ -57,7 +57,19 @@ class TestLifecycle:
     def test_restore_2(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
         """Second restore after the restart: the same checks, then stop and audit cleanup."""
         with vsnap_lane_run.recorder.step(procedure.RESTORE_2, request.node.nodeid) as rec:
-            steps.restore_then_stop(vsnap_lane_run, rec, 2)
+            steps.restore_then_stop(vsnap_lane_run, rec, procedure.RESTORE_2)
+
+    @pytest.mark.vsnap_step(procedure.RESTORE_AFTER_STOP)
+    def test_restore_after_a_graceful_stop(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """After the restored server's graceful stop (SIGTERM, its own cleanup), the artifact restores again."""
+        with vsnap_lane_run.recorder.step(procedure.RESTORE_AFTER_STOP, request.node.nodeid) as rec:
+            steps.restore_after_stop(vsnap_lane_run, rec)
+
+    @pytest.mark.vsnap_step(procedure.FRESH_BOX)
+    def test_restore_in_a_fresh_box(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """A fresh box of the same image (own IPC, empty /dev/shm) holding only the artifact restores it."""
+        with vsnap_lane_run.recorder.step(procedure.FRESH_BOX, request.node.nodeid) as rec:
+            steps.fresh_box_restore(vsnap_lane_run, rec)
 
     @pytest.mark.vsnap_step(procedure.OVERLAY)
     def test_overlay_verified(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:

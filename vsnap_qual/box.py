@@ -181,6 +181,9 @@ class BoxSpec:
     gpus: str = "none"  # "none" | "all" | "GPU-<uuid>"
     ports: tuple[int, ...] = ()
     purpose: Purpose = "lifecycle"
+    #: an IPC namespace and a ``/dev/shm`` of the box's own, whatever the privileges mode shares (a fresh box: what
+    #: a new pod or node starts with)
+    private_ipc: bool = False
 
 
 class ControlDir(Protocol):
@@ -244,6 +247,17 @@ class Box(Protocol):
 
     def read_text(self, path: str) -> str: ...
     def tail(self, path: str, lines: int) -> str: ...
+
+    def export_tree(self, path: str, into: Path) -> None:
+        """Write the directory ``path`` of the box, with everything under it, as a tar archive to ``into`` (a file
+        of this machine; the archive's top entry is the directory's own name)."""
+        ...
+
+    def import_tree(self, archive: Path, parent: str) -> None:
+        """Unpack a tar archive of :meth:`export_tree` into the directory ``parent`` of the box (modes, owners and
+        sizes as they were)."""
+        ...
+
     def ensure_dir(self, path: str, mode: int = 0o700) -> None: ...
     def remove_path(self, path: str) -> None: ...
 

@@ -52,7 +52,7 @@ class Lane:
         return 10 * (list(RUNNERS).index(self.runner) + (2 if self.arm == "base" else 0))
 
 
-PORT_NAMES: tuple[str, ...] = ("ordinary", "restore-1", "restore-2", "fault")
+PORT_NAMES: tuple[str, ...] = ("ordinary", "restore-1", "restore-2", "restore-after-stop", "fresh-box", "fault")
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from typing import Literal
 
 Runner = Literal["v1", "v2"]
 Arm = Literal["head", "base"]
-#: What a lane is for: the lifecycle, or the injected failures on an artifact of its own.
-Purpose = Literal["lifecycle", "faults"]
+#: What a lane's box is for: the lifecycle, the injected failures on an artifact of its own, or the restore of the
+#: lifecycle's artifact in a fresh box.
+Purpose = Literal["lifecycle", "faults", "fresh-box"]
 
 #: Model runner name -> ``VLLM_USE_V2_MODEL_RUNNER``.
 RUNNERS: dict[str, str] = {"v1": "0", "v2": "1"}

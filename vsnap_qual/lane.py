@@ -7,18 +7,22 @@ box.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import os
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vsnap_qual import audit, engine, model, overlay, probe_copy
-from vsnap_qual.box import Bind, Box, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
+from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
-from vsnap_qual.contract import ARTIFACT, CONTROL, MODEL_CACHE, PROBE, WORK, restore_argv
+from vsnap_qual.contract import ARTIFACT, CONTROL, MODEL_CACHE, PROBE, WORK, Purpose, restore_argv
 from vsnap_qual.control import MountedControlDir, read_json_files
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.model import CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult
@@ -78,6 +82,10 @@ class LaneRun:
     gpu_uuid: str | None = None  # the lane's GPU (the requested one, else the only one visible)
     gpus_requested: bool = False
     scope: audit.AuditScope | None = None
+    #: what the lane's boxes are started from (kept for a fresh box of the same lane)
+    image_info: ImageInfo | None = None
+    package_info: PackageInfo | None = None
+    gpus: str = "none"
 
     @property
     def served_model(self) -> str:
@@ -124,30 +132,36 @@ class LaneRun:
 
     def start(self, image: ImageInfo, package_info: PackageInfo, gpus: str) -> None:
         """Start the lane's box (through the runtime) and record the environment evidence."""
-        purpose = self.recorder.purpose
+        self.image_info, self.package_info, self.gpus = image, package_info, gpus
         self.gpus_requested = gpus != "none"
         self.package_dir = package_info.get("package_dir")
-        self.control_root = self.recorder.store.report_dir / "lanes" / f"{self.lane.name}-{purpose}"
-        MountedControlDir(self.control_root).create([f.module for f in self.overlay] if self.lane.overlaid else [])
         self.ports = self.config.fixed_ports(self.lane) or dict(
             zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=False)
         )
+        self.start_box(self.recorder.purpose)
+
+    def start_box(self, purpose: Purpose, *, private_ipc: bool = False) -> None:
+        """The box itself: its control directory, the box from the runtime, its baseline and its evidence."""
+        assert self.image_info is not None and self.package_info is not None
+        self.control_root = self.recorder.store.report_dir / "lanes" / f"{self.lane.name}-{purpose}"
+        MountedControlDir(self.control_root).create([f.module for f in self.overlay] if self.lane.overlaid else [])
         spec = BoxSpec(
             name=f"vsnap-{self.session_id}-{self.lane.name}-{purpose}",
             engine=self.lane.image,
-            image_id=image.id,
+            image_id=self.image_info.id,
             labels=lane_labels(self.session_id, self.lane.name),
             environment=lane_environment(self.config, self.lane),
             binds=self.binds(),
             overlay_binds=self.overlay_binds(),
             privileges=self.config.privileges,
-            gpus=gpus,
+            gpus=self.gpus,
             ports=tuple(self.ports.values()),
             purpose=purpose,
+            private_ipc=private_ipc,
         )
         self.container = self.runtime.start(spec)
         self.box.ensure_dir(WORK, 0o700)
-        facts = self.box.facts(gpus=gpus != "none")
+        facts = self.box.facts(gpus=self.gpus != "none")
         self.scope = audit.AuditScope(
             lane=self.lane.name,
             grace=self.config.cleanup_grace,
@@ -155,7 +169,12 @@ class LaneRun:
             claims=self.recorder.store.report_dir / "lanes" / "link-remaps",
             link_remaps_baseline=audit.link_remaps(self.box.shm()),
         )
-        versions: dict[str, str | None] = {k: v for k, v in package_info.items() if isinstance(v, str | None)}
+        self.record_environment(purpose, facts)
+
+    def record_environment(self, purpose: Purpose, facts: BoxFacts) -> None:
+        assert self.image_info is not None and self.package_info is not None
+        image, gpus = self.image_info, self.gpus
+        versions: dict[str, str | None] = {k: v for k, v in self.package_info.items() if isinstance(v, str | None)}
         versions["criu"] = facts.criu
         gpu: model.Gpu | None = None
         if facts.gpus:
@@ -199,6 +218,23 @@ class LaneRun:
     def remove(self) -> None:
         if self.container is not None:
             self.container.remove()
+
+    @contextlib.contextmanager
+    def fresh_box(self) -> Iterator[LaneRun]:
+        """A new box of this lane's image (the same environment, probe, model cache, overlay and GPU) with an IPC
+        namespace and an empty ``/dev/shm`` of its own, holding nothing of this lane but a copy of its artifact:
+        what a new pod or node that starts from the artifact alone looks like. Removed after."""
+        fresh = dataclasses.replace(self, container=None, control_root=None, scope=None)
+        try:
+            fresh.start_box("fresh-box", private_ipc=True)
+            with tempfile.TemporaryDirectory(prefix="vsnap-artifact-") as scratch:
+                archive = Path(scratch) / "artifact.tar"
+                with self.recorder.engine_wait():  # the artifact's bytes, moved as a deployment would
+                    self.box.export_tree(ARTIFACT, archive)
+                    fresh.box.import_tree(archive, WORK)
+            yield fresh
+        finally:
+            fresh.remove()
 
     # ---- servers -------------------------------------------------------------------------------------------
     def endpoint(self, port: int) -> tuple[str, int]:
@@ -370,11 +406,11 @@ class LaneRun:
     def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult:
         return self.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect", name=name)
 
-    def snapshot_restore(self, rec: StepEvidence, n: int) -> RestoreRun:
-        port = self.ports[f"restore-{n}"]
+    def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun:
+        port = self.ports[step]
         host, reach = self.endpoint(port)
         with engine.ListenerWatch(reach, host) as watch:
-            result = self.restore(rec, port, name=f"restore-{n}")
+            result = self.restore(rec, port, name=step)
         return RestoreRun(result, port, watch.first_bound)
 
     def artifact_file(self, name: str) -> str:

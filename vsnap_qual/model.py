@@ -296,6 +296,8 @@ class StepResults(TypedDict, total=False):
     #: restore-N: the CUDA holders on the GPU again (None: the lane has no GPU)
     gpu_engaged: GpuEngaged | None
     inspect_changes: dict[str, InspectChange]
+    #: fresh-box: the identity of the fresh box the artifact was restored in
+    box: str
     alive_before_restart: bool
     #: a restore (or fault) run a second time, and why the first did not count
     retried_after: str

@@ -19,6 +19,8 @@ INSPECT = "inspect"
 RESTORE_1 = "restore-1"
 RESTART = "restart"
 RESTORE_2 = "restore-2"
+RESTORE_AFTER_STOP = "restore-after-stop"
+FRESH_BOX = "fresh-box"
 FAULT_ARTIFACT = "fault-artifact"
 FAULT_PREFIX = "fault:"
 
@@ -98,6 +100,16 @@ LIFECYCLE: tuple[Step, ...] = (
     Step(RESTORE_1, "first restore: listener, canary and digests equal to ordinary", (ORDINARY, INSPECT)),
     Step(RESTART, "container restart: restored server gone, inspect output unchanged", (INSPECT,)),
     Step(RESTORE_2, "restore after the restart: the same checks, stop, cleanup audit", (ORDINARY, RESTART)),
+    Step(
+        RESTORE_AFTER_STOP,
+        "restore again after the restored server's graceful stop (SIGTERM, its own cleanup): the same checks",
+        (ORDINARY, RESTORE_2),
+    ),
+    Step(
+        FRESH_BOX,
+        "restore in a fresh box (own IPC namespace, empty /dev/shm) holding only the artifact: the same checks",
+        (ORDINARY, INSPECT),
+    ),
     Step(OVERLAY, "overlaid files are the ones the engine processes imported", arms=("head",), overlay_only=True),
 )
 
@@ -169,12 +181,14 @@ FAULT_STEPS: tuple[Step, ...] = (
 STEPS: dict[str, Step] = {s.name: s for s in (*LIFECYCLE, *FAULT_STEPS)}
 
 #: Lifecycle columns in the order the report shows them (overlay first: it qualifies the image's code).
-DISPLAY_ORDER: tuple[str, ...] = (OVERLAY, ORDINARY, CREATE, INSPECT, RESTORE_1, RESTART, RESTORE_2)
+DISPLAY_ORDER: tuple[str, ...] = (
+    OVERLAY, ORDINARY, CREATE, INSPECT, RESTORE_1, RESTART, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX
+)  # fmt: skip
 #: The steps whose outcome is "the lifecycle" in the validation table.
-SNAPSHOT_LIFECYCLE: tuple[str, ...] = (CREATE, INSPECT, RESTORE_1, RESTART, RESTORE_2)
+SNAPSHOT_LIFECYCLE: tuple[str, ...] = (CREATE, INSPECT, RESTORE_1, RESTART, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX)
 #: Steps whose results carry a canary (the ordinary reference, then each restore).
-CANARY_STEPS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2)
-RESTORES: tuple[str, ...] = (RESTORE_1, RESTORE_2)
+CANARY_STEPS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX)
+RESTORES: tuple[str, ...] = (RESTORE_1, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX)
 
 
 def is_fault_step(name: str) -> bool:

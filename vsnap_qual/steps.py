@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -141,7 +142,7 @@ class LaneTools(Protocol):
     # snapshot commands and the artifact
     def snapshot_create(self, rec: StepEvidence) -> ExecResult: ...
     def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
-    def snapshot_restore(self, rec: StepEvidence, n: int) -> RestoreRun: ...
+    def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
     def artifact_file(self, name: str) -> str: ...
     def keep_child_log(self, rec: StepEvidence) -> None: ...
 
@@ -152,6 +153,7 @@ class LaneTools(Protocol):
     def overlay_imports(self) -> list[OverlayFileResult]: ...
     def fresh_import(self, module: str) -> FreshImport: ...
     def probe_loaded_pids(self) -> list[int]: ...
+    def fresh_box(self) -> AbstractContextManager[LaneTools]: ...
 
 
 def canary_plan(config: QualConfig) -> list[tuple[str, int]]:
@@ -290,15 +292,15 @@ def inspect(run: LaneTools, rec: StepEvidence, gpu_uuid: str | None) -> None:
     require_findings(checks.inspect_findings(found))
 
 
-def restore(run: LaneTools, rec: StepEvidence, n: int) -> None:
+def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference, KV
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
-    restored = run.snapshot_restore(rec, n)
+    restored = run.snapshot_restore(rec, step)
     result = restored.result
     collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment: restore once more
         rec.results["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
-        restored = run.snapshot_restore(rec, n)
+        restored = run.snapshot_restore(rec, step)
         result = restored.result
     if result.exit_code != 0:
         error_json = run.artifact_file("error.json")
@@ -315,7 +317,6 @@ def restore(run: LaneTools, rec: StepEvidence, n: int) -> None:
     check(handle is not None, "restore exited 0 but restored.pid is missing")
     assert handle is not None
     run.state.server = handle
-    step = f"restore-{n}"
     try:
         check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
         canary = run.canaries(handle.port)
@@ -517,11 +518,11 @@ def stop_restored(run: LaneTools, rec: StepEvidence) -> None:
     require_findings(findings)
 
 
-def restore_then_stop(run: LaneTools, rec: StepEvidence, n: int) -> None:
+def restore_then_stop(run: LaneTools, rec: StepEvidence, step: str) -> None:
     """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
     failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place)."""
     try:
-        restore(run, rec, n)
+        restore(run, rec, step)
     except BaseException:
         try:
             stop_restored(run, rec)
@@ -532,6 +533,22 @@ def restore_then_stop(run: LaneTools, rec: StepEvidence, n: int) -> None:
             audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
         raise
     stop_restored(run, rec)
+
+
+def restore_after_stop(run: LaneTools, rec: StepEvidence) -> None:
+    """The artifact restores again in the same box after the last restored server was stopped the way a scale-down
+    stops it (SIGTERM, and its own cleanup): the same checks, then the same stop and audit. An artifact that
+    depends on what the restored engine cleans up on its way out fails here, in its own words."""
+    restore_then_stop(run, rec, "restore-after-stop")
+
+
+def fresh_box_restore(run: LaneTools, rec: StepEvidence) -> None:
+    """The artifact restores in a fresh box of the same image holding nothing else of this lane (its own IPC
+    namespace, an empty ``/dev/shm``): the same checks as the first restore, then the stop and audit. An artifact
+    that depends on state outside it (shared-memory segments, files of the box it was made in) fails here."""
+    with run.fresh_box() as fresh:
+        rec.results["box"] = fresh.environment_id()
+        restore_then_stop(fresh, rec, "fresh-box")
 
 
 def overlay_verification(run: LaneTools, rec: StepEvidence) -> None:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import io
 import json
 import shlex
 import socketserver
+import tarfile
 import threading
 import time
 from collections.abc import Mapping
@@ -170,6 +172,21 @@ class MemoryBox:
 
     def ensure_dir(self, path: str, mode: int = 0o700) -> None:
         return None
+
+    def export_tree(self, path: str, into: Path) -> None:
+        with tarfile.open(into, "w") as tar:
+            for name, data in self.files.items():
+                if name.startswith(path + "/"):
+                    info = tarfile.TarInfo(name[len(path) - len(path.rsplit("/", 1)[-1]) :])
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+    def import_tree(self, archive: Path, parent: str) -> None:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    self.files[f"{parent}/{member.name}"] = extracted.read()
 
     def remove_path(self, path: str) -> None:
         for name in [n for n in self.files if n == path or n.startswith(path + "/")]:

@@ -55,16 +55,24 @@ def test_a_runtime_registered_from_outside_runs_the_whole_lifecycle(tmp_path: Pa
     assert done.returncode == 0, output[-4000:]
     steps = {(s["lane"], s["step"]): s for s in results["steps"]}
     for lane in ("v1-head", "v2-head", "v1-base", "v2-base"):
-        for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2"):
+        for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2", "restore-after-stop",
+                     "fresh-box"):  # fmt: skip
             assert steps[(lane, step)]["outcome"] == "passed", (lane, step, steps[(lane, step)]["message"])
     restore = steps[("v1-head", "restore-1")]["results"]
     assert all(c["bit_exact"] for c in restore["canary_compare"]) and len(restore["canary_compare"]) == 6
     assert restore["digest_compare"]["unchanged"] == 3 and restore["kv_tokens"] == 4096
     assert steps[("v1-base", "vs-head")]["outcome"] == "passed"
+    fresh = steps[("v1-head", "fresh-box")]["results"]
+    assert fresh["box"] != environment_of(results, "v1-head")["container_id"], "a box of its own"
+    assert all(c["bit_exact"] for c in fresh["canary_compare"]), "restored from the artifact's copy alone"
     assert results["verdict"]["status"] == "pass" and "narrowed" in results["verdict"]["headline"]
     environment = next(lane["environment"] for lane in results["lanes"] if lane["environment"])
     assert environment["container_id"].startswith("memory:"), "the runtime's own box identity is recorded"
     assert docker_modules == [], f"a memory-runtime run imported the docker SDK: {docker_modules}"
+
+
+def environment_of(results: dict, lane: str) -> dict:
+    return next(x["environment"] for x in results["lanes"] if x["environment"] and x["environment"]["lane"] == lane)
 
 
 def test_the_endpoint_is_the_runtimes_not_the_lanes_port(tmp_path: Path) -> None:

@@ -86,3 +86,16 @@ def test_preflight_refuses_an_io_uring_host_before_touching_docker(tmp_path: Pat
     config = SimpleNamespace(report_dir=tmp_path / "report")
     with pytest.raises(PreflightError, match="^host: kernel.io_uring_disabled is 0"):
         preflight.run_preflight(config, runtimes.create("docker"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["privileged", "all-caps", "all-caps-own-pid", "host-namespaces"])
+def test_a_fresh_box_has_an_ipc_namespace_and_a_dev_shm_of_its_own_in_every_mode(mode):
+    """A fresh box stands for a new pod or node: whatever the mode shares with the host, its /dev/shm is empty and
+    its own (large enough for vLLM's engine core), so an artifact that leans on segments outside it fails there."""
+    spec = BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={}, privileges=mode,
+                   private_ipc=True)  # fmt: skip
+    kwargs = container_kwargs(spec)
+    assert kwargs["ipc_mode"] == "private" and kwargs["shm_size"] == "8g"
+    shared = container_kwargs(BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={},
+                                      privileges=mode))  # fmt: skip
+    assert shared.get("ipc_mode") in ("host", None) and "shm_size" not in shared

@@ -226,7 +226,10 @@ def container_kwargs(spec: BoxSpec) -> dict[str, object]:
         kwargs["pid_mode"] = "host"
     else:
         kwargs["init"] = True  # `sleep infinity` as PID 1 would never reap the engine's orphans
-    if settings.host_ipc:
+    if spec.private_ipc:
+        kwargs["ipc_mode"] = "private"
+        kwargs["shm_size"] = "8g"  # Docker's default 64 MiB is too small for vLLM's engine core
+    elif settings.host_ipc:
         kwargs["ipc_mode"] = "host"
     if settings.host_network:
         kwargs["network_mode"] = "host"
@@ -393,6 +396,20 @@ class EngineContainer(ShellBox):
                 return None
             extracted = tar.extractfile(member)
             return extracted.read() if extracted else None
+
+    def export_tree(self, path: str, into: Path) -> None:
+        try:
+            stream, _ = self.container.get_archive(path)
+        except docker.errors.NotFound:
+            raise RuntimeFailure(f"{self.spec.name} has no {path} to export") from None
+        with into.open("wb") as out:
+            for chunk in stream:
+                out.write(chunk)
+
+    def import_tree(self, archive: Path, parent: str) -> None:
+        with archive.open("rb") as data:
+            if not self.container.put_archive(parent, data):
+                raise RuntimeFailure(f"Docker refused to unpack {archive.name} into {parent} of {self.spec.name}")
 
     def processes(self) -> list[ProcessRow]:
         """This container's processes (its cgroup only, even with pid=host), with pid, ppid, sid, stat, args.

@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import uuid
@@ -445,6 +446,29 @@ class HostLane(ShellBox):
         elif code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it as a shell (and `docker exec`) does
         return ExecResult.gathered(argv, code, out, err, started)
+
+    def _local_work(self, path: str) -> Path:
+        """The directory of this machine that is ``path`` under the lane's ``/vsnap/work``."""
+        work = f"{MOUNT_POINT}/work"
+        if path != work and not path.startswith(work + "/"):
+            raise HostRuntimeFailure(f"lane {self.spec.name}: only {work} is exported and imported, not {path}")
+        return self.dir / "work" / path[len(work) :].lstrip("/")
+
+    def export_tree(self, path: str, into: Path) -> None:
+        local = self._local_work(path)
+        if not local.is_dir():
+            raise HostRuntimeFailure(f"lane {self.spec.name} has no {path} to export")
+        with tarfile.open(into, "w") as tar:
+            tar.add(local, arcname=local.name)
+
+    def import_tree(self, archive: Path, parent: str) -> None:
+        local = self._local_work(parent)
+        local.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            if hasattr(tarfile, "tar_filter"):  # Python 3.10.12+: say so, modes and owners kept (root)
+                tar.extractall(local, filter="tar")
+            else:  # pragma: no cover - older 3.10
+                tar.extractall(local)  # noqa: S202  (our own archive of our own lane)
 
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes as the lane sees it, or None when it does not exist (or is not a regular file)."""
