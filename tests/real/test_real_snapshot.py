@@ -2,9 +2,10 @@
 
 Unmodified vLLM 0.32.0 stops ``snapshot create`` on a CPU inside vLLM (``Sleep mode is not supported on current
 platform.``, vllm/config/model.py:657; test_real_cli.py asserts it verbatim). To see what the rest of real vLLM's
-lifecycle does, this module runs it with ONE labelled deviation: ``tests/real/sleep_platform`` (vLLM's own
-``CpuPlatform`` with ``is_sleep_mode_available() -> True``), activated through vLLM's ``vllm.platform_plugins``
-entry point; no vLLM file is changed. What passes here is real vLLM past its own stop, not a qualified lifecycle.
+lifecycle does, this module runs it with ONE labelled deviation: ``vsnap_qual/smoke`` (the CPU smoke platform:
+vLLM's own ``CpuPlatform`` with ``is_sleep_mode_available() -> True``), activated through vLLM's
+``vllm.platform_plugins`` entry point; no vLLM file is changed. What passes here is real vLLM past its own stop,
+not a qualified lifecycle.
 
 One module-scoped container of ``vsnap-vllm-cpu`` with the privileges real CRIU needs on this kind of host
 (``all-caps``: every capability the host's bounding set allows, seccomp/apparmor unconfined, host
@@ -41,7 +42,7 @@ from realtier import (
 )
 
 ARTIFACT = "/vsnap/work/snap"
-SLEEP_PLATFORM = Path(__file__).resolve().parent / "sleep_platform"
+SLEEP_PLATFORM = Path(__file__).resolve().parents[2] / "vsnap_qual" / "smoke"
 # vLLM's multiprocessing.shared_memory segments and semaphores the captured tree maps by path (not in the artifact).
 SHM_NAMES = (
     "import re, sys; data = open(sys.argv[1], 'rb').read(); "
@@ -92,12 +93,12 @@ def snap(
         volumes={
             str(PROBE_ROOT): {"bind": "/vsnap/probe", "mode": "ro"},
             str(control): {"bind": CONTROL, "mode": "rw"},
-            str(SLEEP_PLATFORM): {"bind": "/vsnap/exp", "mode": "ro"},
+            str(SLEEP_PLATFORM): {"bind": "/vsnap/smoke", "mode": "ro"},
         },
         **ALL_CAPS,
     )
     env = dict(real.env)
-    env["PYTHONPATH"] = "/vsnap/probe:/vsnap/exp"
+    env["PYTHONPATH"] = "/vsnap/probe:/vsnap/smoke"
     box = RealContainer(
         container=container,
         control=control,
