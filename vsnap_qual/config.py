@@ -89,6 +89,9 @@ class QualConfig:
     env: dict[str, str] = field(default_factory=dict)
     doctor: bool = False
     annotate: bool = False
+    #: CPU smoke mode: vsnap-qual's platform plugin (vsnap_qual/smoke) declares sleep mode on vLLM's CPU platform in
+    #: every lane, so real vLLM's CPU build can create and restore snapshots; no GPU, never a GPU qualification
+    cpu_smoke: bool = False
     runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
@@ -217,6 +220,13 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             f"--vsnap-cleanup-grace={cleanup_grace:g} must be at most half of --vsnap-fault-timeout "
             f"({fault_timeout:g} s): a leftover must be found long before the engine's own deadline"
         )
+    cpu_smoke = bool(parsed.get("vsnap_cpu_smoke"))
+    if cpu_smoke and (parsed.get("vsnap_gpus") or "auto") not in ("auto", "none"):
+        raise pytest.UsageError(
+            f"--vsnap-cpu-smoke cannot run with --vsnap-gpus={parsed.get('vsnap_gpus')}: CPU smoke mode declares "
+            "sleep mode on vLLM's CPU platform and is refused where a lane has a GPU; use --vsnap-gpus=none (or drop "
+            "--vsnap-cpu-smoke to qualify on the GPU)"
+        )
     run_id = run_id or new_run_id()
     report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
     if not report_dir.is_absolute():
@@ -255,6 +265,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         env=parsed.get("vsnap_env") or {},
         doctor=bool(parsed.get("vsnap_doctor")),
         annotate=bool(parsed.get("vsnap_annotate")),
+        cpu_smoke=cpu_smoke,
         kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
         soak_s=_get(parsed, "vsnap_soak", 3.0),
         canary_tokens=_get(parsed, "vsnap_canary_tokens", 16),

@@ -44,6 +44,8 @@ SECRET_ENV_NAMES: tuple[str, ...] = (
 # ---- the paths every lane box offers (a container's filesystem, or a host lane's mount namespace) --------------
 #: The session's copy of the probe package, read-only (vLLM finds its general plugin through ``PYTHONPATH``).
 PROBE = "/vsnap/probe"
+#: CPU smoke mode only: vsnap-qual's platform plugin declaring sleep mode on vLLM's CPU platform, read-only.
+SMOKE = "/vsnap/smoke"
 #: The lane's control directory, read-write: probe reports, fault arming, engine logs.
 CONTROL = "/vsnap/control"
 #: The model cache, read-only, when ``--vsnap-model-cache`` is given.
@@ -64,6 +66,10 @@ LIMITATIONS: tuple[str, ...] = (
     "snapshot tree has no CUDA-holding process",
     "Sleep mode is not supported on current platform",  # vLLM on a CPU: snapshots need sleep mode (model.py:657)
 )
+#: Of those, vLLM's words for a model runner its CPU build does not have at all: in CPU smoke mode that runner's
+#: steps are not applicable (quoted), not a gap in the qualification (the CPU build has no Triton, so no runner V2).
+#: On a GPU image the same words are a limitation of that image: skipped, and the run is not a pass.
+CPU_NOT_APPLICABLE: tuple[str, ...] = ("Model Runner V2 requires Triton",)
 
 
 def restore_argv(port: int, artifact: str = ARTIFACT) -> list[str]:

@@ -33,6 +33,7 @@ RUN_MARKERS: tuple[str, ...] = (
     "logs",
     "lanes",
     probe_copy.COPY_NAME,
+    probe_copy.SMOKE_COPY_NAME,
 )
 
 

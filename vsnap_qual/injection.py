@@ -37,7 +37,7 @@ def prepare_artifact(run: FaultLane, rec: StepEvidence) -> None:
     result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
-        skip_if_limitation(reason)
+        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     run.state.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
     run.state.captured_tids = thread_ids(run.box)

@@ -22,7 +22,7 @@ from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult,
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
-from vsnap_qual.contract import ARTIFACT, CONTROL, MODEL_CACHE, PROBE, WORK, Purpose, restore_argv
+from vsnap_qual.contract import ARTIFACT, CONTROL, MODEL_CACHE, PROBE, SMOKE, WORK, Purpose, restore_argv
 from vsnap_qual.control import MountedControlDir, read_json_files
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.model import CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult
@@ -52,7 +52,8 @@ def lane_environment(config: QualConfig, lane: Lane) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
-        "PYTHONPATH": PROBE,
+        # the smoke platform after the probe: vLLM finds both through their dist-info on the path
+        "PYTHONPATH": f"{PROBE}:{SMOKE}" if config.cpu_smoke else PROBE,
         "VSNAP_CONTROL_DIR": CONTROL,
     }
     if config.model_cache is not None:
@@ -118,6 +119,11 @@ class LaneRun:
             raise StepFailed(f"{self.lane.name}: no probe copy at {probe} (the session start makes it)")
         assert self.control_root is not None
         binds = [Bind(PROBE, probe, read_only=True), Bind(CONTROL, self.control_root, read_only=False)]
+        if self.config.cpu_smoke:
+            smoke = probe_copy.smoke_copy(self.recorder.store.report_dir)
+            if not smoke.is_dir():
+                raise StepFailed(f"{self.lane.name}: no CPU smoke platform copy at {smoke} (made at session start)")
+            binds.append(Bind(SMOKE, smoke, read_only=True))
         cache = self.config.model_cache
         if cache is not None:
             target = f"{MODEL_CACHE}/hub" if any(cache.glob("models--*")) else MODEL_CACHE
@@ -263,7 +269,7 @@ class LaneRun:
                     return None
                 text = self.control.read_text(log_name) or ""
                 rec.results["vllm_reason"] = vllm_reason(text)
-                skip_if_limitation(rec.results["vllm_reason"])
+                skip_if_limitation(rec.results["vllm_reason"], cpu_smoke=self.config.cpu_smoke)
                 return f"vllm serve exited before it was ready: {vllm_reason(text)}\nlog tail:\n{text[-3000:]}"
 
             try:

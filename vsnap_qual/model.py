@@ -34,6 +34,8 @@ else:  # Python 3.10: typing has no NotRequired; typing_extensions' TypedDict un
 
 #: The one schema version: of ``results.json`` and of the evidence records it is assembled from.
 SCHEMA: Final = "vsnap-qual/results@1"
+#: How a step record's message begins when the step does not apply to its lane by design (not a gap, not counted)
+NOT_APPLICABLE_PREFIX: Final = "not applicable: "
 
 Outcome = Literal["passed", "failed", "skipped"]
 Status = Literal["pass", "partial", "fail", "incomplete"]
@@ -396,6 +398,8 @@ class SessionRecord(TypedDict):
     preflight: NotRequired[dict[str, Any]]
     coverage: NotRequired[Coverage]
     probe: NotRequired[ProbeCopy]
+    #: CPU smoke mode: the session's copy of vsnap-qual's CPU smoke platform (what every lane bound)
+    smoke: NotRequired[ProbeCopy]
     host: Host
 
 
@@ -560,6 +564,7 @@ class RunInfo(TypedDict):
     #: the session record's options (untyped: see ``SessionRecord.options``)
     options: dict[str, Any]
     probe: ProbeCopy | None
+    smoke: NotRequired[ProbeCopy]
     host: Host
 
 
@@ -615,6 +620,8 @@ class VerdictCoverage(TypedDict):
     passed: list[str]
     failed: list[str]
     skipped: list[SkippedStep]
+    #: required steps the target's platform cannot run, by its own words (a runner it does not have): not counted
+    not_applicable: NotRequired[list[SkippedStep]]
     not_reached: list[str]
     left_out: list[str]
 
@@ -637,6 +644,9 @@ class Verdict(TypedDict):
     coverage_line: str
     harness_errors: list[HarnessError]
     checks: list[Check]
+    #: what was qualified, in plain words, from the target's own labels and the run's mode (the report's banner,
+    #: summary.md's second line, a JUnit property): a reference engine, a simulated piece, CPU smoke mode
+    qualified: NotRequired[list[str]]
 
 
 class EvidenceInfo(TypedDict):

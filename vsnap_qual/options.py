@@ -407,6 +407,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),
     OptionSpec("doctor", parse_bool, "false", "run the doctor checks before the suites", flag=True),
     OptionSpec("annotate", parse_bool, "false", "run buildkite-agent annotate with summary.md", flag=True),
+    OptionSpec(
+        "cpu-smoke",
+        parse_bool,
+        "false",
+        "CPU smoke mode: vLLM's CPU build with sleep mode declared on its CPU platform (never a GPU qualification)",
+        flag=True,
+    ),
     # issue 13: what a broken snapshot really does (KV after restore, liveness, strict cleanup, multi-token canaries)
     OptionSpec("kv-tolerance", parse_tolerance, "0.02", "max |snapshot - ordinary| KV capacity, as a fraction"),
     OptionSpec("soak", parse_tolerance, "3", "seconds of /health + canary requests after each restore (0: none)"),

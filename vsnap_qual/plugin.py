@@ -217,37 +217,39 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         log.info("preflight passed: images %s; GPUs %s; overlay files %d", result.images, result.gpus,
                  len(result.overlay))  # fmt: skip
         probe = probe_copy.copy_probe(qual.probe_dir, qual.report_dir)  # what every lane binds
+        smoke = probe_copy.copy_smoke(qual.report_dir) if qual.cpu_smoke else None
         swept = runtime.sweep()  # boxes of owners that are gone
         facts = runtime.host_facts()
         runtime.close()
         if swept:
             log.info("removed %d lane(s) left by sessions that are gone: %s", len(swept), ", ".join(map(str, swept)))
-        store.write(
-            model.SessionRecord(
-                kind="session",
-                time=utc_now(),
-                run_id=qual.run_id,
-                harness_version=__version__,
-                started=utc_now(),
-                options=qual.public_options(),
-                preflight={
-                    "gpus": result.gpus,
-                    "lane_gpus": result.lane_gpus,
-                    "images": result.images,
-                    "packages": result.packages,
-                },
-                coverage=_required_coverage(qual, result, config.stash[FAULTS_KEY]),
-                probe=probe,
-                host={
-                    "kernel": platform.release(),
-                    "hostname": socket.gethostname(),
-                    "python": platform.python_version(),
-                    "docker_version": facts.get("docker_version"),
-                    "machine": platform.machine(),
-                    "cpus": os.cpu_count(),
-                },
-            )
+        session_record = model.SessionRecord(
+            kind="session",
+            time=utc_now(),
+            run_id=qual.run_id,
+            harness_version=__version__,
+            started=utc_now(),
+            options=qual.public_options(),
+            preflight={
+                "gpus": result.gpus,
+                "lane_gpus": result.lane_gpus,
+                "images": result.images,
+                "packages": result.packages,
+            },
+            coverage=_required_coverage(qual, result, config.stash[FAULTS_KEY]),
+            probe=probe,
+            host={
+                "kernel": platform.release(),
+                "hostname": socket.gethostname(),
+                "python": platform.python_version(),
+                "docker_version": facts.get("docker_version"),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+            },
         )
+        if smoke is not None:
+            session_record["smoke"] = smoke
+        store.write(session_record)
     else:
         result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
     config.stash[PREFLIGHT_KEY] = result

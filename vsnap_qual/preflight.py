@@ -110,6 +110,15 @@ def run_preflight(config: QualConfig, runtime: Runtime) -> PreflightResult:
         except overlay_mod.OverlayError as exc:
             raise PreflightError(f"--vsnap-overlay: {exc}") from None
     result = runtime.preflight(config, files)
+    if config.cpu_smoke:
+        lane_gpus = result.lane_gpus or {"all": result.gpus}
+        with_gpu = {runner: gpus for runner, gpus in lane_gpus.items() if gpus != "none"}
+        if with_gpu:
+            raise PreflightError(
+                f"--vsnap-cpu-smoke: lanes would get GPUs ({', '.join(f'{r}: {g}' for r, g in with_gpu.items())}); CPU "
+                "smoke mode declares sleep mode on vLLM's CPU platform and is refused on a GPU lane: use "
+                "--vsnap-gpus=none"
+            )
     check_expectations(config, result, runtime)
     return result
 

@@ -17,6 +17,9 @@ from vsnap_qual import model
 
 BUILT_IN = Path(__file__).parent / "probe"
 COPY_NAME = "probe"
+#: CPU smoke mode's platform plugin (``--vsnap-cpu-smoke``), copied and bound the same way
+SMOKE_BUILT_IN = Path(__file__).parent / "smoke"
+SMOKE_COPY_NAME = "smoke"
 
 
 def _is_cache(name: str) -> bool:
@@ -43,8 +46,21 @@ def tree_digest(root: Path) -> tuple[str, int]:
 
 def copy_probe(source: Path | None, report_dir: Path) -> model.ProbeCopy:
     """Copy the probe package into ``report_dir`` (once per session) and describe the copy."""
-    source = source or BUILT_IN
-    target = session_copy(report_dir)
+    return _copy(source or BUILT_IN, report_dir, COPY_NAME)
+
+
+def smoke_copy(report_dir: Path) -> Path:
+    """Where a session's copy of the CPU smoke platform is: what every lane binds at ``/vsnap/smoke``."""
+    return report_dir / SMOKE_COPY_NAME
+
+
+def copy_smoke(report_dir: Path) -> model.ProbeCopy:
+    """Copy the CPU smoke platform into ``report_dir`` (once per session, smoke mode only) and describe the copy."""
+    return _copy(SMOKE_BUILT_IN, report_dir, SMOKE_COPY_NAME)
+
+
+def _copy(source: Path, report_dir: Path, name: str) -> model.ProbeCopy:
+    target = report_dir / name
     shutil.copytree(source, target, ignore=lambda _dir, names: {name for name in names if _is_cache(name)})
     sha256, files = tree_digest(target)
-    return {"source": str(source), "path": COPY_NAME, "sha256": sha256, "files": files}
+    return {"source": str(source), "path": name, "sha256": sha256, "files": files}

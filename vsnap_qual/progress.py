@@ -15,18 +15,19 @@ from typing import Any, NoReturn
 
 import pytest
 
+from vsnap_qual.model import NOT_APPLICABLE_PREFIX
+
 log = logging.getLogger("vsnap_qual")
 
 #: pytest's category (and short-summary word) for a step that does not apply to a lane by design (the head arm's
 #: comparison with itself, overlay verification without an overlay). Not "skipped": pytest's ``-ra`` lists only
 #: unexpected skips, and its summary line counts these apart ("6 not applicable").
 NOT_APPLICABLE = "not applicable"
-_NOT_APPLICABLE_PREFIX = "not applicable: "
 
 
 def not_applicable(reason: str) -> NoReturn:
     """Skip a suite step that does not apply to this lane by design (never for something that went wrong)."""
-    pytest.skip(_NOT_APPLICABLE_PREFIX + reason)
+    pytest.skip(NOT_APPLICABLE_PREFIX + reason)
 
 
 def skip_reason(report: pytest.TestReport) -> str:
@@ -43,7 +44,7 @@ def without_lane(message: str, lane: str) -> str:
 
 
 def is_not_applicable(report: pytest.TestReport) -> bool:
-    return bool(report.skipped and skip_reason(report).startswith(_NOT_APPLICABLE_PREFIX))
+    return bool(report.skipped and skip_reason(report).startswith(NOT_APPLICABLE_PREFIX))
 
 
 def mark_report(report: pytest.TestReport, lane: str, step: str) -> None:
@@ -91,7 +92,7 @@ class Progress:
             item.message = item.message or _first_line(getattr(report.longrepr, "reprcrash", None), report)
         elif report.skipped and item.outcome == "passed":
             item.outcome = NOT_APPLICABLE if is_not_applicable(report) else "skipped"
-            item.message = skip_reason(report).removeprefix(_NOT_APPLICABLE_PREFIX)
+            item.message = skip_reason(report).removeprefix(NOT_APPLICABLE_PREFIX)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         item = self.items.get(nodeid)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual import model, procedure
+from vsnap_qual import model, procedure, progress
 from vsnap_qual.clock import utc_now, utc_time
 from vsnap_qual.config import Lane
 from vsnap_qual.contract import Purpose
@@ -47,6 +47,9 @@ class StepRecorder:
         """Skip the calling step when a prerequisite did not pass, naming it."""
         for step in steps:
             outcome = self.outcomes.get(step)
+            if outcome is not None and outcome.startswith(f"skipped: {model.NOT_APPLICABLE_PREFIX}"):
+                why = outcome.splitlines()[0][:300].removeprefix(f"skipped: {model.NOT_APPLICABLE_PREFIX}")
+                progress.not_applicable(f"{self.lane.name}: {step} is not applicable ({why})")
             if outcome != "passed":
                 reason = "did not run" if outcome is None else outcome.splitlines()[0][:300]
                 pytest.skip(f"{self.lane.name}: prerequisite {step} did not pass ({reason})")

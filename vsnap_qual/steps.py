@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks, overlay
+from vsnap_qual import checks, overlay, progress
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
-from vsnap_qual.contract import LIMITATIONS, VLLM_CANARY_PROMPT
+from vsnap_qual.contract import CPU_NOT_APPLICABLE, LIMITATIONS, VLLM_CANARY_PROMPT
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.model import (
     Behaviour,
@@ -59,8 +59,12 @@ def vllm_reason(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def skip_if_limitation(reason: str) -> None:
-    """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim)."""
+def skip_if_limitation(reason: str, *, cpu_smoke: bool) -> None:
+    """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim): not applicable when
+    it is, in CPU smoke mode, a runner vLLM's CPU build does not have; an environment limitation otherwise (not a
+    qualification: the verdict is not a pass)."""
+    if cpu_smoke and any(marker in reason for marker in CPU_NOT_APPLICABLE):
+        progress.not_applicable(f"vLLM's CPU build has no such runner: {reason}")
     if any(marker in reason for marker in LIMITATIONS):
         pytest.skip(f"environment limitation: {reason}")
 
@@ -242,7 +246,7 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
         rec.results["vllm_reason"] = reason
-        skip_if_limitation(reason)
+        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke)
         raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
     manifest_text = run.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")

@@ -100,6 +100,8 @@ class RunSpec:
     #: Validate every record against vsnap_qual.model as it is written (off only for the render benchmark's
     #: third, synthetic arm, which no harness run produces).
     validate: bool = True
+    #: ``--vsnap-cpu-smoke`` (with ``--vsnap-gpus=none``, as that mode requires).
+    cpu_smoke: bool = False
 
 
 class _Clock:
@@ -206,6 +208,8 @@ def recorded_options(spec: RunSpec, report_dir: Path) -> dict[str, Any]:
         argv.append(f"--vsnap-secrets={','.join(spec.secret_names)}")
     if spec.secret_in_evidence:
         argv.append(f"--vsnap-engine-args=--hf-token {spec.secret_in_evidence}")
+    if spec.cpu_smoke:
+        argv += ["--vsnap-cpu-smoke", "--vsnap-gpus=none"]
     parsed = options.parse_standalone(argv, {})
     return build_config(parsed, report_dir, run_id=RUN_ID).public_options()
 
@@ -466,7 +470,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                 inspect_results,
                 ["vllm", "snapshot", "inspect", "/vsnap/work/artifact"],
             )
-            for restore in ("restore-1", "restore-2"):
+            for restore in procedure.RESTORES:
                 if restore == "restore-2":
                     step(
                         runner,

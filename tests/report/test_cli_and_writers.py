@@ -40,7 +40,7 @@ def test_report_from_results_json_elsewhere(report_dir: Path, tmp_path: Path) ->
 
 
 def test_killed_run_renders_a_partial_report(make_run: MakeRun) -> None:
-    directory = make_run("killed", RunSpec(complete=False, stop_after_steps=9, changed_digests=()))
+    directory = make_run("killed", RunSpec(complete=False, stop_after_steps=11, changed_digests=()))
     assert main(["report", str(directory)]) == 4
     assert "INCOMPLETE" in (directory / "report.html").read_text()
     assert "v1/head/fault:wake-raise" in (directory / "summary.md").read_text()
@@ -93,7 +93,10 @@ def test_terminal_summary_lines(report_dir: Path) -> None:
     paths = write_reports(report_dir, github_step_summary=False)
     lines = terminal_summary_lines(paths.results, paths)
     assert lines[0].startswith("vsnap-qual: FAIL")
-    assert any(line.split()[:2] == ["v2/head", "ok"] and "FAIL" in line for line in lines)
+    header = next(line.split() for line in lines if line.split()[:1] == ["step"])
+    assert header == ["step", "v1/head", "v1/base", "v2/head", "v2/base"]
+    restore_2 = next(line.split() for line in lines if line.split()[:1] == ["restore-2"])
+    assert restore_2 == ["restore-2", "ok", "ok", "FAIL", "ok"]
     assert any("digests" in line and "29/30 unchanged" in line for line in lines)
     assert lines[-3:] == [
         f"  report:  {paths.report_html}",

@@ -70,8 +70,8 @@ def test_digest_summary_falls_back_to_digest_compare(report_dir: Path) -> None:
 
 def test_canary_statuses(report_dir: Path) -> None:
     frame = canary_frame(_results(report_dir))
-    # 2 runners × 2 arms × 3 steps × 5 prompts
-    assert len(frame) == 60
+    # 2 runners × 2 arms × 5 steps (ordinary, restore-1, restore-2, restore-after-stop, fresh-box) × 5 prompts
+    assert len(frame) == 100
     row = frame[(frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1") & (frame["index"] == 2)]
     assert row.iloc[0]["status"] == "within tolerance"
     assert abs(row.iloc[0]["delta"] - 0.0004) < 1e-9
@@ -83,7 +83,7 @@ def test_canary_rows_show_the_steps_recorded_judgement_and_never_recompute(repor
     results = _results(report_dir)
     frame = canary_frame(results)
     restored = frame[frame.step != "ordinary"]
-    assert (restored["status"] == "bit-exact").sum() == 39
+    assert (restored["status"] == "bit-exact").sum() == 79
     assert (restored["status"] == "within tolerance").sum() == 1
     # the restore's own judgement wins, even where the report could have computed another one
     step = next(s for s in results["steps"] if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1"))
@@ -123,7 +123,7 @@ def test_timings_median_and_n_for_repeated_steps(report_dir: Path) -> None:
     row = frame[(frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1")].iloc[0]
     assert (row["n"], row["median"], row["max"]) == (2, 19.5, 30.0)
     ready = {(r["runner"], r["arm"]): r for r in records(readiness_frame(assemble_file(evidence)))}
-    assert ready[("v1", "head")]["restore_n"] == 3
+    assert ready[("v1", "head")]["restore_n"] == 5
     assert ready[("v1", "head")]["speedup"] > 1
 
 
@@ -141,7 +141,7 @@ def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
     }  # noqa: E712
     cleanup = cleanup_frame(results)
     # the base arm's SIGTERM cleanup is recorded, not judged (faults.BASE_OVERRIDES): no row of the audit table
-    assert len(cleanup) == 4 * (3 + len(procedure.FAULTS)) - 2 and cleanup["ok"].all()
+    assert len(cleanup) == 4 * (5 + len(procedure.FAULTS)) - 2 and cleanup["ok"].all()
     matrix = {r["lane"]: r for r in records(step_matrix(results))}
     assert matrix["v2/head"]["restore-2"] == "failed"
     assert matrix["v1/base"]["overlay"] is None

@@ -120,6 +120,9 @@ def test_local_and_ci_runs_name_every_test_the_same(project: tuple[Path, Path]) 
         assert list(suite)[0].tag == "properties"  # before the test cases, as the schema wants
         props = {p.get("name"): p.get("value") for p in suite.iter("property")}
         assert props["run_id"] == RUN_ID and props["verdict"] == "pass" and props["headline"] == "PASS"
+        assert (
+            props["qualified"] == "engine: head arm vLLM 0.33.1.dev42+g593df82f, base arm vLLM 0.33.1.dev42+g593df82f"
+        )
         assert props["image"] == "vllm/vllm-openai:nightly-593df82f"
         assert str(props["image_id"]).startswith("sha256:")
         assert str(props["image_digest"]).startswith("vllm/vllm-openai@sha256:")

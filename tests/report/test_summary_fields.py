@@ -124,7 +124,8 @@ def test_the_ci_build_link(make_run: MakeRun, environ: dict[str, str], url: str 
     assert build["build_url"] == expected
     directory = make_run("ci", RunSpec(changed_digests=()))
     _edit_environments(directory, lambda r: r.update(ci=build))
-    assert f"[CI build]({expected})" in _summary(directory).split("\n\n")[1]
+    # after the title and the "What was qualified" line
+    assert f"[CI build]({expected})" in _summary(directory).split("\n\n")[2]
 
 
 def test_no_ci_build_outside_ci(make_run: MakeRun) -> None:
@@ -149,3 +150,30 @@ def test_a_simulated_gpu_is_named_and_an_unlabelled_image_in_the_html(make_run: 
     environment = html[html.index('<section id="environment">') : html.index('<section id="overlay">')]
     assert environment.count(f"simulated: {shim}") == 4
     assert environment.count('<span class="note">unlabelled</span>') == 4
+
+
+def test_what_was_qualified_opens_the_summary_and_the_html_banner(make_run: MakeRun) -> None:
+    directory = make_run("smoke", RunSpec(changed_digests=(), cpu_smoke=True))
+    engine = "vsnap reference engine (a miniature vLLM written for vsnap-qual), not vLLM"
+    _edit_environments(directory, lambda r: r["image"]["labels"].update({"ai.vsnap.engine": engine}))
+    paths = write_reports(directory, github_step_summary=False)
+    title, qualified = paths.summary_md.read_text().split("\n\n")[:2]
+    assert title.endswith("PASS (CPU smoke)")
+    assert qualified.startswith(f"> **What was qualified**: engine: {engine}; CPU smoke mode: real vLLM's CPU build")
+    html = paths.report_html.read_text()
+    banner = html[html.index('<div class="qualified">') : html.index("</div>", html.index('<div class="qualified">'))]
+    assert f"<li>engine: {engine}</li>" in banner and "Not qualified: GPU memory release and restore" in banner
+
+
+def test_a_real_gpu_is_never_called_simulated(make_run: MakeRun) -> None:
+    """The reference image simulates a GPU only where the host has none: on the H200 its label still says
+    ``simulated``, and the lanes' real GPU must not be shown as a stand-in."""
+    directory = make_run("h200", RunSpec(changed_digests=()))
+    _edit_environments(directory, lambda r: r["image"]["labels"].update({"ai.vsnap.simulated": "gpu"}))
+    paths = write_reports(directory, github_step_summary=False)
+    rows = [line for line in paths.summary_md.read_text().splitlines() if line.startswith("| v")]
+    assert len(rows) == 4 and all(row.endswith(" | NVIDIA H200 |") for row in rows)
+    assert (
+        "simulated" not in paths.report_html.read_text().split('<section id="environment">')[1].split("</section>")[0]
+    )
+    assert not any("simulated" in line for line in json.loads(paths.results_json.read_text())["verdict"]["qualified"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from synthetic_runs import MakeRun, RunSpec
+from synthetic_runs import MakeRun, RunSpec, required_coverage
 
 from vsnap_qual import checks
 from vsnap_qual.report import render_reports, write_reports
@@ -26,10 +26,10 @@ def test_full_coverage_passes_and_says_what_it_covered(make_run: MakeRun) -> Non
     verdict = assemble_file(make_run("ok", RunSpec(changed_digests=())) / "evidence.jsonl")["verdict"]
     assert (verdict["status"], verdict["headline"], verdict["reasons"]) == ("pass", "PASS", [])
     cov = verdict["coverage"]
-    assert cov["required"] == 80 and len(cov["passed"]) == 80
+    assert cov["required"] == 88 and len(cov["passed"]) == 88
     assert not (cov["skipped"] or cov["not_reached"] or cov["left_out"])
     line = verdict["coverage_line"]
-    assert "80/80 required steps passed" in line and "runners v1, v2" in line and "arms head, base" in line
+    assert "88/88 required steps passed" in line and "runners v1, v2" in line and "arms head, base" in line
     assert "12 fault points" in line and "overlay verified" in line
 
 
@@ -106,3 +106,42 @@ def test_views_render_the_recorded_verdict_and_never_judge_again(make_run: MakeR
     for text in (paths.report_html.read_text(), paths.summary_md.read_text()):
         assert "RECORDED-HEADLINE" in text and "recorded lifecycle text" in text
     assert json.loads(paths.results_json.read_text())["verdict"]["headline"] == "RECORDED-HEADLINE"
+
+
+def test_cpu_smoke_is_never_a_bare_pass_and_a_runner_the_cpu_build_lacks_is_named_not_counted(
+    make_run: MakeRun,
+) -> None:
+    reason = "not applicable: vLLM's CPU build has no such runner: Model Runner V2 requires Triton"
+    v2 = [label for label in required_coverage(RunSpec())["required"] if label.startswith("v2/")]
+    spec = RunSpec(changed_digests=(), canary_deltas=(), cpu_smoke=True, skipped_steps=[(s, reason) for s in v2])
+    verdict = assemble_file(make_run("smoke", spec) / "evidence.jsonl")["verdict"]
+    assert (verdict["status"], verdict["headline"]) == ("pass", "PASS (CPU smoke)")
+    cov = verdict["coverage"]
+    assert len(cov["not_applicable"]) == len(v2) == 44 and not cov["skipped"]
+    assert verdict["coverage_line"].startswith(f"44/44 required steps passed ({len(v2)} not applicable)")
+    qualified = verdict["qualified"]
+    assert any(line.startswith("CPU smoke mode: real vLLM's CPU build") for line in qualified)
+    assert "Not qualified: GPU memory release and restore" in " ".join(qualified)
+    assert [line for line in qualified if line.startswith("not applicable")] == [
+        "not applicable: lane v2/head, vLLM's CPU build has no such runner: Model Runner V2 requires Triton",
+        "not applicable: lane v2/base, vLLM's CPU build has no such runner: Model Runner V2 requires Triton",
+    ]
+    # the same steps skipped for another reason are a gap: partial, never a pass
+    gap = RunSpec(changed_digests=(), canary_deltas=(), cpu_smoke=True, skipped_steps=[(s, "no GPU") for s in v2])
+    assert assemble_file(make_run("gap", gap) / "evidence.jsonl")["verdict"]["status"] == "partial"
+
+
+def test_what_was_qualified_comes_from_the_targets_labels(make_run: MakeRun) -> None:
+    directory = make_run("labelled", RunSpec(changed_digests=()))
+    path = directory / "evidence.jsonl"
+    records = read_evidence(path).records
+    for record in records:
+        if record["kind"] == "environment":
+            record["image"]["labels"]["ai.vsnap.engine"] = "vsnap reference engine (a miniature vLLM), not vLLM"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    verdict = assemble_file(path)["verdict"]
+    assert verdict["qualified"] == ["engine: vsnap reference engine (a miniature vLLM), not vLLM"]
+    assert verdict["headline"] == "PASS"
+    # unlabelled: the vLLM versions the lanes ran
+    plain = assemble_file(make_run("plain", RunSpec(changed_digests=())) / "evidence.jsonl")["verdict"]
+    assert plain["qualified"] == ["engine: head arm vLLM 0.33.1.dev42+g593df82f, base arm vLLM 0.33.1.dev42+g593df82f"]

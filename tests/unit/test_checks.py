@@ -5,16 +5,21 @@ Run with DOCKER_HOST=tcp://127.0.0.1:1 (no engine reachable): nothing here needs
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from vsnap_qual import checks, faults, model, package_probe, steps
+from vsnap_qual import checks, faults, model, options, package_probe, steps
 from vsnap_qual.box import ExecResult
+from vsnap_qual.config import build_config
 from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.lane import lane_environment
 from vsnap_qual.recorder import StepEvidence
 
 REF = CanaryOutput("The capital of France is", [12095], " Paris", -0.42)
@@ -208,9 +213,11 @@ class FakeLane:
     def snapshot_inspect(self, record: dict[str, Any], name: str = "inspect") -> ExecResult:
         return self._exec(json.dumps(_manifest() if name == "inspect" else self.inspected))
 
-    def snapshot_restore(self, record: dict[str, Any], n: int) -> steps.RestoreRun:
-        self.calls.append(f"restore-{n}")
-        return steps.RestoreRun(self._exec(), 8000 + n, 1.5)
+    def snapshot_restore(self, record: dict[str, Any], step: str) -> steps.RestoreRun:
+        self.calls.append(step)
+        return steps.RestoreRun(
+            self._exec(), 8000 + sum(c.startswith(("restore", "fresh-box")) for c in self.calls), 1.5
+        )
 
     def artifact_file(self, name: str) -> str:
         return json.dumps(_manifest()) if name == "manifest.json" else ""
@@ -223,6 +230,14 @@ class FakeLane:
 
     def restart(self) -> None:
         self.calls.append("restart")
+
+    @contextlib.contextmanager
+    def fresh_box(self) -> Iterator[FakeLane]:
+        self.calls.append("fresh box")
+        try:
+            yield self
+        finally:
+            self.calls.append("fresh box removed")
 
     def audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
         self.calls.append(f"audit {pids}")
@@ -248,9 +263,11 @@ def test_the_lifecycle_runs_over_any_lane_toolset() -> None:
         (steps.ordinary_reference, ()),
         (steps.create, ()),
         (steps.inspect, (None,)),
-        (steps.restore, (1,)),
+        (steps.restore, ("restore-1",)),
         (steps.restart, ()),
-        (steps.restore_then_stop, (2,)),
+        (steps.restore_then_stop, ("restore-2",)),
+        (steps.restore_after_stop, ()),
+        (steps.fresh_box_restore, ()),
     ):
         step(lane, _rec(), *args)  # type: ignore[operator]
     assert lane.calls == [
@@ -264,6 +281,14 @@ def test_the_lifecycle_runs_over_any_lane_toolset() -> None:
         "restore-2",
         "stop 8002",
         "audit [20, 21]",
+        "restore-after-stop",
+        "stop 8003",
+        "audit [20, 21]",
+        "fresh box",
+        "fresh-box",
+        "stop 8004",
+        "audit [20, 21]",
+        "fresh box removed",
     ]
 
 
@@ -272,7 +297,7 @@ def test_a_restore_whose_parameters_changed_fails_with_the_names() -> None:
     steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"parameter digests differ .* 1/2 unchanged; changed \['b'\]"):
-        steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+        steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["digest_compare"]["ok"] is False and rec.results["ready_seconds"] == 0.5
 
 
@@ -286,14 +311,14 @@ def _restored_lane(**change: Any) -> FakeLane:
 
 
 def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:
-    assert steps.restore(_restored_lane(), _rec(), 1) is None  # type: ignore[func-returns-value]
+    assert steps.restore(_restored_lane(), _rec(), "restore-1") is None  # type: ignore[func-returns-value]
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"KV capacity after restore is 3,072 tokens, but the snapshot was "):
-        steps.restore(_restored_lane(kv_restored=3072), rec, 1)  # type: ignore[arg-type]
+        steps.restore(_restored_lane(kv_restored=3072), rec, "restore-1")  # type: ignore[arg-type]
     judged = rec.results["kv_judgement"]
     assert (judged["ok"], judged["restored"], judged["created"]) == (False, 3072, 4096)
     with pytest.raises(steps.StepFailed, match="not observable"):
-        steps.restore(_restored_lane(kv_restored=None), _rec(), 1)  # type: ignore[arg-type]
+        steps.restore(_restored_lane(kv_restored=None), _rec(), "restore-1")  # type: ignore[arg-type]
 
 
 def test_kv_judgement_tolerance_and_unobservable_figures() -> None:
@@ -309,7 +334,7 @@ def test_a_restored_server_that_dies_during_the_soak_fails_naming_when_with_its_
     lane.config.soak_s = 60.0
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"restored server died [0-9.]+ s after vllm snapshot restore exited 0"):
-        steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+        steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     soak = rec.results["soak"]
     assert soak["alive"] is False and soak["log_tail"] == "EngineCore: killed" and soak["probes"] == 1
     assert "log tail:\nEngineCore: killed" in checks.soak_findings(soak, "soak")[0].detail
@@ -358,7 +383,7 @@ def test_an_inspect_field_changed_by_a_restore_is_named_with_the_step() -> None:
     lane = _restored_lane()
     lane.inspected = {**_manifest(), "artifact_bytes": 999}
     with pytest.raises(steps.StepFailed, match=r"inspect output changed after restore-1: fields artifact_bytes"):
-        steps.restore(lane, _rec(), 1)  # type: ignore[arg-type]
+        steps.restore(lane, _rec(), "restore-1")  # type: ignore[arg-type]
 
 
 def test_link_remaps_name_the_file_and_the_lane() -> None:
@@ -421,11 +446,11 @@ def test_a_restore_whose_cuda_holders_left_the_gpu_fails() -> None:
     holders = lane.state.manifest["cuda_holders"]
     lane.gpu_listed = set(holders)
     rec = _rec()
-    steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+    steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["gpu_engaged"] == {"holders": holders, "gpu_apps": sorted(holders)}
     lane.gpu_listed = set()
     with pytest.raises(steps.StepFailed, match="CUDA holders .* are not on the GPU"):
-        steps.restore(lane, _rec(), 1)  # type: ignore[arg-type]
+        steps.restore(lane, _rec(), "restore-1")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -488,10 +513,10 @@ def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
         "No such file or directory\n(00.02) Error (criu/cr-restore.c:2447): Restoring FAILED.\n"
     )
     failed = ExecResult(["vllm"], 1, stdout, "subprocess.CalledProcessError: returned non-zero exit status 1.", 0, 1)
-    lane.snapshot_restore = lambda record, n: steps.RestoreRun(failed, 8001, 1.0)  # type: ignore[method-assign]
+    lane.snapshot_restore = lambda record, step: steps.RestoreRun(failed, 8001, 1.0)  # type: ignore[method-assign]
     rec = _rec()
     with pytest.raises(steps.StepFailed, match=r"exited 1; error.json=None; CRIU: .*Can't open file dev/shm/psm_2196"):
-        steps.restore(lane, rec, 1)  # type: ignore[arg-type]
+        steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["criu_reason"][-1].endswith("Restoring FAILED.")
 
 
@@ -510,3 +535,24 @@ def test_what_the_checks_record_is_the_evidence_model() -> None:
     ]
     for tp, value in recorded:
         jsonschema.validate(json.loads(json.dumps(value)), model.type_schema(tp))
+
+
+def test_a_runner_the_cpu_build_lacks_is_not_applicable_only_in_cpu_smoke_mode() -> None:
+    words = "ValueError: Model Runner V2 requires Triton"
+    with pytest.raises(pytest.skip.Exception, match="^not applicable: vLLM's CPU build has no such runner: Value"):
+        steps.skip_if_limitation(words, cpu_smoke=True)
+    # on a GPU image the same words are a limitation of that image: a skip that keeps the run from passing
+    with pytest.raises(pytest.skip.Exception, match="^environment limitation: ValueError: Model Runner V2"):
+        steps.skip_if_limitation(words, cpu_smoke=False)
+    steps.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=True)  # a defect: the step fails on
+
+
+def test_cpu_smoke_lanes_find_the_smoke_platform_after_the_probe(tmp_path: Path) -> None:
+    parsed = options.parse_standalone(
+        ["--vsnap-image=i:1", "--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40, "--vsnap-gpus=none"], env={}
+    )
+    config = build_config(parsed, tmp_path)
+    lane = config.lanes[0]
+    assert lane_environment(config, lane)["PYTHONPATH"] == "/vsnap/probe"
+    config = build_config({**parsed, "vsnap_cpu_smoke": True}, tmp_path)
+    assert lane_environment(config, lane)["PYTHONPATH"] == "/vsnap/probe:/vsnap/smoke"

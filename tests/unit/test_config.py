@@ -51,3 +51,12 @@ def test_concurrent_runner_lanes(tmp_path):
     assert build_config({**parsed, "vsnap_workers": 8}, tmp_path).concurrent_runners == 2, "one worker a runner"
     one = options.parse_standalone([*BASE, "--vsnap-image=img:1", "--vsnap-runners=v1"], env={})
     assert build_config({**one, "vsnap_workers": 2}, tmp_path).concurrent_runners == 1
+
+
+def test_cpu_smoke_mode_with_chosen_gpus_is_refused_naming_the_fix(tmp_path):
+    with pytest.raises(pytest.UsageError) as info:
+        _config(tmp_path, "--vsnap-image=i:1", "--vsnap-cpu-smoke", "--vsnap-gpus=all")
+    assert "--vsnap-cpu-smoke cannot run with --vsnap-gpus=all" in str(info.value)
+    assert "use --vsnap-gpus=none" in str(info.value)
+    assert _config(tmp_path, "--vsnap-image=i:1", "--vsnap-cpu-smoke", "--vsnap-gpus=none").cpu_smoke
+    assert not _config(tmp_path, "--vsnap-image=i:1").cpu_smoke

@@ -132,3 +132,13 @@ def test_auto_expectations_need_a_snapshot_package_to_read(tmp_path, docker_host
         docker_runtime, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm", "snapshot_behaviour": "base"}
     )
     assert _preflight(_config(tmp_path, "--vsnap-image=img:1")).packages["img:1"]["snapshot_behaviour"] == "base"
+
+
+def test_cpu_smoke_mode_is_refused_on_a_lane_that_would_get_a_gpu(tmp_path, docker_host):
+    """Smoke mode declares sleep mode on vLLM's CPU platform: never where a lane has a GPU."""
+    with pytest.raises(PreflightError) as info:
+        _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-cpu-smoke"))  # --vsnap-gpus=auto finds A
+    assert f"--vsnap-cpu-smoke: lanes would get GPUs (v1: {A}, v2: {A})" in str(info.value)
+    assert "use --vsnap-gpus=none" in str(info.value)
+    smoke = _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-gpus=none"))
+    assert smoke.lane_gpus == {"v1": "none", "v2": "none"}

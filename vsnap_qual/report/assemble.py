@@ -135,6 +135,8 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
         probe=session.get("probe") if session else None,
         host=session["host"] if session else {},
     )
+    if session and "smoke" in session:
+        run["smoke"] = session["smoke"]
     found = model.RunEvidence(
         run=run,
         runners=runners,

@@ -286,7 +286,7 @@ def _environment(results: model.Results) -> list[EnvironmentView]:
                 platform=image.get("platform"),
                 versions=env["versions"] if env else {},
                 gpu=_gpu(gpu),
-                simulated=labels.get(SIMULATED_LABEL),
+                simulated=None if gpu else labels.get(SIMULATED_LABEL),  # a real GPU is used where there is one
                 gpu_full=", ".join(f"{k}={v}" for k, v in gpu.items()) if gpu is not None else "",
                 container_id=env["container_id"] if env else None,
                 package_dir=env["package_dir"] if env else None,

@@ -67,6 +67,7 @@ def run_properties(results: model.Results | None) -> list[tuple[str, str]]:
         ("run_id", run["run_id"] or ""),
         ("verdict", verdict["status"]),
         ("headline", verdict["headline"]),
+        ("qualified", "; ".join(verdict.get("qualified") or [])),
         ("harness_version", run["harness_version"] or ""),
     ]
     images: dict[str, model.Image] = {}

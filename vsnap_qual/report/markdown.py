@@ -47,6 +47,9 @@ def render_markdown(
         f"## vsnap-qual: {_ICON.get(status, '')} {verdict['headline'] or status.upper()}".rstrip(),
         "",
     ]
+    qualified = verdict.get("qualified") or []
+    if qualified:  # what was qualified, before anything else: a reference engine or a smoke run is not vLLM on a GPU
+        head += [f"> **What was qualified**: {'; '.join(qualified)}", ""]
     head += [" · ".join(_facts(results)), ""]
     head += _configuration(results)
     if verdict["coverage_line"]:
@@ -100,10 +103,12 @@ def image_commit(image: model.Image) -> str:
 
 
 def gpu_text(gpu: model.Gpu | None, labels: dict[str, str] | None) -> str:
-    """The lane's GPU name (``none``), and what the image simulates when its label says so."""
-    text = str((gpu or {}).get("name") or "none")
+    """The lane's GPU name, or ``none`` and what the image simulates in its place when its label says so (an
+    image that simulates a GPU where the host has none runs on a real one where there is one)."""
+    if gpu and gpu.get("name"):
+        return str(gpu["name"])
     simulated = (labels or {}).get(SIMULATED_LABEL)
-    return f"{text} (simulated: {simulated})" if simulated else text
+    return f"none (simulated: {simulated})" if simulated else "none"
 
 
 def _facts(results: model.Results) -> list[str]:

@@ -22,7 +22,7 @@ def terminal_summary_lines(
     width: int = 120,
     pytest_counts: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """Lines for ``terminalreporter.write_line``: verdict, lane × step table, validation checks, paths.
+    """Lines for ``terminalreporter.write_line``: verdict, step × lane table, validation checks, paths.
 
     Counts are pytest's own when given (``pytest_counts``: what its summary line says, by-design "not applicable"
     steps apart), else the recorded steps'. The comparisons are the ones the reports were rendered from
@@ -51,14 +51,13 @@ def terminal_summary_lines(
 
     matrix = rows(comparisons.matrix, MatrixRow)
     if matrix:
+        # Steps down, lanes across: the procedure grows by steps, the lanes stay four, so the table keeps its width.
         steps = [c for c in comparisons.matrix.columns if c not in ("lane", "runner", "arm", "faults", "faults_ok")]
-        header = ["lane", *steps, "faults"]
-        table = [header] + [
-            [str(row["lane"]), *(_MARK.get(row[s], str(row[s])) for s in steps), str(row["faults"] or "-")]
-            for row in matrix
-        ]
-        widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
-        lines += ["  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
+        table = [["step", *(str(row["lane"]) for row in matrix)]]
+        table += [[step, *(_MARK.get(row[step], str(row[step])) for row in matrix)] for step in steps]
+        table.append(["faults", *(str(row["faults"] or "-") for row in matrix)])
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
     for check in verdict["checks"]:
         if check["ok"] is None:

@@ -79,6 +79,8 @@ def coverage(run: model.RunEvidence) -> model.VerdictCoverage:
             out["passed"].append(label)
         elif record["outcome"] == "failed":
             out["failed"].append(label)
+        elif record["message"].startswith(model.NOT_APPLICABLE_PREFIX):
+            out.setdefault("not_applicable", []).append(model.SkippedStep(step=label, message=record["message"][:300]))
         else:
             out["skipped"].append(model.SkippedStep(step=label, message=record["message"][:300]))
     return out
@@ -88,8 +90,10 @@ def coverage_line(cov: model.VerdictCoverage) -> str:
     """One line for the badge: required vs ran, by dimension."""
     if not cov["known"]:
         return "coverage unknown: the evidence does not record what the run required"
+    na = len(cov.get("not_applicable") or [])
+    required = (cov["required"] or 0) - na
     parts = [
-        f"{len(cov['passed'])}/{cov['required']} required steps passed",
+        f"{len(cov['passed'])}/{required} required steps passed" + (f" ({na} not applicable)" if na else ""),
         "runners " + (", ".join(cov["runners"]) or "none"),
         "arms " + (", ".join(cov["arms"]) or "none"),
         f"{len(cov['faults'])} fault points per lane",
@@ -184,6 +188,9 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     headline = status.upper()
     if status == "fail" and not complete:
         headline = "FAIL (incomplete run)"
+    smoke = bool(info["options"].get("cpu_smoke"))
+    if smoke:
+        headline += " (CPU smoke)"  # never a bare PASS: nothing of a GPU was qualified
     if narrowed and status in ("pass", "partial"):
         left = f"left out by {_narrowing(cov)}: {_grouped(cov['left_out'])}"
         headline += f" (narrowed: {_grouped(cov['left_out'])} left out)"
@@ -200,4 +207,47 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         coverage_line=coverage_line(cov),
         harness_errors=errors,
         checks=checks,
+        qualified=qualified(run, smoke, cov.get("not_applicable") or []),
     )
+
+
+def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.SkippedStep]) -> list[str]:
+    """What was qualified, in plain words: the engine and what is simulated, from each lane's image labels
+    (``ai.vsnap.engine``, ``ai.vsnap.simulated``), the vLLM the lanes ran, CPU smoke mode, and the runners (lanes)
+    the platform does not have, with vLLM's words."""
+    engines: dict[str, None] = {}
+    simulated: dict[str, None] = {}
+    vllm: dict[str, None] = {}
+    for lane in run["lanes"]:
+        env = lane["environment"]
+        if env is None:
+            continue
+        labels = env["image"].get("labels") or {}
+        if labels.get("ai.vsnap.engine"):
+            engines[labels["ai.vsnap.engine"]] = None
+        if labels.get("ai.vsnap.simulated") and not env["gpu"]:  # where there is a GPU, the image uses it
+            simulated[labels["ai.vsnap.simulated"]] = None
+        version = env["versions"].get("vllm")
+        if version:
+            vllm[f"{lane['arm']} arm vLLM {version}"] = None
+    lines = [f"engine: {e}" for e in engines]
+    if not engines and vllm:
+        lines.append("engine: " + ", ".join(vllm))
+    if smoke:
+        lines.append(
+            "CPU smoke mode: real vLLM's CPU build, with sleep mode declared on vLLM's own CPU platform by vsnap-qual "
+            "(its sleep and wake are no-ops there). Qualified: the snapshot CLI, CRIU's dump and restore of the real "
+            "engine tree, the manifest and identity checks, outputs, parameters and KV capacity after restore, the "
+            "injected failures vLLM can express. Not qualified: GPU memory release and restore (sleep/wake), CUDA "
+            "checkpoint, anything on a GPU."
+        )
+    lines += [
+        f"simulated: {s} (the lanes had none; the image's stand-in, as its ai.vsnap.simulated label says)"
+        for s in simulated
+    ]
+    lanes: dict[str, str] = {}
+    for skipped in not_applicable:
+        why = skipped["message"].removeprefix(model.NOT_APPLICABLE_PREFIX)
+        lanes.setdefault(skipped["step"].rsplit("/", 1)[0], why)
+    lines += [f"not applicable: lane {lane}, {why}" for lane, why in lanes.items()]
+    return lines
