@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -487,14 +488,41 @@ def inspect_stable_findings(
 
 
 # ---- host collisions (not the engine's defect) --------------------------------------------------------------
+#: How every step that met the finding begins its message: one engine defect, said the same way wherever it shows.
+NOT_SELF_CONTAINED = "the artifact is not self-contained"
+
 _COLLISION = ("Unable to create a thread: -17", "File exists", "-17 (File exists)")
+
+
+#: CRIU's ``Error`` lines that a successful restore prints too (a container without tun, a capped RLIMIT_NOFILE):
+#: never the reason a restore failed
+_CRIU_BENIGN = ("Unable to create tun", "Can't setup RLIMIT_NOFILE")
 
 
 def criu_reason(stdout: str) -> list[str]:
     """CRIU's own reason for a failed dump or restore: its ``Error (criu/…)`` lines and its verdict line
     (``Restoring FAILED.``), which vLLM logs on stdout under ``CRIU restore.log (tail):`` (its stderr has only
-    the exit status of the criu command). The last three, oldest first; empty when there are none."""
-    return [ln.strip() for ln in stdout.splitlines() if "Error (criu/" in ln or "FAILED" in ln][-3:]
+    the exit status of the criu command). The first (the cause; CRIU's errors cascade after it) and the last two,
+    oldest first, lines a successful restore prints too left out; empty when there are none."""
+    lines = [
+        ln.strip()
+        for ln in stdout.splitlines()
+        if ("Error (criu/" in ln or "FAILED" in ln) and not any(b in ln for b in _CRIU_BENIGN)
+    ]
+    return lines if len(lines) <= 3 else [lines[0], *lines[-2:]]
+
+
+_CRIU_FAILED = re.compile(r"criu.*restore.*returned non-zero exit status")
+
+
+def criu_words(stdout: str, stderr: str, restore_log: Callable[[], str]) -> list[str]:
+    """CRIU's reason for a failed restore: from vLLM's stdout (0.32 logs the tail of CRIU's log there), else, when
+    vLLM says its ``criu restore`` command failed, from the artifact's ``images/restore.log`` (0.31 logs nothing;
+    read only then: a successful restore's log has harmless ``Error`` lines of its own)."""
+    reason = criu_reason(stdout)
+    if reason or not _CRIU_FAILED.search(stderr):
+        return reason
+    return criu_reason(restore_log())
 
 
 def captured_id_collision(stdout: str, stderr: str) -> str | None:

@@ -34,11 +34,13 @@ from vsnap_qual.injection import (
     block_port,
     captured_ids,
     clear_fired,
+    consumed,
     corrupt_manifest,
     cursor_past,
     disarm,
     drift_seen,
     fired_records,
+    fresh_artifact,
     ids_held,
     kill_leftovers,
     move_pid_cursor_past,
@@ -481,6 +483,8 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
         observed = run_fault(run, fault, rec, injector)
         problems = judge(fault, expect, observed, rec.results, injector)
         rec.results["retried_after"] = first
+    if (rec.results.get("followup_restore") or {}).get("consumed"):
+        run.state.consumed_by = fault.id  # the next fault says whose restore used the artifact up
     rec.results.setdefault("cleanup", CleanupAudit())["judged"] = expect.cleanup  # recorded either way
     rec.results.update(
         {
@@ -500,11 +504,17 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
 def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's."""
-    captured = captured_ids(run)
     timeouts = run.config.timeouts
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
-    before_fault = wait_ids_free(run.box, captured, timeouts["stop"])
+    before_fault = wait_ids_free(run.box, captured_ids(run), timeouts["stop"])
+    gone = consumed(run)
+    if gone:  # the fault starts from an artifact that restores: one engine defect is one finding, not one a fault
+        by = f"the faulted restore of {run.state.consumed_by}" if run.state.consumed_by else "an earlier step"
+        fresh_artifact(run, rec, gone, f"the previous fault artifact was consumed ({', '.join(gone)} gone after {by})")
+        run.state.consumed_by = None
+        wait_ids_free(run.box, captured_ids(run), timeouts["stop"])  # the new artifact's dumped tree gone too
+    captured = captured_ids(run)
     clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
     reset_artifact(run.box)
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
@@ -609,6 +619,9 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     # the faulted restore's tree may still be exiting (killed by vLLM's cleanup or ours a moment ago): its PIDs
     # are the captured ones, which CRIU must recreate, so they must be free first
     outcome = FollowupRestore()
+    gone = consumed(run)
+    if gone:  # the faulted restore's exit unlinked what the artifact needs: it is tried all the same, for CRIU's words
+        outcome["consumed"] = gone
     waited = wait_ids_free(run.box, captured, run.config.timeouts["stop"])
     if waited:
         outcome["captured_ids_wait"] = waited
@@ -643,7 +656,10 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     else:
         outcome["canary_ok"] = False
         outcome["stderr_tail"] = result.tail(15)
-        reason = checks.criu_reason(result.stdout)  # vLLM logs it on stdout; stderr only has the exit status
+        # vLLM logs CRIU's words on stdout (0.32; stderr only has the exit status), else only restore.log has them
+        reason = checks.criu_words(
+            result.stdout, result.stderr, lambda: run.box.read_text(f"{ARTIFACT}/images/restore.log")
+        )
         if reason:
             outcome["criu_reason"] = reason
     kill_leftovers(run.box, baseline, set())
@@ -703,7 +719,9 @@ def judge(
     follow = results.get("followup_restore") or {}
     if expect.followup_restore and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
         still = (follow.get("captured_ids_wait") or {}).get("still_held")
-        if still:  # the artifact was never tried: a captured PID never came free
+        if follow.get("consumed"):
+            pass  # not this fault's: the artifact is not self-contained (the check "self-contained": one finding)
+        elif still:  # the artifact was never tried: a captured PID never came free
             problems.append(
                 f"the follow-up restore could not be tried fairly: captured PIDs still held after the fault's "
                 f"tree was killed ({'; '.join(still)})"

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from vsnap_qual import engine
+from vsnap_qual import artifact_deps, engine
 from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK, restore_argv
 from vsnap_qual.control import read_json_files
-from vsnap_qual.model import CapturedIdWait, FiredRecord
+from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.steps import check, skip_if_limitation, vllm_reason
@@ -31,19 +31,49 @@ BACKUP = f"{WORK}/artifact.pristine"
 # ---- the fault lane's own artifact -------------------------------------------------------------------------
 def prepare_artifact(run: FaultLane, rec: StepEvidence) -> None:
     """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S`` and keep a pristine copy."""
+    make_artifact(run, rec, "create")
+    rec.results.update(
+        {
+            "snapshot_timeout_s": run.config.fault_timeout,
+            "manifest": run.state.manifest,
+            "outside_files": run.state.outside_files,
+        }
+    )
+
+
+def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
+    """``vllm snapshot create`` of the fault artifact (its log ``name``), its pristine copy, and what the faults
+    need to know of it (manifest, captured thread IDs, outside files)."""
     run.box.remove_path(ARTIFACT)
     run.box.remove_path(BACKUP)
     env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{run.config.fault_timeout:g}"}
-    result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env)
+    result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env, name=name)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
         skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     run.state.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
     run.state.captured_tids = thread_ids(run.box)
+    run.state.outside_files = artifact_deps.outside_files(run.box)
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
-    rec.results.update({"snapshot_timeout_s": run.config.fault_timeout, "manifest": run.state.manifest})
+
+
+def consumed(run: FaultLane) -> list[str]:
+    """The fault artifact's outside files that are gone: it no longer restores, whatever a fault does."""
+    return artifact_deps.absent(run.box, run.state.outside_files)
+
+
+def fresh_artifact(run: FaultLane, rec: StepEvidence, gone: list[str], why: str) -> None:
+    """A new fault artifact (and pristine copy) because the previous one was consumed, said in the step's
+    evidence: each fault starts from an artifact that restores, so one engine defect is one finding."""
+    started = time.monotonic()
+    argv, exit_code = rec.argv, rec.exit_code  # the step's command stays the fault's own
+    make_artifact(run, rec, "create-fresh-artifact")
+    rec.argv, rec.exit_code = argv, exit_code
+    rec.results["fresh_artifact"] = FreshArtifact(
+        reason=why, consumed=gone, outside_files=run.state.outside_files, seconds=round(time.monotonic() - started, 1)
+    )
 
 
 def thread_ids(box: Box) -> set[int]:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import audit, engine, model, overlay, probe_copy
+from vsnap_qual import artifact_deps, audit, engine, model, overlay, probe_copy
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
@@ -421,6 +421,12 @@ class LaneRun:
 
     def artifact_file(self, name: str) -> str:
         return self.box.read_text(f"{ARTIFACT}/{name}")
+
+    def outside_files(self) -> list[str]:
+        return artifact_deps.outside_files(self.box)
+
+    def absent_files(self, paths: list[str]) -> list[str]:
+        return artifact_deps.absent(self.box, paths)
 
     def keep_child_log(self, rec: StepEvidence) -> None:
         self.recorder.store.write_text(self.recorder.log(rec, "create-child"), self.artifact_file("child.log"))

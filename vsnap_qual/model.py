@@ -261,6 +261,9 @@ class FollowupRestore(TypedDict, total=False):
     retried_after: str  # a captured PID/TID taken by another host process: the restore ran once more
     cleanup_ok: bool
     cleanup: CleanupAudit
+    #: the artifact's outside files gone before the follow-up (the faulted restore's exit unlinked them): the
+    #: follow-up is not judged as the fault's; it is the finding "artifact not self-contained"
+    consumed: list[str]
 
 
 class GpuEngaged(TypedDict):
@@ -268,6 +271,15 @@ class GpuEngaged(TypedDict):
 
     holders: list[int]
     gpu_apps: list[int]
+
+
+class FreshArtifact(TypedDict):
+    """A fault step's new fault artifact: the previous one's outside files were gone before the fault."""
+
+    reason: str
+    consumed: list[str]
+    outside_files: list[str]
+    seconds: float
 
 
 class StepResults(TypedDict, total=False):
@@ -306,6 +318,14 @@ class StepResults(TypedDict, total=False):
     alive_at_stop: bool
     # create
     artifact_bytes: int | None
+    #: create and fault-artifact: the /dev/shm files the artifact's CRIU images name and that existed when it was
+    #: made: what a restore needs from outside the artifact (``artifact_deps``; empty: self-contained)
+    outside_files: list[str]
+    #: a restore that failed, or a fault step's fresh artifact: those outside files that were gone (the artifact
+    #: was consumed: the finding "artifact not self-contained", ``the check "self-contained"``)
+    consumed: list[str]
+    #: a fault step: a new fault artifact made before it, because the previous one was consumed (and by what)
+    fresh_artifact: FreshArtifact
     process_tree: list[int] | None
     child_log: str
     vllm_reason: str

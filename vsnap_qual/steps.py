@@ -110,6 +110,10 @@ class LaneState:
     captured_tids: set[int] = field(default_factory=set)
     #: the fault lane: the behaviour its faults are judged by, and why (probed once)
     expectation: tuple[Behaviour, str] | None = None
+    #: the /dev/shm files the lane's (latest) artifact needs from outside it (``artifact_deps.outside_files``)
+    outside_files: list[str] = field(default_factory=list)
+    #: the fault lane: the fault whose restore consumed the fault artifact (its outside files gone), if one did
+    consumed_by: str | None = None
 
 
 class LaneTools(Protocol):
@@ -147,6 +151,8 @@ class LaneTools(Protocol):
     def snapshot_create(self, rec: StepEvidence) -> ExecResult: ...
     def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
     def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
+    def outside_files(self) -> list[str]: ...
+    def absent_files(self, paths: list[str]) -> list[str]: ...
     def artifact_file(self, name: str) -> str: ...
     def keep_child_log(self, rec: StepEvidence) -> None: ...
 
@@ -251,6 +257,8 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     manifest_text = run.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
+    run.state.outside_files = run.outside_files()
+    rec.results["outside_files"] = run.state.outside_files
     run.state.kv_snapshot = run.snapshot_kv()
     run.keep_child_log(rec)
     audit = run.audit(list(manifest.get("process_tree") or []), [])
@@ -309,13 +317,23 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     if result.exit_code != 0:
         error_json = run.artifact_file("error.json")
         rec.results["error_json"] = json.loads(error_json) if error_json.strip() else None
-        reason = checks.criu_reason(result.stdout)
+        rec.results["vllm_reason"] = vllm_reason(result.stderr or result.stdout)
+        # CRIU's words: vLLM logs them on stdout (0.32); else they are only in the artifact's restore.log (0.31)
+        reason = checks.criu_words(result.stdout, result.stderr, lambda: run.artifact_file("images/restore.log"))
         if reason:
             rec.results["criu_reason"] = reason
         said = f"; CRIU: {reason[0]}" if reason else ""
+        consumed = run.absent_files(run.state.outside_files)
+        if consumed:
+            rec.results["consumed"] = consumed
+            raise StepFailed(
+                f"{checks.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
+                f"and which {'this box never had' if step == 'fresh-box' else 'are gone'}; vllm snapshot restore "
+                f"exited {result.exit_code}: {rec.results['vllm_reason']}{said}\n{result.tail()}"
+            )
         raise StepFailed(
-            f"vllm snapshot restore exited {result.exit_code}; error.json={error_json.strip() or None}{said}\n"
-            f"{result.tail()}"
+            f"vllm snapshot restore exited {result.exit_code}: {rec.results['vllm_reason']}; "
+            f"error.json={error_json.strip() or None}{said}\n{result.tail()}"
         )
     handle = run.restored_server(restored.port)
     check(handle is not None, "restore exited 0 but restored.pid is missing")

@@ -9,12 +9,13 @@ the environment-drift variant, which runs the fault that drifts the environment.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 from pathlib import Path
 
 import pytest
 from suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
-from variants import LEAKED_REMAP, VARIANTS, build_overlay
+from variants import LEAKED_REMAP, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
 
 pytestmark = pytest.mark.docker
 LANE = "v1-head"
@@ -145,3 +146,46 @@ def test_an_engine_that_ignores_the_env_drift_fails_the_fault_not_as_an_ineffect
     assert "ineffective injection" not in fault["message"], fault["message"]
     assert "exit code 0, expected 1" in fault["message"]
     assert "VLLM_VSNAP_QUAL_DRIFT" in str(fault["results"]["injected"])
+
+
+def test_an_artifact_that_needs_a_shm_segment_is_one_finding_and_the_faults_do_not_cascade(
+    tmp_path, docker_client, reference_images
+):
+    """The engine's artifact names a /dev/shm segment it does not carry (as real vLLM 0.31/0.32's do): the
+    restores that need it gone fail as one named finding; every fault starts from an artifact that restores."""
+    try:
+        run = qualify(
+            tmp_path,
+            docker_client,
+            "needs-shm-segment",
+            "--vsnap-runners=v1",
+            "-k",
+            "not fault or fault_artifact or cancel-sigterm or communicators-raise or identity-drift",
+        )
+    finally:
+        for left in glob.glob(SHM_SEGMENT_PREFIX + "*"):  # host IPC: the lane's /dev/shm is this host's
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(left)
+    passed(run, "ordinary", "create", "inspect", "restore-1", "restart", "restore-2")
+    (needed,) = run.step(lane=LANE, step="create")["results"]["outside_files"]
+    assert needed.startswith(SHM_SEGMENT_PREFIX)
+    for step in ("restore-after-stop", "fresh-box"):
+        record = failed_step(run, step)
+        assert record["message"].startswith(
+            "StepFailed: the artifact is not self-contained: its restore needs /dev/shm/psm_"
+        )
+        assert "Can't open file dev/shm/psm_vsnapvariant" in record["message"], record["message"]
+    faults = [s for s in run.steps(lane=LANE) if s["step"].startswith("fault:")]
+    assert len(faults) == 3 and all(s["outcome"] == "passed" for s in faults), [s["message"] for s in faults]
+    by_fault = {s["step"]: s["results"] for s in faults}
+    # SIGTERM to the restore: the restored engine's graceful exit unlinks the segment (the follow-up is left to the
+    # finding, not failed as the fault's); the next fault starts from a fresh artifact and says why
+    assert by_fault["fault:cancel-sigterm"]["followup_restore"]["consumed"][0].startswith(SHM_SEGMENT_PREFIX)
+    fresh = by_fault["fault:identity-drift"]["fresh_artifact"]
+    assert fresh["reason"].endswith("gone after the faulted restore of cancel-sigterm)"), fresh
+    assert fresh["outside_files"] != fresh["consumed"]
+    results = run.results
+    (alone,) = [c for c in results["verdict"]["checks"] if c["id"] == "self-contained"]
+    assert alone["status"] == "FAIL" and alone["details"][0].startswith("CRIU: "), alone
+    assert any("v1/head/fault:cancel-sigterm (follow-up restore)" in d for d in alone["details"]), alone
+    assert "check failed: the artifact restores alone" in " ".join(results["verdict"]["reasons"])

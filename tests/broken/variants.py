@@ -19,6 +19,9 @@ MARK = "# vsnap-qual broken variant"
 #: The file a leaking variant leaves in /dev/shm (digits only: the shape of CRIU's own link remaps). With host
 #: IPC namespaces /dev/shm is the host's: the tests remove it whatever happens.
 LEAKED_REMAP = "/dev/shm/link_remap.4242424242"
+#: The prefix of the /dev/shm segment the shm-dependent variant's engine core holds (real vLLM's ``psm_*``); the
+#: tests remove any left (host IPC: the host's /dev/shm).
+SHM_SEGMENT_PREFIX = "/dev/shm/psm_vsnapvariant"
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,29 @@ VARIANTS: dict[str, Variant] = {
                     "            p.stat().st_size for p in artifact.rglob('*') if p.is_file() and not p.is_symlink()\n"
                     "        )\n"
                     "        _write_json_atomic(artifact / 'manifest.json', _payload, overwrite=True)\n",
+                ),
+            ),
+        ),
+        Variant(
+            "needs-shm-segment",
+            "the engine core holds a /dev/shm segment open and unlinks it on its graceful shutdown, as real vLLM's "
+            "multiprocessing segments: the artifact names the segment and does not carry it, so it stops restoring "
+            "once a restored engine has stopped gracefully, and never restores in a fresh box",
+            (
+                Patch(
+                    _CORE,
+                    '    connection.send(("ready", engine.info()))\n',
+                    f"    import os as _os  {MARK}: a segment held open, outside the artifact\n"
+                    f"    engine._vsnap_segment = open(f'{SHM_SEGMENT_PREFIX}{{_os.getpid()}}', 'w+b')\n",
+                    where="before",
+                ),
+                Patch(
+                    _CORE,
+                    "    def shutdown(self) -> None:\n        self.model_executor.shutdown()\n",
+                    f"        import os as _os  {MARK}: unlinked on the graceful way out\n"
+                    "        segment = getattr(self, '_vsnap_segment', None)\n"
+                    "        if segment is not None and _os.path.exists(segment.name):\n"
+                    "            _os.unlink(segment.name)\n",
                 ),
             ),
         ),

@@ -151,6 +151,9 @@ class FakeLane:
         self.inspected: dict[str, Any] = _manifest()
         self.start_times: dict[int, str] = {}
         self.gpu_listed: set[int] | None = None  # nvidia-smi's compute apps after a restore (None: no GPU)
+        self.shm_named: list[str] = []  # the /dev/shm files the artifact's images name (existing at create)
+        self.shm_gone: set[str] = set()  # of those, the ones gone now
+        self.files: dict[str, str] = {}  # artifact files other than the manifest
 
     served_model = "org/m"
 
@@ -220,7 +223,13 @@ class FakeLane:
         )
 
     def artifact_file(self, name: str) -> str:
-        return json.dumps(_manifest()) if name == "manifest.json" else ""
+        return json.dumps(_manifest()) if name == "manifest.json" else self.files.get(name, "")
+
+    def outside_files(self) -> list[str]:
+        return list(self.shm_named)
+
+    def absent_files(self, paths: list[str]) -> list[str]:
+        return [p for p in paths if p in self.shm_gone]
 
     def keep_child_log(self, record: dict[str, Any]) -> None:
         pass
@@ -515,9 +524,55 @@ def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
     failed = ExecResult(["vllm"], 1, stdout, "subprocess.CalledProcessError: returned non-zero exit status 1.", 0, 1)
     lane.snapshot_restore = lambda record, step: steps.RestoreRun(failed, 8001, 1.0)  # type: ignore[method-assign]
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"exited 1; error.json=None; CRIU: .*Can't open file dev/shm/psm_2196"):
+    with pytest.raises(steps.StepFailed, match=r"exited 1: subprocess.Called.*; error.json=None; CRIU: .*psm_2196"):
         steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["criu_reason"][-1].endswith("Restoring FAILED.")
+
+
+SEGMENTS = ["/dev/shm/psm_2021c414", "/dev/shm/psm_302eb8ff"]
+CRIU_031 = (
+    "(00.4) Error (criu/tun.c:85): tun: Unable to create tun: No such file or directory\n"
+    "(01.2) Error (criu/files-reg.c:2353): Can't open file dev/shm/psm_302eb8ff on restore: No such file or "
+    "directory\n(01.3) Error (criu/cr-restore.c:2447): Restoring FAILED.\n"
+)
+SAYS_031 = (
+    "SnapshotRestoreError: Command '['/opt/vsnap-criu/criu', 'restore', '-D', …]' returned non-zero exit status 1."
+)
+
+
+def test_an_artifact_whose_outside_files_are_gone_is_one_named_finding_in_criu_s_words() -> None:
+    """create records the /dev/shm files the artifact needs and does not carry; a restore that fails once they
+    are gone says so first, then vLLM's words, then CRIU's (0.31 logs nothing: its images/restore.log)."""
+    lane = _restored_lane()
+    lane.shm_named = list(SEGMENTS)
+    steps.create(lane, rec := _rec())  # type: ignore[arg-type]
+    assert rec.results["outside_files"] == SEGMENTS == lane.state.outside_files
+    lane.shm_gone = {SEGMENTS[1]}
+    lane.files["images/restore.log"] = CRIU_031
+    failed = ExecResult(["vllm"], 1, "", f"Traceback …\n{SAYS_031}", 0, 1)
+    lane.snapshot_restore = lambda record, step: steps.RestoreRun(failed, 8003, 1.0)  # type: ignore[method-assign]
+    with pytest.raises(steps.StepFailed) as info:
+        steps.restore(lane, rec := _rec(), "restore-after-stop")  # type: ignore[arg-type]
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(
+        f"the artifact is not self-contained: its restore needs {SEGMENTS[1]}, which it does not carry and which are "
+        f"gone; vllm snapshot restore exited 1: {SAYS_031}; CRIU: (01.2) Error (criu/files-reg.c:2353): Can't open"
+    )
+    assert rec.results["consumed"] == [SEGMENTS[1]]
+    # the same failure with every file still there is an ordinary failed restore, in the same words
+    lane.shm_gone = set()
+    with pytest.raises(steps.StepFailed, match=r"^vllm snapshot restore exited 1: SnapshotRestoreError"):
+        steps.restore(lane, rec := _rec(), "restore-after-stop")  # type: ignore[arg-type]
+    assert "consumed" not in rec.results
+
+
+def test_criu_s_words_come_from_restore_log_only_when_vllm_says_criu_restore_failed() -> None:
+    log = lambda: CRIU_031  # noqa: E731
+    assert checks.criu_words("", SAYS_031, log)[0].endswith(
+        "Can't open file dev/shm/psm_302eb8ff on restore: No such file or directory"
+    )
+    # a restore that failed before CRIU ran: the log is an earlier restore's (its harmless Error lines are not words)
+    assert checks.criu_words("", "SnapshotCompatibilityError: snapshot mismatch: environment", log) == []
 
 
 def test_what_the_checks_record_is_the_evidence_model() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from vsnap_qual import faults, injection
-from vsnap_qual.box import ExecResult
+from vsnap_qual.box import ExecResult, ShmEntry
 from vsnap_qual.faults import ANY
 from vsnap_qual.runtimes.shell import ShellBox
 from vsnap_qual.steps import LaneState
@@ -223,3 +223,37 @@ def test_occupying_a_pid_moves_the_cursor_past_every_captured_id_in_the_same_com
         pytest.skip("another process took the PID eight times in a row")
     assert holder.where == "container"
     assert cursor >= past, f"the cursor was left at {cursor}, just past the occupied PID {target}"
+
+
+class ShmBox(LocalBox):
+    def shm(self) -> list[ShmEntry]:  # this machine's /dev/shm
+        return [ShmEntry(e.name, "0", str(e.inode()), "600", 0) for e in os.scandir("/dev/shm")]
+
+
+def test_a_follow_up_on_an_artifact_whose_outside_files_are_gone_says_so_and_keeps_criu_s_words():
+    """The faulted restore's graceful exit unlinked a /dev/shm segment the artifact needs: the follow-up is still
+    tried (CRIU's words are the evidence) and records what was gone; the judge leaves it to the one finding."""
+    present = Path(f"/dev/shm/psm_vsnap_test_{os.getpid()}")
+    present.write_text("x")
+    try:
+        _follow_up_on_a_consumed_artifact(present)
+    finally:
+        present.unlink()
+
+
+def _follow_up_on_a_consumed_artifact(present: Path) -> None:
+    gone = "/dev/shm/psm_vsnap_never_there"
+    box = ShmBox([(1, TAIL + f"(01.2) Error (criu/files-reg.c:2353): Can't open file {gone[1:]} on restore\n")])
+    run = _run(box)
+    run.state.manifest = {"process_tree": []}  # a real shell: no real PID of this machine in the way
+    run.state.outside_files = [str(present), gone]
+    outcome = faults.followup_restore(run, undo_injection=False)
+    assert outcome["consumed"] == [gone] and box.restores == 1
+    assert "Can't open file dev/shm/psm_vsnap_never_there" in outcome["criu_reason"][0]
+    run.state.outside_files = [str(present)]
+    assert "consumed" not in faults.followup_restore(_with(run, ShmBox([(1, CORRUPT)])), undo_injection=False)
+
+
+def _with(run: Any, box: Box) -> Any:
+    run.box = box
+    return run

@@ -156,3 +156,17 @@ def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason():
     wrong = {"exit_code": 0, "canary_ok": False}
     (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=wrong))
     assert problem.endswith("follow-up restore exit 0; canary differs from the oracle") and "{" not in problem
+
+
+def test_a_follow_up_that_met_a_consumed_artifact_is_left_to_the_one_finding():
+    """The artifact's outside files were gone before the follow-up (the faulted restore's own exit unlinked
+    them): not this fault's failure; the rest of the fault is judged as ever."""
+    fault = FAULTS_BY_ID["wake-raise"]
+    obs = Observation(exit_code=1, fired=True)
+    follow = {"exit_code": 1, "canary_ok": False, "consumed": ["/dev/shm/psm_302eb8ff"], "criu_reason": ["x"]}
+    assert faults.judge(fault, fault.expect("base"), obs, _results(followup_restore=follow)) == []
+    del follow["consumed"]
+    (problem,) = faults.judge(fault, fault.expect("base"), obs, _results(followup_restore=follow))
+    assert problem.startswith("the artifact no longer restores after the failure")
+    obs.exit_code = 0  # a mismatch of the fault's own is still found
+    assert faults.judge(fault, fault.expect("base"), obs, _results(followup_restore={**follow, "consumed": ["p"]}))

@@ -91,6 +91,7 @@ CHECK_IDS: dict[str, str] = {
     "faults": "faults",
     "kv": "KV",
     "liveness": "liveness",
+    "self-contained": "alone",
     "ready": "ready",
     "cleanup": "cleanup",
 }
@@ -107,6 +108,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
         "liveness": lambda: _liveness(run),
+        "self-contained": lambda: _self_contained(run),
         "ready": lambda: _readiness(comparisons),
         "cleanup": lambda: _cleanup(comparisons),
     }
@@ -153,6 +155,12 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
             items.append(_item(*where, step, ok=res["kv_judgement"].get("ok")))
         elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
             items.append(_item(*where, step, ok=res["soak"].get("alive")))
+        elif check_id == "self-contained":
+            if step in _ALONE:
+                consumed = bool(res.get("consumed"))
+                items.append(_item(*where, step, ok=False if consumed else outcome.get(record["outcome"])))
+            elif (res.get("followup_restore") or {}).get("consumed"):
+                items.append(_item(*where, step, ok=False))
         elif check_id == "cleanup" and _judged_audit(res.get("cleanup")):
             items.append(_item(*where, step, ok=res["cleanup"].get("ok")))
     return items
@@ -289,6 +297,57 @@ def _multi_token_check(frame: pd.DataFrame) -> model.Check:
 def _position(value: float | None) -> str:
     """A position from a frame (pandas holds a column with gaps as floats)."""
     return "none" if value is None else str(int(value))
+
+
+#: The lifecycle steps that test the artifact alone: after the restored server's own graceful stop, in a fresh box.
+_ALONE = (procedure.RESTORE_AFTER_STOP, procedure.FRESH_BOX)
+
+
+def _self_contained(run: model.RunEvidence) -> model.Check:
+    """One finding wherever it shows: the artifact needs ``/dev/shm`` files it does not carry, so it stops
+    restoring once they are gone (after a restored engine's graceful stop, in a fresh box, after a faulted
+    restore). Seen by the restore-after-stop and fresh-box steps and the faults' follow-up restores; quoted in
+    vLLM's and CRIU's own words, once."""
+    name = "the artifact restores alone (after a graceful stop, in a fresh box, after a failed restore)"
+    latest = latest_steps(run)
+    tried = {key: step for key, step in latest.items() if key[2] in _ALONE and step["outcome"] != "skipped"}
+    seen: list[str] = []
+    words: list[str] = []
+    needs: dict[str, None] = {}
+    for (runner, arm, step), record in latest.items():
+        res = record["results"]
+        gone = res.get("consumed") if step in _ALONE else (res.get("followup_restore") or {}).get("consumed")
+        if step == procedure.CREATE or step == procedure.FAULT_ARTIFACT:
+            needs.update(dict.fromkeys(res.get("outside_files") or []))
+        if not gone:
+            continue
+        seen.append(procedure.label(runner, arm, step) + ("" if step in _ALONE else " (follow-up restore)"))
+        source: model.StepResults | model.FollowupRestore = (
+            res if step in _ALONE else (res.get("followup_restore") or {})
+        )
+        if not words and source.get("criu_reason"):
+            words = [f"CRIU: {(source.get('criu_reason') or [''])[0]}"]
+            if step in _ALONE and res.get("vllm_reason"):
+                words.append(f"vLLM: {res.get('vllm_reason')}")
+    fresh = [
+        procedure.label(r, a, s) for (r, a, s), record in latest.items() if record["results"].get("fresh_artifact")
+    ]
+    if seen:
+        result = (
+            f"not self-contained: its restore needs {len(needs)} /dev/shm file(s) it does not carry "
+            f"({_names(sorted(needs), 4)}); it stopped restoring in {len(seen)} place(s)"
+        )
+        details = [*words, f"seen in: {_names(seen)}"]
+        if fresh:
+            details.append(f"fresh fault artifact made before: {_names(fresh)}")
+        return _row(name, False, result, details)
+    if not tried:
+        return _row(name, None, "not tried")
+    failed = [procedure.label(*key) for key, step in tried.items() if step["outcome"] != "passed"]
+    if failed:  # failed for another reason: the lifecycle row says which; not this finding
+        return _row(name, None, f"not shown: {_names(failed)} failed for another reason", pending=False)
+    outside = f"; it names {len(needs)} /dev/shm file(s) it does not carry" if needs else ""
+    return _row(name, True, f"{len(tried)}/{len(tried)} restores of the artifact alone passed{outside}")
 
 
 def _liveness(run: model.RunEvidence) -> model.Check:

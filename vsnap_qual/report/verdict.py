@@ -18,6 +18,7 @@ Statuses:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from vsnap_qual import model, procedure
@@ -114,6 +115,23 @@ def _narrowing(cov: model.VerdictCoverage) -> str:
     return " ".join(how) or "the selected tests"
 
 
+_VARYING = re.compile(r"[0-9a-f]{6,}|\d+")
+
+
+def _failure_words(failed: list[str], latest: dict[str, model.Step]) -> list[str]:
+    """Each distinct failure once, in the failed step's own words (its message's first line: vLLM's, CRIU's or
+    the check's), with the steps that failed so: the same defect on several lanes is one line, not one a lane.
+    Messages that differ only in IDs and numbers (a segment's name, a PID) are the same failure."""
+    groups: dict[str, list[str]] = {}
+    words: dict[str, str] = {}
+    for label in failed:
+        first = (latest[label]["message"] or "no message recorded").splitlines()[0]
+        key = _VARYING.sub("#", first)
+        groups.setdefault(key, []).append(label)
+        words.setdefault(key, first if len(first) <= 600 else first[:599] + "…")
+    return [f"{_names(labels)}: {words[key]}" for key, labels in groups.items()]
+
+
 def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: str = "") -> model.Verdict:
     """The run's verdict (status, headline, reasons, counts, checks, coverage, harness errors), from the
     evidence and its comparisons (``frames.compare_all``, computed once and shared with the views; None, with
@@ -140,13 +158,14 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     fail = False
     if failed:
         reasons.append(f"{len(failed)} step(s) failed: {_names(failed)}")
+        reasons.extend(_failure_words(failed, latest))
         fail = True
     for error in errors:
         reasons.append(f"harness error ({error['phase']}) in {error['nodeid'] or 'the session'}: {error['message']}")
         fail = True
-    bad_checks = [c["name"] for c in checks if c["status"] == "FAIL"]
-    for name in bad_checks:
-        reasons.append(f"check failed: {name}")
+    for bad in (c for c in checks if c["status"] == "FAIL"):
+        said = "; ".join([bad["result"], *bad["details"][:2]])
+        reasons.append(f"check failed: {bad['name']}: {said}" if said else f"check failed: {bad['name']}")
         fail = True
     if check_error:
         reasons.append(check_error)
