@@ -148,9 +148,7 @@ def test_overlay_module_not_imported_by_an_ordinary_serve(real: RealContainer, s
     assert reports and reports[0]["modules"].get(OVERLAY_MODULE) is None
 
 
-def test_bfloat16_weights_digests_are_bit_exact(
-    real: RealContainer, server_slot: dict[str, Served]
-) -> None:
+def test_bfloat16_weights_digests_are_bit_exact(real: RealContainer, server_slot: dict[str, Served]) -> None:
     """bf16 (not covered by the fp32 server): the digests are bit-exact whichever GEMM path vLLM took.
 
     vLLM packs the 8 linear weights into oneDNN where oneDNN can build a bf16 matmul for this CPU (the probe then
