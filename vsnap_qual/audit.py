@@ -37,6 +37,8 @@ class ServerHandle:
     log_in_box: str | None = None
     #: The tree as recorded at stop: {"pid", "start_time", "cmdline", "gpu_holder"} per process.
     tree: list[LeftoverProcess] = field(default_factory=list)
+    #: The /dev/shm files the tree held as it was stopped (open or mapped, still named).
+    shm_held: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -86,6 +88,7 @@ def strict_stop(box: Box, handle: ServerHandle, grace: float, cuda_holders: Sequ
         return []
     seen = box.terminate(pids, grace)
     handle.pids = pids
+    handle.shm_held = list(seen.shm_held)
     holders = set(seen.gpu_apps) | set(cuda_holders)
     tree = {t.pid: t for t in seen.tree}
     leftovers: list[LeftoverProcess] = []

@@ -107,6 +107,9 @@ class Termination:
     gpu_apps: frozenset[int]
     tree: tuple[TreeEntry, ...]
     survivors: tuple[tuple[int, str, str], ...]
+    #: the ``/dev/shm`` files the tree held (open or mapped, not yet unlinked) as it began: what its own cleanup
+    #: must remove, whichever lane shares the box's ``/dev/shm``
+    shm_held: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,11 @@ def audit_problems(audit: model.CleanupAudit) -> str:
         problems.append(remap_text(ours, str(audit.get("lane")), str(audit.get("step") or "")))
     elif not audit.get("link_remaps_equal"):
         problems.append("/dev/shm/link_remap.* differs from its baseline")
+    if audit.get("shm_left"):
+        problems.append(
+            f"/dev/shm files the stopped tree of lane {audit.get('lane')} held are still there, held by no artifact: "
+            + ", ".join(audit.get("shm_left", []))
+        )
     return ", ".join(problems) or "ok"
 
 

@@ -55,6 +55,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     run.state.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
     run.state.captured_tids = thread_ids(run.box)
     run.state.outside_files = artifact_deps.outside_files(run.box)
+    run.state.shm_owned.update(run.state.outside_files)
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,6 +43,8 @@ from vsnap_qual.steps import (
     skip_if_limitation,
     vllm_reason,
 )
+
+log = logging.getLogger("vsnap_qual")
 
 
 def lane_environment(config: QualConfig, lane: Lane) -> dict[str, str]:
@@ -222,7 +226,19 @@ class LaneRun:
         self.recorder.store.write(record)
 
     def remove(self) -> None:
-        if self.container is not None:
+        """Remove the lane's box, and the /dev/shm files its artifacts needed (they outlive the box where its
+        /dev/shm is the host's)."""
+        if self.container is None:
+            return
+        owned = sorted(self.state.shm_owned)
+        try:
+            if owned:
+                removed = self.container.sh("rm -f -- " + " ".join(shlex.quote(p) for p in owned), 60)
+                code = removed.exit_code
+                log.info("%s: removed its artifacts' /dev/shm files %s (exit %s)", self.lane.name, owned, code)
+        except Exception as exc:  # the box goes all the same
+            log.warning("%s: cannot remove its artifacts' /dev/shm files %s: %s", self.lane.name, owned, exc)
+        finally:
             self.container.remove()
 
     @contextlib.contextmanager
@@ -230,7 +246,9 @@ class LaneRun:
         """A new box of this lane's image (the same environment, probe, model cache, overlay and GPU) with an IPC
         namespace and an empty ``/dev/shm`` of its own, holding nothing of this lane but a copy of its artifact:
         what a new pod or node that starts from the artifact alone looks like. Removed after."""
-        fresh = dataclasses.replace(self, container=None, control_root=None, scope=None)
+        # a state of its own: what the fresh box records (and removes) is not the lane's
+        state = dataclasses.replace(self.state, shm_owned=set())
+        fresh = dataclasses.replace(self, container=None, control_root=None, scope=None, state=state)
         try:
             fresh.start_box("fresh-box", private_ipc=True)
             with tempfile.TemporaryDirectory(prefix="vsnap-artifact-") as scratch:

@@ -152,6 +152,12 @@ class CleanupAudit(TypedDict, total=False):
     error: str
     #: Fault steps: whether this audit is judged for the behaviour (recorded either way).
     judged: bool
+    #: a strict stop: the /dev/shm files the tree held as it was stopped (open or mapped, still named); of those,
+    #: the ones still there that an artifact of the lane needs (``artifact_deps``: kept, not leaked), and the ones
+    #: still there that none needs (left: a leak of this lane, whichever lane shares /dev/shm)
+    shm_held: list[str]
+    shm_kept: list[str]
+    shm_left: list[str]
     #: Fault steps: the audit's leftovers (as ``PID cmdline``), and the PIDs the harness then killed itself
     leftover_processes: list[str]
     killed_by_harness: list[int]

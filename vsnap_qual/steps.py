@@ -112,6 +112,9 @@ class LaneState:
     expectation: tuple[Behaviour, str] | None = None
     #: the /dev/shm files the lane's (latest) artifact needs from outside it (``artifact_deps.outside_files``)
     outside_files: list[str] = field(default_factory=list)
+    #: every such file of every artifact the lane made: removed when the lane's box goes (with host IPC they
+    #: would stay in the host's /dev/shm, hundreds of MB each, until reboot)
+    shm_owned: set[str] = field(default_factory=set)
     #: the fault lane: the fault whose restore consumed the fault artifact (its outside files gone), if one did
     consumed_by: str | None = None
 
@@ -224,6 +227,13 @@ def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[LeftoverP
     audit = run.audit(handle.pids, [handle.port])
     drop_reused(run, audit, {int(t["pid"]): str(t["start_time"]) for t in handle.tree})
     audit.update({"leftovers": leftovers, "grace_s": run.config.cleanup_grace, "tree": handle.tree})
+    if handle.shm_held:  # what the tree's own cleanup must have removed, but what an artifact of the lane needs
+        there = [p for p in handle.shm_held if p not in set(run.absent_files(handle.shm_held))]
+        audit["shm_held"] = list(handle.shm_held)
+        audit["shm_kept"] = [p for p in there if p in run.state.outside_files]
+        audit["shm_left"] = [p for p in there if p not in run.state.outside_files]
+        if audit["shm_left"]:
+            audit["ok"] = False
     if leftovers:
         audit["ok"] = False
     return audit
@@ -258,6 +268,7 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
     run.state.outside_files = run.outside_files()
+    run.state.shm_owned.update(run.state.outside_files)
     rec.results["outside_files"] = run.state.outside_files
     run.state.kv_snapshot = run.snapshot_kv()
     run.keep_child_log(rec)

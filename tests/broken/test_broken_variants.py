@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
-from variants import LEAKED_REMAP, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
+from variants import LEAKED_REMAP, LEAKED_SEGMENT_PREFIX, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
 
 pytestmark = pytest.mark.docker
 LANE = "v1-head"
@@ -189,3 +189,23 @@ def test_an_artifact_that_needs_a_shm_segment_is_one_finding_and_the_faults_do_n
     assert alone["status"] == "FAIL" and alone["details"][0].startswith("CRIU: "), alone
     assert any("v1/head/fault:cancel-sigterm (follow-up restore)" in d for d in alone["details"]), alone
     assert "check failed: the artifact restores alone" in " ".join(results["verdict"]["reasons"])
+
+
+def test_a_dev_shm_segment_the_stopped_tree_leaves_is_named_with_its_lane(tmp_path, docker_client, reference_images):
+    """The stopped tree held the segment (its own mappings say so) and no artifact needs it: a leak of this lane,
+    named, whichever lane shares the host's /dev/shm."""
+    try:
+        run = qualify(
+            tmp_path, docker_client, "leaks-shm-segment", "-m", "not fault", "--vsnap-runners=v1", "-k", "ordinary"
+        )
+    finally:
+        for left in glob.glob(LEAKED_SEGMENT_PREFIX + "*"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(left)
+    ordinary = failed_step(run, "ordinary")
+    (left,) = ordinary["results"]["cleanup"]["shm_left"]
+    assert left.startswith(LEAKED_SEGMENT_PREFIX), ordinary["results"]["cleanup"]
+    assert (
+        f"/dev/shm files the stopped tree of lane {LANE} held are still there, held by no artifact: {left}"
+        in (ordinary["message"])
+    )

@@ -22,6 +22,8 @@ LEAKED_REMAP = "/dev/shm/link_remap.4242424242"
 #: The prefix of the /dev/shm segment the shm-dependent variant's engine core holds (real vLLM's ``psm_*``); the
 #: tests remove any left (host IPC: the host's /dev/shm).
 SHM_SEGMENT_PREFIX = "/dev/shm/psm_vsnapvariant"
+#: The prefix of the segment the leaking variant's engine core never unlinks.
+LEAKED_SEGMENT_PREFIX = "/dev/shm/psm_vsnapleak"
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,20 @@ VARIANTS: dict[str, Variant] = {
                     "        segment = getattr(self, '_vsnap_segment', None)\n"
                     "        if segment is not None and _os.path.exists(segment.name):\n"
                     "            _os.unlink(segment.name)\n",
+                ),
+            ),
+        ),
+        Variant(
+            "leaks-shm-segment",
+            "the engine core holds a /dev/shm segment open and never unlinks it: every stopped server leaves one "
+            "behind in /dev/shm (with host IPC, the host's, until reboot)",
+            (
+                Patch(
+                    _CORE,
+                    '    connection.send(("ready", engine.info()))\n',
+                    f"    import os as _os  {MARK}: a segment held open and never unlinked\n"
+                    f"    engine._vsnap_segment = open(f'{LEAKED_SEGMENT_PREFIX}{{_os.getpid()}}', 'w+b')\n",
+                    where="before",
                 ),
             ),
         ),

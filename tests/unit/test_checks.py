@@ -250,7 +250,7 @@ class FakeLane:
 
     def audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
         self.calls.append(f"audit {pids}")
-        return dict(AUDIT_OK)
+        return {**AUDIT_OK, "lane": self.lane.name}
 
     def overlay_imports(self) -> list[dict[str, Any]]:
         return []
@@ -611,3 +611,20 @@ def test_cpu_smoke_lanes_find_the_smoke_platform_after_the_probe(tmp_path: Path)
     assert lane_environment(config, lane)["PYTHONPATH"] == "/vsnap/probe"
     config = build_config({**parsed, "vsnap_cpu_smoke": True}, tmp_path)
     assert lane_environment(config, lane)["PYTHONPATH"] == "/vsnap/probe:/vsnap/smoke"
+
+
+def test_a_dev_shm_file_the_stopped_tree_held_and_no_artifact_needs_is_a_leak_of_that_lane() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.state.outside_files = [SEGMENTS[0]]  # the artifact's: kept, not a leak
+    handle = steps.ServerHandle(port=8002, root_pid=20, pids=[20, 21])
+    handle.shm_held = [*SEGMENTS, "/dev/shm/sem.mp-qecoj5n7"]
+    lane.shm_gone = {"/dev/shm/sem.mp-qecoj5n7"}  # removed by the tree's own cleanup
+    audit = steps.strict_audit(lane, handle, [])  # type: ignore[arg-type]
+    assert (audit["shm_kept"], audit["shm_left"], audit["ok"]) == ([SEGMENTS[0]], [SEGMENTS[1]], False)
+    (finding,) = checks.audit_findings(audit, "after restore-2")
+    assert not finding.ok and finding.detail.endswith(
+        "/dev/shm files the stopped tree of lane v1-head held are still there, held by no artifact: "
+        "/dev/shm/psm_302eb8ff"
+    )
+    lane.shm_gone |= {SEGMENTS[1]}
+    assert steps.strict_audit(lane, handle, [])["ok"]  # type: ignore[arg-type]

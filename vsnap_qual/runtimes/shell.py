@@ -27,6 +27,12 @@ from vsnap_qual.box import (
 _IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"
 _GPU_APPS = "nvidia-smi --query-compute-apps=pid --format=csv,noheader"
 _GPUS = "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader"
+# The /dev/shm files the processes hold open or mapped and that still have a name (not "(deleted)"): one
+# "shm PATH" line each.
+_SHM_HELD = (
+    "for p in {pids}; do ls -l /proc/$p/fd 2>/dev/null | sed -n 's|.* -> \\(/dev/shm/[^ ]*\\)$|\\1|p'; "
+    "awk 'NF == 6 && $6 ~ /^\\/dev\\/shm\\// {{print $6}}' /proc/$p/maps 2>/dev/null; done | sort -u | sed 's/^/shm /'"
+)
 _SHM = "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f|%D|%i|%m|%s\\n' | sort"
 
 
@@ -57,19 +63,23 @@ def parse_gpus(csv: str) -> list[GpuRow]:
 
 def parse_termination(stdout: str) -> Termination:
     """The strict stop script's report: ``gpu PID`` lines (compute apps as it began), ``id PID STATE START
-    CMDLINE`` (the tree), ``left PID STATE START`` (alive after the grace, before SIGKILL)."""
+    CMDLINE`` (the tree), ``shm PATH`` (a /dev/shm file the tree held), ``left PID STATE START`` (alive after the
+    grace, before SIGKILL)."""
     gpu: set[int] = set()
     tree: dict[int, TreeEntry] = {}
     left: list[tuple[int, str, str]] = []
+    held: set[str] = set()
     for line in stdout.splitlines():
         parts = line.split()
-        if parts[:1] == ["gpu"] and len(parts) > 1 and parts[1].isdigit():
+        if parts[:1] == ["shm"] and len(parts) == 2 and parts[1].startswith("/dev/shm/"):
+            held.add(parts[1])
+        elif parts[:1] == ["gpu"] and len(parts) > 1 and parts[1].isdigit():
             gpu.add(int(parts[1]))
         elif parts[:1] == ["id"] and len(parts) >= 4 and parts[1].isdigit():
             tree[int(parts[1])] = TreeEntry(int(parts[1]), parts[3], " ".join(parts[4:]))
         elif parts[:1] == ["left"] and len(parts) >= 4 and parts[1].isdigit():
             left.append((int(parts[1]), parts[2], parts[3]))
-    return Termination(frozenset(gpu), tuple(tree.values()), tuple(left))
+    return Termination(frozenset(gpu), tuple(tree.values()), tuple(left), tuple(sorted(held)))
 
 
 class ShellBox:
@@ -162,6 +172,7 @@ class ShellBox:
             f"command -v nvidia-smi >/dev/null 2>&1 && {_GPU_APPS} 2>/dev/null | sed 's/^ */gpu /'; "
             f"for p in {listed}; do [ -r /proc/$p/stat ] && echo \"id $p $({_IDENT}) $(tr '\\0' ' ' "
             '< /proc/$p/cmdline)"; done; '
+            f"{_SHM_HELD.format(pids=listed)}; "
             f"end=$(( $(date +%s%N) / 1000000 + {int(grace * 1000)} )); kill -TERM {listed} 2>/dev/null; "
             "while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do left=; "
             f'for p in {listed}; do [ -r /proc/$p/stat ] && [ "$({_IDENT} | cut -c1)" != Z ] && left=1; done; '
