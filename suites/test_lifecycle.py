@@ -78,3 +78,12 @@ class TestLifecycle:
             progress.not_applicable(f"{vsnap_lane_run.lane.name}: no overlay on this arm")
         with vsnap_lane_run.recorder.step(procedure.OVERLAY, request.node.nodeid) as rec:
             steps.overlay_verification(vsnap_lane_run, rec)
+
+    @pytest.mark.vsnap_step(procedure.UNIT)
+    def test_unit_command(self, vsnap_lane_run: LaneRun, request: pytest.FixtureRequest) -> None:
+        """``--vsnap-unit-command`` from the overlay checkout; failures new on the head arm fail (not applicable
+        without a unit command)."""
+        if not vsnap_lane_run.config.unit_command:
+            progress.not_applicable(f"{vsnap_lane_run.lane.name}: no --vsnap-unit-command")
+        with vsnap_lane_run.recorder.step(procedure.UNIT, request.node.nodeid) as rec:
+            steps.unit_step(vsnap_lane_run, rec)

@@ -81,6 +81,9 @@ class QualConfig:
     base_image: str | None = None
     overlay: Path | None = None
     overlay_ref: str = "HEAD"
+    #: ``--vsnap-unit-command``: run with ``sh -c`` from the overlay checkout (bound read-only at
+    #: ``contract.CHECKOUT``) in each lane's box, JUnit to ``$VSNAP_JUNIT``; empty: no unit step
+    unit_command: str = ""
     overlay_files: tuple[str, ...] = ()
     engine_args: tuple[str, ...] = ()
     model_cache: Path | None = None
@@ -227,6 +230,12 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             "sleep mode on vLLM's CPU platform and is refused where a lane has a GPU; use --vsnap-gpus=none (or drop "
             "--vsnap-cpu-smoke to qualify on the GPU)"
         )
+    unit_command = (parsed.get("vsnap_unit_command") or "").strip()
+    if unit_command and not parsed.get("vsnap_overlay"):
+        raise pytest.UsageError(
+            "--vsnap-unit-command runs from the overlay checkout, and no --vsnap-overlay was given: add "
+            "--vsnap-overlay=<your vLLM checkout> (the command's working directory, with its tests)"
+        )
     run_id = run_id or new_run_id()
     report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
     if not report_dir.is_absolute():
@@ -257,6 +266,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         fault_timeout=parsed["vsnap_fault_timeout"],
         overlay=parsed.get("vsnap_overlay"),
         overlay_ref=parsed.get("vsnap_overlay_ref") or "HEAD",
+        unit_command=unit_command,
         overlay_files=parsed.get("vsnap_overlay_files") or (),
         engine_args=parsed.get("vsnap_engine_args") or (),
         model_cache=parsed.get("vsnap_model_cache"),

@@ -46,6 +46,8 @@ SECRET_ENV_NAMES: tuple[str, ...] = (
 PROBE = "/vsnap/probe"
 #: CPU smoke mode only: vsnap-qual's platform plugin declaring sleep mode on vLLM's CPU platform, read-only.
 SMOKE = "/vsnap/smoke"
+#: With ``--vsnap-unit-command``: the overlay checkout, read-only; the unit command runs from it.
+CHECKOUT = "/vsnap/checkout"
 #: The lane's control directory, read-write: probe reports, fault arming, engine logs.
 CONTROL = "/vsnap/control"
 #: The model cache, read-only, when ``--vsnap-model-cache`` is given.

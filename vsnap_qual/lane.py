@@ -24,10 +24,20 @@ from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult,
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
-from vsnap_qual.contract import ARTIFACT, CONTROL, MODEL_CACHE, PROBE, SMOKE, WORK, Purpose, restore_argv
+from vsnap_qual.contract import (
+    ARTIFACT,
+    CHECKOUT,
+    CONTROL,
+    MODEL_CACHE,
+    PROBE,
+    SMOKE,
+    WORK,
+    Purpose,
+    restore_argv,
+)
 from vsnap_qual.control import MountedControlDir, read_json_files
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.model import CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult
+from vsnap_qual.model import CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult, UnitOutcome
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.probe.vsnap_probe import control_files
@@ -78,6 +88,8 @@ class LaneRun:
     session_id: str
     #: the ordinary references of the lanes this process ran (the base arm compares with the head's)
     peers: dict[str, OrdinaryReference] = field(default_factory=dict)
+    #: the unit step's outcomes of the lanes this process ran (the base arm judges the head's)
+    unit_peers: dict[str, dict[str, UnitOutcome]] = field(default_factory=dict)
     state: LaneState = field(default_factory=LaneState)
     container: Box | None = None
     #: the lane's control directory on this machine (``report/lanes/<lane>-<purpose>``), bound into the box
@@ -128,6 +140,8 @@ class LaneRun:
             if not smoke.is_dir():
                 raise StepFailed(f"{self.lane.name}: no CPU smoke platform copy at {smoke} (made at session start)")
             binds.append(Bind(SMOKE, smoke, read_only=True))
+        if self.config.unit_command and self.config.overlay is not None:
+            binds.append(Bind(CHECKOUT, self.config.overlay, read_only=True))
         cache = self.config.model_cache
         if cache is not None:
             target = f"{MODEL_CACHE}/hub" if any(cache.glob("models--*")) else MODEL_CACHE
@@ -445,6 +459,21 @@ class LaneRun:
 
     def absent_files(self, paths: list[str]) -> list[str]:
         return artifact_deps.absent(self.box, paths)
+
+    def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]:
+        """The unit command with ``sh -c`` from the checkout, JUnit to the control directory: its result, the
+        JUnit's text and where it is kept with the evidence (None, None when the command wrote none)."""
+        name = "unit-junit.xml"
+        self.control.remove(name)
+        env = {"VSNAP_JUNIT": f"{CONTROL}/{name}", "PYTHONDONTWRITEBYTECODE": "1"}
+        argv = ["sh", "-c", f"cd {CHECKOUT} && {self.config.unit_command}"]
+        result = self.command(rec, argv, "exec", env, "unit")
+        text = self.control.read_text(name)
+        if text is None or not text.strip():
+            return result, None, None
+        kept = self.recorder.store.log_path(f"{self.lane.name}-{self.recorder.purpose}", "unit-junit", "xml")
+        self.recorder.keep_log(rec, self.recorder.store.write_text(kept, text))
+        return result, text, self.recorder.store.relative(kept)
 
     def keep_child_log(self, rec: StepEvidence) -> None:
         self.recorder.store.write_text(self.recorder.log(rec, "create-child"), self.artifact_file("child.log"))

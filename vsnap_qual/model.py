@@ -279,6 +279,29 @@ class GpuEngaged(TypedDict):
     gpu_apps: list[int]
 
 
+UnitOutcome = Literal["passed", "failed", "skipped"]
+
+
+class UnitRun(TypedDict, total=False):
+    """The unit step: the user's command from the overlay checkout in one lane's box, and its JUnit per test id."""
+
+    command: str
+    exit_code: int | None
+    seconds: float
+    #: report-relative path of the JUnit file the command wrote (kept with the evidence)
+    junit: str | None
+    counts: dict[str, int]
+    #: the failed test ids (``classname::name``), in the JUnit's order
+    failed: list[str]
+    #: how it was judged: alone (no base arm), recorded for the base arm to judge, or against the head arm
+    judged: str
+    #: the base arm: head failures that pass (or are absent) here; head failures failing here too; base failures
+    #: that pass on head
+    new_on_head: list[str]
+    pre_existing: list[str]
+    fixed_on_head: list[str]
+
+
 class FreshArtifact(TypedDict):
     """A fault step's new fault artifact: the previous one's outside files were gone before the fault."""
 
@@ -332,6 +355,8 @@ class StepResults(TypedDict, total=False):
     consumed: list[str]
     #: a fault step: a new fault artifact made before it, because the previous one was consumed (and by what)
     fresh_artifact: FreshArtifact
+    #: the unit step
+    unit: UnitRun
     process_tree: list[int] | None
     child_log: str
     vllm_reason: str

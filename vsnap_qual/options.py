@@ -364,6 +364,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("overlay", parse_optional_dir, "", "vLLM checkout whose changed vllm/**.py files are overlaid"),
     OptionSpec("overlay-ref", parse_str, "HEAD", "git base ref of the overlay checkout: files changed since it"),
     OptionSpec("overlay-files", parse_file_list, "", "explicit overlay files (comma-separated, under vllm/)"),
+    OptionSpec(
+        "unit-command",
+        parse_str,
+        "",
+        "a test command run from the overlay checkout in each arm's box, writing JUnit to $VSNAP_JUNIT; "
+        "failures new on the head arm fail",
+    ),
     OptionSpec("model", parse_str, "", "model id as on the Hugging Face hub (e.g. Qwen/Qwen3-0.6B)"),
     OptionSpec("revision", parse_revision, "", "40-hex model revision (snapshot create requires one)"),
     OptionSpec("tokenizer-revision", parse_optional_revision, "", "40-hex tokenizer revision (default: revision)"),

@@ -39,6 +39,7 @@ PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
 STORE_KEY = pytest.StashKey[EvidenceStore]()
 FAULTS_KEY = pytest.StashKey[FaultCatalogue]()  # the session's faults: built-in and added (pytest_vsnap_add_faults)
 PEERS_KEY = pytest.StashKey[dict[str, OrdinaryReference]]()  # lane name -> ordinary reference, within one worker
+UNIT_PEERS_KEY = pytest.StashKey[dict[str, dict[str, model.UnitOutcome]]]()  # lane name -> unit outcomes, ditto
 ACTIVE_KEY = pytest.StashKey[str]()  # why the plugin is active (vsnap_qual.plugin.active)
 PREFLIGHT_FILE = "preflight.json"
 SUITES_MARK = "VSNAP_SUITES"  # a module-level True in the qualification suites' conftest.py
@@ -264,7 +265,7 @@ def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultC
         "arms": list(dict.fromkeys(lane.arm for lane in qual.lanes)),
         "overlay": bool(pre.overlay),
         "faults": catalogue.ids,
-        "required": procedure.required(lanes, catalogue.ids),
+        "required": procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command)),
     }
 
 
@@ -452,6 +453,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> La
         overlay=pre.overlay if lane.overlaid else [],
         session_id=qual.run_id,
         peers=request.config.stash.setdefault(PEERS_KEY, {}),
+        unit_peers=request.config.stash.setdefault(UNIT_PEERS_KEY, {}),
     )
     registry[key] = run
     log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)

@@ -21,6 +21,7 @@ RESTART = "restart"
 RESTORE_2 = "restore-2"
 RESTORE_AFTER_STOP = "restore-after-stop"
 FRESH_BOX = "fresh-box"
+UNIT = "unit"
 FAULT_ARTIFACT = "fault-artifact"
 FAULT_PREFIX = "fault:"
 
@@ -37,10 +38,12 @@ class Step:
     arms: tuple[str, ...] = ("head", "base")
     #: Runs only on an arm that carries an overlay.
     overlay_only: bool = False
+    #: Runs only when the user gave a unit command (``--vsnap-unit-command``).
+    unit_only: bool = False
 
-    def applies(self, arm: str, overlaid: bool) -> bool:
-        """Whether a lane of this arm (with or without an overlay) runs this step."""
-        return arm in self.arms and (overlaid or not self.overlay_only)
+    def applies(self, arm: str, overlaid: bool, unit: bool = False) -> bool:
+        """Whether a lane of this arm (with or without an overlay; with or without a unit command) runs this step."""
+        return arm in self.arms and (overlaid or not self.overlay_only) and (unit or not self.unit_only)
 
 
 #: An exit code, or "nonzero" / "any".
@@ -111,6 +114,11 @@ LIFECYCLE: tuple[Step, ...] = (
         (ORDINARY, INSPECT),
     ),
     Step(OVERLAY, "overlaid files are the ones the engine processes imported", arms=("head",), overlay_only=True),
+    Step(
+        UNIT,
+        "the unit command from the overlay checkout, per test id; a failure new on the head arm fails",
+        unit_only=True,
+    ),
 )
 
 #: The built-in faults, each one entry. The base expectations are the released behaviour's (vLLM 0.31–0.33: HTTP
@@ -215,10 +223,14 @@ def label(runner: str, arm: str, name: str) -> str:
     return f"{runner}/{arm}/{name}"
 
 
-def required(lanes: Iterable[tuple[str, str, bool]], fault_ids: Sequence[str] | None = None) -> list[str]:
+def required(
+    lanes: Iterable[tuple[str, str, bool]], fault_ids: Sequence[str] | None = None, *, unit: bool = False
+) -> list[str]:
     """Every step a full qualification of these lanes (runner, arm, overlaid) runs, as labels; the faults are the
-    session's catalogue (default: the built-in ones)."""
+    session's catalogue (default: the built-in ones); ``unit``: a unit command was given."""
     ids = [f.id for f in FAULTS] if fault_ids is None else list(fault_ids)
     faults = [FAULT_STEPS[0], *(step(FAULT_PREFIX + i) for i in ids)] if ids else []
     steps = [*LIFECYCLE, *faults]
-    return [label(runner, arm, s.name) for runner, arm, overlaid in lanes for s in steps if s.applies(arm, overlaid)]
+    return [
+        label(runner, arm, s.name) for runner, arm, overlaid in lanes for s in steps if s.applies(arm, overlaid, unit)
+    ]

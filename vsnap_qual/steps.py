@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks, overlay, progress
+from vsnap_qual import checks, overlay, progress, unit
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
@@ -34,6 +34,8 @@ from vsnap_qual.model import (
     LeftoverProcess,
     OverlayFileResult,
     Soak,
+    UnitOutcome,
+    UnitRun,
 )
 from vsnap_qual.recorder import StepEvidence
 
@@ -128,6 +130,8 @@ class LaneTools(Protocol):
     state: LaneState
     #: the ordinary references of the lanes this process ran, by lane name (the base arm compares with the head's)
     peers: dict[str, OrdinaryReference]
+    #: the unit step's outcomes of the lanes this process ran, by lane name (the base arm judges the head's)
+    unit_peers: dict[str, dict[str, UnitOutcome]]
 
     @property
     def served_model(self) -> str: ...
@@ -155,6 +159,7 @@ class LaneTools(Protocol):
     def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
     def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
     def outside_files(self) -> list[str]: ...
+    def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]: ...
     def absent_files(self, paths: list[str]) -> list[str]: ...
     def artifact_file(self, name: str) -> str: ...
     def keep_child_log(self, rec: StepEvidence) -> None: ...
@@ -602,6 +607,49 @@ def overlay_verification(run: LaneTools, rec: StepEvidence) -> None:
     rec.results["summary"] = overlay.findings_line(files)[1]
     rec.results["probe_loaded_pids"] = run.probe_loaded_pids()
     require_findings(checks.overlay_findings(files))
+
+
+def unit_step(run: LaneTools, rec: StepEvidence) -> None:
+    """The user's unit command from the overlay checkout in this lane's box, per test id. With a base arm, the head
+    arm records and the base arm judges: only failures new on the head arm fail (pre-existing ones are listed);
+    without one, any failure fails."""
+    result, junit_xml, kept = run.run_unit_command(rec)
+    record = UnitRun(
+        command=run.config.unit_command, exit_code=result.exit_code, seconds=round(result.seconds, 1), junit=kept
+    )
+    rec.results["unit"] = record
+    if junit_xml is None:
+        raise StepFailed(
+            f"the unit command wrote no JUnit to $VSNAP_JUNIT (exit {result.exit_code}): add "
+            f'--junitxml="$VSNAP_JUNIT" to it\n{result.tail()}'
+        )
+    try:
+        found = unit.outcomes(junit_xml)
+    except ValueError as exc:
+        raise StepFailed(f"the unit command's JUnit cannot be read: {exc}") from None
+    record["counts"], record["failed"] = unit.counts(found), unit.failed(found)
+    check(bool(found), f"the unit command ran no test (exit {result.exit_code}): {result.tail()}")
+    run.unit_peers[run.lane.name] = found
+    shown = unit.counts(found)
+    summary = f"{shown['passed']} passed, {shown['failed']} failed, {shown['skipped']} skipped"
+    if run.lane.arm == "head":
+        if run.config.base_image is not None:
+            record["judged"] = f"recorded ({summary}); judged against the base arm by its unit step"
+            return
+        record["judged"] = "alone (no base arm): every failure counts"
+        check(not record["failed"], f"{len(record['failed'])} unit test(s) failed ({summary}): {record['failed'][:10]}")
+        return
+    head = run.unit_peers.get(f"{run.lane.runner}-head")
+    if head is None:
+        pytest.skip(f"{run.lane.name}: the head arm's unit outcomes are not available to judge against")
+    new, pre, fixed = unit.against_base(head, found)
+    record["judged"] = "the head arm's failures against this (base) arm's"
+    record["new_on_head"], record["pre_existing"], record["fixed_on_head"] = new, pre, fixed
+    check(
+        not new,
+        f"{len(new)} unit test(s) fail on the head arm and not on the base arm: {new[:10]}"
+        + (f" ({len(pre)} pre-existing failure(s), failing on the base arm too)" if pre else ""),
+    )
 
 
 def compare_arms(run: LaneTools, rec: StepEvidence) -> None:

@@ -232,7 +232,7 @@ def test_make_qualify_concludes_as_recorded(tmp_path, reference_images):
     seam restructure (0cb1647), so a change that moves any judgement shows here; since then only the items of the
     two lifecycle steps restore-after-stop and fresh-box were added (8 steps, each check's 8 new items, all passed;
     recorded from a run of 74903a7), and the check "self-contained" over them (8 items, all passed; the same
-    evidence assembled again). A deliberate change of what the qualification concludes updates the golden file
+    evidence assembled again), and the check "unit" (no unit command: not run, no items). A deliberate change of what the qualification concludes updates the golden file
     in the same commit, saying why."""
     run = run_suite(tmp_path / "report", "-n", "2", f"--vsnap-base-image={REFERENCE_BASE}")
     assert run.returncode == 0, run.output[-6000:]

@@ -154,6 +154,8 @@ class FakeLane:
         self.shm_named: list[str] = []  # the /dev/shm files the artifact's images name (existing at create)
         self.shm_gone: set[str] = set()  # of those, the ones gone now
         self.files: dict[str, str] = {}  # artifact files other than the manifest
+        self.unit_peers: dict[str, dict[str, str]] = {}
+        self.junit: str | None = None  # what the unit command writes to $VSNAP_JUNIT
 
     served_model = "org/m"
 
@@ -224,6 +226,10 @@ class FakeLane:
 
     def artifact_file(self, name: str) -> str:
         return json.dumps(_manifest()) if name == "manifest.json" else self.files.get(name, "")
+
+    def run_unit_command(self, record: dict[str, Any]) -> tuple[ExecResult, str | None, str | None]:
+        self.calls.append("unit")
+        return self._exec(code=0 if self.junit and "<failure" not in self.junit else 1), self.junit, "logs/u.xml"
 
     def outside_files(self) -> list[str]:
         return list(self.shm_named)
@@ -628,3 +634,66 @@ def test_a_dev_shm_file_the_stopped_tree_held_and_no_artifact_needs_is_a_leak_of
     )
     lane.shm_gone |= {SEGMENTS[1]}
     assert steps.strict_audit(lane, handle, [])["ok"]  # type: ignore[arg-type]
+
+
+def _junit(**cases: str) -> str:
+    body = {
+        "passed": "",
+        "failed": "<failure message='boom'/>",
+        "error": "<error message='setup'/>",
+        "skipped": "<skipped/>",
+    }
+    return (
+        "<testsuites><testsuite>"
+        + "".join(
+            f"<testcase classname='tests.t' name='{name}'>{body[kind]}</testcase>" for name, kind in cases.items()
+        )
+        + "</testsuite></testsuites>"
+    )
+
+
+def _unit_lane(arm: str, junit: str | None, base_image: str | None = "img:base") -> FakeLane:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.lane = SimpleNamespace(name=f"v1-{arm}", runner="v1", arm=arm)
+    lane.config.unit_command = "pytest tests -q --junitxml=$VSNAP_JUNIT"
+    lane.config.base_image = base_image
+    lane.junit = junit
+    return lane
+
+
+def test_the_unit_step_fails_only_on_failures_new_on_the_head_arm() -> None:
+    head = _unit_lane("head", _junit(a="passed", b="failed", c="failed", d="error"))
+    steps.unit_step(head, rec := _rec())  # type: ignore[arg-type]
+    assert rec.results["unit"]["counts"] == {"passed": 1, "failed": 3, "skipped": 0}
+    assert rec.results["unit"]["judged"].startswith("recorded (1 passed, 3 failed, 0 skipped)")
+    base = _unit_lane("base", _junit(a="failed", b="failed", c="passed", d="skipped"))
+    base.unit_peers = head.unit_peers
+    with pytest.raises(steps.StepFailed) as info:
+        steps.unit_step(base, rec := _rec())  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "2 unit test(s) fail on the head arm and not on the base arm: ['tests.t::c', 'tests.t::d'] "
+        "(1 pre-existing failure(s), failing on the base arm too)"
+    )
+    unit_run = rec.results["unit"]
+    assert (unit_run["new_on_head"], unit_run["pre_existing"], unit_run["fixed_on_head"]) == (
+        ["tests.t::c", "tests.t::d"],
+        ["tests.t::b"],
+        ["tests.t::a"],
+    )
+    # the same head failures all on the base arm too: pre-existing, a pass
+    same = _unit_lane("base", _junit(a="passed", b="failed", c="failed", d="failed"))
+    same.unit_peers = head.unit_peers
+    steps.unit_step(same, rec := _rec())  # type: ignore[arg-type]
+    assert rec.results["unit"]["pre_existing"] == ["tests.t::b", "tests.t::c", "tests.t::d"]
+
+
+def test_without_a_base_arm_every_unit_failure_counts_and_no_junit_is_a_failure() -> None:
+    alone = _unit_lane("head", _junit(a="passed", b="failed"), base_image=None)
+    with pytest.raises(steps.StepFailed, match=r"1 unit test\(s\) failed \(1 passed, 1 failed, 0 skipped\)"):
+        steps.unit_step(alone, _rec())  # type: ignore[arg-type]
+    silent = _unit_lane("head", None)
+    with pytest.raises(steps.StepFailed, match=r"wrote no JUnit to \$VSNAP_JUNIT \(exit 1\)"):
+        steps.unit_step(silent, _rec())  # type: ignore[arg-type]
+    garbled = _unit_lane("head", "<testsuite><testcase")
+    with pytest.raises(steps.StepFailed, match="JUnit cannot be read"):
+        steps.unit_step(garbled, _rec())  # type: ignore[arg-type]

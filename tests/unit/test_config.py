@@ -60,3 +60,10 @@ def test_cpu_smoke_mode_with_chosen_gpus_is_refused_naming_the_fix(tmp_path):
     assert "use --vsnap-gpus=none" in str(info.value)
     assert _config(tmp_path, "--vsnap-image=i:1", "--vsnap-cpu-smoke", "--vsnap-gpus=none").cpu_smoke
     assert not _config(tmp_path, "--vsnap-image=i:1").cpu_smoke
+
+
+def test_a_unit_command_needs_the_overlay_checkout_it_runs_from(tmp_path):
+    with pytest.raises(pytest.UsageError) as info:
+        _config(tmp_path, "--vsnap-image=i:1", "--vsnap-unit-command=pytest tests")
+    assert "--vsnap-unit-command runs from the overlay checkout" in str(info.value)
+    assert "--vsnap-overlay=" in str(info.value)

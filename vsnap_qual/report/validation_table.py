@@ -92,6 +92,7 @@ CHECK_IDS: dict[str, str] = {
     "kv": "KV",
     "liveness": "liveness",
     "self-contained": "alone",
+    "unit": "unit",
     "ready": "ready",
     "cleanup": "cleanup",
 }
@@ -109,6 +110,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "kv": lambda: _kv(run, comparisons),
         "liveness": lambda: _liveness(run),
         "self-contained": lambda: _self_contained(run),
+        "unit": lambda: _unit(run),
         "ready": lambda: _readiness(comparisons),
         "cleanup": lambda: _cleanup(comparisons),
     }
@@ -155,6 +157,8 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
             items.append(_item(*where, step, ok=res["kv_judgement"].get("ok")))
         elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
             items.append(_item(*where, step, ok=res["soak"].get("alive")))
+        elif check_id == "unit" and step == procedure.UNIT and record["outcome"] != "skipped":
+            items.append(_item(*where, step, ok=outcome.get(record["outcome"])))
         elif check_id == "self-contained":
             if step in _ALONE:
                 consumed = bool(res.get("consumed"))
@@ -348,6 +352,35 @@ def _self_contained(run: model.RunEvidence) -> model.Check:
         return _row(name, None, f"not shown: {_names(failed)} failed for another reason", pending=False)
     outside = f"; it names {len(needs)} /dev/shm file(s) it does not carry" if needs else ""
     return _row(name, True, f"{len(tried)}/{len(tried)} restores of the artifact alone passed{outside}")
+
+
+def _unit(run: model.RunEvidence) -> model.Check:
+    """The user's unit command per arm; only failures new on the head arm fail (the step judged it)."""
+    name = "unit command from the overlay checkout (failures new on the head arm)"
+    ran = {
+        key: step for key, step in latest_steps(run).items() if key[2] == procedure.UNIT and "unit" in step["results"]
+    }
+    if not ran:
+        return _row(name, None, "no unit command")
+    parts: list[str] = []
+    details: list[str] = []
+    for (runner, arm, _s), step in ran.items():
+        record = step["results"]["unit"]
+        shown = record.get("counts") or {}
+        parts.append(
+            f"{runner}/{arm} {shown.get('passed', 0)} passed, {shown.get('failed', 0)} failed"
+            if shown
+            else f"{runner}/{arm} no JUnit (exit {record.get('exit_code')})"
+        )
+        if record.get("new_on_head"):
+            details.append(f"{runner}: new on head: {_names(list(record.get('new_on_head') or []))}")
+        if record.get("pre_existing"):
+            details.append(
+                f"{runner}: pre-existing (failing on base too): {_names(list(record.get('pre_existing') or []))}"
+            )
+    failed = [procedure.label(*key) for key, step in ran.items() if step["outcome"] == "failed"]
+    ok = None if any(s["outcome"] == "skipped" for s in ran.values()) and not failed else not failed
+    return _row(name, ok, "; ".join(parts), details)
 
 
 def _liveness(run: model.RunEvidence) -> model.Check:
