@@ -231,9 +231,9 @@ def test_make_qualify_concludes_as_recorded(tmp_path, reference_images):
     checks, items, step outcomes and coverage, less times and ids: recorded from a run of main before the runtime
     seam restructure (0cb1647), so a change that moves any judgement shows here; since then only the items of the
     two lifecycle steps restore-after-stop and fresh-box were added (8 steps, each check's 8 new items, all passed;
-    recorded from a run of 74903a7), and the check "self-contained" over them (8 items, all passed; the same
-    evidence assembled again), and the check "unit" (no unit command: not run, no items). A deliberate change of what the qualification concludes updates the golden file
-    in the same commit, saying why."""
+    recorded from a run of 74903a7), the check "self-contained" over them (8 items, all passed; the same evidence
+    assembled again) and the check "unit" (no unit command: not run, no items). A deliberate change of what the
+    qualification concludes updates the golden file in the same commit, saying why."""
     run = run_suite(tmp_path / "report", "-n", "2", f"--vsnap-base-image={REFERENCE_BASE}")
     assert run.returncode == 0, run.output[-6000:]
     results = json.loads((tmp_path / "report" / "results.json").read_text())
