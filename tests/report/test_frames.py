@@ -211,3 +211,13 @@ def test_digest_rows_never_classify_a_parameter_themselves(report_dir: Path) -> 
     frame = digest_frame(results, "v1")
     assert frame.loc["lm_head.weight", "restore-1"] == "ff" * 32
     assert frame.loc["lm_head.weight", "status"] == "unchanged"
+
+
+def test_a_one_block_kv_difference_never_prints_as_zero() -> None:
+    from vsnap_qual.report import figures
+
+    one_block = -16 / 1_048_576 * 100  # 16 tokens of a million: −0.0015 %
+    assert figures.percent(one_block) == "−0.0015%"
+    assert figures.percent(-16 / 63_104 * 100) == "−0.03%"
+    assert figures.percent(0) == "0.00%"
+    assert figures.percent(0.005) == "+0.01%"

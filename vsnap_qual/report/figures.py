@@ -27,11 +27,16 @@ def signed_count(value: object) -> str:
 
 
 def percent(value: object) -> str:
-    """A signed percentage with two decimals: ``−0.03%``."""
+    """A signed percentage with two decimals (``−0.03%``), or with the digits that show a difference too small for
+    two (one block of a million tokens: ``−0.0015%``, never ``−0.00%``); exactly zero is ``0.00%``."""
     number = _real(value)
     if number is None:
         return "–"
-    return "0.00%" if number == 0 else f"{'+' if number > 0 else '−'}{abs(number):.2f}%"
+    if number == 0:
+        return "0.00%"
+    size = abs(number)
+    places = 2 if size >= 0.005 else min(12, 1 - math.floor(math.log10(size)))
+    return f"{'+' if number > 0 else '−'}{size:.{places}f}%"
 
 
 def logprob(value: object) -> str:
