@@ -685,12 +685,17 @@ def judge(
     if not expect.fires and obs.fired:
         problems.append(f"fault {fault.id} fired, but this behaviour has no such hook")
     code = obs.exit_code
-    if expect.exit_code == "nonzero":
+    # A restore that should have failed and exited 0 is said as such; no clause then describes "the failure".
+    succeeded = code == 0 and expect.exit_code not in (ANY, 0)
+    if succeeded:
+        wanted = "non-zero" if expect.exit_code == "nonzero" else str(expect.exit_code)
+        problems.append(f"the restore succeeded (exit 0) although this fault must make it fail (exit {wanted})")
+    elif expect.exit_code == "nonzero":
         if not code:
             problems.append(f"exit code {code}, expected non-zero")
     elif expect.exit_code != ANY and code != expect.exit_code:
         problems.append(f"exit code {code}, expected {expect.exit_code}")
-    if expect.http_bound is False and obs.http_bound:
+    if expect.http_bound is False and obs.http_bound and not succeeded:
         problems.append(
             "HTTP was bound during the failed restore (seen by "
             + ", ".join(obs.http_bound_by)
@@ -701,7 +706,9 @@ def judge(
     if expect.error_phase == "absent" and obs.error_json is not None:
         problems.append(f"error.json present ({obs.error_json}), expected none for this behaviour")
     elif expect.error_phase not in (None, "absent"):
-        if obs.error_json is None:
+        if obs.error_json is None and succeeded:
+            pass  # a restore that succeeded writes no error record: said once, above
+        elif obs.error_json is None:
             problems.append(f"error.json missing, expected phase {expect.error_phase!r}")
         elif obs.phase != expect.error_phase:
             problems.append(f"error.json phase {obs.phase!r}, expected {expect.error_phase!r}")
@@ -712,8 +719,9 @@ def judge(
     problems.extend(kind.problems(obs, results))
     cleanup = results.get("cleanup") or {}
     if expect.cleanup and not cleanup.get("ok", False):
+        after = "after the restore was stopped" if succeeded else "after the failure"
         problems.append(
-            f"cleanup incomplete after the failure: leftover {cleanup.get('leftover_processes')}, "
+            f"cleanup incomplete {after}: leftover {cleanup.get('leftover_processes')}, "
             f"ports open {cleanup.get('ports_open')}, link remaps equal {cleanup.get('link_remaps_equal')}"
         )
     follow = results.get("followup_restore") or {}
@@ -727,7 +735,8 @@ def judge(
                 f"tree was killed ({'; '.join(still)})"
             )
         else:
-            problems.append(f"the artifact no longer restores after the failure: {followup_words(follow)}")
+            after = "after the fault" if succeeded else "after the failure"
+            problems.append(f"the artifact no longer restores {after}: {followup_words(follow)}")
     return problems
 
 

@@ -144,7 +144,7 @@ def test_an_engine_that_ignores_the_env_drift_fails_the_fault_not_as_an_ineffect
     observed = fault["results"]["observed"]
     assert observed["fired"] is True and observed["exit_code"] == 0
     assert "ineffective injection" not in fault["message"], fault["message"]
-    assert "exit code 0, expected 1" in fault["message"]
+    assert "the restore succeeded (exit 0) although this fault must make it fail (exit 1)" in fault["message"]
     assert "VLLM_VSNAP_QUAL_DRIFT" in str(fault["results"]["injected"])
 
 

@@ -54,7 +54,23 @@ def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffectiv
     fault = FAULTS_BY_ID["identity-drift"]
     obs = Observation(exit_code=0, fired=True, artifact_unchanged=True)
     text = " | ".join(faults.judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, _results()))
-    assert "ineffective" not in text and "exit code 0, expected 1" in text and "snapshot mismatch" in text
+    assert "ineffective" not in text and "snapshot mismatch" in text
+    assert "the restore succeeded (exit 0) although this fault must make it fail (exit 1)" in text
+
+
+def test_a_restore_that_unexpectedly_succeeded_says_nothing_about_a_failed_restore():
+    fault = FAULTS_BY_ID["canary-perturb"]
+    obs = Observation(exit_code=0, fired=True, http_bound=True, http_bound_by=["host connect poll"])
+    results = {
+        "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
+        "followup_restore": {"exit_code": 1, "canary_ok": False},
+    }
+    text = " | ".join(faults.judge(fault, fault.expect("head"), obs, results))
+    assert "the restore succeeded (exit 0) although this fault must make it fail" in text
+    assert "fail" not in text.replace("must make it fail", "")  # no clause about "the failure" or "the failed restore"
+    assert "error.json missing" not in text
+    assert "cleanup incomplete after the restore was stopped" in text
+    assert "no longer restores after the fault" in text
 
 
 def test_http_bound_before_the_check_fails_head_and_says_so():
