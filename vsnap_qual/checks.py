@@ -12,7 +12,9 @@ overlay files, in ``steps.py``); the model type beside it is what that dictionar
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -310,15 +312,38 @@ def restore_findings(
     return [*canary_findings(canary_compare), *digest_findings(digest_compare)]
 
 
+def inspect_output_change(inspect_exit: int | None, before: str | None, after: str) -> str:
+    """How ``inspect``'s output differs from the inspect step's, in words: its exit; the fields whose values
+    changed; or, when every field and value is the same, that only the bytes (order, spacing) differ, with the diff."""
+    if inspect_exit != 0:
+        return f"vllm snapshot inspect exited {inspect_exit}: {after.strip()[-300:]!r}"
+    if before is None:
+        return "no inspect output was recorded before to compare with"
+    try:
+        old, new = json.loads(before), json.loads(after)
+    except json.JSONDecodeError:
+        return "inspect printed no JSON: " + repr(after[:200])
+    if isinstance(old, dict) and isinstance(new, dict) and (changes := manifest_changes(old, new)):
+        shown = "; ".join(f"{k}: {v['before']!r} -> {v['after']!r}" for k, v in list(changes.items())[:_SHOWN])
+        return f"fields {', '.join(changes)} ({shown})"
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="", n=0)
+    lines = [line for line in diff if not line.startswith(("---", "+++"))][:12]
+    if old == new:
+        return "same fields and values, different order or spacing: " + " | ".join(lines)
+    return "the output changed: " + " | ".join(lines)
+
+
 def restart_findings(
     container_before: str,
     container_after: str,
     audit: model.CleanupAudit,
     inspect_exit: int | None,
-    sha_before: str | None,
-    sha_after: str,
+    inspect_before: str | None,
+    inspect_after: str,
 ) -> list[Finding]:
-    """Across a container stop/start: the same container, the restored server gone, ``inspect`` unchanged."""
+    """Across a container stop/start: the same container, the restored server gone, ``inspect`` unchanged (its
+    output's bytes; a change is named by field, or said to be order or spacing only, with the diff)."""
+    same = inspect_exit == 0 and inspect_before == inspect_after
     return [
         Finding(
             "same container",
@@ -332,8 +357,11 @@ def restart_findings(
         ),
         Finding(
             "inspect unchanged",
-            inspect_exit == 0 and sha_after == sha_before,
-            f"public inspect output changed across stop/start (exit {inspect_exit})",
+            same,
+            ""
+            if same
+            else "public inspect output changed across stop/start: "
+            + inspect_output_change(inspect_exit, inspect_before, inspect_after),
         ),
     ]
 

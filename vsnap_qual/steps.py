@@ -105,6 +105,8 @@ class LaneState:
     #: ``vllm snapshot inspect``'s output: vLLM's manifest, any JSON it prints
     manifest: dict[str, Any] = field(default_factory=dict)
     inspect_sha256: str | None = None
+    #: its exact output (a later change is said by field, or as order or spacing only, with the diff)
+    inspect_text: str | None = None
     inspect_changed: InspectChanged | None = None
     server: ServerHandle | None = None
     kv_snapshot: int | None = None
@@ -315,6 +317,7 @@ def inspect(run: LaneTools, rec: StepEvidence, gpu_uuid: str | None) -> None:
         raise StepFailed(f"inspect printed no JSON ({exc}): {result.stdout[:300]}") from None
     run.state.manifest = manifest
     run.state.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
+    run.state.inspect_text = result.stdout
     found = checks.inspect_checks(manifest, inspect_expectations(run, gpu_uuid))
     rec.results.update({"sha256": run.state.inspect_sha256, "manifest": manifest, "checks": found})
     require_findings(checks.inspect_findings(found))
@@ -526,7 +529,7 @@ def restart(run: LaneTools, rec: StepEvidence) -> None:
             "cleanup": audit,
         }
     )
-    found = checks.restart_findings(before, after, audit, result.exit_code, run.state.inspect_sha256, sha_after)
+    found = checks.restart_findings(before, after, audit, result.exit_code, run.state.inspect_text, result.stdout)
     if changes:
         first = run.state.inspect_changed
         when = f"{first.step} (and still after the container restart)" if first else "the container restart"

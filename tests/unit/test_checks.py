@@ -107,10 +107,17 @@ def test_inspect_checks_every_upstream_field_and_the_oracle() -> None:
 
 
 def test_restart_and_overlay_findings() -> None:
-    fine = checks.restart_findings("c1", "c1", AUDIT_OK, 0, "s", "s")
+    text = '{"a": 1, "b": 2}'
+    fine = checks.restart_findings("c1", "c1", AUDIT_OK, 0, text, text)
     assert checks.failure_message(fine) is None
-    moved = checks.failure_message(checks.restart_findings("c1", "c2", AUDIT_OK, 0, "s", "t"))
+    moved = checks.failure_message(checks.restart_findings("c1", "c2", AUDIT_OK, 0, text, '{"a": 1, "b": 3}'))
     assert moved is not None and "container ID changed" in moved and "inspect output changed" in moved
+    assert "fields b (b: 2 -> 3)" in moved
+    reordered = checks.failure_message(checks.restart_findings("c1", "c1", AUDIT_OK, 0, text, '{"b": 2, "a": 1}'))
+    assert reordered is not None and "same fields and values, different order or spacing" in reordered
+    assert '-{"a": 1, "b": 2} | +{"b": 2, "a": 1}' in reordered  # the diff itself
+    failed = checks.failure_message(checks.restart_findings("c1", "c1", AUDIT_OK, 2, text, "no such artifact"))
+    assert failed is not None and "vllm snapshot inspect exited 2: 'no such artifact'" in failed
     imported = [{"role": "worker", "sha256": "h"}]
     assert checks.overlay_file_ok("h", imported, 0, "h")
     assert checks.overlay_file_ok("h", [], 0, "h")  # CLI-only code: the fresh interpreter's import verifies it
