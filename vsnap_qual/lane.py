@@ -76,6 +76,21 @@ def lane_environment(config: QualConfig, lane: Lane) -> dict[str, str]:
     return env
 
 
+def written_since_snapshot(data: bytes | None, size_text: str, lines: int) -> str:
+    """The last ``lines`` of ``child.log`` past its snapshot size (what the restored tree wrote); when the size is
+    unknown, the last lines of the whole file, said so."""
+    if data is None:
+        return "(no child.log in the artifact)"
+    size = size_text.strip()
+    if not size.isdigit():
+        tail = "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+        return f"(child.log.snapshot-size unreadable: the whole log's tail)\n{tail}"
+    since = data[int(size) :].decode("utf-8", "replace")
+    if not since.strip():
+        return "(the restored tree wrote nothing to child.log after the restore)"
+    return "\n".join(since.splitlines()[-lines:])
+
+
 @dataclass(kw_only=True)
 class LaneRun:
     """One lane's box, the commands run in it, and what its steps hand on to each other."""
@@ -357,8 +372,10 @@ class LaneRun:
         return self.box.identify(pids)
 
     def restored_log_tail(self, lines: int = 40) -> str:
-        """The restored engine's own output (the artifact's ``child.log``), last lines."""
-        return self.box.tail(f"{ARTIFACT}/child.log", lines)
+        """What the restored engine wrote since the restore (the artifact's ``child.log`` past its snapshot size,
+        to which vLLM cuts it before every restore), last lines: never the create's own output."""
+        size = self.box.read_text(f"{ARTIFACT}/child.log.snapshot-size")
+        return written_since_snapshot(self.box.read_bytes(f"{ARTIFACT}/child.log"), size, lines)
 
     def server_log(self, rec: StepEvidence) -> str:
         """The ordinary server's log (the step's first log file)."""

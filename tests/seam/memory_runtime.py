@@ -167,9 +167,6 @@ class MemoryBox:
         else:
             self.files[path] = (self.files.get(path, b"") if append else b"") + data
 
-    def tail(self, path: str, lines: int) -> str:
-        return "\n".join(self.read_text(path).splitlines()[-lines:])
-
     def ensure_dir(self, path: str, mode: int = 0o700) -> None:
         return None
 

@@ -124,9 +124,6 @@ class ShellBox:
         data = self.read_bytes(path)
         return "" if data is None else data.decode("utf-8", "replace")
 
-    def tail(self, path: str, lines: int) -> str:
-        return self.sh(f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null; true", 30).stdout
-
     def ensure_dir(self, path: str, mode: int = 0o700) -> None:
         done = self.sh(f"mkdir -p -m {mode:o} {shlex.quote(path)}", 30)
         if done.exit_code != 0:
