@@ -158,6 +158,30 @@ def canary_findings(compare: Sequence[model.CanaryCompare], against: str = "the 
     return findings
 
 
+def shape_findings(
+    compare: Sequence[model.ShapeCompare], repeated: Sequence[model.CanaryCompare], not_judged: Sequence[str]
+) -> list[Finding]:
+    """Every judged request-shape answer equals the ordinary engine's answer to the same request (``repeated``: the
+    soak rounds' canaries that differed); each failure names its shape, request and first divergence."""
+    bad = [
+        f"{c['shape']} request {c['index']}: {_canary_text(c['compare'], 'ordinary', 'restored')}"
+        for c in compare
+        if c["judged"] and not c["compare"]["ok"]
+    ]
+    bad += [f"repeated request (a soak round): {_canary_text(c, 'ordinary', 'restored')}" for c in repeated]
+    judged = sorted({c["shape"] for c in compare if c["judged"]})
+    if not compare and not repeated:
+        return []
+    if bad:
+        return [
+            Finding("request shapes", False, "request shapes differ from the ordinary reference: " + "; ".join(bad))
+        ]
+    note = (
+        f" (not judged: {', '.join(not_judged)}: the ordinary engine answered differently twice)" if not_judged else ""
+    )
+    return [Finding("request shapes", True, f"shapes {', '.join(judged)} as the ordinary reference{note}")]
+
+
 def digest_findings(compare: model.DigestCompare, against: str = "the ordinary reference") -> list[Finding]:
     detail = (
         f"parameter digests differ from {against}: {compare['unchanged']}/{compare['total']} unchanged; "
@@ -518,6 +542,25 @@ def inspect_stable_findings(
             f"inspect output changed after {after_step}: fields {', '.join(changes)} ({shown})",
         )
     ]
+
+
+_COMMAND = re.compile(r"Command '\[(?P<argv>[^\]]*)\]'")
+
+
+def short_command(text: str) -> str:
+    """vLLM's ``Command '[...]' returned non-zero exit status N`` with the argument list cut to the program and its
+    subcommand (``'[… criu restore …]'``): the words are vLLM's, the dozen paths and flags are in the evidence."""
+
+    def cut(match: re.Match[str]) -> str:
+        words = re.findall(r"'([^']*)'", match.group("argv"))
+        programs = [i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] in ("criu", "cuda-checkpoint")]
+        if not programs:
+            return match.group(0)
+        at = programs[0]
+        said = " ".join([words[at].rsplit("/", 1)[-1], *words[at + 1 : at + 2]])
+        return f"Command '[… {said} …]'"
+
+    return _COMMAND.sub(cut, text)
 
 
 # ---- host collisions (not the engine's defect) --------------------------------------------------------------

@@ -99,7 +99,13 @@ class QualConfig:
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
     soak_s: float = 3.0  # liveness soak after each restore
+    #: the observation window: each restored server of the lifecycle is watched (processes, /health, canaries)
+    #: until at least this many seconds after its restore exited
+    observe_s: float = 30.0
     canary_tokens: int = 16  # greedy tokens per multi-token canary
+    #: request shapes recorded on the ordinary reference and compared after every restore (vsnap_qual.shapes)
+    request_shapes: tuple[str, ...] = ("repeated", "seeded", "concurrent", "long")
+    concurrent_requests: int = 8
     cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
 
@@ -278,7 +284,10 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         cpu_smoke=cpu_smoke,
         kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
         soak_s=_get(parsed, "vsnap_soak", 3.0),
+        observe_s=_get(parsed, "vsnap_observe", 30.0),
         canary_tokens=_get(parsed, "vsnap_canary_tokens", 16),
+        request_shapes=tuple(_get(parsed, "vsnap_request_shapes", ("repeated", "seeded", "concurrent", "long"))),
+        concurrent_requests=_get(parsed, "vsnap_concurrent_requests", 8),
         cleanup_grace=cleanup_grace,
         workers=int(parsed.get("vsnap_workers") or 0),
     )

@@ -77,3 +77,7 @@ CPU_NOT_APPLICABLE: tuple[str, ...] = ("Model Runner V2 requires Triton",)
 def restore_argv(port: int, artifact: str = ARTIFACT) -> list[str]:
     """``vllm snapshot restore`` exactly as a user types it, on ``port`` of the lane's loopback."""
     return ["vllm", "snapshot", "restore", artifact, "--host", "127.0.0.1", "--port", str(port)]
+
+
+#: The request shapes a restored engine is compared on beyond one greedy prompt alone (vsnap_qual.shapes).
+REQUEST_SHAPES = ("repeated", "seeded", "concurrent", "long")

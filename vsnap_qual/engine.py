@@ -54,35 +54,48 @@ class CanaryOutput:
 
 
 def completion(
-    port: int, model: str, prompt: str, host: str = "127.0.0.1", timeout: float = 120.0, max_tokens: int = 1
+    port: int,
+    model: str,
+    prompt: str | list[int],
+    host: str = "127.0.0.1",
+    timeout: float = 120.0,
+    max_tokens: int = 1,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
 ) -> CanaryOutput:
     """The snapshot canary request of the contract (§3.3 step 7) for any prompt; with ``max_tokens`` > 1 the
-    same greedy request for that many tokens (``min_tokens`` equal, so every engine returns exactly as many)."""
-    body = {
+    same greedy request for that many tokens (``min_tokens`` equal, so every engine returns exactly as many). A
+    request shape may sample (``temperature`` > 0, ``top_p``, its own ``seed``) or give the prompt as token ids
+    (recorded as ``<N token ids>``)."""
+    body: dict[str, object] = {
         "model": model,
         "prompt": prompt,
         "min_tokens": max_tokens,
         "max_tokens": max_tokens,
-        "temperature": 0,
-        "seed": 0,
+        "temperature": temperature,
+        "seed": seed,
         "logprobs": 0,
         "return_token_ids": True,
     }
+    if top_p != 1.0:
+        body["top_p"] = top_p
+    said = prompt if isinstance(prompt, str) else f"<{len(prompt)} token ids>"
     response = requests.post(f"http://{host}:{port}/v1/completions", json=body, timeout=timeout)
     if response.status_code != 200:
-        raise EngineError(f"completion for {prompt!r} returned HTTP {response.status_code}: {response.text[:300]}")
+        raise EngineError(f"completion for {said!r} returned HTTP {response.status_code}: {response.text[:300]}")
     choice = response.json()["choices"][0]
     logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
     token_ids = choice.get("token_ids")
     if not isinstance(token_ids, list) or len(token_ids) != max_tokens or len(logprobs) != max_tokens:
         raise EngineError(
-            f"completion for {prompt!r} must return exactly {max_tokens} token(s) with one logprob each: {choice}"
+            f"completion for {said!r} must return exactly {max_tokens} token(s) with one logprob each: {choice}"
         )
     for value in logprobs:
         if not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise EngineError(f"completion for {prompt!r} returned a non-finite logprob {value!r}")
+            raise EngineError(f"completion for {said!r} returned a non-finite logprob {value!r}")
     return CanaryOutput(
-        prompt,
+        said,
         [int(t) for t in token_ids],
         str(choice.get("text", "")),
         float(logprobs[0]),

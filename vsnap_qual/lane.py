@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import artifact_deps, audit, engine, model, overlay, probe_copy
+from vsnap_qual import artifact_deps, audit, engine, model, overlay, probe_copy, shapes
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
@@ -37,7 +37,7 @@ from vsnap_qual.contract import (
 )
 from vsnap_qual.control import MountedControlDir, read_json_files
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.model import CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult, UnitOutcome
+from vsnap_qual.model import Canary, CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult, UnitOutcome
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.probe.vsnap_probe import control_files
@@ -391,6 +391,21 @@ class LaneRun:
         return audit.port_listening(self.box, port)
 
     # ---- observations through the engine's API ---------------------------------------------------------------
+    def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]:
+        """The request shapes' answers (the concurrent ones all in flight at once)."""
+        host, reach = self.endpoint(port)
+        timeout = self.config.timeouts["http"]
+
+        def ask(r: shapes.Request) -> CanaryOutput:
+            prompt = r.prompt if isinstance(r.prompt, str) else list(r.prompt)
+            return engine.completion(
+                reach, self.served_model, prompt, host=host, timeout=timeout, max_tokens=r.max_tokens,
+                temperature=r.temperature, top_p=r.top_p, seed=r.seed,
+            )  # fmt: skip
+
+        with self.recorder.engine_wait():
+            return shapes.send(requests, ask)
+
     def canaries(self, port: int) -> list[CanaryOutput]:
         host, reach = self.endpoint(port)
         timeout = self.config.timeouts["http"]

@@ -96,11 +96,35 @@ class KvJudgement(TypedDict, total=False):
     ok: bool
 
 
+class ShapeRecord(TypedDict):
+    """The request shapes as the ordinary engine answered them (``shapes``): by shape, in plan order, and whether it
+    answered each shape the same way twice (only such a shape judges a restored engine)."""
+
+    answers: dict[str, list[Canary]]
+    self_consistent: dict[str, bool]
+
+
+class ShapeCompare(TypedDict):
+    """One answer of a restored engine to a request shape, against the ordinary engine's answer."""
+
+    shape: str
+    index: int
+    #: False: the ordinary engine did not answer this shape the same way twice (recorded, not judged)
+    judged: bool
+    compare: CanaryCompare
+
+
 class Soak(TypedDict, total=False):
     alive: bool
     probes: int
     canaries: int
     seconds: float
+    #: the observation window the server had to stay alive for (seconds after its restore exited)
+    window_s: float
+    #: how long after its restore exited it was last seen alive and healthy by the watch
+    observed_after_restore_s: float
+    #: soak rounds whose canary answers differed from the ordinary reference (the repeated-request shape)
+    repeated_mismatch: list[CanaryCompare]
     died_after_s: float
     last_ok_after_s: float
     reason: str
@@ -336,6 +360,11 @@ class StepResults(TypedDict, total=False):
     kv_create: int | None
     kv_judgement: KvJudgement
     soak: Soak
+    #: the ordinary reference: the request shapes as it answered them (twice)
+    shapes: ShapeRecord
+    #: a restore: the request shapes' answers, and each compared with the ordinary engine's
+    shape_answers: dict[str, list[Canary]]
+    shape_compare: list[ShapeCompare]
     #: restore-N: the CUDA holders on the GPU again (None: the lane has no GPU)
     gpu_engaged: GpuEngaged | None
     inspect_changes: dict[str, InspectChange]
@@ -422,6 +451,10 @@ class Coverage(TypedDict, total=False):
     arms: list[str]
     overlay: bool
     faults: list[str]
+    #: the observation window after each lifecycle restore, seconds
+    observe_s: float
+    #: the request shapes compared after each restore
+    request_shapes: list[str]
     required: list[str]
     selected: list[str]
     deselected: list[str]
@@ -666,6 +699,8 @@ class VerdictCoverage(TypedDict):
     arms: list[str]
     overlay: bool
     faults: list[str]
+    observe_s: NotRequired[float]
+    request_shapes: NotRequired[list[str]]
     selection: Selection | NoSelection
     required: int | None
     passed: list[str]

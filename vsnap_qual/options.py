@@ -73,6 +73,22 @@ def parse_positive_int(value: str) -> int:
     return number
 
 
+def parse_shapes(value: str) -> tuple[str, ...]:
+    """``repeated,seeded,concurrent,long`` (any of them, in any order) or ``none``."""
+    from vsnap_qual.contract import REQUEST_SHAPES as SHAPES
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if names == ["none"]:
+        return ()
+    unknown = [n for n in names if n not in SHAPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown request shape(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(SHAPES)}, "
+            "comma-separated, or none"
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def parse_port_base(value: str) -> int:
     try:
         number = int(value)
@@ -424,7 +440,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # issue 13: what a broken snapshot really does (KV after restore, liveness, strict cleanup, multi-token canaries)
     OptionSpec("kv-tolerance", parse_tolerance, "0.02", "max |snapshot - ordinary| KV capacity, as a fraction"),
     OptionSpec("soak", parse_tolerance, "3", "seconds of /health + canary requests after each restore (0: none)"),
+    # issue 25: what a restored server meets in real serving
+    OptionSpec(
+        "observe",
+        parse_tolerance,
+        "30",
+        "seconds each restored server must stay alive and healthy after vllm snapshot restore exits (its checks "
+        "run inside the window; 0: the soak only)",
+    ),
     OptionSpec("canary-prompts", parse_positive_int, "5", "how many canary prompts (of --vsnap-prompts)"),
+    OptionSpec(
+        "request-shapes",
+        parse_shapes,
+        "repeated,seeded,concurrent,long",
+        "request shapes recorded on the ordinary reference and compared after every restore: repeated, seeded, "
+        "concurrent, long (or none)",
+    ),
+    OptionSpec("concurrent-requests", parse_positive_int, "8", "requests in flight at once in the concurrent shape"),
     OptionSpec("canary-tokens", parse_positive_int, "16", "greedy tokens per multi-token canary prompt"),
     OptionSpec("cleanup-grace", parse_seconds, "5", "seconds a stopped or failed engine tree has to be gone"),
 )

@@ -265,6 +265,8 @@ def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultC
         "arms": list(dict.fromkeys(lane.arm for lane in qual.lanes)),
         "overlay": bool(pre.overlay),
         "faults": catalogue.ids,
+        "observe_s": qual.observe_s,
+        "request_shapes": list(qual.request_shapes),
         "required": procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command)),
     }
 

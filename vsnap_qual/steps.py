@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks, overlay, progress, unit
+from vsnap_qual import checks, overlay, progress, shapes, unit
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
@@ -27,12 +27,14 @@ from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.model import (
     Behaviour,
     Canary,
+    CanaryCompare,
     CleanupAudit,
     Digest,
     FreshImport,
     InspectChange,
     LeftoverProcess,
     OverlayFileResult,
+    ShapeRecord,
     Soak,
     UnitOutcome,
     UnitRun,
@@ -87,6 +89,9 @@ class OrdinaryReference:
     canary: list[Canary]
     digests: dict[str, Digest]
     kv_tokens: int | None
+    #: the request shapes' requests and the ordinary engine's answers (None: no shapes asked for)
+    shape_requests: list[shapes.Request] = field(default_factory=list)
+    shapes: ShapeRecord | None = None
 
 
 @dataclass
@@ -152,6 +157,8 @@ class LaneTools(Protocol):
 
     # observations through the engine's API
     def canaries(self, port: int) -> list[CanaryOutput]: ...
+
+    def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]: ...
     def digests(self, port: int) -> dict[str, Digest]: ...
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]: ...
     def snapshot_kv(self) -> int | None: ...
@@ -209,11 +216,12 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
         canary = run.canaries(handle.port)
         digests = run.digests(handle.port)
         kv, source = run.kv(handle.port, run.server_log(rec))
+        requests, record = shape_reference(run, handle.port, [c.as_dict() for c in canary])
     finally:
         leftovers = run.stop(handle)
         run.state.server = None
     audit = strict_audit(run, handle, leftovers)
-    ordinary = OrdinaryReference([c.as_dict() for c in canary], digests, kv)
+    ordinary = OrdinaryReference([c.as_dict() for c in canary], digests, kv, requests, record)
     run.state.ordinary = run.peers[run.lane.name] = ordinary
     rec.results.update(
         {
@@ -225,7 +233,26 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
             "cleanup": audit,
         }
     )
+    if record is not None:
+        rec.results["shapes"] = record
     require_findings(checks.ordinary_findings(digests, audit))
+
+
+def shape_reference(run: LaneTools, port: int, canary: list[Canary]) -> tuple[list[shapes.Request], ShapeRecord | None]:
+    """The request shapes on the ordinary engine, each asked twice: the answers every restore is compared with,
+    and per shape whether the engine answered the same way both times (else it is not judged after a restore:
+    the engine's own non-determinism, reported as such)."""
+    cfg = run.config
+    if not cfg.request_shapes:
+        return [], None
+    long_ids = shapes.long_prompt(canary, cfg.max_model_len, cfg.canary_tokens)
+    requests = shapes.plan(
+        cfg.request_shapes, canary_plan(cfg), cfg.prompts, cfg.canary_tokens, cfg.concurrent_requests, long_ids
+    )
+    first = run.shape_answers(port, requests)
+    again = run.shape_answers(port, requests)
+    steady = shapes.self_consistency(first, again, canary, cfg.logprob_tolerance, checks.compare_canary)
+    return requests, ShapeRecord(answers=first, self_consistent=steady)
 
 
 def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[LeftoverProcess]) -> CleanupAudit:
@@ -337,6 +364,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
         error_json = run.artifact_file("error.json")
         rec.results["error_json"] = json.loads(error_json) if error_json.strip() else None
         rec.results["vllm_reason"] = vllm_reason(result.stderr or result.stdout)
+        said_vllm = checks.short_command(rec.results["vllm_reason"])
         # CRIU's words: vLLM logs them on stdout (0.32); else they are only in the artifact's restore.log (0.31)
         reason = checks.criu_words(result.stdout, result.stderr, lambda: run.artifact_file("images/restore.log"))
         if reason:
@@ -348,10 +376,10 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             raise StepFailed(
                 f"{checks.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
                 f"and which {'this box never had' if step == 'fresh-box' else 'are gone'}; vllm snapshot restore "
-                f"exited {result.exit_code}: {rec.results['vllm_reason']}{said}\n{result.tail()}"
+                f"exited {result.exit_code}: {said_vllm}{said}\n{result.tail()}"
             )
         raise StepFailed(
-            f"vllm snapshot restore exited {result.exit_code}: {rec.results['vllm_reason']}; "
+            f"vllm snapshot restore exited {result.exit_code}: {said_vllm}; "
             f"error.json={error_json.strip() or None}{said}\n{result.tail()}"
         )
     handle = run.restored_server(restored.port)
@@ -363,6 +391,10 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
         canary = run.canaries(handle.port)
         digests = run.digests(handle.port)
         kv, kv_source = run.kv(handle.port)
+        reference = run.state.ordinary
+        shape_answers = (
+            run.shape_answers(handle.port, reference.shape_requests) if reference and reference.shape_requests else {}
+        )
     except Exception as exc:
         # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
         soak = probe_liveness(run, handle, result.ended, f"{type(exc).__name__}: {exc}")
@@ -387,6 +419,13 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     if changes and run.state.inspect_changed is None:  # for the later steps: the step after which it changed
         run.state.inspect_changed = InspectChanged(step, changes)
     soak = soak_server(run, handle, result.ended)
+    shape_compare = (
+        shapes.compare(ordinary.shapes, ordinary.canary, shape_answers, tolerance, checks.compare_canary)
+        if ordinary.shapes is not None
+        else []
+    )
+    steady = ordinary.shapes["self_consistent"] if ordinary.shapes is not None else {}
+    not_judged = sorted(k for k, v in steady.items() if not v)
     rec.results.update(
         {
             "canary": [c.as_dict() for c in canary],
@@ -400,6 +439,8 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             "kv_judgement": kv_judgement,
             "inspect_changes": changes,
             "soak": soak,
+            "shape_answers": shape_answers,
+            "shape_compare": shape_compare,
             "pids": handle.pids,
             "root_pid": handle.root_pid,
             "listener_first_bound": restored.first_bound,
@@ -409,8 +450,9 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     )
     require_findings(
         [
-            *checks.soak_findings(soak, f"{run.config.soak_s:g} s soak after {step}"),
+            *checks.soak_findings(soak, f"watched {run.config.observe_s:g} s after {step}"),
             *checks.restore_findings(compare, digest_compare),
+            *checks.shape_findings(shape_compare, soak.get("repeated_mismatch") or [], not_judged),
             *checks.kv_findings(kv_judgement),
             *gpu_engaged,
             *checks.inspect_stable_findings(changes, step),
@@ -448,18 +490,32 @@ def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: s
 
 
 def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
-    """The soak after a restore: ``/health`` and the restored tree's processes every 0.25 s for
-    ``--vsnap-soak`` seconds, vLLM's canary among them; the first failure ends it with when and the log tail."""
+    """The soak and the observation window after a restore: ``/health`` and the restored tree's processes every
+    0.25 s, vLLM's canary among them, for ``--vsnap-soak`` seconds and at least until ``--vsnap-observe`` seconds
+    after the restore exited (``since``; the step's checks ran inside that window); the first failure ends it
+    with when, why and what the restored tree wrote."""
+    window = run.config.observe_s
     seconds = run.config.soak_s
     started = time.time()
+    ordinary = run.state.ordinary
+    repeat = "repeated" in run.config.request_shapes
+    reference = ordinary.canary if ordinary is not None and repeat else None
+    mismatch: list[CanaryCompare] = []
     probes = canaries = 0
     last_ok = since
     while True:
         look = probe_liveness(run, handle, since)
         if look["alive"] and (probes % 4 == 3 or time.time() - started >= seconds):
             try:
-                run.canaries(handle.port)
+                answers = run.canaries(handle.port)
                 canaries += 1
+                if reference is not None:  # the repeated-request shape: every round's answers, not only the first
+                    differ = [
+                        c
+                        for e, a in zip(reference, answers, strict=False)
+                        if not (c := checks.compare_canary(CanaryOutput.of(e), a, run.config.logprob_tolerance))["ok"]
+                    ]
+                    mismatch += differ[: max(0, 3 - len(mismatch))]
             except Exception as exc:
                 look = probe_liveness(run, handle, since, f"canary request: {type(exc).__name__}: {exc}")
                 if look["alive"]:
@@ -478,13 +534,26 @@ def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
                     "canaries": canaries,
                     "seconds": round(time.time() - started, 2),
                     "last_ok_after_s": round(last_ok - since, 2),
+                    "window_s": window,
                 }
             )
+            if mismatch:
+                look["repeated_mismatch"] = mismatch
             return look
         probes += 1
         last_ok = time.time()
-        if time.time() - started >= seconds:
-            return Soak(alive=True, probes=probes, canaries=canaries, seconds=round(time.time() - started, 2))
+        if last_ok - started >= seconds and last_ok - since >= window:
+            done = Soak(
+                alive=True,
+                probes=probes,
+                canaries=canaries,
+                seconds=round(last_ok - started, 2),
+                window_s=window,
+                observed_after_restore_s=round(last_ok - since, 2),
+            )
+            if mismatch:
+                done["repeated_mismatch"] = mismatch
+            return done
         time.sleep(0.25)
 
 

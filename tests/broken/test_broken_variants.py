@@ -79,6 +79,20 @@ def test_a_restored_server_that_dies_after_restore_exits_0_fails_the_soak(tmp_pa
     assert "log tail" in restore["message"]
 
 
+def test_a_restored_server_that_dies_after_the_soak_fails_the_observation_window(
+    tmp_path, docker_client, reference_images
+):
+    # 12 s after restore: a 3 s soak alone would pass it (the variant's own defect is not a failed soak)
+    run = qualify(tmp_path, docker_client, "dies-later", *LIFECYCLE, "--vsnap-observe=20")
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    soak = restore["results"]["soak"]
+    assert soak["alive"] is False and soak["window_s"] == 20.0, soak
+    assert 10.0 <= soak["died_after_s"] <= 20.0 and soak["seconds"] > 3.0, soak
+    assert "(watched 20 s after restore-1)" in restore["message"], restore["message"]
+    assert "restored server died" in restore["message"] and "log tail" in restore["message"]
+
+
 def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
     tmp_path, docker_client, reference_images
 ):

@@ -234,7 +234,7 @@ def test_make_qualify_concludes_as_recorded(tmp_path, reference_images):
     recorded from a run of 74903a7), the check "self-contained" over them (8 items, all passed; the same evidence
     assembled again) and the check "unit" (no unit command: not run, no items). A deliberate change of what the
     qualification concludes updates the golden file in the same commit, saying why."""
-    run = run_suite(tmp_path / "report", "-n", "2", f"--vsnap-base-image={REFERENCE_BASE}")
+    run = run_suite(tmp_path / "report", "-n", "2", f"--vsnap-base-image={REFERENCE_BASE}", observe=None)
     assert run.returncode == 0, run.output[-6000:]
     results = json.loads((tmp_path / "report" / "results.json").read_text())
     assert check_items(results) == json.loads(GOLDEN.read_text())

@@ -222,6 +222,8 @@ def required_coverage(spec: RunSpec) -> dict[str, Any]:
         "arms": list(spec.arms),
         "overlay": "head" in spec.arms,
         "faults": [f.id for f in procedure.FAULTS],
+        "observe_s": 30.0,
+        "request_shapes": ["repeated", "seeded", "concurrent", "long"],
         "required": procedure.required(lanes),
     }
 

@@ -31,6 +31,8 @@ def test_full_coverage_passes_and_says_what_it_covered(make_run: MakeRun) -> Non
     line = verdict["coverage_line"]
     assert "88/88 required steps passed" in line and "runners v1, v2" in line and "arms head, base" in line
     assert "12 fault points" in line and "overlay verified" in line
+    assert "each restored server watched 30 s after its restore" in line
+    assert "request shapes repeated, seeded, concurrent, long" in line
 
 
 def test_the_same_evidence_without_its_fault_steps_is_partial(make_run: MakeRun) -> None:

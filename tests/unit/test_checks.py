@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import checks, faults, model, options, package_probe, steps
+from vsnap_qual import checks, faults, model, options, package_probe, shapes, steps
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import build_config
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.lane import lane_environment
+from vsnap_qual.model import Canary
 from vsnap_qual.recorder import StepEvidence
 
 REF = CanaryOutput("The capital of France is", [12095], " Paris", -0.42)
@@ -146,6 +148,12 @@ class FakeLane:
             tokenizer_revision="r" * 40,
             kv_tolerance=0.02,
             soak_s=0.0,  # one look, no waiting: the soak's rule is tested with a lane that dies on cue
+            observe_s=0.0,
+            request_shapes=(),
+            concurrent_requests=3,
+            max_model_len=64,
+            canary_tokens=4,
+            prompts=("p0", "p1"),
             cleanup_grace=5.0,
         )
         self.peers: dict[str, steps.OrdinaryReference] = {}
@@ -158,6 +166,9 @@ class FakeLane:
         self.inspected: dict[str, Any] = _manifest()
         self.start_times: dict[int, str] = {}
         self.gpu_listed: set[int] | None = None  # nvidia-smi's compute apps after a restore (None: no GPU)
+        self.shape_calls: list[int] = []
+        self.wrong_shape: str | None = None
+        self.unsteady_shape: str | None = None
         self.shm_named: list[str] = []  # the /dev/shm files the artifact's images name (existing at create)
         self.shm_gone: set[str] = set()  # of those, the ones gone now
         self.files: dict[str, str] = {}  # artifact files other than the manifest
@@ -207,6 +218,22 @@ class FakeLane:
     def canaries(self, port: int) -> list[CanaryOutput]:
         return [REF]
 
+    def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]:
+        """Each request's answer from what it asks (the same every time), unless the restored engine is told
+        to answer one shape wrong (``wrong_shape``) or the ordinary engine to be unsteady in one."""
+        self.shape_calls.append(port)
+
+        def ask(r: shapes.Request) -> CanaryOutput:
+            base = sum(map(ord, r.label)) + r.seed + int(r.temperature * 10)
+            ids = [base + i for i in range(r.max_tokens)]
+            if port != 8000 and r.shape == self.wrong_shape and r.index == 1:
+                ids[2] += 1  # the third token differs
+            if port == 8000 and r.shape == self.unsteady_shape:
+                ids[0] += len(self.shape_calls)  # another answer each time
+            return CanaryOutput(r.label, ids, "t", -0.5, [-0.5] * r.max_tokens)
+
+        return shapes.send(requests, ask)
+
     def digests(self, port: int) -> dict[str, dict[str, Any]]:
         return _digests(a="1", b="2") if port == 8000 else self.digests_after
 
@@ -217,7 +244,8 @@ class FakeLane:
         return 4096
 
     def _exec(self, stdout: str = "", code: int = 0) -> ExecResult:
-        return ExecResult(["vllm"], code, stdout, "", 1.0, 2.0)
+        now = time.time()  # a command that just ended (the observation window counts from its end)
+        return ExecResult(["vllm"], code, stdout, "", now - 1.0, now)
 
     def snapshot_create(self, record: dict[str, Any]) -> ExecResult:
         return self._exec()
@@ -227,9 +255,9 @@ class FakeLane:
 
     def snapshot_restore(self, record: dict[str, Any], step: str) -> steps.RestoreRun:
         self.calls.append(step)
-        return steps.RestoreRun(
-            self._exec(), 8000 + sum(c.startswith(("restore", "fresh-box")) for c in self.calls), 1.5
-        )
+        result = self._exec()
+        port = 8000 + sum(c.startswith(("restore", "fresh-box")) for c in self.calls)
+        return steps.RestoreRun(result, port, result.started + 0.5)
 
     def artifact_file(self, name: str) -> str:
         return json.dumps(_manifest()) if name == "manifest.json" else self.files.get(name, "")
@@ -360,6 +388,25 @@ def test_a_restored_server_that_dies_during_the_soak_fails_naming_when_with_its_
     soak = rec.results["soak"]
     assert soak["alive"] is False and soak["log_tail"] == "EngineCore: killed" and soak["probes"] == 1
     assert "log tail:\nEngineCore: killed" in checks.soak_findings(soak, "soak")[0].detail
+
+
+def test_the_observation_window_outlasts_the_soak_and_is_recorded() -> None:
+    # the soak alone (0 s) would pass after one look; the window keeps watching and sees the death
+    lane = _restored_lane(probes_until_death=4)
+    lane.config.observe_s = 60.0
+    rec = _rec()
+    died = r"restored server died [0-9.]+ s after .*\(watched 60 s after restore-1\)"
+    with pytest.raises(steps.StepFailed, match=died):
+        steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
+    soak = rec.results["soak"]
+    assert soak["alive"] is False and soak["probes"] == 2 and soak["window_s"] == 60.0
+    # a server that lives through it: watched until the window closed, and said so
+    lasting = _restored_lane()
+    lasting.config.observe_s = 0.6
+    rec = _rec()
+    steps.restore(lasting, rec, "restore-1")  # type: ignore[arg-type]
+    soak = rec.results["soak"]
+    assert soak["alive"] is True and soak["window_s"] == 0.6 and soak["observed_after_restore_s"] >= 0.6
 
 
 def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() -> None:
@@ -569,8 +616,11 @@ def test_an_artifact_whose_outside_files_are_gone_is_one_named_finding_in_criu_s
     first = str(info.value).splitlines()[0]
     assert first.startswith(
         f"the artifact is not self-contained: its restore needs {SEGMENTS[1]}, which it does not carry and which are "
-        f"gone; vllm snapshot restore exited 1: {SAYS_031}; CRIU: (01.2) Error (criu/files-reg.c:2353): Can't open"
+        f"gone; vllm snapshot restore exited 1: {checks.short_command(SAYS_031)}; CRIU: (01.2) Error "
+        "(criu/files-reg.c:2353): Can't open"
     )
+    assert "Command '[… criu restore …]' returned non-zero exit status 1." in first
+    assert rec.results["vllm_reason"] == SAYS_031  # the evidence keeps vLLM's words whole
     assert rec.results["consumed"] == [SEGMENTS[1]]
     # the same failure with every file still there is an ordinary failed restore, in the same words
     lane.shm_gone = set()
@@ -704,3 +754,78 @@ def test_without_a_base_arm_every_unit_failure_counts_and_no_junit_is_a_failure(
     garbled = _unit_lane("head", "<testsuite><testcase")
     with pytest.raises(steps.StepFailed, match="JUnit cannot be read"):
         steps.unit_step(garbled, _rec())  # type: ignore[arg-type]
+
+
+def _shaped_lane(**change: Any) -> FakeLane:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.config.request_shapes = ("repeated", "seeded", "concurrent", "long")
+    for key, value in change.items():
+        setattr(lane, key, value)
+    steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
+    steps.inspect(lane, _rec(), None)  # type: ignore[arg-type]
+    return lane
+
+
+def test_request_shapes_are_recorded_twice_on_the_ordinary_engine_and_compared_after_restore() -> None:
+    lane = _shaped_lane()
+    ordinary = lane.state.ordinary
+    assert ordinary is not None and ordinary.shapes is not None
+    answers = ordinary.shapes["answers"]
+    assert sorted(answers) == ["concurrent", "long", "repeated", "seeded"]
+    assert len(answers["seeded"]) == 2 and len(answers["concurrent"]) == 3 and len(answers["long"]) == 1
+    assert answers["long"][0]["prompt"] == "<59 token ids>"  # max-model-len 64 less 4 answer tokens and one
+    assert lane.shape_calls == [8000, 8000]  # asked twice on the ordinary engine
+    assert ordinary.shapes["self_consistent"]["seeded"] is True
+    rec = _rec()
+    steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
+    judged = [c for c in rec.results["shape_compare"] if c["judged"]]
+    assert {c["shape"] for c in judged} == {"repeated", "seeded", "long"} and all(c["compare"]["ok"] for c in judged)
+
+
+def test_a_restored_engine_wrong_for_one_shape_fails_naming_the_shape_and_the_first_divergence() -> None:
+    lane = _shaped_lane(wrong_shape="seeded")
+    with pytest.raises(steps.StepFailed, match=r"request shapes differ from the ordinary reference: seeded request 1"):
+        steps.restore(lane, _rec(), "restore-1")  # type: ignore[arg-type]
+    rec = _rec()
+    with pytest.raises(steps.StepFailed) as failure:
+        steps.restore(_shaped_lane(wrong_shape="seeded"), rec, "restore-1")  # type: ignore[arg-type]
+    assert "first diverging position 2" in str(failure.value)
+
+
+def test_a_shape_the_ordinary_engine_answers_differently_twice_is_reported_not_judged() -> None:
+    lane = _shaped_lane(unsteady_shape="seeded")
+    ordinary = lane.state.ordinary
+    assert ordinary is not None and ordinary.shapes is not None
+    assert ordinary.shapes["self_consistent"]["seeded"] is False
+    lane.wrong_shape = "seeded"  # would fail, were it judged
+    rec = _rec()
+    steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
+    seeded = [c for c in rec.results["shape_compare"] if c["shape"] == "seeded"]
+    assert seeded and not any(c["judged"] for c in seeded)
+    (finding,) = checks.shape_findings(rec.results["shape_compare"], [], ["seeded"])
+    assert finding.ok and "not judged: seeded: the ordinary engine answered differently twice" in finding.detail
+
+
+def test_a_repeated_soak_round_that_differs_fails_the_shapes() -> None:
+    bad = checks.compare_canary(REF, CanaryOutput(REF.prompt, [11], " Lyon", -0.42), 1e-3)
+    (finding,) = checks.shape_findings([], [bad], [])
+    assert not finding.ok and "repeated request (a soak round)" in finding.detail and "Lyon" in finding.detail
+
+
+def test_shape_options_parse_and_refuse() -> None:
+    assert options.parse_shapes("seeded,long") == ("seeded", "long")
+    assert options.parse_shapes("none") == ()
+    with pytest.raises(Exception, match="unknown request shape"):
+        options.parse_shapes("seeded,batched")
+
+
+def test_vllms_command_error_is_quoted_with_the_argument_list_cut_to_the_program() -> None:
+    said = (
+        "vllm.snapshot.runtime.SnapshotRestoreError: Command '['env', 'PATH=/opt/x:/bin', '/opt/vsnap-criu/sbin/criu', "
+        "'restore', '-L', '/opt/vsnap-criu/lib/criu', '--pidfile', '/a/restored.pid']' returned non-zero exit status 1."
+    )
+    assert checks.short_command(said) == (
+        "vllm.snapshot.runtime.SnapshotRestoreError: Command '[… criu restore …]' returned non-zero exit status 1."
+    )
+    other = "CalledProcessError: Command '['ls', '-l']' returned non-zero exit status 2."
+    assert checks.short_command(other) == other  # not a snapshot program: vLLM's words as they were

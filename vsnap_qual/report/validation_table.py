@@ -88,6 +88,7 @@ CHECK_IDS: dict[str, str] = {
     "digests": "digests",
     "canary.single-token": "canary",
     "canary.multi-token": "multi-token",
+    "shapes": "shapes",
     "faults": "faults",
     "kv": "KV",
     "liveness": "liveness",
@@ -106,6 +107,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "digests": lambda: _digests(comparisons),
         "canary.single-token": lambda: _canary(comparisons),
         "canary.multi-token": lambda: _multi_token(comparisons),
+        "shapes": lambda: _shapes(run),
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
         "liveness": lambda: _liveness(run),
@@ -153,6 +155,14 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
             group = [c for c in res["canary_compare"] if ((c.get("tokens") or 1) > 1) == multi]
             if group:
                 items.append(_item(*where, step, ok=all(c["ok"] for c in group)))
+        elif check_id == "shapes" and step in procedure.RESTORES and "shape_compare" in res:
+            for shape in dict.fromkeys(c["shape"] for c in res["shape_compare"]):
+                judged = [c for c in res["shape_compare"] if c["shape"] == shape and c["judged"]]
+                if judged:
+                    items.append(_item(*where, step, shape, ok=all(c["compare"]["ok"] for c in judged)))
+            repeated = (res.get("soak") or {}).get("repeated_mismatch")
+            if repeated:
+                items.append(_item(*where, step, "soak-rounds", ok=False))
         elif check_id == "kv" and step in procedure.RESTORES and "kv_judgement" in res:
             items.append(_item(*where, step, ok=res["kv_judgement"].get("ok")))
         elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
@@ -383,9 +393,43 @@ def _unit(run: model.RunEvidence) -> model.Check:
     return _row(name, ok, "; ".join(parts), details)
 
 
+def _shapes(run: model.RunEvidence) -> model.Check:
+    """Request shapes beyond one greedy prompt (repeated, seeded, concurrent, long) after each restore, each
+    answer as the ordinary engine's; a shape the ordinary engine itself answered differently twice is named and not
+    judged."""
+    name = "request shapes after each restore as on the ordinary engine (repeated, seeded, concurrent, long)"
+    latest = latest_steps(run)
+    restores = [(key, s["results"]) for key, s in latest.items() if key[2] in procedure.RESTORES]
+    compared = [(key, res) for key, res in restores if "shape_compare" in res]
+    if not compared:
+        return _row(name, None, "not recorded (no request shapes asked for, or no restore reached them)")
+    bad: list[str] = []
+    shapes_seen: dict[str, None] = {}
+    unsteady: dict[str, None] = {}
+    count = 0
+    for (r, a, s), res in compared:
+        for c in res["shape_compare"]:
+            shapes_seen[c["shape"]] = None
+            if not c["judged"]:
+                unsteady[f"{c['shape']} ({r}/{a})"] = None
+                continue
+            count += 1
+            if not c["compare"]["ok"]:
+                bad.append(f"{r}/{a}/{s} {c['shape']} request {c['index']}: first divergence at position "
+                           f"{c['compare'].get('first_divergence')}")  # fmt: skip
+        for m in (res.get("soak") or {}).get("repeated_mismatch") or []:
+            bad.append(f"{r}/{a}/{s} repeated (a soak round): {m['prompt']!r} differs")
+    result = f"{count - len(bad)}/{count} answers as the ordinary engine over {', '.join(shapes_seen)}"
+    if unsteady:
+        result += f"; not judged (the ordinary engine answered differently twice): {', '.join(unsteady)}"
+    return _row(name, not bad, result, bad)
+
+
 def _liveness(run: model.RunEvidence) -> model.Check:
-    """Each restored server stayed alive and serving through its soak (and until the restart / final stop)."""
-    name = "restored server alive through the soak after each restore"
+    """Each restored server stayed alive and serving through its soak and its observation window (and until the
+    restart / final stop); the result says how long after its restore each was watched ("alive 30 s after
+    restore"), so a PASS says what it covered."""
+    name = "restored server alive through the observation window after each restore"
     soaks = [
         (key, soak)
         for key, step in latest_steps(run).items()
@@ -400,7 +444,12 @@ def _liveness(run: model.RunEvidence) -> model.Check:
     ]
     seconds = max(float(soak.get("seconds") or 0.0) for _k, soak in soaks)
     probes = sum(int(soak.get("probes") or 0) for _k, soak in soaks)
-    result = f"{len(soaks) - len(dead)}/{len(soaks)} restores alive ({probes} probes, soak {figures.seconds(seconds)})"
+    watched = [float(w) for _k, soak in soaks if (w := soak.get("observed_after_restore_s")) is not None]
+    alive_for = f"alive {figures.seconds(min(watched))} after restore, " if watched and not dead else ""
+    result = (
+        f"{len(soaks) - len(dead)}/{len(soaks)} restores alive ({alive_for}{probes} probes, "
+        f"soak {figures.seconds(seconds)})"
+    )
     return _row(name, not dead, result, dead)
 
 

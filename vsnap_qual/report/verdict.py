@@ -66,6 +66,10 @@ def coverage(run: model.RunEvidence) -> model.VerdictCoverage:
         not_reached=[],
         left_out=[],
     )
+    if "observe_s" in wanted:
+        out["observe_s"] = wanted["observe_s"]
+    if "request_shapes" in wanted:
+        out["request_shapes"] = list(wanted["request_shapes"])
     if required is None:
         return out
     selected = wanted.get("selected")
@@ -100,6 +104,10 @@ def coverage_line(cov: model.VerdictCoverage) -> str:
         f"{len(cov['faults'])} fault points per lane",
         "overlay " + ("verified per process" if cov["overlay"] else "not configured"),
     ]
+    if "observe_s" in cov:
+        parts.append(f"each restored server watched {cov['observe_s']:g} s after its restore")
+    if "request_shapes" in cov:
+        parts.append("request shapes " + (", ".join(cov["request_shapes"]) or "none"))
     return "; ".join(parts)
 
 
