@@ -93,6 +93,22 @@ def test_a_restored_server_that_dies_after_the_soak_fails_the_observation_window
     assert "restored server died" in restore["message"] and "log tail" in restore["message"]
 
 
+def test_an_engine_wrong_only_for_seeded_requests_after_restore_fails_the_request_shapes(
+    tmp_path, docker_client, reference_images
+):
+    run = qualify(tmp_path, docker_client, "seeded-drifts-after-wake")
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    assert "request shapes differ from the ordinary reference: seeded request" in restore["message"]
+    assert "first diverging position" in restore["message"]
+    assert "multi-token canary differs" not in restore["message"] and "digests differ" not in restore["message"]
+    seeded = [c for c in restore["results"]["shape_compare"] if c["shape"] == "seeded"]
+    # a peaked distribution may sample the same tokens under the other seed: most, not all, differ
+    assert seeded and all(c["judged"] for c in seeded) and any(not c["compare"]["ok"] for c in seeded)
+    greedy = [c for c in restore["results"]["shape_compare"] if c["shape"] != "seeded"]
+    assert greedy and all(c["compare"]["ok"] for c in greedy)
+
+
 def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
     tmp_path, docker_client, reference_images
 ):

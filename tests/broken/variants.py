@@ -119,6 +119,25 @@ VARIANTS: dict[str, Variant] = {
             ),
         ),
         Variant(
+            "seeded-drifts-after-wake",
+            "after a wake-up (every restore) the engine core seeds each sampled request one off: greedy answers, "
+            "digests and KV are unchanged, only seeded sampling differs from the ordinary engine",
+            (
+                Patch(
+                    _CORE,
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self._vsnap_woken = 1  {MARK}: seeds one off after a wake-up\n",
+                ),
+                Patch(
+                    _CORE,
+                    "generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None",
+                    "generator = torch.Generator().manual_seed(int(seed) + getattr(self, '_vsnap_woken', 0)) "
+                    f"if seed is not None else None  {MARK}",
+                    where="replace",
+                ),
+            ),
+        ),
+        Variant(
             "lingers-after-stop",
             "the engine core (the GPU holder) keeps running for 12 s after SIGTERM or after its API server is gone",
             (
