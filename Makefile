@@ -66,7 +66,7 @@ unit: install-dev  ## the tests that need no Docker and no image (seconds to min
 test: install-dev reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh --no-skips tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
 
-test-real: install-dev vllm-cpu  ## the real-vLLM tier against vsnap-vllm-cpu:0.32.0
+test-real: install-dev vllm-cpu $(VLLM_OVERLAY)  ## the real-vLLM tier: vsnap-vllm-cpu:0.32.0, and the whole qualification against 0.31.0
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m real -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: install-dev  ## ruff (lint and format) and mypy
