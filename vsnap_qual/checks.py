@@ -581,11 +581,16 @@ def criu_reason(stdout: str) -> list[str]:
     the exit status of the criu command). The first (the cause; CRIU's errors cascade after it) and the last two,
     oldest first, lines a successful restore prints too left out; empty when there are none."""
     lines = [
-        ln.strip()
+        _VLLM_LOG_PREFIX.sub("", ln).strip()
         for ln in stdout.splitlines()
         if ("Error (criu/" in ln or "FAILED" in ln) and not any(b in ln for b in _CRIU_BENIGN)
     ]
     return lines if len(lines) <= 3 else [lines[0], *lines[-2:]]
+
+
+#: vLLM's logger prefix on each line of CRIU's log it repeats (``(MainProcess pid=12247) ERROR 12-02 02:25:18
+#: [runtime.py:546]``): CRIU's words are what follows, the same whether vLLM logged them or the log was read
+_VLLM_LOG_PREFIX = re.compile(r"^.*?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]*\]\s*")
 
 
 _CRIU_FAILED = re.compile(r"criu.*restore.*returned non-zero exit status")

@@ -829,3 +829,14 @@ def test_vllms_command_error_is_quoted_with_the_argument_list_cut_to_the_program
     )
     other = "CalledProcessError: Command '['ls', '-l']' returned non-zero exit status 2."
     assert checks.short_command(other) == other  # not a snapshot program: vLLM's words as they were
+
+
+def test_criu_s_words_are_the_same_whether_vllm_logged_them_or_the_log_was_read() -> None:
+    logged = (
+        "(MainProcess pid=12247) ERROR 12-02 02:25:18 [runtime.py:546] CRIU restore.log (tail):\n"
+        "(MainProcess pid=12247) ERROR 12-02 02:25:18 [runtime.py:546]   8269: Error (criu/files-reg.c:2353): Can't "
+        "open file dev/shm/psm_ac8c0f76 on restore: No such file or directory\n"
+    )
+    read = "8269: Error (criu/files-reg.c:2353): Can't open file dev/shm/psm_ac8c0f76 on restore: No such file or "
+    read += "directory"
+    assert checks.criu_reason(logged) == checks.criu_reason(read) == [read]

@@ -129,6 +129,8 @@ class FaultRow(TypedDict):
     expect: str | None
     expect_reason: str | None
     outcome: str
+    #: skipped because the target has no such runner (its platform's words): not counted as skipped
+    not_applicable: bool
     exit_code: int | None
     http_bound: bool | None
     expected_http_bound: bool | None
@@ -637,6 +639,7 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 expect=res.get("expect"),
                 expect_reason=res.get("expect_reason"),
                 outcome=step["outcome"],
+                not_applicable=step["outcome"] == "skipped" and step["message"].startswith(model.NOT_APPLICABLE_PREFIX),
                 exit_code=observed.get("exit_code"),
                 http_bound=observed.get("http_bound"),
                 expected_http_bound=expected["http_bound"] if expected else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from vsnap_qual import model, overlay, procedure
+from vsnap_qual import checks, model, overlay, procedure
 from vsnap_qual.report import figures
 from vsnap_qual.report.frames import (
     CanaryRow,
@@ -342,7 +342,7 @@ def _self_contained(run: model.RunEvidence) -> model.Check:
         if not words and source.get("criu_reason"):
             words = [f"CRIU: {(source.get('criu_reason') or [''])[0]}"]
             if step in _ALONE and res.get("vllm_reason"):
-                words.append(f"vLLM: {res.get('vllm_reason')}")
+                words.append(f"vLLM: {checks.short_command(str(res.get('vllm_reason')))}")
     fresh = [
         procedure.label(r, a, s) for (r, a, s), record in latest.items() if record["results"].get("fresh_artifact")
     ]
@@ -460,9 +460,11 @@ def _faults(comparisons: Comparisons) -> model.Check:
     if not found:
         return _row("injected failures", None, "no fault ran")
     ran = [r for r in found if r["outcome"] != "skipped"]
-    skipped = len(found) - len(ran)
+    not_applicable = sum(1 for r in found if r["not_applicable"])
+    skipped = len(found) - len(ran) - not_applicable
     if not ran:
-        return _row("injected failures", None, f"not run: {skipped} fault step(s) skipped")
+        said = f"{skipped} fault step(s) skipped" if skipped else f"{not_applicable} not applicable"
+        return _row("injected failures", None, f"not run: {said}")
     passed = [r for r in ran if r["outcome"] == "passed"]
     bad = [
         f"{r['runner']}/{r['arm']}/{r['fault']}" + (f" ({r['mismatches']})" if r["mismatches"] else "")
@@ -474,6 +476,8 @@ def _faults(comparisons: Comparisons) -> model.Check:
     result = f"{len(passed)}/{len(ran)} as expected; HTTP never bound in {never_bound}, cleanup verified in {cleaned}"
     if skipped:
         result += f"; {skipped} skipped"
+    if not_applicable:
+        result += f"; {not_applicable} not applicable"
     chosen = sorted(
         {
             f"{r['arm']} arm judged by {r['expect']} expectations ({r['expect_reason']})"

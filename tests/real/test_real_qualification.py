@@ -1,0 +1,176 @@
+"""Real vLLM through the whole qualification (issue 23): ``make qualify-vllm-cpu``'s configuration, run as a user
+runs it: vLLM 0.32.0 (head, with the real overlay checkout) against 0.31.0 (base), CPU smoke mode, both runners,
+the unit command from the overlay checkout, lifecycle and faults.
+
+What it must conclude is what the committed run concluded (``docs/real-vllm-run/``): a ``(CPU smoke)`` verdict
+that fails only with real vLLM's own finding, "the artifact is not self-contained" (its restore after a graceful
+stop and in a fresh box, quoting vLLM's and CRIU's words); every other V1 step passed on both arms; V2 not
+applicable in vLLM's words; every fault that ran judged as expected; the overlay in three real processes.
+
+CI's scope (``VSNAP_REAL_QUAL_SCOPE=ci``, the default): the head arm's faults only, and 8 of the 12 (the base arm's
+and the four slowest are left out with ``-k``, said in the verdict as a narrowed run): the full run takes about
+55 minutes on 2 cores, too long for ``.ci/run``'s 90 (README, "Assumptions"). ``VSNAP_REAL_QUAL_SCOPE=full`` runs
+all of it. ``VSNAP_REAL_QUAL_REPORT=<dir>`` judges a finished run's report directory instead of running one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realtier import REPO
+
+OVERLAY = REPO / "build" / "vllm-overlay-0.32.0"
+UNIT = 'PYTHONDONTWRITEBYTECODE=1 pytest tests/vsnap_snapshot -q -rA -p no:cacheprovider --junitxml="$VSNAP_JUNIT"'
+#: the faults CI leaves out: the slowest on real vLLM's CPU build (a stall to the fault timeout, or two restores)
+CI_LEFT_OUT = ("communicators-raise", "recovery-deadline", "cancel-sigint", "cancel-sigterm")
+NOT_SELF_CONTAINED = "the artifact is not self-contained"
+V2_WORDS = "Model Runner V2 requires Triton"
+LIFECYCLE_PASSED = ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2", "overlay", "unit")
+ALONE = ("restore-after-stop", "fresh-box")
+
+
+def _selection() -> list[str]:
+    if os.environ.get("VSNAP_REAL_QUAL_SCOPE", "ci") == "full":
+        return []
+    left_out = " or ".join(CI_LEFT_OUT)
+    return ["-k", f"not (TestFaults and base) and not ({left_out})"]
+
+
+@pytest.fixture(scope="module")
+def qualification(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    given = os.environ.get("VSNAP_REAL_QUAL_REPORT")
+    if given:
+        report = Path(given)
+    else:
+        if not (OVERLAY / ".git").is_dir():
+            subprocess.run(["bash", "docker/vllm-cpu/overlay-checkout.sh", "0.32.0"], cwd=REPO, check=True)
+        report = tmp_path_factory.mktemp("real-qualification") / "report"
+        argv = [
+            sys.executable, "-m", "pytest", "suites/", "@suites/profiles/vllm-cpu.args", "-p", "no:cacheprovider",
+            f"--vsnap-overlay={OVERLAY}", "--vsnap-overlay-ref=HEAD~1", f"--vsnap-unit-command={UNIT}",
+            f"--vsnap-report-dir={report}", *_selection(),
+        ]  # fmt: skip
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=5400)
+        assert (report / "results.json").exists(), done.stdout[-6000:] + done.stderr[-3000:]
+        # the run's own finding makes it a FAIL: pytest exits 1, never 0, never 5 (nothing collected)
+        assert done.returncode == 1, done.stdout[-6000:]
+    results = json.loads((report / "results.json").read_text())
+    steps = {(s["lane"], s["purpose"], s["step"]): s for s in results["steps"]}
+    return {"results": results, "steps": steps, "report": report}
+
+
+def _step(run: dict[str, Any], lane: str, step: str, purpose: str = "lifecycle") -> dict[str, Any]:
+    key = (lane, purpose, step)
+    assert key in run["steps"], sorted(k for k in run["steps"] if k[0] == lane)
+    return dict(run["steps"][key])
+
+
+def test_the_verdict_is_a_cpu_smoke_fail_by_real_vllms_one_finding(qualification: dict[str, Any]) -> None:
+    verdict = qualification["results"]["verdict"]
+    assert verdict["status"] == "fail" and verdict["headline"] == "FAIL (CPU smoke)", verdict["headline"]
+    alone = sorted(f"v1/{arm}/{step}" for arm in ("head", "base") for step in ALONE)
+    # every failed step is the one finding, on both arms, in vLLM's and CRIU's words
+    assert sorted(verdict["failed"]) == alone
+    for reason in verdict["reasons"]:
+        if reason.startswith("check failed: create, inspect, two restores"):  # the lifecycle row: only those steps
+            assert (
+                reason.split("failed: ")[-1].split(", ") == alone
+                or sorted(reason.split("failed: ")[-1].split(", ")) == alone
+            ), reason
+        elif reason.startswith(("check failed: the artifact restores alone", "4 step(s) failed: ")):
+            assert "psm_" in reason or all(label in reason for label in alone), reason
+        else:  # a failed step, in its own words
+            assert NOT_SELF_CONTAINED in reason and "SnapshotRestoreError" in reason, reason
+            assert "Can't open file dev/shm/psm_" in reason, reason
+    assert any("Can't open file dev/shm/psm_" in r for r in verdict["reasons"]), verdict["reasons"]
+
+
+def test_the_report_says_what_was_qualified_and_never_a_gpu(qualification: dict[str, Any]) -> None:
+    said = " ".join(qualification["results"]["verdict"]["qualified"])
+    assert "0.32.0" in said and "0.31.0" in said and "CPU" in said
+    assert "smoke" in said.lower() and "sleep" in said.lower()
+    summary = (qualification["report"] / "summary.md").read_text()
+    assert "(CPU smoke)" in summary.splitlines()[0]
+    for lane in qualification["results"]["lanes"]:
+        env = lane.get("environment") or {}
+        versions = env.get("versions") or {}
+        if versions:
+            assert versions.get("criu") == "Version: 4.2.1", versions
+            assert versions.get("vllm") in ("0.32.0", "0.31.0"), versions
+        assert env.get("gpu") in (None, {}), env.get("gpu")
+
+
+@pytest.mark.parametrize("arm", ["head", "base"])
+def test_every_other_v1_lifecycle_step_passed(qualification: dict[str, Any], arm: str) -> None:
+    for step in LIFECYCLE_PASSED if arm == "head" else [s for s in LIFECYCLE_PASSED if s != "overlay"]:
+        record = _step(qualification, f"v1-{arm}", step)
+        assert record["outcome"] == "passed", (arm, step, record["message"][:500])
+    assert _step(qualification, "v1-base", "vs-head")["outcome"] == "passed"
+    restored = _step(qualification, f"v1-{arm}", "restore-1")["results"]
+    assert restored["digest_compare"]["ok"] and all(c["ok"] for c in restored["canary_compare"])
+    assert restored["kv_judgement"]["ok"], restored["kv_judgement"]
+
+
+@pytest.mark.parametrize("arm", ["head", "base"])
+def test_the_artifact_not_self_contained_is_said_once_with_vllms_and_criu_s_words(
+    qualification: dict[str, Any], arm: str
+) -> None:
+    for step in ALONE:
+        record = _step(qualification, f"v1-{arm}", step)
+        first = record["message"].splitlines()[0]
+        assert record["outcome"] == "failed" and NOT_SELF_CONTAINED in first, first
+        assert all(p.startswith("/dev/shm/psm_") for p in record["results"]["consumed"]), record["results"]
+        assert "SnapshotRestoreError" in record["results"]["vllm_reason"]
+        assert any("Can't open file dev/shm/psm_" in line for line in record["results"]["criu_reason"])
+
+
+def test_v2_is_not_applicable_in_vllms_words(qualification: dict[str, Any]) -> None:
+    for arm in ("head", "base"):
+        record = _step(qualification, f"v2-{arm}", "ordinary")
+        assert record["outcome"] == "skipped" and V2_WORDS in record["message"], record["message"]
+
+
+def test_the_faults_are_judged_and_do_not_cascade(qualification: dict[str, Any]) -> None:
+    faults = [s for (lane, purpose, _), s in qualification["steps"].items() if purpose == "faults"]
+    judged = [s for s in faults if s["step"].startswith("fault:") and s["outcome"] in ("passed", "failed")]
+    assert len([s for s in judged if s["lane"] == "v1-head"]) >= 8, [s["step"] for s in judged]
+    bad = [(s["lane"], s["step"], s["message"][:300]) for s in judged if s["outcome"] != "passed"]
+    assert not bad, bad
+    # a fault whose restore consumed the artifact was followed by a fresh one, said in the evidence
+    fresh = [s for s in judged if s["results"].get("fresh_artifact")]
+    consumed = [s for s in judged if (s["results"].get("followup_restore") or {}).get("consumed")]
+    assert consumed and fresh, "real vLLM consumes its artifact on a graceful exit: a fresh one must follow"
+
+
+def test_the_overlay_is_in_three_real_processes_with_matching_hashes(qualification: dict[str, Any]) -> None:
+    overlay = _step(qualification, "v1-head", "overlay")["results"]
+    (entry,) = overlay["files"]
+    assert entry["ok"] and entry["module"] == "vllm.config.model"
+    roles = {i["role"] for i in entry["imported"] if i["sha256"] == entry["host_sha256"]}
+    assert {"api_server", "engine_core", "worker"} <= roles, entry["imported"]
+    assert all(i["sha256"] == entry["host_sha256"] for i in entry["imported"])
+
+
+def test_the_unit_command_ran_on_both_arms_and_judged_only_new_failures(qualification: dict[str, Any]) -> None:
+    head = _step(qualification, "v1-head", "unit")["results"]["unit"]
+    base = _step(qualification, "v1-base", "unit")["results"]["unit"]
+    assert head["counts"]["passed"] > 0 and base["counts"]["passed"] > 0, (head["counts"], base["counts"])
+    # three tests pin what 0.32.0 added: they fail on 0.31.0, fixed on the head arm, never judged against it
+    assert len(base.get("fixed_on_head") or []) == 3, base
+
+
+def test_what_the_run_left_out_is_recorded(qualification: dict[str, Any]) -> None:
+    coverage = qualification["results"]["verdict"]["coverage"]
+    left = set(coverage["left_out"])
+    if not coverage["selection"].get("keyword"):  # the full run: nothing left out
+        assert not left, sorted(left)
+        return
+    assert {f"v1/base/fault:{f}" for f in ("wake-raise", "image-truncated")} <= left, sorted(left)
+    assert {f"v1/head/fault:{f}" for f in CI_LEFT_OUT} <= left, sorted(left)
+    assert "v1/head/fault:wake-raise" not in left
