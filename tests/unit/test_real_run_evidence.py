@@ -1,0 +1,48 @@
+"""The committed real-vLLM run backs what the docs say about it: its figures and verdict as the README states them
+(the whole assertion set is tests/real/test_real_qualification.py, run on it with VSNAP_REAL_QUAL_REPORT)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "docs" / "real-vllm-run" / "2026-12-02-full"
+
+
+def _results() -> dict[str, Any]:
+    return json.loads((RUN / "results.json").read_text())
+
+
+def test_the_committed_run_is_a_cpu_smoke_fail_by_the_self_contained_finding_only() -> None:
+    verdict = _results()["verdict"]
+    assert verdict["headline"] == "FAIL (CPU smoke)"
+    assert sorted(verdict["failed"]) == sorted(
+        f"v1/{arm}/{step}" for arm in ("head", "base") for step in ("restore-after-stop", "fresh-box")
+    )
+    steps = _results()["steps"]
+    faults = [s for s in steps if s["step"].startswith("fault:") and s["runner"] == "v1"]
+    assert len(faults) == 24 and all(s["outcome"] == "passed" for s in faults)
+    readme = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    assert "**Verdict: `FAIL (CPU smoke)`, by one finding of real vLLM's**" in readme
+    assert "| fault-artifact + 12 faults | 12/12 as expected | 12/12 as expected |" in readme
+
+
+def test_the_figures_the_docs_state_are_the_runs() -> None:
+    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    figures = module.figures(_results())
+    cold, restore = figures["cold_start_ready_s"]["median"], figures["restore_ready_s"]["median"]
+    said = f"{restore:.1f} s vs {cold:.1f} s"
+    assert said == "13.4 s vs 91.4 s"
+    assert said in (ROOT / "README.md").read_text()
+    sizes = {
+        s["lane"]: s["results"]["artifact_bytes"]
+        for s in _results()["steps"]
+        if s["step"] == "create" and s["outcome"] == "passed"
+    }
+    assert f"{sizes['v1-head']:,} B" in (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
