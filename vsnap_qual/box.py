@@ -187,6 +187,9 @@ class BoxSpec:
     #: an IPC namespace and a ``/dev/shm`` of the box's own, whatever the privileges mode shares (a fresh box: what
     #: a new pod or node starts with)
     private_ipc: bool = False
+    #: the name of the box whose artifact this box restores (a fresh box): the trees it restores were created in
+    #: that box and carry its identity in their memory (the host runtime's lane token), so they are this box's own
+    adopts: str | None = None
 
 
 class ControlDir(Protocol):

@@ -114,6 +114,8 @@ class LaneRun:
     gpu_uuid: str | None = None  # the lane's GPU (the requested one, else the only one visible)
     gpus_requested: bool = False
     scope: audit.AuditScope | None = None
+    #: the name of the lane's box (``BoxSpec.name``), once started
+    box_name: str | None = None
     #: what the lane's boxes are started from (kept for a fresh box of the same lane)
     image_info: ImageInfo | None = None
     package_info: PackageInfo | None = None
@@ -179,7 +181,7 @@ class LaneRun:
         )
         self.start_box(self.recorder.purpose)
 
-    def start_box(self, purpose: Purpose, *, private_ipc: bool = False) -> None:
+    def start_box(self, purpose: Purpose, *, private_ipc: bool = False, adopts: str | None = None) -> None:
         """The box itself: its control directory, the box from the runtime, its baseline and its evidence."""
         assert self.image_info is not None and self.package_info is not None
         self.control_root = self.recorder.store.report_dir / "lanes" / f"{self.lane.name}-{purpose}"
@@ -197,8 +199,10 @@ class LaneRun:
             ports=tuple(self.ports.values()),
             purpose=purpose,
             private_ipc=private_ipc,
+            adopts=adopts,
         )
         self.container = self.runtime.start(spec)
+        self.box_name = spec.name
         self.box.ensure_dir(WORK, 0o700)
         facts = self.box.facts(gpus=self.gpus != "none")
         self.scope = audit.AuditScope(
@@ -279,7 +283,8 @@ class LaneRun:
         state = dataclasses.replace(self.state, shm_owned=set())
         fresh = dataclasses.replace(self, container=None, control_root=None, scope=None, state=state)
         try:
-            fresh.start_box("fresh-box", private_ipc=True)
+            # the trees it restores were created in this lane's box: they are the fresh box's own processes
+            fresh.start_box("fresh-box", private_ipc=True, adopts=self.box_name)
             with tempfile.TemporaryDirectory(prefix="vsnap-artifact-") as scratch:
                 archive = Path(scratch) / "artifact.tar"
                 with self.recorder.engine_wait():  # the artifact's bytes, moved as a deployment would

@@ -16,7 +16,7 @@ import pytest
 
 from vsnap_qual import procfs
 from vsnap_qual.box import Bind, exec_timed_out
-from vsnap_qual.runtimes.host import HostLane, HostSpec, sweep
+from vsnap_qual.runtimes.host import LANE_TOKEN, HostLane, HostSpec, sweep
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host lanes need root")  # CI and dev machines are root
 
@@ -108,6 +108,25 @@ def test_processes_are_the_lanes_own(lane_factory):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_fresh_box_owns_the_trees_it_restores_from_another_lane(lane_factory):
+    """A tree CRIU restores carries, in its restored environment, the token of the lane it was created in; a
+    fresh box that restores another lane's artifact adopts that token, or the tree is nobody's: never stopped,
+    never audited, still holding its port and GPU (seen on the H200)."""
+    origin = lane_factory("origin")
+    restored = f"{LANE_TOKEN}={origin.token}"  # as a restored tree's environment says
+    script = f"env {restored} setsid sleep 60 >/dev/null 2>&1 & echo $!"
+    plain = lane_factory("plain")
+    stray = int(plain.exec(["sh", "-c", script], 30).stdout.strip())
+    assert stray not in {p["pid"] for p in plain.processes()}  # without adoption: nobody's
+    fresh = lane_factory("fresh", adopted_tokens=(origin.token,))
+    pid = int(fresh.exec(["sh", "-c", script], 30).stdout.strip())
+    assert pid in {p["pid"] for p in fresh.processes()}
+    assert pid not in {p["pid"] for p in origin.processes()}  # another mount namespace: not the origin's
+    fresh.remove()
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    os.kill(stray, signal.SIGKILL)
 
 
 def test_environment_restart_ends_every_process_and_empties_shm_but_keeps_work(lane_factory):

@@ -37,7 +37,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -86,6 +86,9 @@ class HostSpec:
     binds: list[Bind] = field(default_factory=list)
     root: Path = DEFAULT_ROOT
     shm_size: str = "8g"
+    #: lane tokens of other lanes whose restored trees live in this one (a fresh box restores another lane's
+    #: artifact: its processes carry that lane's token, restored from the dump)
+    adopted_tokens: tuple[str, ...] = ()
 
 
 HOST_ENV_DROP = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_", "VSNAP_", "COV_CORE_")
@@ -166,6 +169,7 @@ class HostLane(ShellBox):
         # Every lane process carries this in its environment (CRIU-restored ones too: they were created in the
         # lane), so a reused mount-namespace inode can never make another process look like a lane member.
         self.token = f"{spec.name}-{uuid.uuid4().hex[:12]}"
+        self.tokens = (self.token, *spec.adopted_tokens)
         self.socket = self.dir / "holder.sock"
 
     # -- life cycle -------------------------------------------------------------------------------------------
@@ -282,6 +286,7 @@ class HostLane(ShellBox):
                     "holder_start": self.holder_start,
                     "mount_namespace": self.namespace,
                     "token": self.token,
+                    "tokens": list(self.tokens),
                 }
             )
         )
@@ -315,7 +320,7 @@ class HostLane(ShellBox):
     def _members(self) -> list[ProcInfo]:
         if self.namespace is None:
             return []
-        return _lane_members(self.namespace, self.token)
+        return _lane_members(self.namespace, self.tokens)
 
     def restart(self, stop_timeout: int = 20) -> None:
         """The environment restart: every lane process gone, its /dev/shm emptied, a fresh namespace holder."""
@@ -509,8 +514,9 @@ def sweep(root: Path = DEFAULT_ROOT, owner: str | None = None, names: Iterable[s
                 continue
         elif owner_alive(str(state.get("owner", ""))):
             continue
-        namespace, token = state.get("mount_namespace"), state.get("token")
-        for info in _lane_members(namespace, token) if namespace and token else []:
+        namespace, tokens = state.get("mount_namespace"), state.get("tokens") or [state.get("token")]
+        tokens = [t for t in tokens if t]
+        for info in _lane_members(namespace, tokens) if namespace and tokens else []:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(info.pid, signal.SIGKILL)
         holder = proc_info(int(state.get("holder_pid", 0) or 0))
@@ -525,16 +531,17 @@ def sweep(root: Path = DEFAULT_ROOT, owner: str | None = None, names: Iterable[s
     return removed
 
 
-def _lane_members(namespace: str, token: str) -> list[ProcInfo]:
-    """The processes of the mount namespace ``namespace`` that carry the lane's token in their environment."""
-    marker = f"{LANE_TOKEN}={token}".encode()
+def _lane_members(namespace: str, tokens: Sequence[str]) -> list[ProcInfo]:
+    """The processes of the mount namespace ``namespace`` that carry one of the lane's tokens in their environment
+    (its own; a restored tree: the token of the lane it was created in, which a fresh box adopts)."""
+    markers = {f"{LANE_TOKEN}={token}".encode() for token in tokens}
     members = []
     for info in processes_in_mount_namespace(namespace):
         try:
             environ = (Path("/proc") / str(info.pid) / "environ").read_bytes()
         except OSError:
             continue
-        if marker in environ.split(b"\0"):
+        if markers & set(environ.split(b"\0")):
             members.append(info)
     return members
 
@@ -572,6 +579,8 @@ class HostRuntime:
     def __init__(self, settings: RuntimeSettings) -> None:
         self.settings = settings
         self.root = settings.host_root
+        #: the token of each lane this runtime started, by box name (a fresh box adopts its lane's)
+        self.tokens: dict[str, str] = {}
 
     def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
         given = [f"--vsnap-{n}" for n in ("image", "base-image") if parsed.get("vsnap_" + n.replace("-", "_"))]
@@ -646,15 +655,21 @@ class HostRuntime:
 
     def start(self, spec: BoxSpec) -> HostLane:
         # no overlay binds: on the host the checkout is what the Python imports (verified, not mounted)
-        return HostLane.start(
+        adopted = self.tokens.get(spec.adopts) if spec.adopts else None
+        if spec.adopts and adopted is None:
+            raise HostRuntimeFailure(f"{spec.name}: adopts the lane {spec.adopts}, which this runtime did not start")
+        lane = HostLane.start(
             HostSpec(
                 name=spec.name,
                 labels=spec.labels,
                 environment=host_environment(spec.engine, spec.environment, spec.gpus),
                 binds=list(spec.binds),
                 root=self.root,
+                adopted_tokens=(adopted,) if adopted else (),
             )
         )
+        self.tokens[spec.name] = lane.token
+        return lane
 
     def sweep(self, *, session: str | None = None, owner: str | None = None) -> list[str]:
         # a session's lanes are its owner's (one lane directory per lane, owner recorded); with no owner, the
