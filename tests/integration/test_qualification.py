@@ -100,7 +100,8 @@ def test_reports_exist_and_hold_no_secret(full_run):
     summary = (full_run.report_dir / "summary.md").read_text()
     for row in (
         "KV-cache capacity: restored = created",
-        "restored server alive through the soak",
+        "restored server alive through the observation window",
+        "request shapes after each restore as on the ordinary engine",
         "cleanup audits",
         "multi-token canary equal to the ordinary reference (16 tokens each)",
     ):
