@@ -21,13 +21,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vsnap_qual import checks, engine, package_probe
+from vsnap_qual import checks, drifts, engine, package_probe, progress
 from vsnap_qual.box import Box, ControlDir, ExecResult
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.injection import (
-    DRIFT_NAME,
-    DRIFT_VALUE,
     ListenerScan,
     PidHolder,
     arm,
@@ -38,14 +36,12 @@ from vsnap_qual.injection import (
     corrupt_manifest,
     cursor_past,
     disarm,
-    drift_seen,
     fired_records,
     fresh_artifact,
     ids_held,
     kill_leftovers,
     move_pid_cursor_past,
     reset_artifact,
-    restore_recording_env,
     settle,
     signal_when_fired,
     truncate_image,
@@ -126,6 +122,11 @@ class Injector:
 
     def release(self, run: FaultLane, injected: dict[str, object]) -> None:
         """Undo the injection (default: nothing to undo)."""
+
+    def not_applicable(self, run: FaultLane, fault: Fault) -> str | None:
+        """Why this lane's box cannot present this fault at all (the step is then not applicable, in those
+        words), asked once before the fault runs; default: it always can."""
+        return None
 
     # ---- the rest of the sequence (defaults) --------------------------------------------------------------
     def begin(self, at: Attempt) -> None:
@@ -265,21 +266,68 @@ class CreateInjector(HookInjector):
         return []
 
 
-class EnvDriftInjector(Injector):
-    """``env``: an extra ``VLLM_*`` variable at restore; fired when the restore process's own environment held
-    it (recorded by the shell that then ``exec``s the restore), whatever the engine did with it."""
+class IdentityInjector(Injector):
+    """``identity``: one identity field drifted for the faulted restore alone (``Fault.drift``, a
+    :data:`drifts.DRIFTS` entry): its kit prepared in the box, the restore launched through it and a shell that
+    records the value this process sees before it ``exec``s vLLM. Fired when that value differs from the
+    manifest's; not applicable where the box cannot present the drift (said in the box's own words)."""
 
-    def inject(self, run: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
-        env[DRIFT_NAME] = DRIFT_VALUE
-        injected["env"] = f"{DRIFT_NAME}={DRIFT_VALUE}"
+    def not_applicable(self, run: FaultLane, fault: Fault) -> str | None:
+        prepared = self._prepare(run, fault)
+        return prepared if isinstance(prepared, str) else None
+
+    def _prepare(self, run: FaultLane, fault: Fault) -> drifts.Prepared | str:
+        drift = drifts.DRIFTS[fault.drift or ""]
+        manifest = run.state.manifest
+        result = run.box.sh(drift.prepare_script(manifest), run.config.timeouts["exec"])
+        if result.exit_code != 0:
+            raise StepFailed(f"preparing the {drift.id} drift in the box failed: {result.tail(5)}")
+        return drifts.parse_prepared(drift, result.stdout, manifest)
+
+    def begin(self, at: Attempt) -> None:
+        prepared = self._prepare(at.run, at.fault)
+        if isinstance(prepared, str):  # the box changed since the step asked: nothing to inject
+            raise StepFailed(f"the {at.fault.drift} drift cannot be presented: {prepared}")
+        at.state["prepared"] = prepared
+        at.injected.update(
+            {"field": prepared.drift.field, "presents": prepared.drift.presents, "presented": prepared.presented}
+        )
+        at.run.control.remove(drifts.SEEN)
+
+    def end(self, at: Attempt) -> None:
+        """Nothing to undo: the drift lived in the restore's own launch (its kit stays for the next attempt)."""
 
     def restore(self, at: Attempt) -> ExecResult:
-        result = restore_recording_env(at.run, at.rec, at.port, at.env)
-        at.injected["seen_in_restore_env"] = drift_seen(at.run.control)
+        prepared = at.state["prepared"]
+        assert isinstance(prepared, drifts.Prepared)
+        argv = drifts.restore_command(prepared, at.port)
+        result = at.run.command(at.rec, argv, "restore", at.env, "restore-faulted")
+        seen = at.run.control.read_text(drifts.SEEN)
+        manifest = at.run.state.manifest
+        at.injected["seen_by_restore"] = None if seen is None else seen.strip()[:300]
+        at.injected["manifest_value"] = drifts.manifest_value(prepared.drift, manifest, seen or "")[:300]
+        at.injected["held"] = drifts.held(prepared.drift, manifest, seen)
         return result
 
     def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
-        return bool(injected.get("seen_in_restore_env"))
+        return bool(injected.get("held"))
+
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+        """The refusal must name the drifted field, and only it (one field changed)."""
+        field_name = str((results.get("injected") or {}).get("field") or "")
+        named = drifts.named_fields("\n".join((obs.stderr_tail, *obs.error_lines)))
+        if not field_name or named is None:
+            return []  # no refusal in vLLM's words: the message check says so
+        if field_name not in named:
+            said = ", ".join(named) or "no field"
+            return [f"the identity check refused, but names {said}, not the drifted {field_name}"]
+        others = [name for name in named if name != field_name]
+        if others:
+            return [
+                f"the identity check names {', '.join(others)} besides the drifted {field_name}: either the check "
+                f"compares a value that did not change or the injection changed more than {field_name}"
+            ]
+        return []
 
 
 class PidInjector(Injector):
@@ -378,7 +426,7 @@ BUILTIN_INJECTORS: Mapping[str, Injector] = {
     "hook": HookInjector(),
     "signal": SignalInjector(),
     "create": CreateInjector(),
-    "env": EnvDriftInjector(),
+    "identity": IdentityInjector(),
     "pid": PidInjector(),
     "port": PortInjector(),
     "manifest": ManifestInjector(),
@@ -476,6 +524,9 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
     behaviour, reason = lane_expectation(run)
     expect = fault.expect(behaviour)
     injector = catalogue.injector_for(fault)
+    cannot = injector.not_applicable(run, fault)
+    if cannot:
+        progress.not_applicable(f"{run.lane.name}: the box cannot present this fault: {cannot}")
     observed = run_fault(run, fault, rec, injector)
     problems = judge(fault, expect, observed, rec.results, injector)
     if problems and problems[0].startswith("ineffective injection"):

@@ -1,6 +1,6 @@
 """The lane-side tools of the injected failures (:mod:`vsnap_qual.faults`): the fault lane's own artifact and its
 pristine copy, arming the probe's hook points, watching a port, occupying a captured PID, blocking the port,
-corrupting the manifest or an image, the signaller, the drifted restore, and waiting until the captured PIDs are
+corrupting the manifest or an image, the signaller, and waiting until the captured PIDs are
 free. No expectations and no judging here: what a fault must show and whether it did are :mod:`faults`' job."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from vsnap_qual import artifact_deps, engine
-from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
-from vsnap_qual.contract import ARTIFACT, CONTROL, WORK, restore_argv
+from vsnap_qual.box import Box, ControlDir, ProcessRow
+from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
 from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
 from vsnap_qual.probe.vsnap_probe import control_files
@@ -331,23 +331,3 @@ def signal_when_fired(run: FaultLane, signame: str, done: threading.Event, sent:
                     sent.append(f"SIG{signame} to {targets}")
             return
         time.sleep(0.05)
-
-
-DRIFT_NAME, DRIFT_VALUE = "VLLM_VSNAP_QUAL_DRIFT", "1"
-
-
-def restore_recording_env(run: FaultLane, rec: StepEvidence, port: int, env: dict[str, str]) -> ExecResult:
-    """``vllm snapshot restore`` under the drifted environment, through a shell that first records the drifted
-    variable as its own environment holds it and then ``exec``s the restore (the same process, the same
-    environment): the harness's own evidence that the drift reached the restore."""
-    run.control.remove(control_files.ENV_SEEN)
-    record = (
-        f"tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{DRIFT_NAME}=' > {CONTROL}/{control_files.ENV_SEEN}; "
-        'exec vllm snapshot restore "$@"'
-    )
-    argv = ["sh", "-c", record, "sh", *restore_argv(port)[3:]]
-    return run.command(rec, argv, "restore", env, "restore-faulted")
-
-
-def drift_seen(control: ControlDir) -> bool:
-    return (control.read_text(control_files.ENV_SEEN) or "").strip() == f"{DRIFT_NAME}={DRIFT_VALUE}"

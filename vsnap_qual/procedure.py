@@ -78,12 +78,13 @@ class Fault:
 
     id: str
     title: str
-    kind: str  # hook | signal | create | env | pid | port | manifest | image, or a kind a conftest added
+    kind: str  # hook | signal | create | identity | pid | port | manifest | image, or a kind a conftest added
     head: Expect
     base: Expect | None = None
     hook_point: str | None = None  # the probe's point (kinds that act through a hook)
     stall: bool = False  # the hook's action is a stall: armed past the frozen recovery deadline
     signal: str | None = None  # ``kill -<signal>`` for the signal kind
+    drift: str | None = None  # the identity kind's drift (``drifts.DRIFTS``)
 
     @property
     def step(self) -> str:
@@ -166,7 +167,19 @@ FAULTS: tuple[Fault, ...] = (
         head=Expect(1, None, None, None, message="snapshot child exited before ready"),
         hook_point="sleep-raise",
     ),
-    Fault("identity-drift", "an extra VLLM_* variable at restore", "env", head=before_mutation("snapshot mismatch")),
+    *(
+        Fault(fault_id, title, "identity", head=before_mutation("snapshot mismatch"), drift=drift)
+        for fault_id, drift, title in (
+            ("identity-drift", "env-added", "identity: an extra VLLM_* variable at restore"),
+            ("identity-env-removed", "env-removed", "identity: a variable of the create's environment unset"),
+            ("identity-env-changed", "env-changed", "identity: a variable of the create's environment changed"),
+            ("identity-host", "host", "identity: another host (/etc/machine-id) at restore"),
+            ("identity-kernel", "kernel", "identity: another kernel release at restore"),
+            ("identity-vllm-version", "vllm-version", "identity: another vLLM version at restore"),
+            ("identity-gpu", "gpu", "identity: another GPU driver version at restore"),
+            ("identity-criu", "criu", "identity: another CRIU version at restore"),
+        )
+    ),
     Fault(
         "pid-occupied", "a captured PID is already occupied", "pid",
         head=before_mutation("captured PID is already occupied"),

@@ -178,6 +178,25 @@ def test_an_engine_that_ignores_the_env_drift_fails_the_fault_not_as_an_ineffect
     assert "VLLM_VSNAP_QUAL_DRIFT" in str(fault["results"]["injected"])
 
 
+def test_an_engine_that_skips_identity_fields_fails_each_drift_of_them_by_name(
+    tmp_path, docker_client, reference_images
+):
+    """One fault per identity field class: the five fields this engine does not compare restore anyway and fail
+    as engine failures (the drift held: the restore saw the other value); the environment drifts still refuse."""
+    run = qualify(
+        tmp_path, docker_client, "ignores-host-and-versions", "-m", "fault", "--vsnap-runners=v1", "-k",
+        "fault_artifact or identity",
+    )  # fmt: skip
+    skipped = ("host", "kernel", "vllm-version", "gpu", "criu")
+    for name in skipped:
+        fault = failed_step(run, f"fault:identity-{name}")
+        message, injected = fault["message"], fault["results"]["injected"]
+        assert "the restore succeeded (exit 0) although this fault must make it fail (exit 1)" in message, message
+        assert "ineffective injection" not in message and injected["held"] is True, injected
+        assert injected["seen_by_restore"] == injected["presented"] != injected["manifest_value"], injected
+    passed(run, "fault:identity-drift", "fault:identity-env-removed", "fault:identity-env-changed")
+
+
 def test_an_artifact_that_needs_a_shm_segment_is_one_finding_and_the_faults_do_not_cascade(
     tmp_path, docker_client, reference_images
 ):

@@ -240,6 +240,26 @@ VARIANTS: dict[str, Variant] = {
             ),
         ),
         Variant(
+            "ignores-host-and-versions",
+            "restore compares the environment and the GPU's UUID but not the host, the kernel, the vLLM, driver "
+            "or CRIU version: a snapshot restores on another machine or stack",
+            (
+                Patch(
+                    "vllm.snapshot.manifest",
+                    "    differing = [name for name in IDENTITY_FIELDS"
+                    " if expected_values[name] != actual_values[name]]\n",
+                    "    ignored = {'host_id', 'kernel_release', 'vllm_version', 'driver_version', 'criu_version'}"
+                    f"  {MARK}\n"
+                    "    differing = [\n"
+                    "        name\n"
+                    "        for name in IDENTITY_FIELDS\n"
+                    "        if name not in ignored and expected_values[name] != actual_values[name]\n"
+                    "    ]\n",
+                    where="replace",
+                ),
+            ),
+        ),
+        Variant(
             "ignores-env-drift",
             "restore compares every identity field except the environment fingerprint: a snapshot restores "
             "under a drifted VLLM_* environment",

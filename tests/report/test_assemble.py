@@ -39,14 +39,15 @@ def test_complete_run_has_the_documented_shape(report_dir: Path) -> None:
     ]
     assert all(lane["environment"]["versions"]["vllm"] for lane in results["lanes"])
     # per runner, the procedure: head 9 lifecycle steps (with overlay), base 9 (vs-head, no overlay); each arm
-    # the fault artifact and the 12 faults
-    assert len(results["steps"]) == 2 * (9 + 9 + 2 * 13)
+    # the fault artifact and the faults of the table
+    faults = 1 + len(procedure.FAULTS)
+    assert len(results["steps"]) == 2 * (9 + 9 + 2 * faults)
     assert sorted(results["coverage"]["required"]) == sorted(
         procedure.label(s["runner"], s["arm"], s["step"]) for s in results["steps"]
     )
     assert results["run"]["complete"] is True
     assert results["run"]["exitstatus"] == 1
-    assert results["evidence"]["kinds"]["step"] == 88
+    assert results["evidence"]["kinds"]["step"] == 2 * (9 + 9 + 2 * faults)
     assert option_value(results, "logprob-tolerance") == 0.001
     assert option_value(results, "vsnap_logprob_tolerance") == 0.001
 
@@ -55,7 +56,7 @@ def test_verdict_names_the_failed_step(report_dir: Path) -> None:
     verdict = assemble_file(report_dir / "evidence.jsonl")["verdict"]
     assert verdict["status"] == "fail"
     assert verdict["failed"] == ["v2/head/restore-2"]
-    assert verdict["counts"] == {"passed": 87, "failed": 1, "skipped": 0}
+    assert verdict["counts"] == {"passed": 4 * (10 + len(procedure.FAULTS)) - 1, "failed": 1, "skipped": 0}
 
 
 def test_passing_run(make_run: MakeRun) -> None:

@@ -7,11 +7,14 @@ from pathlib import Path
 
 from synthetic_runs import MakeRun, RunSpec, required_coverage
 
-from vsnap_qual import checks
+from vsnap_qual import checks, procedure
 from vsnap_qual.report import render_reports, write_reports
 from vsnap_qual.report.assemble import assemble_file, read_evidence
 from vsnap_qual.report.frames import compare_all
 from vsnap_qual.report.verdict import judge
+
+FAULTS = len(procedure.FAULTS)
+REQUIRED = 4 * (10 + FAULTS)  # 2 runners × 2 arms: 9 lifecycle steps (overlay or vs-head), the fault artifact
 
 
 def _rewrite(directory: Path, keep) -> Path:
@@ -26,11 +29,12 @@ def test_full_coverage_passes_and_says_what_it_covered(make_run: MakeRun) -> Non
     verdict = assemble_file(make_run("ok", RunSpec(changed_digests=())) / "evidence.jsonl")["verdict"]
     assert (verdict["status"], verdict["headline"], verdict["reasons"]) == ("pass", "PASS", [])
     cov = verdict["coverage"]
-    assert cov["required"] == 88 and len(cov["passed"]) == 88
+    assert cov["required"] == REQUIRED and len(cov["passed"]) == REQUIRED
     assert not (cov["skipped"] or cov["not_reached"] or cov["left_out"])
     line = verdict["coverage_line"]
-    assert "88/88 required steps passed" in line and "runners v1, v2" in line and "arms head, base" in line
-    assert "12 fault points" in line and "overlay verified" in line
+    assert f"{REQUIRED}/{REQUIRED} required steps passed" in line
+    assert "runners v1, v2" in line and "arms head, base" in line
+    assert f"{FAULTS} fault points" in line and "overlay verified" in line
     assert "each restored server watched 30 s after its restore" in line
     assert "request shapes repeated, seeded, concurrent, long" in line
 
@@ -40,8 +44,9 @@ def test_the_same_evidence_without_its_fault_steps_is_partial(make_run: MakeRun)
     path = _rewrite(directory, lambda r: not str(r.get("step", "")).startswith("fault"))
     verdict = assemble_file(path)["verdict"]
     assert verdict["status"] == "partial" and verdict["headline"] == "PARTIAL"
-    assert len(verdict["coverage"]["not_reached"]) == 4 * 13
-    assert any("52 required step(s) not reached: v1/head/fault-artifact" in r for r in verdict["reasons"])
+    assert len(verdict["coverage"]["not_reached"]) == 4 * (FAULTS + 1)
+    said = f"{4 * (FAULTS + 1)} required step(s) not reached: v1/head/fault-artifact"
+    assert any(said in r for r in verdict["reasons"])
 
 
 def test_a_skipped_required_step_is_partial_and_names_why(make_run: MakeRun) -> None:
@@ -59,11 +64,11 @@ def test_an_explicitly_narrowed_run_passes_and_the_badge_says_what_was_left_out(
     directory = make_run("narrowed", spec)
     verdict = assemble_file(directory / "evidence.jsonl")["verdict"]
     assert verdict["status"] == "pass" and verdict["narrowed"] is True
-    assert verdict["headline"] == "PASS (narrowed: fault steps ×52 left out)"
-    assert "left out by -m 'not fault': fault steps ×52" in verdict["reasons"]
+    assert verdict["headline"] == f"PASS (narrowed: fault steps ×{4 * (FAULTS + 1)} left out)"
+    assert f"left out by -m 'not fault': fault steps ×{4 * (FAULTS + 1)}" in verdict["reasons"]
     paths = write_reports(directory, github_step_summary=False)
-    assert "PASS (narrowed: fault steps ×52 left out)" in paths.summary_md.read_text()
-    assert "PASS (narrowed: fault steps ×52 left out)" in paths.report_html.read_text()
+    assert f"PASS (narrowed: fault steps ×{4 * (FAULTS + 1)} left out)" in paths.summary_md.read_text()
+    assert f"PASS (narrowed: fault steps ×{4 * (FAULTS + 1)} left out)" in paths.report_html.read_text()
 
 
 def test_a_teardown_error_fails_the_verdict_with_its_message(make_run: MakeRun) -> None:
@@ -122,8 +127,9 @@ def test_cpu_smoke_is_never_a_bare_pass_and_a_runner_the_cpu_build_lacks_is_name
     verdict = assemble_file(make_run("smoke", spec) / "evidence.jsonl")["verdict"]
     assert (verdict["status"], verdict["headline"]) == ("pass", "PASS (CPU smoke)")
     cov = verdict["coverage"]
-    assert len(cov["not_applicable"]) == len(v2) == 44 and not cov["skipped"]
-    assert verdict["coverage_line"].startswith(f"44/44 required steps passed ({len(v2)} not applicable)")
+    assert len(cov["not_applicable"]) == len(v2) == REQUIRED // 2 and not cov["skipped"]
+    half = REQUIRED // 2
+    assert verdict["coverage_line"].startswith(f"{half}/{half} required steps passed ({len(v2)} not applicable)")
     qualified = verdict["qualified"]
     assert any(line.startswith("CPU smoke mode: real vLLM's CPU build") for line in qualified)
     assert "Not qualified: GPU memory release and restore" in " ".join(qualified)

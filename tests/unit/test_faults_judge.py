@@ -42,8 +42,8 @@ def test_firing_is_decided_from_the_harness_evidence_at_the_action():
         return FaultCatalogue.builtin().injector_for(FAULTS_BY_ID[fault_id]).fired(obs, injected)
 
     stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
-    assert not fired("identity-drift", stderr, {"env": "VLLM_VSNAP_QUAL_DRIFT=1"})  # stderr proves nothing
-    assert fired("identity-drift", Observation(exit_code=0), {"seen_in_restore_env": True})  # even if ignored
+    assert not fired("identity-drift", stderr, {"presented": "VLLM_VSNAP_QUAL_DRIFT=1"})  # stderr proves nothing
+    assert fired("identity-drift", Observation(exit_code=0), {"held": True})  # even if the engine ignored it
     held = {"occupied": True, "held_at_restore": True, "held_after_restore": True}
     assert fired("pid-occupied", Observation(), held)
     assert not fired("pid-occupied", Observation(), {**held, "held_at_restore": False})
@@ -56,6 +56,24 @@ def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffectiv
     text = " | ".join(faults.judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, _results()))
     assert "ineffective" not in text and "snapshot mismatch" in text
     assert "the restore succeeded (exit 0) although this fault must make it fail (exit 1)" in text
+
+
+@pytest.mark.parametrize(
+    ("said", "problem"),
+    [
+        ("snapshot mismatch: host_id", None),
+        ("SnapshotCompatibilityError: snapshot mismatch: host_id", None),
+        ("snapshot mismatch: environment", "names environment, not the drifted host_id"),
+        ("snapshot mismatch: driver_version, host_id", "names driver_version besides the drifted host_id"),
+        ("snapshot mismatch:", "names no field, not the drifted host_id"),
+    ],
+)
+def test_an_identity_refusal_must_name_the_drifted_field_and_only_it(said, problem):
+    fault = FAULTS_BY_ID["identity-host"]
+    obs = Observation(exit_code=1, fired=True, artifact_unchanged=True, stderr_tail=f"Traceback\n{said}\n")
+    results = {**_results(), "injected": {"field": "host_id", "held": True}}
+    problems = faults.judge(fault, fault.expect("head"), obs, results)
+    assert problems == ([] if problem is None else [next(p for p in problems if problem in p)]), problems
 
 
 def test_a_restore_that_unexpectedly_succeeded_says_nothing_about_a_failed_restore():

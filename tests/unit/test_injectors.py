@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import faults, procedure
+from vsnap_qual import drifts, faults, procedure
 from vsnap_qual.box import ExecResult
-from vsnap_qual.contract import CONTROL
+from vsnap_qual.contract import CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.faults import BUILTIN_INJECTORS as INJECTORS
 from vsnap_qual.faults import FaultCatalogue, Observation
@@ -45,8 +45,8 @@ def test_every_kind_of_the_catalogue_has_its_own_injector_class():
     assert kinds <= set(INJECTORS) and set(INJECTORS) == kinds
     assert {k: type(INJECTORS[k]).__name__ for k in sorted(kinds)} == {
         "create": "CreateInjector",
-        "env": "EnvDriftInjector",
         "hook": "HookInjector",
+        "identity": "IdentityInjector",
         "image": "ImageInjector",
         "manifest": "ManifestInjector",
         "pid": "PidInjector",
@@ -104,11 +104,11 @@ def test_signal_fires_when_the_hook_fired_and_the_signal_was_sent():
     assert not _fired("signal", Observation(), signal=["SIGTERM to [41]"])
 
 
-def test_env_fires_when_the_restores_own_environment_held_the_variable():
+def test_identity_fires_when_the_restore_saw_another_value_than_the_manifest():
     stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
-    assert not _fired("env", stderr, env="VLLM_VSNAP_QUAL_DRIFT=1")  # the engine's words prove nothing
-    assert _fired("env", Observation(exit_code=0), seen_in_restore_env=True)  # even when the engine ignored it
-    assert not _fired("env", Observation(exit_code=1), seen_in_restore_env=False)
+    assert not _fired("identity", stderr, presented="VLLM_VSNAP_QUAL_DRIFT=1")  # the engine's words prove nothing
+    assert _fired("identity", Observation(exit_code=0), held=True)  # even when the engine ignored it
+    assert not _fired("identity", Observation(exit_code=1), held=False)
 
 
 def test_pid_fires_only_when_held_at_restore_start_and_after():
@@ -229,15 +229,16 @@ class FakeRun:
     def __init__(self, control: Path) -> None:
         (control / "faults").mkdir(parents=True)
         self.control_host = control
+        self.work = control.parent / "work"
         self.control = MountedControlDir(control)
         self.log: list[Any] = []
         self.box = FakeBox(self.log)
         self.ports = {"fault": _free_port()}
-        self.state = LaneState(manifest={"process_tree": []})
+        self.state = LaneState(manifest={"process_tree": [], "environment": [["VLLM_NO_USAGE_STATS", "h"]]})
         self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext)
         self.served_model = "m"
         self.config = SimpleNamespace(
-            timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0},
+            timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0, "exec": 30.0},
             cleanup_grace=0.1,
             fault_timeout=2.0,
             engine_argv=lambda: ["--model", "m"],
@@ -272,16 +273,16 @@ class FakeRun:
         return self._command(record, ["vllm", "snapshot", action, kw.get("name", action)], kw.get("env"))
 
     def command(self, record, argv, timeout_key, env, name):  # type: ignore[no-untyped-def]
-        """The env kind's recording shell, run for real here: the lane's control dir is this test's, and
-        ``vllm`` is a stand-in that fails the way a refusing engine does."""
+        """The identity kind's launch and recording shell, run for real here: the lane's control directory and
+        work directory are this test's, and ``vllm`` is a stand-in that fails the way a refusing engine does."""
         self.log.append(("command", argv[:1], dict(env or {})))
         bin_dir = self.control_host / "bin"
         bin_dir.mkdir(exist_ok=True)
         (bin_dir / "vllm").write_text("#!/bin/sh\necho 'snapshot mismatch: environment' >&2\nexit 1\n")
         (bin_dir / "vllm").chmod(0o755)
-        script = argv[2].replace(CONTROL, str(self.control_host))
+        local = [a.replace(CONTROL, str(self.control_host)).replace(WORK, str(self.work)) for a in argv]
         full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
-        done = subprocess.run([argv[0], "-c", script, *argv[3:]], env=full, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(local, env=full, capture_output=True, text=True, timeout=30)
         record.exit_code = done.returncode
         return ExecResult(argv, done.returncode, done.stdout, done.stderr, 0.0, 0.1)
 
@@ -420,17 +421,30 @@ def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane):
 
 
 def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch):
+    fake = lane.box.sh
+
+    def prepare(script: str, timeout: float = 60.0) -> ExecResult:  # the drift's kit, made here for real
+        if drifts.KIT not in script:
+            return fake(script, timeout)
+        lane.log.append(("sh", script))
+        local = script.replace(WORK, str(lane.work))
+        done = subprocess.run(["sh", "-c", local], capture_output=True, text=True, timeout=30)
+        return ExecResult(["sh", "-c", script], done.returncode, done.stdout, done.stderr, 0.0, 0.0)
+
+    monkeypatch.setattr(lane.box, "sh", prepare)
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
-    assert rec.results["injected"] == {"env": "VLLM_VSNAP_QUAL_DRIFT=1", "seen_in_restore_env": True}
+    injected = rec.results["injected"]
+    assert injected["seen_by_restore"] == "VLLM_VSNAP_QUAL_DRIFT=1" and injected["held"] is True, injected
+    assert injected["field"] == "environment" and injected["manifest_value"] == "VLLM_VSNAP_QUAL_DRIFT unset"
     assert obs.fired and obs.exit_code == 1 and "snapshot mismatch" in obs.stderr_tail
     # a restore path that drops the drift (the variable never reached the process) did not fire, whatever the
     # engine printed
     real = lane.command
-    monkeypatch.setattr(lane, "command", lambda rec, argv, key, env, name: real(rec, argv, key, {}, name))
+    monkeypatch.setattr(lane, "command", lambda rec, argv, key, env, name: real(rec, argv[2:], key, env, name))
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
-    assert rec.results["injected"]["seen_in_restore_env"] is False and not obs.fired
+    assert rec.results["injected"]["held"] is False and not obs.fired
     assert "snapshot mismatch" in obs.stderr_tail
 
 

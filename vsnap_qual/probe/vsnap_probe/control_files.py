@@ -11,7 +11,7 @@ must import alike under both names.
 | ``faults/armed.json`` ``{"point", "stall_s"}`` | harness, before a faulted command | probe, at call time |
 | ``faults/fired-<point>-<pid>.json`` | probe, as a hook acts | harness: the fault fired |
 | ``faults/listen-<port>`` | the harness's listener scan in the box | harness: HTTP was bound |
-| ``faults/env-seen`` | the recording shell of the environment-drift fault | harness: the drift reached it |
+| ``faults/identity-seen`` | the recording shell of an identity-drift fault | harness: the drift reached it |
 | ``logs/…`` | the engine's output (``vllm serve``) | harness: evidence |
 """
 
@@ -29,7 +29,7 @@ ARMED = f"{FAULTS_DIR}/armed.json"
 FIRED_GLOB = f"{FAULTS_DIR}/fired-*.json"
 LOADED_GLOB = f"{PROBE_DIR}/loaded-*.json"
 IMPORTS_GLOB = f"{PROBE_DIR}/imports-*.json"
-ENV_SEEN = f"{FAULTS_DIR}/env-seen"
+IDENTITY_SEEN = f"{FAULTS_DIR}/identity-seen"
 
 
 def fired(point: str, pid: int) -> str:

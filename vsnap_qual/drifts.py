@@ -1,0 +1,292 @@
+"""Identity drifts: for each class of identity field vLLM's manifest records and its restore compares
+(``SnapshotRuntimeIdentity``), one way to make the faulted ``vllm snapshot restore`` see another value, changed
+for that command only (nothing of the box or the host changes for anyone else), and a record of what the restore
+saw, taken by the restore's own process just before it ``exec``s vLLM.
+
+Each drift is data: the manifest field vLLM must name (``snapshot mismatch: <field>``), a ``prepare`` script run in
+the box (it writes the drift's kit and prints what the launch needs, or ``N/A <reason>`` where the box cannot present
+the drift), the launch (an argv prefix that ends by running the rest) and the record (a shell snippet printing the
+value the restore sees). Whether a drift held is decided by comparing that value with the manifest's own.
+
+The drifts present what vLLM reads, where vLLM reads it: the environment of the process (``env``), ``/etc/machine-id``
+(a private mount namespace with a bind mount over it), ``platform.release()`` (``setarch --uname-2.6``),
+``importlib.metadata.version("vllm")`` (a ``vllm`` dist-info first on ``PYTHONPATH``), ``nvidia-smi``'s
+``driver_version`` and ``criu --version`` (a wrapper first on ``PATH`` that runs the real tool and changes only that
+answer). Model and tokenizer revision and the engine arguments are not compared at restore (the restore takes no
+model arguments; the artifact's ``engine_argv`` is what it restores), so they have no drift here."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vsnap_qual.contract import CONTROL, WORK, restore_argv
+from vsnap_qual.probe.vsnap_probe import control_files
+
+KIT = f"{WORK}/identity-drift"
+SEEN = control_files.IDENTITY_SEEN
+ADDED = "VLLM_VSNAP_QUAL_DRIFT"
+#: variables the harness sets in every lane that take part in the identity, in the order one is chosen to drift
+#: (string-compared by vLLM, so another value is never a parse error before the identity check)
+LANE_VARIABLES = ("VLLM_NO_USAGE_STATS", "VLLM_SERVER_DEV_MODE")
+PLUGIN_ENTRY = "snapshot_plugin_sha256:"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How one identity field is drifted for the faulted restore."""
+
+    id: str
+    field: str  # the manifest field vLLM must name
+    presents: str  # what the restore sees, in words
+
+    def prepare_script(self, manifest: Mapping[str, Any]) -> str:
+        """A script for the box: writes the kit; prints ``key=value`` lines the launch needs, or ``N/A <why>``."""
+        return PREPARE[self.id](manifest)
+
+
+def _sh(*lines: str) -> str:
+    return "\n".join(("set -u", f"mkdir -p {KIT}", *lines))
+
+
+def _env_name(manifest: Mapping[str, Any]) -> str | None:
+    names = {str(entry[0]) for entry in manifest.get("environment") or [] if entry}
+    return next((n for n in LANE_VARIABLES if n in names), None)
+
+
+def _prepare_env_added(manifest: Mapping[str, Any]) -> str:
+    return _sh(f"echo name={ADDED}", "echo value=1")
+
+
+def _prepare_env_removed(manifest: Mapping[str, Any]) -> str:
+    name = _env_name(manifest)
+    if name is None:
+        return _na(f"the create's identity environment (the manifest) holds none of {', '.join(LANE_VARIABLES)}")
+    return _sh(f"echo name={name}")
+
+
+def _prepare_env_changed(manifest: Mapping[str, Any]) -> str:
+    name = _env_name(manifest)
+    if name is None:
+        return _na(f"the create's identity environment (the manifest) holds none of {', '.join(LANE_VARIABLES)}")
+    # another value than the lane's: 0, or 1 where the lane has 0
+    return _sh(f"echo name={name}", f'if [ "${{{name}:-}}" = 0 ]; then echo value=1; else echo value=0; fi')
+
+
+def _prepare_host(manifest: Mapping[str, Any]) -> str:
+    host = str(manifest.get("host_id") or "")
+    other = hashlib.sha256(f"vsnap-qual drift of {host}".encode()).hexdigest()[:32]
+    return _sh(
+        "command -v unshare >/dev/null || { echo 'N/A the box has no unshare (util-linux) to mount another "
+        "/etc/machine-id for the restore alone'; exit 0; }",
+        f"echo {other} > {KIT}/machine-id",
+        f"out=$(unshare -m sh -c 'mount --bind {KIT}/machine-id /etc/machine-id && cat /etc/machine-id' 2>&1)"
+        ' || { echo "N/A the box cannot present another /etc/machine-id to the restore alone: $out"; exit 0; }',
+        f"echo value={other}",
+    )
+
+
+def _prepare_kernel(manifest: Mapping[str, Any]) -> str:
+    return _sh(
+        "command -v setarch >/dev/null || { echo 'N/A the box has no setarch (util-linux) to present another "
+        "kernel release'; exit 0; }",
+        'out=$(setarch "$(uname -m)" --uname-2.6 uname -r 2>&1) || { echo "N/A setarch --uname-2.6 fails in the '
+        'box: $out"; exit 0; }',
+        'echo "machine=$(uname -m)"',
+        'echo "value=$out"',
+    )
+
+
+def other_version(version: str) -> str:
+    """Another PEP 440 version, the same release with one more local label (``0.32.0+cpu`` keeps its ``cpu``)."""
+    return f"{version}.vsnapdrift" if "+" in version else f"{version}+vsnapdrift"
+
+
+def _prepare_vllm_version(manifest: Mapping[str, Any]) -> str:
+    other = other_version(str(manifest.get("vllm_version") or "0"))
+    info = f"{KIT}/pythonpath/vllm-{other}.dist-info"
+    return _sh(
+        f"rm -rf {KIT}/pythonpath && mkdir -p {info}",
+        f"printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: %s\\n' {shlex.quote(other)} > {info}/METADATA",
+        f"echo value={other}",
+        'echo "pythonpath=${PYTHONPATH:-}"',
+    )
+
+
+_GPU_WRAPPER = r"""#!/bin/sh
+# vsnap-qual identity drift: the real nvidia-smi; in a --query-gpu answer, driver_version gets a suffix
+q=""
+for a in "$@"; do case "$a" in --query-gpu=*) q="${a#--query-gpu=}";; esac; done
+[ -n "$q" ] || exec REAL "$@"
+REAL "$@" | awk -v q="$q" '
+  BEGIN { n = split(q, f, ","); for (i = 1; i <= n; i++) if (f[i] == "driver_version") k = i }
+  !k { print; next }
+  { m = split($0, v, ", *"); out = ""
+    for (i = 1; i <= m; i++) out = out (i > 1 ? ", " : "") v[i] (i == k ? ".vsnapdrift" : "")
+    print out }'
+"""
+
+_CRIU_WRAPPER = r"""#!/bin/sh
+# vsnap-qual identity drift: the real criu; its --version's first line gets a suffix
+case " $* " in *" --version "*|*" -V "*) REAL "$@" | sed '1s/$/ (vsnapdrift)/'; exit 0;; esac
+exec REAL "$@"
+"""
+
+
+def _wrapper(tool: str, script: str, needs: str) -> str:
+    kit = f"{KIT}/{tool}"  # one kit per drift: another drift's wrapper is never on this restore's PATH
+    return _sh(
+        f"real=$(command -v {tool}) || {{ echo 'N/A the box has no {tool}: vLLM reads this identity from it'; "
+        "exit 0; }",
+        f"command -v {needs} >/dev/null || {{ echo 'N/A the box has no {needs} for the {tool} wrapper'; exit 0; }}",
+        f"mkdir -p {kit}/bin",
+        f"cat > {kit}/bin/{tool} <<'VSNAP_EOF'\n{script}VSNAP_EOF",
+        f'sed -i "s|REAL|$real|g" {kit}/bin/{tool} && chmod 0755 {kit}/bin/{tool}',
+        'echo "path=${PATH:-}"',
+    )
+
+
+def _prepare_gpu(manifest: Mapping[str, Any]) -> str:
+    return _wrapper("nvidia-smi", _GPU_WRAPPER, "awk")
+
+
+def _prepare_criu(manifest: Mapping[str, Any]) -> str:
+    return _wrapper("criu", _CRIU_WRAPPER, "sed")
+
+
+def _na(reason: str) -> str:
+    return f"echo {shlex.quote('N/A ' + reason)}"
+
+
+PREPARE = {
+    "env-added": _prepare_env_added,
+    "env-removed": _prepare_env_removed,
+    "env-changed": _prepare_env_changed,
+    "host": _prepare_host,
+    "kernel": _prepare_kernel,
+    "vllm-version": _prepare_vllm_version,
+    "gpu": _prepare_gpu,
+    "criu": _prepare_criu,
+}
+
+DRIFTS: dict[str, Drift] = {
+    d.id: d
+    for d in (
+        Drift("env-added", "environment", f"an extra {ADDED}=1"),
+        Drift("env-removed", "environment", "a variable of the lane's identity environment unset"),
+        Drift("env-changed", "environment", "a variable of the lane's identity environment with another value"),
+        Drift("host", "host_id", "another /etc/machine-id (a bind mount in the restore's own mount namespace)"),
+        Drift("kernel", "kernel_release", "another kernel release (setarch --uname-2.6)"),
+        Drift("vllm-version", "vllm_version", "another vLLM version (a vllm dist-info first on PYTHONPATH)"),
+        Drift("gpu", "driver_version", "another GPU driver version (nvidia-smi's answer, through a wrapper)"),
+        Drift("criu", "criu_version", "another CRIU version (criu --version, through a wrapper)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A drift ready in the box: the launch prefix, the record snippet and what it presents."""
+
+    drift: Drift
+    launch: tuple[str, ...]
+    record: str
+    presented: str  # the value presented to the restore, as the record prints it ("" = unset)
+
+
+def parse_prepared(drift: Drift, output: str, manifest: Mapping[str, Any]) -> Prepared | str:
+    """The prepare script's answer: a :class:`Prepared`, or the reason the box cannot present this drift."""
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    na = next((ln for ln in lines if ln.startswith("N/A ")), None)
+    if na:
+        return na.removeprefix("N/A ").strip()
+    got = dict(ln.split("=", 1) for ln in lines if "=" in ln)
+    env_record = "tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{}=' || true"
+    if drift.id in ("env-added", "env-changed"):
+        name, value = got["name"], got["value"]
+        return Prepared(drift, ("env", f"{name}={value}"), env_record.format(name), f"{name}={value}")
+    if drift.id == "env-removed":
+        name = got["name"]
+        return Prepared(drift, ("env", "-u", name), env_record.format(name), "")
+    if drift.id == "host":
+        bind = f'mount --bind {KIT}/machine-id /etc/machine-id && exec "$@"'
+        return Prepared(drift, ("unshare", "-m", "sh", "-c", bind, "sh"), "cat /etc/machine-id", got["value"])
+    if drift.id == "kernel":
+        return Prepared(drift, ("setarch", got["machine"], "--uname-2.6"), "uname -r", got["value"])
+    if drift.id == "vllm-version":
+        path = ":".join(p for p in (f"{KIT}/pythonpath", got.get("pythonpath", "")) if p)
+        interpreter = """sed -n '1s/^#![[:space:]]*//p' "$(command -v vllm)" """.strip()
+        record = f"$({interpreter}) -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'"
+        return Prepared(drift, ("env", f"PYTHONPATH={path}"), record, got["value"])
+    tool = "nvidia-smi" if drift.id == "gpu" else "criu"
+    path = f"{KIT}/{tool}/bin:{got.get('path', '')}"
+    if drift.id == "gpu":
+        uuid = shlex.quote(str(manifest.get("gpu_uuid") or ""))
+        record = f"nvidia-smi --query-gpu=driver_version --format=csv,noheader,nounits --id={uuid}"
+        presented = other_driver(str(manifest.get("driver_version") or ""))
+        return Prepared(drift, ("env", f"PATH={path}"), record, presented)
+    assert drift.id == "criu", drift.id
+    presented = f"{manifest.get('criu_version') or ''} (vsnapdrift)"
+    return Prepared(drift, ("env", f"PATH={path}"), "criu --version | head -n 1", presented)
+
+
+def other_driver(driver: str) -> str:
+    return f"{driver}.vsnapdrift"
+
+
+def restore_command(prepared: Prepared, port: int) -> list[str]:
+    """The faulted restore: the launch, then a shell that records what this process sees (its output into the
+    lane's control directory) and ``exec``s ``vllm snapshot restore`` in the same process."""
+    # the record's errors are not a value: a record that failed leaves nothing, and the drift did not hold
+    record = f'{{ {prepared.record} ; }} > {CONTROL}/{SEEN} 2>/dev/null; exec vllm snapshot restore "$@"'
+    return [*prepared.launch, "sh", "-c", record, "sh", *restore_argv(port)[3:]]
+
+
+def env_hash(name: str, value: str) -> str:
+    """The manifest's hash of one environment variable (``sha256(name + "\\0" + value)``)."""
+    return hashlib.sha256(name.encode() + b"\0" + value.encode()).hexdigest()
+
+
+def manifest_value(drift: Drift, manifest: Mapping[str, Any], seen: str) -> str:
+    """What the manifest recorded for the field, in the form the record prints (env: ``NAME=<hash>`` compared by
+    hash, so the seen value is hashed the same way)."""
+    if drift.field != "environment":
+        return str(manifest.get(drift.field) or "")
+    name = (seen.split("=", 1)[0] if "=" in seen else "") or _drifted_name(drift, manifest)
+    recorded = {str(e[0]): str(e[1]) for e in manifest.get("environment") or [] if len(e) == 2}
+    return f"{name} hash {recorded[name]}" if name in recorded else f"{name} unset"
+
+
+def _drifted_name(drift: Drift, manifest: Mapping[str, Any]) -> str:
+    return ADDED if drift.id == "env-added" else (_env_name(manifest) or "")
+
+
+def seen_value(drift: Drift, manifest: Mapping[str, Any], seen: str) -> str:
+    """The record's value in the manifest's form (env: the seen variable's hash, or ``unset``)."""
+    seen = seen.strip()
+    if drift.field != "environment":
+        return seen
+    if "=" not in seen:
+        return f"{_drifted_name(drift, manifest)} unset"
+    name, value = seen.split("=", 1)
+    return f"{name} hash {env_hash(name, value)}"
+
+
+def held(drift: Drift, manifest: Mapping[str, Any], seen: str | None) -> bool:
+    """Whether the restore saw another value for the field than the manifest recorded (the record exists and
+    differs)."""
+    if seen is None or drift.field != "environment" and len(seen.strip().splitlines()) != 1:
+        return False  # no record, or not one value
+    return seen_value(drift, manifest, seen) != manifest_value(drift, manifest, seen)
+
+
+def named_fields(text: str) -> list[str] | None:
+    """The fields the last ``snapshot mismatch: a, b`` line of the text names (None: no such line)."""
+    lines = [line for line in text.splitlines() if "snapshot mismatch" in line]
+    if not lines:
+        return None
+    named = lines[-1].split("snapshot mismatch", 1)[1].lstrip(" :")
+    return [name.strip() for name in named.split(",") if name.strip()]
