@@ -159,10 +159,31 @@ def _audit(box: Box, scope: AuditScope, pids: list[int], ports: list[int]) -> Cl
     return audit
 
 
+def claim_made_remaps(scope: AuditScope, names: Sequence[str], step: str) -> None:
+    """Record that this lane's artifact (made by ``step``) names these ``/dev/shm/link_remap.*`` paths: CRIU makes a
+    link remap while it dumps and names it by the dump's file id, so the artifact whose images list it is the dump
+    that made it, whichever lane later looks first. The latest artifact to name a path owns it (a freed name can be
+    made again by a later dump)."""
+    scope.claims.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (scope.claims / f"made-{name.rsplit('/', 1)[-1]}").write_text(f"{scope.lane} {step}")
+
+
+def made_by(scope: AuditScope, entry: str) -> tuple[str, str] | None:
+    """The lane and step whose artifact names this ``/dev/shm`` entry (``claim_made_remaps``), if any."""
+    claim = scope.claims / f"made-{entry.split('|', 1)[0].rsplit('/', 1)[-1]}"
+    try:
+        lane, _, step = claim.read_text().strip().partition(" ")
+    except FileNotFoundError:
+        return None
+    return lane, step
+
+
 def attribute_link_remaps(box: Box, scope: AuditScope, listing: str) -> CleanupAudit:
-    """Entries of ``/dev/shm/link_remap.*`` new since this lane's baseline, each attributed to the lane that
-    first saw it appear (a claim file in the report directory, shared by every lane of the run): with host
-    IPC namespaces ``/dev/shm`` is shared, so one lane's leak must not be reported as every lane's."""
+    """Entries of ``/dev/shm/link_remap.*`` new since this lane's baseline, each attributed to the lane whose
+    artifact names it (the dump that made it, :func:`claim_made_remaps`), else to the lane that first saw it
+    appear (a claim file in the report directory, shared by every lane of the run): with host IPC namespaces
+    ``/dev/shm`` is shared, so one lane's leak must not be reported as every lane's."""
     baseline = set(scope.link_remaps_baseline.splitlines())
     new = [e for e in listing.splitlines() if e and e not in baseline]
     transient: list[str] = []
@@ -177,14 +198,20 @@ def attribute_link_remaps(box: Box, scope: AuditScope, listing: str) -> CleanupA
     scope.claims.mkdir(parents=True, exist_ok=True)
     ours: list[str] = []
     others: dict[str, list[str]] = {}
+    makers: dict[str, str] = {}
     for entry in new:
-        claim = scope.claims / entry.replace("/", "_").replace("|", "_")
-        try:
-            with open(claim, "x") as fh:
-                fh.write(scope.lane)
-            owner = scope.lane
-        except FileExistsError:
-            owner = claim.read_text().strip() or "?"
+        maker = made_by(scope, entry)
+        if maker is not None:
+            owner = maker[0]
+            makers[entry] = " ".join(maker)
+        else:
+            claim = scope.claims / entry.replace("/", "_").replace("|", "_")
+            try:
+                with open(claim, "x") as fh:
+                    fh.write(scope.lane)
+                owner = scope.lane
+            except FileExistsError:
+                owner = claim.read_text().strip() or "?"
         (ours.append(entry) if owner == scope.lane else others.setdefault(owner, []).append(entry))
     return CleanupAudit(
         lane=scope.lane,
@@ -192,4 +219,5 @@ def attribute_link_remaps(box: Box, scope: AuditScope, listing: str) -> CleanupA
         link_remaps_ours=ours,
         link_remaps_others=others,
         link_remaps_transient=transient,
+        link_remaps_made_by=makers,
     )

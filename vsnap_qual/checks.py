@@ -215,7 +215,8 @@ def audit_problems(audit: model.CleanupAudit) -> str:
         problems.append("GPU busy")
     if audit.get("link_remaps_ours"):
         ours = audit.get("link_remaps_ours", [])
-        problems.append(remap_text(ours, str(audit.get("lane")), str(audit.get("step") or "")))
+        made = audit.get("link_remaps_made_by") or {}
+        problems.append(remap_text(ours, str(audit.get("lane")), str(audit.get("step") or ""), made))
     elif not audit.get("link_remaps_equal"):
         problems.append("/dev/shm/link_remap.* differs from its baseline")
     if audit.get("shm_left"):
@@ -514,9 +515,15 @@ def _pid(proc: Mapping[str, object]) -> int:
     return pid if isinstance(pid, int) else 0
 
 
-def remap_text(entries: Sequence[str], lane: str, step: str) -> str:
-    names = ", ".join(e.split("|", 1)[0] for e in entries)
-    return f"link remap left in /dev/shm by lane {lane}" + (f" ({step})" if step else "") + f": {names}"
+def remap_text(entries: Sequence[str], lane: str, step: str, made: Mapping[str, str] | None = None) -> str:
+    """A leaked link remap, named with the lane and, where its artifact names it, the dump that made it (CRIU
+    makes link remaps while it dumps): found after ``step``, not necessarily made by it."""
+    made = made or {}
+    names = ", ".join(
+        e.split("|", 1)[0] + (f" (made by the dump of {made[e].replace(' ', chr(39) + 's ', 1)})" if e in made else "")
+        for e in entries
+    )
+    return f"link remap left in /dev/shm by lane {lane}" + (f" (found after {step})" if step else "") + f": {names}"
 
 
 # ---- inspect output across the lifecycle ------------------------------------------------------------------------

@@ -56,6 +56,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     run.state.captured_tids = thread_ids(run.box)
     run.state.outside_files = artifact_deps.outside_files(run.box)
     run.state.shm_owned.update(run.state.outside_files)
+    run.claim_made_remaps("fault-artifact")
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
 

@@ -494,6 +494,14 @@ class LaneRun:
     def outside_files(self) -> list[str]:
         return artifact_deps.outside_files(self.box)
 
+    def claim_made_remaps(self, step: str) -> list[str]:
+        """The ``/dev/shm/link_remap.*`` paths the lane's artifact names (its dump made them), claimed for this
+        lane's ``step`` in the run's claims, so a leak of them is this lane's whichever lane sees it first."""
+        assert self.scope is not None
+        made = [p for p in artifact_deps.named(self.box) if p.rsplit("/", 1)[-1].startswith(audit.LINK_REMAP)]
+        audit.claim_made_remaps(self.scope, made, step)
+        return made
+
     def absent_files(self, paths: list[str]) -> list[str]:
         return artifact_deps.absent(self.box, paths)
 

@@ -161,6 +161,9 @@ class CleanupAudit(TypedDict, total=False):
     link_remaps_new: list[str]
     link_remaps_ours: list[str]
     link_remaps_others: dict[str, list[str]]
+    #: who made each new entry: "<lane> <step>" of the artifact whose CRIU images name it (CRIU names a link remap
+    #: by the dump's file id, ``link_remap.<id>``: the artifact that lists it is the dump that made it)
+    link_remaps_made_by: dict[str, str]
     #: new entries that went away within the grace (another CRIU operation in flight on the host's /dev/shm)
     link_remaps_transient: list[str]
     lane: str
@@ -379,6 +382,8 @@ class StepResults(TypedDict, total=False):
     #: create and fault-artifact: the /dev/shm files the artifact's CRIU images name and that existed when it was
     #: made: what a restore needs from outside the artifact (``artifact_deps``; empty: self-contained)
     outside_files: list[str]
+    #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
+    link_remaps_made: list[str]
     #: a restore that failed, or a fault step's fresh artifact: those outside files that were gone (the artifact
     #: was consumed: the finding "artifact not self-contained", ``the check "self-contained"``)
     consumed: list[str]

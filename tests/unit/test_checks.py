@@ -269,6 +269,9 @@ class FakeLane:
     def outside_files(self) -> list[str]:
         return list(self.shm_named)
 
+    def claim_made_remaps(self, step: str) -> list[str]:
+        return []
+
     def absent_files(self, paths: list[str]) -> list[str]:
         return [p for p in paths if p in self.shm_gone]
 
@@ -465,7 +468,7 @@ def test_link_remaps_name_the_file_and_the_lane() -> None:
         "link_remaps_ours": ["/dev/shm/link_remap.42|2049|7|600|0"],
     }
     text = checks.audit_problems(audit)
-    assert text == "link remap left in /dev/shm by lane v1-head (restart): /dev/shm/link_remap.42"
+    assert text == "link remap left in /dev/shm by lane v1-head (found after restart): /dev/shm/link_remap.42"
 
 
 def _expecting(expect: str, arm: str, probed: dict[str, Any]) -> Any:
@@ -840,3 +843,31 @@ def test_criu_s_words_are_the_same_whether_vllm_logged_them_or_the_log_was_read(
     read = "8269: Error (criu/files-reg.c:2353): Can't open file dev/shm/psm_ac8c0f76 on restore: No such file or "
     read += "directory"
     assert checks.criu_reason(logged) == checks.criu_reason(read) == [read]
+
+
+def test_a_link_remap_is_the_leak_of_the_lane_whose_dump_made_it_whoever_looks_first(tmp_path) -> None:
+    """CRIU names a link remap by its dump's file id (``link_remap.<id>``), not by a PID: the artifact whose images
+    list it is the dump that made it. With a shared /dev/shm, lane v2-head's audit sees v1-head's remap first: it
+    is v1-head's, made by its create, and v2-head's own new entry stays v2-head's."""
+    from vsnap_qual import audit
+    from vsnap_qual.box import ShmEntry
+
+    made = ShmEntry("link_remap.5", "2049", "7", "600", 0)
+    unmade = ShmEntry("link_remap.9", "2049", "8", "600", 0)
+    box = SimpleNamespace(shm=lambda: [made, unmade])
+    v1 = audit.AuditScope(lane="v1-head", grace=0.0, gpus=False, claims=tmp_path)
+    v2 = audit.AuditScope(lane="v2-head", grace=0.0, gpus=False, claims=tmp_path)
+    audit.claim_made_remaps(v1, ["/dev/shm/link_remap.5"], "create")
+    listing = audit.link_remaps([made, unmade])
+    seen_by_v2 = audit.attribute_link_remaps(box, v2, listing)  # type: ignore[arg-type]
+    assert seen_by_v2["link_remaps_others"] == {"v1-head": [made.line]}
+    assert seen_by_v2["link_remaps_ours"] == [unmade.line]  # no artifact names it: first seen, by v2-head
+    assert seen_by_v2["link_remaps_made_by"] == {made.line: "v1-head create"}
+    seen_by_v1 = audit.attribute_link_remaps(box, v1, listing)  # type: ignore[arg-type]
+    assert seen_by_v1["link_remaps_ours"] == [made.line]
+    assert seen_by_v1["link_remaps_others"] == {"v2-head": [unmade.line]}
+    text = checks.audit_problems({**AUDIT_OK, "ok": False, "lane": "v1-head", "step": "restart", **seen_by_v1})
+    assert text == (
+        "link remap left in /dev/shm by lane v1-head (found after restart): "
+        "/dev/shm/link_remap.5 (made by the dump of v1-head's create)"
+    )
