@@ -109,6 +109,23 @@ def test_an_engine_wrong_only_for_seeded_requests_after_restore_fails_the_reques
     assert greedy and all(c["compare"]["ok"] for c in greedy)
 
 
+@pytest.mark.parametrize(
+    ("variant", "shape"), [("concurrent-wrong-after-restore", "concurrent"), ("long-prompt-cut-after-wake", "long")]
+)
+def test_an_engine_wrong_only_for_one_request_shape_after_restore_fails_naming_that_shape(
+    tmp_path, docker_client, reference_images, variant, shape
+):
+    run = qualify(tmp_path, docker_client, variant)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    message = restore["results"]
+    assert f"request shapes differ from the ordinary reference: {shape} request" in restore["message"], restore
+    assert "canary differs" not in restore["message"] and "digests differ" not in restore["message"]
+    compare = restore["results"]["shape_compare"]
+    assert any(not c["compare"]["ok"] for c in compare if c["shape"] == shape), message
+    assert all(c["compare"]["ok"] for c in compare if c["shape"] != shape), message
+
+
 def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
     tmp_path, docker_client, reference_images
 ):

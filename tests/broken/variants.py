@@ -240,6 +240,60 @@ VARIANTS: dict[str, Variant] = {
             ),
         ),
         Variant(
+            "concurrent-wrong-after-restore",
+            "after a restore, a completion that arrives while another is in flight loses its prompt's first "
+            "character: requests sent one at a time (every canary, digest and KV check) are right, only the "
+            "batched path answers wrong",
+            (
+                Patch(
+                    "vllm.entrypoints.openai.api_server",
+                    "def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:\n"
+                    "    config = engine.vllm_config\n",
+                    f"_VSNAP_FLIGHT: list[Any] = [0, threading.Lock(), False]  {MARK}: in flight, lock, restored\n"
+                    "\n\n"
+                    "def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:\n"
+                    "    with _VSNAP_FLIGHT[1]:\n"
+                    "        _VSNAP_FLIGHT[0] += 1\n"
+                    "        batched = _VSNAP_FLIGHT[0] > 1\n"
+                    "    try:\n"
+                    "        if batched and _VSNAP_FLIGHT[2] and isinstance(body.get('prompt'), str):\n"
+                    "            body = {**body, 'prompt': body['prompt'][1:]}\n"
+                    "        return _vsnap_completion(engine, body)\n"
+                    "    finally:\n"
+                    "        with _VSNAP_FLIGHT[1]:\n"
+                    "            _VSNAP_FLIGHT[0] -= 1\n"
+                    "\n\n"
+                    "def _vsnap_completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:\n"
+                    "    config = engine.vllm_config\n",
+                    where="replace",
+                ),
+                Patch(
+                    "vllm.snapshot.server",
+                    '            phase = "serve"\n',
+                    f"            import vllm.entrypoints.openai.api_server as _vsnap_api  {MARK}: restored\n"
+                    "            _vsnap_api._VSNAP_FLIGHT[2] = True\n",
+                ),
+            ),
+        ),
+        Variant(
+            "long-prompt-cut-after-wake",
+            "after a wake-up (every restore) the engine core keeps only the last 64 tokens of a prompt: short "
+            "prompts (every canary) are right, a prompt near max-model-len is answered from a cut context",
+            (
+                Patch(
+                    _CORE,
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self._vsnap_woken = 1  {MARK}: prompts cut after a wake-up\n",
+                ),
+                Patch(
+                    _CORE,
+                    "        ids = list(prompt_token_ids)\n",
+                    f"        if getattr(self, '_vsnap_woken', 0) and len(ids) > 64:  {MARK}\n"
+                    "            ids = ids[-64:]\n",
+                ),
+            ),
+        ),
+        Variant(
             "ignores-host-and-versions",
             "restore compares the environment and the GPU's UUID but not the host, the kernel, the vLLM, driver "
             "or CRIU version: a snapshot restores on another machine or stack",
