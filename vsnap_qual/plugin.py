@@ -99,6 +99,12 @@ def _is_suites_arg(arg: str) -> bool:
     return name == SUITES_PACKAGE or name.startswith(SUITES_PACKAGE + ".")
 
 
+def _only_informs(config: pytest.Config) -> bool:
+    """``--help`` and ``--version``: pytest shows the help (every ``--vsnap-*`` option in it) or its version and
+    exits; nothing is validated, started or written."""
+    return bool(getattr(config.option, "help", False) or getattr(config.option, "version", 0))
+
+
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -106,7 +112,7 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     why = active(config)
-    if why is None:
+    if why is None or _only_informs(config):
         return
     config.addinivalue_line("markers", "fault: an injected-failure qualification test")
     config.addinivalue_line(
@@ -512,8 +518,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         runtime = runtimes.create(qual.runtime, qual.runtime_settings())
         runtime.sweep(session=qual.run_id)
         runtime.close()
-    if not store.path.exists():
-        return
+    if not store.path.exists() or config.option.collectonly:
+        return  # nothing ran (--co only collects): no verdict, no report, nothing appended to a CI summary
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
     limited = _environment_limitations(store)
     store.write(
@@ -533,7 +539,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     config.stash[REPORT_PATHS_KEY] = paths
     log.info("verdict %s; reports written to %s", paths.verdict, qual.report_dir)
-    if paths.verdict != "pass" and session.exitstatus == 0 and not config.option.collectonly:
+    if paths.verdict != "pass" and session.exitstatus == 0:
         # a PARTIAL (a required step skipped or not reached) or failed verdict is not a qualification
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -1,0 +1,71 @@
+"""Sessions that run no qualification (``--help``, ``--version``, ``--co``) show what they show and leave nothing
+behind: no report directory, no verdict, nothing appended to a CI step summary (issue 26)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SEAM = ROOT / "tests" / "seam"  # memory_runtime: a runtime with no Docker, registered with -p
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+PROFILE = f"@{ROOT / 'suites' / 'profiles' / 'reference.args'}"
+MEMORY = [
+    "-p", "memory_runtime", "--vsnap-runtime=memory", "--vsnap-image=memory:head", "--vsnap-model=org/tiny",
+    f"--vsnap-revision={REVISION}", "--vsnap-expect=base", "--vsnap-soak=0.5", "--vsnap-observe=0",
+    "--vsnap-cleanup-grace=1",
+]  # fmt: skip
+
+
+def pytest_in(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest suites/ ARGS`` from ``cwd`` (the default report root is the invocation directory)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "suites"), "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SEAM), str(ROOT)]), **(env or {})},
+    )
+
+
+def everything_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize("profile", [[], [PROFILE]], ids=["no-options", "reference-profile"])
+def test_help_exits_0_lists_the_vsnap_options_and_writes_nothing(tmp_path: Path, profile: list[str]) -> None:
+    done = pytest_in(tmp_path, *profile, "--help")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "vsnap-qual: vLLM snapshot qualification" in done.stdout
+    for option in ("--vsnap-image", "--vsnap-report-dir", "--vsnap-kv-tolerance"):
+        assert option in done.stdout, option
+    assert everything_under(tmp_path) == [], "--help wrote into the invocation directory"
+
+
+@pytest.mark.parametrize("profile", [[], [PROFILE]], ids=["no-options", "reference-profile"])
+def test_version_exits_0_and_writes_nothing(tmp_path: Path, profile: list[str]) -> None:
+    done = pytest_in(tmp_path, *profile, "--version")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "pytest" in done.stdout + done.stderr
+    assert everything_under(tmp_path) == []
+
+
+def test_collect_only_renders_nothing_and_appends_nothing_to_the_step_summary(tmp_path: Path) -> None:
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("## earlier step\n")
+    report = tmp_path / "report"
+    done = pytest_in(
+        tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "--co", "-q", env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "test_lifecycle.py::" in done.stdout, "the suites were collected"
+    assert summary.read_text() == "## earlier step\n", "--co appended a verdict to $GITHUB_STEP_SUMMARY"
+    for name in ("results.json", "report.html", "summary.md"):
+        assert not (report / name).exists(), f"--co rendered {name}"
+    assert "FAIL" not in output, output[-2000:]
