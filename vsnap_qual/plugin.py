@@ -10,11 +10,12 @@ worker (:class:`LaneScheduling`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import signal
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from vsnap_qual.steps import OrdinaryReference
 
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
+SESSION_KEY = pytest.StashKey[model.SessionRecord]()  # the session record, written first when the run starts
 STORE_KEY = pytest.StashKey[EvidenceStore]()
 FAULTS_KEY = pytest.StashKey[FaultCatalogue]()  # the session's faults: built-in and added (pytest_vsnap_add_faults)
 PEERS_KEY = pytest.StashKey[dict[str, OrdinaryReference]]()  # lane name -> ordinary reference, within one worker
@@ -143,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
             check_report_dir(qual.report_dir)
         except (PreflightError, ReportDirInUse) as exc:
             raise pytest.UsageError(str(exc)) from None
-    config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
+    config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()), deferred=True)
     from vsnap_qual.report.junit import JunitNames  # every process: workers tag the items, the controller writes
 
     config.pluginmanager.register(JunitNames(qual.report_dir, _item_step), "vsnap_qual.junit")
@@ -186,10 +188,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:  # xdist hook: hand the run id to the workers
+def pytest_configure_node(node: Any) -> None:
+    """xdist hook: hand the run id, what preflight learned and the session record to the workers (after the
+    controller's preflight: xdist starts its workers in its own, later, ``pytest_sessionstart``)."""
     qual = node.config.stash.get(CONFIG_KEY, None)
     if qual is not None:
         node.workerinput["vsnap_run_id"] = qual.run_id
+        if PREFLIGHT_KEY in node.config.stash:
+            node.workerinput["vsnap_preflight"] = node.config.stash[PREFLIGHT_KEY].to_json()
+            node.workerinput["vsnap_session"] = json.dumps(node.config.stash[SESSION_KEY], default=str)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -220,11 +227,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             result = run_preflight(qual, runtime)
         except PreflightError as exc:
             raise pytest.UsageError(str(exc)) from None
-        (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
         log.info("preflight passed: images %s; GPUs %s; overlay files %d", result.images, result.gpus,
                  len(result.overlay))  # fmt: skip
-        probe = probe_copy.copy_probe(qual.probe_dir, qual.report_dir)  # what every lane binds
-        smoke = probe_copy.copy_smoke(qual.report_dir) if qual.cpu_smoke else None
+        probe = probe_copy.describe_probe(qual.probe_dir)  # what every lane binds: copied when the first starts
+        smoke = probe_copy.describe_smoke() if qual.cpu_smoke else None
         swept = runtime.sweep()  # boxes of owners that are gone
         facts = runtime.host_facts()
         runtime.close()
@@ -256,10 +262,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
         if smoke is not None:
             session_record["smoke"] = smoke
-        store.write(session_record)
     else:
-        result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
+        workerinput = getattr(config, "workerinput", {})
+        result = PreflightResult.from_json(workerinput["vsnap_preflight"])
+        session_record = json.loads(workerinput["vsnap_session"])
     config.stash[PREFLIGHT_KEY] = result
+    config.stash[SESSION_KEY] = session_record
+    store.stage([session_record], _session_files(qual, result, session_record))
+
+
+def _session_files(qual: QualConfig, result: PreflightResult, record: model.SessionRecord) -> Callable[[], None]:
+    """What the run writes into its report directory when its first lane starts, before the session record:
+    preflight's answer and the copies of the probe (and the CPU smoke platform) that every lane binds, checked
+    against what the session record says of them."""
+
+    def write() -> None:
+        (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
+        probe_copy.copy_probe(qual.probe_dir, qual.report_dir, expected=record["probe"])
+        if "smoke" in record:
+            probe_copy.copy_smoke(qual.report_dir, expected=record["smoke"])
+
+    return write
 
 
 def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultCatalogue) -> model.Coverage:
@@ -368,7 +391,7 @@ def _failure_message(report: pytest.CollectReport | pytest.TestReport) -> str:
 def _harness_error(config: pytest.Config, phase: model.HarnessPhase, nodeid: str, message: str) -> None:
     """A collection, setup or teardown error goes into the evidence (the controller sees every worker's)."""
     store = config.stash.get(STORE_KEY, None)
-    if store is None or not _is_controller(config) or not store.path.exists():
+    if store is None or not _is_controller(config):
         return
     store.write(
         model.HarnessErrorRecord(kind="harness_error", time=utc_now(), phase=phase, nodeid=nodeid, message=message)
@@ -464,6 +487,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> La
         unit_peers=request.config.stash.setdefault(UNIT_PEERS_KEY, {}),
     )
     registry[key] = run
+    store.open()  # the run's first lane: its report directory is written from here on
     log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
     try:
         run.start(runtime.image(lane.image, pre), pre.packages[lane.image], pre.gpus_for(lane))
@@ -511,15 +535,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     qual = config.stash.get(CONFIG_KEY, None)
-    if qual is None or not _is_controller(config):
+    if qual is None or STORE_KEY not in config.stash:
         return
     store = config.stash[STORE_KEY]
+    if not _is_controller(config):
+        if store.started:
+            store.open()  # this worker's held records (its plan) join the run another process started
+        return
     with contextlib.suppress(RuntimeFailure):
         runtime = runtimes.create(qual.runtime, qual.runtime_settings())
         runtime.sweep(session=qual.run_id)
         runtime.close()
-    if not store.path.exists() or config.option.collectonly:
-        return  # nothing ran (--co only collects): no verdict, no report, nothing appended to a CI summary
+    if config.option.collectonly or not (store.started or store.holds("harness_error")):
+        # nothing ran (refused, --co, nothing selected, stopped before the first lane): the report directory is
+        # left as it was, no verdict is rendered and nothing is appended to a CI summary. A harness error (a
+        # suite that does not collect, a fixture that breaks) is a failed run: its evidence is written.
+        return
+    store.open()
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
     limited = _environment_limitations(store)
     store.write(

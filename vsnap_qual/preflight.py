@@ -19,9 +19,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.
 
 
 def check_report_dir(path: Path) -> None:
+    """The report directory can be created and written, checked without creating it (nothing is written there
+    before the run's first lane starts): the nearest existing directory on its path takes a test file, removed."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PreflightError(
+            f"--vsnap-report-dir: {path} cannot be created: {existing} is not a directory; choose another path"
+        )
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{uuid.uuid4().hex}"
+        probe = existing / f".vsnap-write-test-{uuid.uuid4().hex}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:

@@ -1,9 +1,12 @@
-"""Sessions that run no qualification (``--help``, ``--version``, ``--co``) show what they show and leave nothing
-behind: no report directory, no verdict, nothing appended to a CI step summary (issue 26)."""
+"""Sessions that run no qualification (``--help``, ``--version``, ``--co``, a refused run, a selection of nothing) show
+what they show and leave nothing behind: no report directory, no verdict, nothing appended to a CI step summary; a
+refused run's retry into the same report directory runs (issue 26)."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +72,36 @@ def test_collect_only_renders_nothing_and_appends_nothing_to_the_step_summary(tm
     for name in ("results.json", "report.html", "summary.md"):
         assert not (report / name).exists(), f"--co rendered {name}"
     assert "FAIL" not in output, output[-2000:]
+
+
+def test_a_refused_run_leaves_its_report_dir_untouched_and_its_corrected_retry_runs_there(tmp_path: Path) -> None:
+    """The GPU guide's workflow: ``--vsnap-report-dir=reports/my-change``, refused (a bad option; preflight: a busy
+    port), fixed, run again into the same directory. A directory an older version left holding only an empty
+    ``logs/`` is no run's evidence either."""
+    report = tmp_path / "reports" / "my-change"
+    bad_option = pytest_in(tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "--vsnap-kv-tolerance=-1")
+    assert bad_option.returncode == pytest.ExitCode.USAGE_ERROR, bad_option.stderr[-2000:]
+    assert not (tmp_path / "reports").exists(), "a run refused for a bad option wrote its report directory"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        refused = pytest_in(tmp_path, *MEMORY, f"--vsnap-report-dir={report}", f"--vsnap-port-base={port}")
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert f"port {port} is in use" in refused.stderr
+    assert everything_under(tmp_path) == [], "a run refused at preflight wrote into the report directory"
+    (report / "logs").mkdir(parents=True)  # what a refused run of an older version left
+    retry = pytest_in(
+        tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "--vsnap-runners=v1", "-k", "test_ordinary_reference"
+    )
+    assert retry.returncode == 0, retry.stdout[-3000:] + retry.stderr[-2000:]
+    results = json.loads((report / "results.json").read_text())
+    assert results["verdict"]["status"] == "pass" and "narrowed" in results["verdict"]["headline"]
+    assert [s["step"] for s in results["steps"]] == ["ordinary"]
+
+
+def test_a_selection_of_nothing_writes_nothing(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    done = pytest_in(tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "-k", "no_such_step_anywhere")
+    assert done.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout[-2000:] + done.stderr[-2000:]
+    assert everything_under(tmp_path) == [], "a run that selected nothing wrote into the report directory"
