@@ -17,13 +17,14 @@ from vsnap_qual import __version__, model
 #: Exit status when an input cannot be read (the same as argparse's own usage errors).
 EXIT_BAD_INPUT = 2
 #: ``vsnap-qual report``: the exit status for each recorded verdict status (2 is bad input or usage).
-EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4}
+EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4, "interrupted": 4}
 #: ``vsnap-qual compare``: the new run regressed at the ``--fail-on`` level.
 EXIT_REGRESSION = 1
 
 REPORT_EPILOG = (
     "Exit status: the run's recorded verdict (never judged again): 0 PASS (also a narrowed PASS), 1 FAIL, "
-    "3 PARTIAL, 4 INCOMPLETE (a killed run); 2 when SOURCE cannot be read or the arguments are wrong."
+    "3 PARTIAL, 4 INCOMPLETE (a killed run) or INTERRUPTED (a stopped run); 2 when SOURCE cannot be read or the "
+    "arguments are wrong."
 )
 COMPARE_EPILOG = (
     "Exit status: 0 when NEW did not regress from OLD at the --fail-on level, 1 when it did (each regression "

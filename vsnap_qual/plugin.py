@@ -108,7 +108,7 @@ def _only_informs(config: pytest.Config) -> bool:
 
 
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # "SIGTERM": the words the evidence keeps
 
 
 @pytest.hookimpl(trylast=True)
@@ -532,6 +532,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Ctrl-C, or SIGTERM (made an interrupt in ``pytest_configure``): the run was stopped, not failed; its
+    ``session_end`` says so and the verdict is INTERRUPTED."""
+    config = _CONFIG.get("config")
+    if config is not None and CONFIG_KEY in config.stash:
+        config.stash[INTERRUPTED_KEY] = str(excinfo.value) or "Ctrl-C"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     qual = config.stash.get(CONFIG_KEY, None)
@@ -554,16 +562,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     store.open()
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
     limited = _environment_limitations(store)
-    store.write(
-        model.SessionEndRecord(
-            kind="session_end",
-            time=utc_now(),
-            ended=utc_now(),
-            exitstatus=int(session.exitstatus),
-            complete=True,
-            environment_limitations=limited,
-        )
+    end = model.SessionEndRecord(
+        kind="session_end",
+        time=utc_now(),
+        ended=utc_now(),
+        exitstatus=int(session.exitstatus),
+        complete=True,
+        environment_limitations=limited,
     )
+    if INTERRUPTED_KEY in config.stash:
+        end["interrupted"] = config.stash[INTERRUPTED_KEY]
+    store.write(end)
     from vsnap_qual.report import write_reports
 
     paths = write_reports(
@@ -578,6 +587,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 REPORT_PATHS_KEY = pytest.StashKey[Any]()
 DESELECTED_KEY = pytest.StashKey[list[pytest.Item]]()
+INTERRUPTED_KEY = pytest.StashKey[str]()  # what stopped the run (pytest_keyboard_interrupt)
 _CONFIG: dict[str, pytest.Config] = {}  # report hooks get no config argument
 
 
@@ -602,6 +612,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     qual = config.stash.get(CONFIG_KEY, None)
     paths = config.stash.get(REPORT_PATHS_KEY, None)
+    if qual is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _is_controller(config):
+        _nothing_selected(terminalreporter, config, qual)
     if qual is None or paths is None:
         return
     from vsnap_qual.report.terminal import terminal_summary_lines
@@ -618,3 +630,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"note: {note}")
     for line in _environment_limitations(config.stash[STORE_KEY]):
         terminalreporter.write_line(f"not qualified (environment limitation): {line}", red=True)
+
+
+def _nothing_selected(terminalreporter: Any, config: pytest.Config, qual: QualConfig) -> None:
+    """pytest's exit 5 on the suites: say what the selection could have chosen."""
+    from vsnap_qual.selection import nothing_selected_lines
+
+    items = config.stash.get(DESELECTED_KEY, [])
+    terminalreporter.section("vsnap-qual")
+    for line in nothing_selected_lines(
+        lanes=[lane.name for lane in qual.lanes],
+        faults=config.stash[FAULTS_KEY].ids,
+        tests=[getattr(item, "originalname", item.name) for item in items if _item_step(item)],
+        keyword=config.option.keyword or "",
+        markexpr=config.option.markexpr or "",
+    ):
+        terminalreporter.write_line(line, yellow=True)

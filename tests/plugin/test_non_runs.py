@@ -100,8 +100,55 @@ def test_a_refused_run_leaves_its_report_dir_untouched_and_its_corrected_retry_r
     assert [s["step"] for s in results["steps"]] == ["ordinary"]
 
 
-def test_a_selection_of_nothing_writes_nothing(tmp_path: Path) -> None:
+def test_a_selection_of_nothing_writes_nothing_and_lists_what_could_have_been_selected(tmp_path: Path) -> None:
+    from vsnap_qual import procedure
+
     report = tmp_path / "report"
-    done = pytest_in(tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "-k", "no_such_step_anywhere")
+    done = pytest_in(tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "-k", "restore_3", "-m", "not fault")
     assert done.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout[-2000:] + done.stderr[-2000:]
     assert everything_under(tmp_path) == [], "a run that selected nothing wrote into the report directory"
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("nothing selected by -k 'restore_3' -m 'not fault'") for line in lines), lines[-20:]
+    listed = {line.split(":", 1)[0]: line.split(":", 1)[1] for line in lines if ": " in line}
+    assert listed["lanes"].strip() == "v1-head, v2-head"
+    assert listed["step ids"].strip() == ", ".join(s.name for s in procedure.LIFECYCLE)
+    assert listed[f"fault names ({len(procedure.FAULTS)})"].strip() == ", ".join(f.id for f in procedure.FAULTS)
+    assert "test_restore_1" in listed["tests"] and "test_fault" in listed["tests"]
+
+
+#: Stops the run from inside ``vllm snapshot create`` (the memory box's), as Ctrl-C or a CI cancel would.
+STOPPER = """
+import os, signal
+import memory_runtime
+
+_create = memory_runtime.MemoryBox._create
+
+def _stopped_create(self, args):
+    os.kill(os.getpid(), signal.{signal})
+    return _create(self, args)
+
+memory_runtime.MemoryBox._create = _stopped_create
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_run_stopped_during_a_step_is_interrupted_naming_the_step_not_failed(tmp_path: Path, sig: str) -> None:
+    (tmp_path / "stopper.py").write_text(STOPPER.replace("{signal}", sig))
+    report = tmp_path / "report"
+    done = pytest_in(
+        tmp_path, *MEMORY, "-p", "stopper", f"--vsnap-report-dir={report}", "--vsnap-runners=v1", "-m", "not fault",
+        env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(SEAM), str(ROOT)])},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
+    results = json.loads((report / "results.json").read_text())
+    verdict = results["verdict"]
+    assert verdict["status"] == "interrupted", verdict["reasons"]
+    assert verdict["headline"] == "INTERRUPTED (during v1/head/create)"
+    how = "SIGTERM" if sig == "SIGTERM" else "Ctrl-C"
+    assert verdict["reasons"][0].startswith(f"the run was interrupted ({how}) while v1/head/create ran; 1 of "), verdict
+    create = next(s for s in results["steps"] if s["step"] == "create")
+    assert create["outcome"] == "skipped" and create["message"].startswith("interrupted: the run was stopped")
+    assert not any(s["outcome"] == "failed" for s in results["steps"]), "an interrupted step is not a failure"
+    assert (report / "summary.md").read_text().startswith("## vsnap-qual: ⏹️ INTERRUPTED (during v1/head/create)")
+    assert "FAIL" not in verdict["headline"] and "❌" not in output

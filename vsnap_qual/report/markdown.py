@@ -13,7 +13,7 @@ _CELL_LIMIT = 4_000
 #: The image label that says what the image simulates (the reference engine's GPU, real vLLM CPU's nvidia-smi
 #: identity shim); shown beside the lane's GPU.
 SIMULATED_LABEL = "ai.vsnap.simulated"
-_ICON = {"pass": "✅", "fail": "❌", "partial": "⚠️", "incomplete": "⚠️"}
+_ICON = {"pass": "✅", "fail": "❌", "partial": "⚠️", "incomplete": "⚠️", "interrupted": "⏹️"}
 _STATUS = {
     "pass": "pass",
     "FAIL": "**FAIL**",

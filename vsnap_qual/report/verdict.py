@@ -14,6 +14,8 @@ Statuses:
 - ``fail``: a step or a judged check failed, a harness error (collection, setup, teardown) happened, pytest
   exited non-zero, or no step passed.
 - ``incomplete``: the run was killed (no ``session_end``) before anything failed.
+- ``interrupted``: the run was stopped (Ctrl-C, SIGTERM: its ``session_end`` says so) before anything failed; the
+  headline names the step that was running. A failure found before the stop stays a FAIL (``FAIL (interrupted)``).
 """
 
 from __future__ import annotations
@@ -186,11 +188,21 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         reasons.append("the evidence has no session record")
         fail = fail or complete
     exitstatus = info["exitstatus"]
-    if complete and exitstatus not in (0, None):
+    interrupted = info.get("interrupted")
+    stopped = [s["step"] for s in cov["skipped"] if s["message"].startswith(model.INTERRUPTED_PREFIX)]
+    if interrupted:
+        during = f"while {_names(stopped)} ran" if stopped else "between steps"
+        required = cov["required"] if cov["required"] is not None else "?"
+        reasons.insert(
+            0,
+            f"the run was interrupted ({interrupted}) {during}; {len(cov['passed'])} of {required} required steps "
+            "passed before it: not a qualification",
+        )
+    elif complete and exitstatus not in (0, None):
         if not fail:
             reasons.append(f"pytest exited with status {exitstatus} (no step failure or harness error recorded)")
         fail = True
-    if complete and not counts.get("passed"):
+    if complete and not counts.get("passed") and not interrupted:
         reasons.append("no step passed")
         fail = True
 
@@ -199,6 +211,8 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     status: model.Status
     if fail:
         status = "fail"
+    elif interrupted:
+        status = "interrupted"
     elif not complete:
         status = "incomplete"
     elif not cov["known"] or gaps:
@@ -215,6 +229,10 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     headline = status.upper()
     if status == "fail" and not complete:
         headline = "FAIL (incomplete run)"
+    elif status == "fail" and interrupted:
+        headline = "FAIL (interrupted)"
+    elif status == "interrupted":
+        headline = f"INTERRUPTED ({'during ' + _names(stopped) if stopped else 'between steps'})"
     smoke = bool(info["options"].get("cpu_smoke"))
     if smoke:
         headline += " (CPU smoke)"  # never a bare PASS: nothing of a GPU was qualified
