@@ -740,6 +740,9 @@ class Verdict(TypedDict):
     #: what was qualified, in plain words, from the target's own labels and the run's mode (the report's banner,
     #: summary.md's second line, a JUnit property): a reference engine, a simulated piece, CPU smoke mode
     qualified: NotRequired[list[str]]
+    #: the same in one phrase, beside the verdict wherever it is shown (the HTML banner, summary.md's first line,
+    #: the JUnit property ``qualified_target``): the engine, as its labels name it, and what is simulated
+    target: NotRequired[str]
 
 
 class EvidenceInfo(TypedDict):

@@ -43,8 +43,10 @@ def render_markdown(
     verdict = results["verdict"]
     status = verdict["status"]
 
+    said = verdict.get("target")  # what was qualified, on the first line: a reference engine is not vLLM
     head = [
-        f"## vsnap-qual: {_ICON.get(status, '')} {verdict['headline'] or status.upper()}".rstrip(),
+        f"## vsnap-qual: {_ICON.get(status, '')} {verdict['headline'] or status.upper()}".rstrip()
+        + (f" · {cell(said, 300)}" if said else ""),
         "",
     ]
     qualified = verdict.get("qualified") or []

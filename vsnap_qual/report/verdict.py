@@ -253,13 +253,14 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         harness_errors=errors,
         checks=checks,
         qualified=qualified(run, smoke, cov.get("not_applicable") or []),
+        target=target(run),
     )
 
 
-def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.SkippedStep]) -> list[str]:
-    """What was qualified, in plain words: the engine and what is simulated, from each lane's image labels
-    (``ai.vsnap.engine``, ``ai.vsnap.simulated``), the vLLM the lanes ran, CPU smoke mode, and the runners (lanes)
-    the platform does not have, with vLLM's words."""
+def _targets(run: model.RunEvidence) -> tuple[list[str], list[str], list[str]]:
+    """The engines the lanes' targets name (their ``ai.vsnap.engine`` label: an image's, or a Python's vllm
+    distribution's), what they simulate (``ai.vsnap.simulated``, only where the lane had no GPU) and the vLLM
+    versions the lanes ran, each once."""
     engines: dict[str, None] = {}
     simulated: dict[str, None] = {}
     vllm: dict[str, None] = {}
@@ -270,11 +271,29 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
         labels = env["image"].get("labels") or {}
         if labels.get("ai.vsnap.engine"):
             engines[labels["ai.vsnap.engine"]] = None
-        if labels.get("ai.vsnap.simulated") and not env["gpu"]:  # where there is a GPU, the image uses it
+        if labels.get("ai.vsnap.simulated") and not env["gpu"]:  # where there is a GPU, the target uses it
             simulated[labels["ai.vsnap.simulated"]] = None
         version = env["versions"].get("vllm")
         if version:
             vllm[f"{lane['arm']} arm vLLM {version}"] = None
+    return list(engines), list(simulated), list(vllm)
+
+
+def target(run: model.RunEvidence) -> str:
+    """What was qualified in one phrase, shown beside the verdict: ``vsnap reference engine, … (not vLLM); simulated:
+    gpu`` or ``head arm vLLM 0.32.0, base arm vLLM 0.31.0``; empty when no lane recorded its environment."""
+    engines, simulated, vllm = _targets(run)
+    parts = ["; ".join(engines) or ", ".join(vllm)]
+    if simulated:
+        parts.append("simulated: " + ", ".join(simulated))
+    return "; ".join(p for p in parts if p)
+
+
+def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.SkippedStep]) -> list[str]:
+    """What was qualified, in plain words: the engine and what is simulated, from each lane's image labels
+    (``ai.vsnap.engine``, ``ai.vsnap.simulated``), the vLLM the lanes ran, CPU smoke mode, and the runners (lanes)
+    the platform does not have, with vLLM's words."""
+    engines, simulated, vllm = _targets(run)
     lines = [f"engine: {e}" for e in engines]
     if not engines and vllm:
         lines.append("engine: " + ", ".join(vllm))
@@ -287,7 +306,7 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
             "checkpoint, anything on a GPU."
         )
     lines += [
-        f"simulated: {s} (the lanes had none; the image's stand-in, as its ai.vsnap.simulated label says)"
+        f"simulated: {s} (the lanes had none; the target's stand-in, as its ai.vsnap.simulated label says)"
         for s in simulated
     ]
     lanes: dict[str, str] = {}
