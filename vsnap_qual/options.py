@@ -373,6 +373,11 @@ class OptionSpec:
     def env(self) -> str:
         return "VSNAP_" + self.name.replace("-", "_").upper()
 
+    def help_line(self, *, ini: bool = True) -> str:
+        """The option's help: what it does, its variable (and ini key) and its default."""
+        where = f"env {self.env}, ini {self.dest}" if ini else f"env {self.env}"
+        return f"{self.help} [{where}; default: {self.default or 'unset'}]"
+
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("image", parse_image, "", "engine image under test (e.g. vllm/vllm-openai:nightly-<sha>)"),
@@ -467,8 +472,7 @@ def add_options(parser: pytest.Parser) -> None:
     """Register every option, its ini twin and its help text (default and env name included)."""
     group = parser.getgroup("vsnap", "vsnap-qual: vLLM snapshot qualification")
     for spec in OPTIONS:
-        shown = spec.default or "unset"
-        help_text = f"{spec.help} [env {spec.env}, ini {spec.dest}; default: {shown}]"
+        help_text = spec.help_line()
         if spec.flag:
             group.addoption(spec.cli, dest=spec.dest, action="store_const", const="true", default=None, help=help_text)
         else:
