@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -95,6 +96,7 @@ class QualConfig:
     #: CPU smoke mode: vsnap-qual's platform plugin (vsnap_qual/smoke) declares sleep mode on vLLM's CPU platform in
     #: every lane, so real vLLM's CPU build can create and restore snapshots; no GPU, never a GPU qualification
     cpu_smoke: bool = False
+    pull: str = "auto"  # when preflight pulls an image (vsnap_qual.pull)
     runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
@@ -122,9 +124,9 @@ class QualConfig:
             lanes += [Lane(r, "base", self.base_image, self.base_expect, False) for r in runners]
         return tuple(lanes)
 
-    def runtime_settings(self) -> RuntimeSettings:
+    def runtime_settings(self, say: Callable[[str], None] | None = None) -> RuntimeSettings:
         return RuntimeSettings(
-            host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"]
+            host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"], say=say
         )
 
     def engine_argv(self) -> list[str]:
@@ -267,6 +269,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
     secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
     return QualConfig(
         runtime=runtime,
+        pull=_get(parsed, "vsnap_pull", "auto"),
         host_root=parsed.get("vsnap_host_root") or DEFAULT_HOST_ROOT,
         image=image,
         base_image=base_image,

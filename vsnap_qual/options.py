@@ -194,6 +194,15 @@ def parse_privileges(value: str) -> str:
     return value
 
 
+def parse_pull(value: str) -> str:
+    from vsnap_qual.pull import POLICIES
+
+    value = value.strip()
+    if value not in POLICIES:
+        raise argparse.ArgumentTypeError(f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in POLICIES.items()))
+    return value
+
+
 def parse_expect(value: str) -> str:
     value = value.strip()
     if value not in ("head", "base", "auto"):
@@ -450,6 +459,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "privileged, all-caps, all-caps-own-pid, host-namespaces or isolated",
     ),
     OptionSpec("runtime", parse_runtime, "docker", "where lanes run: docker (containers) or host (processes)"),
+    OptionSpec(
+        "pull",
+        parse_pull,
+        "auto",
+        "when preflight pulls an image: auto (an absent one, and a tag from a registry: it may have moved; never a "
+        "digest or a local build), missing, always or never",
+    ),
     OptionSpec("python", parse_optional_python, "", "host runtime: Python whose vllm is qualified (default: this one)"),
     OptionSpec("base-python", parse_optional_python, "", "host runtime: the base arm's Python (unmodified vllm)"),
     OptionSpec("host-root", parse_optional_path, "", "host runtime: lane directories (/var/tmp/vsnap-lanes)"),

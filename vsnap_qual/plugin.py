@@ -222,7 +222,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )  # fmt: skip
         if qual.doctor:
             _doctor_or_usage_error(config)
-        runtime = runtimes.create(qual.runtime, qual.runtime_settings())
+        runtime = runtimes.create(qual.runtime, qual.runtime_settings(say=progress.say_line(config)))
         try:
             result = run_preflight(qual, runtime)
         except PreflightError as exc:
@@ -248,6 +248,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 "lane_gpus": result.lane_gpus,
                 "images": result.images,
                 "packages": result.packages,
+                "pulls": result.pulls,
             },
             coverage=_required_coverage(qual, result, config.stash[FAULTS_KEY]),
             probe=probe,
