@@ -488,7 +488,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> La
         unit_peers=request.config.stash.setdefault(UNIT_PEERS_KEY, {}),
     )
     registry[key] = run
-    store.open()  # the run's first lane: its report directory is written from here on
+    store.open()  # open already (pytest_runtest_setup), unless a test outside the suites' steps starts a lane
     log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
     try:
         run.start(runtime.image(lane.image, pre), pre.packages[lane.image], pre.gpus_for(lane))
@@ -510,6 +510,14 @@ def vsnap_lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
 def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
     """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
     return lane_for(request, vsnap_lane, "faults")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A lane's first step begins (its box starts in this setup): the run starts writing its report directory."""
+    store = item.config.stash.get(STORE_KEY, None)
+    if store is not None and _item_lane_step(item) is not None:
+        store.open()
 
 
 @pytest.hookimpl(wrapper=True)
