@@ -61,7 +61,11 @@ def _docker_shim(directory: Path) -> Path:
 
 
 def _dry_run(**extra: str) -> list[list[str]]:
-    shim = _docker_shim(Path(tempfile.mkdtemp(prefix="vsnap-docker-shim-")))
+    with tempfile.TemporaryDirectory(prefix="vsnap-docker-shim-") as shim_dir:
+        return _dry_run_with(_docker_shim(Path(shim_dir)), **extra)
+
+
+def _dry_run_with(shim: Path, **extra: str) -> list[list[str]]:
     env = {
         **os.environ,
         "PATH": f"{shim}:{os.environ['PATH']}",
