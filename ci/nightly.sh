@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Nightly GPU qualification: doctor, then the suites against the nightly image with the released base image as
-# the second arm; exits with the qualification's verdict. Called by .buildkite/nightly.yml and
+# Nightly GPU qualification: pull, doctor, then the suites against the nightly image with the released base image
+# as the second arm; exits with the qualification's verdict. Called by .buildkite/nightly.yml and
 # .github/workflows/nightly.yml. Dry run (prints the commands, runs nothing): VSNAP_DRY_RUN=1.
 #
 # Required: VSNAP_IMAGE (e.g. vllm/vllm-openai:nightly-<sha>) and VSNAP_MODEL_CACHE (a host HF cache holding
@@ -53,6 +53,23 @@ if [ "$dry" != "1" ] && [ -e "$REPORT_DIR" ]; then rm -rf "$REPORT_DIR"; fi  # a
 run python3 -m venv "$VENV" || { early_failure "setup" "python3 -m venv $VENV failed"; exit 1; }
 run "$VENV/bin/python" -m pip install -q -e . || { early_failure "setup" "pip install -e . failed"; exit 1; }
 
+# Pull before the doctor (it never pulls: a new nightly tag is not on this agent yet), as the harness's
+# --vsnap-pull=auto would: an absent image, or a tag from a registry (:nightly moves); not an image built on this
+# agent, not a digest already here. The suites then take the images as pulled here (--vsnap-pull=missing).
+pull_if_needed() {
+  local image="$1" digests
+  if digests="$(docker image inspect --format '{{len .RepoDigests}}' "$image" 2>/dev/null)"; then
+    case "$image" in
+      *@sha256:*) echo "nightly: $image is pinned by digest and present: not pulled"; return 0 ;;
+    esac
+    if [ "$digests" = "0" ]; then echo "nightly: $image was built on this agent: not pulled"; return 0; fi
+  fi
+  run docker pull "$image"
+}
+for image in "$VSNAP_IMAGE" ${VSNAP_BASE_IMAGE:+"$VSNAP_BASE_IMAGE"}; do
+  pull_if_needed "$image" || { early_failure "pull" "docker pull $image failed"; exit 1; }
+done
+
 doctor_log="$REPORT_DIR/doctor.txt"
 if [ "$dry" != "1" ]; then mkdir -p "$REPORT_DIR"; fi
 show "$VENV/bin/vsnap-qual" doctor
@@ -75,7 +92,8 @@ if [ "${VSNAP_ANNOTATE:-0}" = "1" ]; then annotate_args=(--vsnap-annotate); fi
 # from the checkout's configuration); the plugin keeps each runner's lanes on one worker itself
 pytest_log="$REPORT_DIR/pytest.txt"
 pytest_cmd=("$VENV/bin/python" -m pytest -c /dev/null -p vsnap_qual -p xdist "${xdist_args[@]}" --rootdir=. suites/
-  --vsnap-report-dir="$REPORT_DIR" --junitxml="$REPORT_DIR/junit.xml" "${base_args[@]}" "${annotate_args[@]}")
+  --vsnap-report-dir="$REPORT_DIR" --junitxml="$REPORT_DIR/junit.xml" --vsnap-pull=missing "${base_args[@]}"
+  "${annotate_args[@]}")
 show "${pytest_cmd[@]}"
 status=0
 if [ "$dry" != "1" ]; then

@@ -17,13 +17,14 @@ from vsnap_qual import __version__, model
 #: Exit status when an input cannot be read (the same as argparse's own usage errors).
 EXIT_BAD_INPUT = 2
 #: ``vsnap-qual report``: the exit status for each recorded verdict status (2 is bad input or usage).
-EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4}
+EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4, "interrupted": 4}
 #: ``vsnap-qual compare``: the new run regressed at the ``--fail-on`` level.
 EXIT_REGRESSION = 1
 
 REPORT_EPILOG = (
     "Exit status: the run's recorded verdict (never judged again): 0 PASS (also a narrowed PASS), 1 FAIL, "
-    "3 PARTIAL, 4 INCOMPLETE (a killed run); 2 when SOURCE cannot be read or the arguments are wrong."
+    "3 PARTIAL, 4 INCOMPLETE (a killed run) or INTERRUPTED (a stopped run); 2 when SOURCE cannot be read or the "
+    "arguments are wrong."
 )
 COMPARE_EPILOG = (
     "Exit status: 0 when NEW did not regress from OLD at the --fail-on level, 1 when it did (each regression "
@@ -140,13 +141,32 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 #: name → subcommand; ``build_parser`` adds them in this order.
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Takes the --vsnap-* options of the pytest plugin (docs/options.md) and VSNAP_* variables."
+    from vsnap_qual import options
+
+    group = parser.add_argument_group("the pytest plugin's options (the doctor checks what they ask for)")
+    for spec in options.OPTIONS:
+        if spec.flag:
+            group.add_argument(
+                spec.cli, dest=spec.dest, action="store_const", const="true", help=spec.help_line(ini=False)
+            )
+        else:
+            group.add_argument(spec.cli, dest=spec.dest, metavar=spec.name.split("-")[-1].upper(),
+                               help=spec.help_line(ini=False))  # fmt: skip
+    parser.epilog = (
+        "Each option falls back to its VSNAP_* variable, then its default, as in the pytest plugin. Exit status: 0 "
+        "when every required check passed, 1 when one failed, 2 for a bad option."
+    )
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
-    from vsnap_qual import doctor
+    from vsnap_qual import doctor, options
 
-    return doctor.main(list(getattr(args, "passthrough", [])))
+    given = [
+        spec.cli if spec.flag else f"{spec.cli}={value}"
+        for spec in options.OPTIONS
+        if (value := getattr(args, spec.dest, None)) is not None
+    ]  # the options as given, parsed and checked once, by the doctor (unknown arguments reach it too)
+    return doctor.main([*given, *getattr(args, "passthrough", [])])
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {

@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -95,6 +96,7 @@ class QualConfig:
     #: CPU smoke mode: vsnap-qual's platform plugin (vsnap_qual/smoke) declares sleep mode on vLLM's CPU platform in
     #: every lane, so real vLLM's CPU build can create and restore snapshots; no GPU, never a GPU qualification
     cpu_smoke: bool = False
+    pull: str = "auto"  # when preflight pulls an image (vsnap_qual.pull)
     runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
@@ -122,9 +124,9 @@ class QualConfig:
             lanes += [Lane(r, "base", self.base_image, self.base_expect, False) for r in runners]
         return tuple(lanes)
 
-    def runtime_settings(self) -> RuntimeSettings:
+    def runtime_settings(self, say: Callable[[str], None] | None = None) -> RuntimeSettings:
         return RuntimeSettings(
-            host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"]
+            host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"], say=say
         )
 
     def engine_argv(self) -> list[str]:
@@ -192,6 +194,12 @@ def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
     return (VLLM_CANARY_PROMPT, *(p for p in prompts if p != VLLM_CANARY_PROMPT))
 
 
+def prompt_words(prompt: str) -> int:
+    """A lower bound of a prompt's tokens without its tokenizer: its whitespace-separated words (the pre-tokenizers
+    of the models vLLM serves split on whitespace, so no token spans two words), at least 1."""
+    return max(1, len(prompt.split()))
+
+
 def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
     """Cross-field validation and defaults: the parsed options (``options.parse_values``, untyped) become the typed
     ``QualConfig`` here. Raises ``pytest.UsageError`` naming the option and the fix."""
@@ -222,6 +230,18 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             f"--vsnap-canary-prompts={count} but only {len(prompts)} prompts are available: lower it or give more "
             "prompts with --vsnap-prompts=<file>"
         )
+    canary_tokens = _get(parsed, "vsnap_canary_tokens", 16)
+    max_model_len = _get(parsed, "vsnap_max_model_len", 512)
+    longest = max(prompts[:count], key=prompt_words)
+    need = canary_tokens + prompt_words(longest) + 1
+    if need > max_model_len:
+        shown = longest if len(longest) <= 60 else longest[:59] + "…"
+        raise pytest.UsageError(
+            f"--vsnap-max-model-len={max_model_len} is too short for --vsnap-canary-tokens={canary_tokens}: the "
+            f"longest canary prompt ({shown!r}, {prompt_words(longest)} words, at least as many tokens) and its "
+            f"{canary_tokens} answer tokens need at least {need}; raise --vsnap-max-model-len, lower "
+            "--vsnap-canary-tokens or shorten the prompt (--vsnap-prompts)"
+        )
     cleanup_grace = _get(parsed, "vsnap_cleanup_grace", 5.0)
     fault_timeout = _get(parsed, "vsnap_fault_timeout", 300.0)
     if cleanup_grace * 2 > fault_timeout:
@@ -249,6 +269,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
     secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
     return QualConfig(
         runtime=runtime,
+        pull=_get(parsed, "vsnap_pull", "auto"),
         host_root=parsed.get("vsnap_host_root") or DEFAULT_HOST_ROOT,
         image=image,
         base_image=base_image,
@@ -256,7 +277,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         revision=parsed["vsnap_revision"],
         tokenizer_revision=parsed.get("vsnap_tokenizer_revision") or parsed["vsnap_revision"],
         dtype=parsed["vsnap_dtype"],
-        max_model_len=parsed["vsnap_max_model_len"],
+        max_model_len=max_model_len,
         gpu_memory_utilization=parsed["vsnap_gpu_memory_utilization"],
         runners=parsed["vsnap_runners"],
         prompts=prompts[:count],
@@ -285,7 +306,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
         soak_s=_get(parsed, "vsnap_soak", 3.0),
         observe_s=_get(parsed, "vsnap_observe", 30.0),
-        canary_tokens=_get(parsed, "vsnap_canary_tokens", 16),
+        canary_tokens=canary_tokens,
         request_shapes=tuple(_get(parsed, "vsnap_request_shapes", ("repeated", "seeded", "concurrent", "long"))),
         concurrent_requests=_get(parsed, "vsnap_concurrent_requests", 8),
         cleanup_grace=cleanup_grace,

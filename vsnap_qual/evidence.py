@@ -8,10 +8,11 @@ model once (``report.parse``).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class ReportDirInUse(ValueError):
 def refuse_used_report_dir(report_dir: Path) -> None:
     """Raise :class:`ReportDirInUse` when ``report_dir`` holds another run's files: evidence is only appended
     to, so a second run there would merge two runs into one verdict. Checked before anything starts."""
-    found = [name for name in RUN_MARKERS if (report_dir / name).exists()]
+    found = [name for name in RUN_MARKERS if _holds_something(report_dir / name)]
     if not found:
         return
     run_id = None
@@ -59,29 +60,91 @@ def refuse_used_report_dir(report_dir: Path) -> None:
     )
 
 
-class EvidenceStore:
-    """Append-only JSONL evidence under ``report_dir``; logs live beside it under ``logs/``."""
+def _holds_something(path: Path) -> bool:
+    """A run's file, or a directory holding a file: empty directories (``logs/`` left by a refused run of an
+    older version) are no run's evidence."""
+    if path.is_dir() and not path.is_symlink():
+        return any(not p.is_dir() or p.is_symlink() for p in path.rglob("*"))
+    return path.exists() or path.is_symlink()
 
-    def __init__(self, report_dir: Path, redactor: Redactor | None = None) -> None:
+
+class EvidenceStore:
+    """Append-only JSONL evidence under ``report_dir``; logs live beside it under ``logs/``.
+
+    ``deferred``: nothing is written into ``report_dir`` (not even the directory) until :meth:`open`, which the
+    plugin calls when the run's first lane starts; records written before are held and written then, after the
+    run's header (:meth:`stage`). So a refused run, ``--co`` or a selection of nothing leaves the directory as it
+    was, and a retry into it is not refused."""
+
+    def __init__(self, report_dir: Path, redactor: Redactor | None = None, *, deferred: bool = False) -> None:
         self.report_dir = report_dir
         self.path = report_dir / EVIDENCE_FILE
         self.logs_dir = report_dir / "logs"
         self.redact = redactor or Redactor(())
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._open = not deferred
+        self._held: list[tuple[str, bytes]] = []  # (kind, line) written before open()
+        self._header: list[model.Record] = []
+        self._prepare: Callable[[], None] | None = None
 
-    def write(self, record: model.Record) -> model.Record:
-        """Append one typed evidence record (``vsnap_qual.model``), redacted, as one line under an exclusive lock;
-        returns the record as written."""
-        written = self.redact(record)
-        line = json.dumps(written, sort_keys=False, default=str) + "\n"
+    def stage(self, header: list[model.Record], prepare: Callable[[], None] | None = None) -> None:
+        """What the run writes first, once, whichever process opens the store first: ``prepare`` (the session's
+        files) then the ``header`` records (the session record)."""
+        self._header = list(header)
+        self._prepare = prepare
+
+    @property
+    def started(self) -> bool:
+        """Whether the run has begun writing: this process opened the store, or another process of the run did."""
+        return self._open or (self.path.is_file() and self.path.stat().st_size > 0)
+
+    def holds(self, kind: str) -> bool:
+        """Whether a record of ``kind`` is held, not yet written (the store is not open)."""
+        return any(held == kind for held, _ in self._held)
+
+    def open(self) -> None:
+        """Start writing: create the directory; if the evidence file is still empty (no process of this run
+        opened it), write the session's files and the header; then the records held so far. Under the evidence
+        file's lock, so xdist workers starting their first lanes at once write the header once."""
+        if self._open:
+            return
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        with self._locked() as fd:
+            lines = []
+            if os.fstat(fd).st_size == 0:
+                if self._prepare is not None:
+                    self._prepare()
+                lines = [self._line(self.redact(record)) for record in self._header]
+            lines += [line for _, line in self._held]
+            if lines:
+                os.write(fd, b"".join(lines))
+                os.fsync(fd)
+        self._held.clear()
+        self._open = True
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int]:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
+            yield fd
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    @staticmethod
+    def _line(written: model.Record) -> bytes:
+        return (json.dumps(written, sort_keys=False, default=str) + "\n").encode("utf-8")
+
+    def write(self, record: model.Record) -> model.Record:
+        """Append one typed evidence record (``vsnap_qual.model``), redacted, as one line under an exclusive lock
+        (held until :meth:`open` while the store is not open); returns the record as written."""
+        written = self.redact(record)
+        if not self._open:
+            self._held.append((str(written.get("kind")), self._line(written)))
+            return written
+        with self._locked() as fd:
+            os.write(fd, self._line(written))
+            os.fsync(fd)
         return written
 
     def log_path(self, lane: str, step: str, suffix: str = "log") -> Path:

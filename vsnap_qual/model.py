@@ -36,9 +36,12 @@ else:  # Python 3.10: typing has no NotRequired; typing_extensions' TypedDict un
 SCHEMA: Final = "vsnap-qual/results@1"
 #: How a step record's message begins when the step does not apply to its lane by design (not a gap, not counted)
 NOT_APPLICABLE_PREFIX: Final = "not applicable: "
+#: the message of the step that was running when the run was stopped (Ctrl-C, SIGTERM): recorded as skipped, never
+#: judged, and named by the verdict INTERRUPTED
+INTERRUPTED_PREFIX: Final = "interrupted: "
 
 Outcome = Literal["passed", "failed", "skipped"]
-Status = Literal["pass", "partial", "fail", "incomplete"]
+Status = Literal["pass", "partial", "fail", "incomplete", "interrupted"]
 CheckStatus = Literal["pass", "FAIL", "info", "incomplete", "not run"]
 HarnessPhase = Literal["collection", "setup", "teardown"]
 Behaviour = Literal["head", "base"]
@@ -616,6 +619,8 @@ class SessionEndRecord(TypedDict):
     exitstatus: int
     complete: bool
     environment_limitations: NotRequired[list[str]]
+    #: what stopped the run before it finished (``KeyboardInterrupt: signal 15``); absent when nothing did
+    interrupted: NotRequired[str]
 
 
 Record = Union[SessionRecord, EnvironmentRecord, StepRecord, PlanRecord, HarnessErrorRecord, SessionEndRecord]  # noqa: UP007
@@ -648,6 +653,8 @@ class RunInfo(TypedDict):
     ended: str | None
     exitstatus: int | None
     complete: bool
+    #: what stopped the run (Ctrl-C, SIGTERM), from its ``session_end``; absent when nothing did
+    interrupted: NotRequired[str]
     last_step: LastStep | None
     last_record_time: str | None
     #: the session record's options (untyped: see ``SessionRecord.options``)
@@ -738,6 +745,9 @@ class Verdict(TypedDict):
     #: what was qualified, in plain words, from the target's own labels and the run's mode (the report's banner,
     #: summary.md's second line, a JUnit property): a reference engine, a simulated piece, CPU smoke mode
     qualified: NotRequired[list[str]]
+    #: the same in one phrase, beside the verdict wherever it is shown (the HTML banner, summary.md's first line,
+    #: the JUnit property ``qualified_target``): the engine, as its labels name it, and what is simulated
+    target: NotRequired[str]
 
 
 class EvidenceInfo(TypedDict):

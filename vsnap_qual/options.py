@@ -73,6 +73,22 @@ def parse_positive_int(value: str) -> int:
     return number
 
 
+#: the smallest --vsnap-max-model-len accepted: two of vLLM's default 16-token KV blocks (README, Assumptions). The
+#: check that matters is config.build_config's: the canary tokens and the longest canary prompt must fit.
+MIN_MAX_MODEL_LEN = 32
+
+
+def parse_max_model_len(value: str) -> int:
+    number = parse_positive_int(value)
+    if number < MIN_MAX_MODEL_LEN:
+        raise argparse.ArgumentTypeError(
+            f"{number} is below the minimum {MIN_MAX_MODEL_LEN}: the canaries (vLLM's canary prompt, then each prompt "
+            f"for --vsnap-canary-tokens tokens) and the long request shape need a context of at least that; give "
+            f"{MIN_MAX_MODEL_LEN} or more (the default is 512)"
+        )
+    return number
+
+
 def parse_shapes(value: str) -> tuple[str, ...]:
     """``repeated,seeded,concurrent,long`` (any of them, in any order) or ``none``."""
     from vsnap_qual.contract import REQUEST_SHAPES as SHAPES
@@ -116,6 +132,20 @@ def parse_tolerance(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
     if not math.isfinite(number) or number < 0:
         raise argparse.ArgumentTypeError(f"{number} must be a finite number >= 0")
+    return number
+
+
+def parse_open_fraction(value: str) -> float:
+    """A fraction strictly between 0 and 1 (a relative tolerance); a percentage given by mistake is named."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number) or not 0.0 < number < 1.0:
+        hint = ""
+        if 1.0 <= number < 100.0:
+            hint = f"; {number:g} reads as {100 * number:g} %: for {number:g} % write {number / 100:g}"
+        raise argparse.ArgumentTypeError(f"{number:g} must be a fraction within (0, 1), e.g. 0.02 for 2 %{hint}")
     return number
 
 
@@ -164,6 +194,15 @@ def parse_privileges(value: str) -> str:
     return value
 
 
+def parse_pull(value: str) -> str:
+    from vsnap_qual.pull import POLICIES
+
+    value = value.strip()
+    if value not in POLICIES:
+        raise argparse.ArgumentTypeError(f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in POLICIES.items()))
+    return value
+
+
 def parse_expect(value: str) -> str:
     value = value.strip()
     if value not in ("head", "base", "auto"):
@@ -182,7 +221,10 @@ def parse_timeouts(value: str) -> dict[str, float]:
             raise argparse.ArgumentTypeError(
                 f"{part!r}: write NAME=SECONDS with NAME one of {', '.join(DEFAULT_TIMEOUTS)}"
             )
-        timeouts[name] = parse_seconds(seconds)
+        try:
+            timeouts[name] = parse_seconds(seconds)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{name}={seconds.strip()}: {exc}") from None
     return timeouts
 
 
@@ -373,6 +415,11 @@ class OptionSpec:
     def env(self) -> str:
         return "VSNAP_" + self.name.replace("-", "_").upper()
 
+    def help_line(self, *, ini: bool = True) -> str:
+        """The option's help: what it does, its variable (and ini key) and its default."""
+        where = f"env {self.env}, ini {self.dest}" if ini else f"env {self.env}"
+        return f"{self.help} [{where}; default: {self.default or 'unset'}]"
+
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("image", parse_image, "", "engine image under test (e.g. vllm/vllm-openai:nightly-<sha>)"),
@@ -391,7 +438,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("revision", parse_revision, "", "40-hex model revision (snapshot create requires one)"),
     OptionSpec("tokenizer-revision", parse_optional_revision, "", "40-hex tokenizer revision (default: revision)"),
     OptionSpec("dtype", parse_dtype, "float16", "--dtype for serve and create"),
-    OptionSpec("max-model-len", parse_positive_int, "512", "--max-model-len for serve and create"),
+    OptionSpec("max-model-len", parse_max_model_len, "512", "--max-model-len for serve and create"),
     OptionSpec("gpu-memory-utilization", parse_fraction, "0.5", "--gpu-memory-utilization"),
     OptionSpec("engine-args", parse_engine_args, "", "extra engine arguments, shell-quoted"),
     OptionSpec("env", parse_env, "", "extra engine environment NAME=VALUE,... (same at create and restore)"),
@@ -412,6 +459,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "privileged, all-caps, all-caps-own-pid, host-namespaces or isolated",
     ),
     OptionSpec("runtime", parse_runtime, "docker", "where lanes run: docker (containers) or host (processes)"),
+    OptionSpec(
+        "pull",
+        parse_pull,
+        "auto",
+        "when preflight pulls an image: auto (an absent one, and a tag from a registry: it may have moved; never a "
+        "digest or a local build), missing, always or never",
+    ),
     OptionSpec("python", parse_optional_python, "", "host runtime: Python whose vllm is qualified (default: this one)"),
     OptionSpec("base-python", parse_optional_python, "", "host runtime: the base arm's Python (unmodified vllm)"),
     OptionSpec("host-root", parse_optional_path, "", "host runtime: lane directories (/var/tmp/vsnap-lanes)"),
@@ -438,7 +492,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         flag=True,
     ),
     # issue 13: what a broken snapshot really does (KV after restore, liveness, strict cleanup, multi-token canaries)
-    OptionSpec("kv-tolerance", parse_tolerance, "0.02", "max |snapshot - ordinary| KV capacity, as a fraction"),
+    OptionSpec("kv-tolerance", parse_open_fraction, "0.02", "max |snapshot - ordinary| KV capacity, as a fraction"),
     OptionSpec("soak", parse_tolerance, "3", "seconds of /health + canary requests after each restore (0: none)"),
     # issue 25: what a restored server meets in real serving
     OptionSpec(
@@ -467,8 +521,7 @@ def add_options(parser: pytest.Parser) -> None:
     """Register every option, its ini twin and its help text (default and env name included)."""
     group = parser.getgroup("vsnap", "vsnap-qual: vLLM snapshot qualification")
     for spec in OPTIONS:
-        shown = spec.default or "unset"
-        help_text = f"{spec.help} [env {spec.env}, ini {spec.dest}; default: {shown}]"
+        help_text = spec.help_line()
         if spec.flag:
             group.addoption(spec.cli, dest=spec.dest, action="store_const", const="true", default=None, help=help_text)
         else:

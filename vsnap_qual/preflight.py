@@ -4,6 +4,7 @@ shares are here; what only a runtime can check (its engines, GPUs, the overlay's
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from pathlib import Path
 
@@ -19,9 +20,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.
 
 
 def check_report_dir(path: Path) -> None:
+    """The report directory can be created and written, checked without creating it (nothing is written there
+    before the run's first lane starts): the nearest existing directory on its path takes a test file, removed."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PreflightError(
+            f"--vsnap-report-dir: {path} cannot be created: {existing} is not a directory; choose another path"
+        )
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{uuid.uuid4().hex}"
+        probe = existing / f".vsnap-write-test-{uuid.uuid4().hex}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
@@ -110,6 +119,7 @@ def run_preflight(config: QualConfig, runtime: Runtime) -> PreflightResult:
         except overlay_mod.OverlayError as exc:
             raise PreflightError(f"--vsnap-overlay: {exc}") from None
     result = runtime.preflight(config, files)
+    check_overlay_compiles(files, (result.packages.get(config.image) or {}).get("python"))
     if config.cpu_smoke:
         lane_gpus = result.lane_gpus or {"all": result.gpus}
         with_gpu = {runner: gpus for runner, gpus in lane_gpus.items() if gpus != "none"}
@@ -121,6 +131,34 @@ def run_preflight(config: QualConfig, runtime: Runtime) -> PreflightResult:
             )
     check_expectations(config, result, runtime)
     return result
+
+
+def check_overlay_compiles(files: list[OverlayFile], target_python: str | None) -> None:
+    """Every overlaid file compiles (``compile``, as ``py_compile`` does, writing no bytecode into the checkout):
+    the engine imports each one, and a syntax error would otherwise stop the first lane's engine minutes in.
+    Judged by this Python, so only when it is not older than the arm's (``target_python``, from the package probe;
+    unknown: judged) — a newer syntax this Python lacks is not the overlay's error."""
+    here = sys.version_info[:2]
+    if target_python:
+        try:
+            there = tuple(int(part) for part in target_python.split(".")[:2])
+        except ValueError:
+            there = here
+        if there > here:
+            return
+    for file in files:
+        try:
+            source = file.host_path.read_bytes()
+            compile(source, str(file.host_path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+            text = f": {exc.text.strip()}" if exc.text and exc.text.strip() else ""
+            raise PreflightError(
+                f"--vsnap-overlay: {file.relative} does not compile ({where}: {exc.msg}{text}); the engine imports "
+                f"every overlaid file: fix {file.host_path} or leave it out of the overlay"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise PreflightError(f"--vsnap-overlay: {file.relative} cannot be read ({exc})") from None
 
 
 def check_expectations(config: QualConfig, result: PreflightResult, runtime: Runtime) -> None:

@@ -26,6 +26,8 @@ class PreflightResult:
     packages: dict[str, PackageInfo] = field(default_factory=dict)  # ref -> the package probe's answer
     overlay: list[OverlayFile] = field(default_factory=list)
     lane_gpus: dict[str, str] = field(default_factory=dict)  # runner -> "none" | "all" | "GPU-<uuid>"
+    #: ref -> what preflight's pull did (``vsnap_qual.pull``): why, the digest pulled, Docker's status or error
+    pulls: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def gpus_for(self, lane: Lane) -> str:
         """The GPUs of ``lane``: its runner's own GPU under ``--vsnap-gpus=auto`` (or a list), else the shared value."""
@@ -37,6 +39,7 @@ class PreflightResult:
                 "gpus": self.gpus,
                 "lane_gpus": self.lane_gpus,
                 "images": self.images,
+                "pulls": self.pulls,
                 "packages": self.packages,
                 "overlay": [
                     {"relative": f.relative, "host_path": str(f.host_path), "sha256": f.sha256} for f in self.overlay
@@ -54,6 +57,7 @@ class PreflightResult:
             packages=data["packages"],
             overlay=files,
             lane_gpus=data.get("lane_gpus") or {},
+            pulls=data.get("pulls") or {},
         )
 
 

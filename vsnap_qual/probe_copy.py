@@ -44,9 +44,16 @@ def tree_digest(root: Path) -> tuple[str, int]:
     return digest.hexdigest(), len(files)
 
 
-def copy_probe(source: Path | None, report_dir: Path) -> model.ProbeCopy:
-    """Copy the probe package into ``report_dir`` (once per session) and describe the copy."""
-    return _copy(source or BUILT_IN, report_dir, COPY_NAME)
+def copy_probe(source: Path | None, report_dir: Path, expected: model.ProbeCopy | None = None) -> model.ProbeCopy:
+    """Copy the probe package into ``report_dir`` (once per session) and describe the copy; with ``expected``
+    (:func:`describe_probe` at preflight), a copy that differs from it is refused."""
+    return _copy(source or BUILT_IN, report_dir, COPY_NAME, expected)
+
+
+def describe_probe(source: Path | None) -> model.ProbeCopy:
+    """What :func:`copy_probe` will record, read from the source before anything is copied (the session record
+    is known at preflight; the copy is made when the first lane starts)."""
+    return _describe(source or BUILT_IN, COPY_NAME)
 
 
 def smoke_copy(report_dir: Path) -> Path:
@@ -54,13 +61,33 @@ def smoke_copy(report_dir: Path) -> Path:
     return report_dir / SMOKE_COPY_NAME
 
 
-def copy_smoke(report_dir: Path) -> model.ProbeCopy:
+def copy_smoke(report_dir: Path, expected: model.ProbeCopy | None = None) -> model.ProbeCopy:
     """Copy the CPU smoke platform into ``report_dir`` (once per session, smoke mode only) and describe the copy."""
-    return _copy(SMOKE_BUILT_IN, report_dir, SMOKE_COPY_NAME)
+    return _copy(SMOKE_BUILT_IN, report_dir, SMOKE_COPY_NAME, expected)
 
 
-def _copy(source: Path, report_dir: Path, name: str) -> model.ProbeCopy:
-    target = report_dir / name
-    shutil.copytree(source, target, ignore=lambda _dir, names: {name for name in names if _is_cache(name)})
-    sha256, files = tree_digest(target)
+def describe_smoke() -> model.ProbeCopy:
+    """What :func:`copy_smoke` will record (see :func:`describe_probe`)."""
+    return _describe(SMOKE_BUILT_IN, SMOKE_COPY_NAME)
+
+
+def _describe(source: Path, name: str) -> model.ProbeCopy:
+    sha256, files = tree_digest(source)
     return {"source": str(source), "path": name, "sha256": sha256, "files": files}
+
+
+class ProbeChanged(RuntimeError):
+    """The package changed between preflight (recorded in the session record) and its copy."""
+
+
+def _copy(source: Path, report_dir: Path, name: str, expected: model.ProbeCopy | None = None) -> model.ProbeCopy:
+    target = report_dir / name
+    shutil.copytree(source, target, ignore=lambda _dir, names: {n for n in names if _is_cache(n)}, dirs_exist_ok=True)
+    sha256, files = tree_digest(target)
+    copied: model.ProbeCopy = {"source": str(source), "path": name, "sha256": sha256, "files": files}
+    if expected is not None and (expected["sha256"], expected["files"]) != (sha256, files):
+        raise ProbeChanged(
+            f"{source} changed since preflight ({expected['files']} files, sha256 {expected['sha256'][:12]}; the "
+            f"copy: {files} files, sha256 {sha256[:12]}): do not change the harness's files while a run starts"
+        )
+    return copied

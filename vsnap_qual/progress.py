@@ -9,7 +9,7 @@ xdist carries from a worker to the controller), so the controller prints the sam
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -114,6 +114,21 @@ def _first_line(crash: Any, report: pytest.TestReport) -> str:
     message = getattr(crash, "message", None) or str(report.longreprtext or "")
     lines = [line for line in str(message).splitlines() if line.strip()]
     return lines[0] if lines else ""
+
+
+def say_line(config: pytest.Config) -> Callable[[str], None]:
+    """Where a runtime says what it does while preflight waits (a pull's progress): a ``vsnap …`` line on the
+    terminal, at once; the logger when there is no terminal."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is None:
+            log.info("%s", line)
+            return
+        reporter.ensure_newline()
+        reporter.write_line(f"vsnap {line}")
+
+    return say
 
 
 def register(config: pytest.Config, lanes: list[str]) -> None:

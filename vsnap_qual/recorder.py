@@ -72,6 +72,10 @@ class StepRecorder:
         except pytest.skip.Exception as exc:
             outcome, message = "skipped", str(exc)
             raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the plugin makes it one): stopped, not failed
+            outcome = "skipped"
+            message = f"{model.INTERRUPTED_PREFIX}the run was stopped ({exc or 'Ctrl-C'}) while this step ran"
+            raise
         except BaseException as exc:
             outcome, message = "failed", f"{type(exc).__name__}: {exc}"
             raise

@@ -51,6 +51,21 @@ exit 0
 )
 FAKE_DOCTOR = RECORDER + 'echo "${FAKE_DOCTOR_OUTPUT:-PASS all}"\nexit "${FAKE_DOCTOR_EXIT:-0}"\n'
 FAKE_AGENT = RECORDER + 'cat >"$CALLS/annotation.md"\n'
+# docker: `image inspect` answers as an agent holding FAKE_DOCKER_LOCAL's images ("image=number of repo digests",
+# space-separated; others absent); `pull` exits FAKE_DOCKER_PULL_EXIT
+FAKE_DOCKER = (
+    RECORDER
+    + """
+if [ "$1" = "image" ] && [ "$2" = "inspect" ]; then
+  for entry in ${FAKE_DOCKER_LOCAL:-}; do
+    if [ "${entry%=*}" = "$5" ]; then echo "${entry##*=}"; exit 0; fi
+  done
+  echo "Error: No such image: $5" >&2; exit 1
+fi
+if [ "$1" = "pull" ]; then exit "${FAKE_DOCKER_PULL_EXIT:-0}"; fi
+exit 0
+"""
+)
 
 
 def _write(path: Path, text: str) -> None:
@@ -98,6 +113,7 @@ def nightly(tmp_path):
     shim.mkdir()
     _write(shim / "python3", RECORDER)  # `python3 -m venv`: recorded; the stand-in venv above is the result
     _write(shim / "buildkite-agent", FAKE_AGENT)
+    _write(shim / "docker", FAKE_DOCKER)
     calls = tmp_path / "calls"
     calls.mkdir()
     cache = tmp_path / "hf"
@@ -306,4 +322,38 @@ def test_the_dry_run_prints_the_same_commands_and_runs_none(nightly):
     assert run.returncode == 0 and run.calls("python") == [] and run.calls("python3") == []
     printed = [line[2:] for line in run.stdout.splitlines() if line.startswith("+ ")]
     assert printed[0].startswith("python3 -m venv") and "-m pytest -c /dev/null" in printed[-1]
-    assert os.path.basename(printed[2].split()[0]) == "vsnap-qual"
+    assert os.path.basename(printed[-2].split()[0]) == "vsnap-qual"  # the doctor, after the pulls
+
+
+# ---- images pulled before the doctor (issue 26) --------------------------------------------------------------
+def test_a_dry_run_with_a_new_tag_shows_the_pull_before_the_doctor(nightly):
+    run = nightly({**_buildkite_env("vllm/vllm-openai:nightly-0123abc"), "VSNAP_DRY_RUN": "1"})
+    assert run.returncode == 0, run.stderr
+    shown = [line for line in run.stdout.splitlines() if line.startswith("+ ")]
+    pulls = [i for i, line in enumerate(shown) if line.startswith("+ docker pull ")]
+    doctor = next(i for i, line in enumerate(shown) if line.endswith("vsnap-qual doctor"))
+    assert [shown[i] for i in pulls] == ["+ docker pull vllm/vllm-openai:nightly-0123abc",
+                                         "+ docker pull vllm/vllm-openai:v0.33.0"]  # fmt: skip
+    assert pulls and max(pulls) < doctor, shown
+    assert not [c for c in run.calls("docker") if c[:1] == ["pull"]], "a dry run pulls nothing"
+
+
+def test_the_images_are_pulled_as_the_harness_would_then_the_suites_take_them_as_pulled(nightly):
+    tag, base = "vllm/vllm-openai:nightly", "vllm/vllm-openai:v0.33.0"
+    built = "vllm/vllm-openai@sha256:" + "a" * 64
+    run = nightly({**_buildkite_env(tag), "VSNAP_BASE_IMAGE": base}, FAKE_PYTEST_REPORT="1",
+                  FAKE_DOCKER_LOCAL=f"{tag}=1 {base}=0")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert [c for c in run.calls("docker") if c[:1] == ["pull"]] == [["pull", tag]], "a moving tag, not a local build"
+    assert f"nightly: {base} was built on this agent: not pulled" in run.stdout
+    assert "--vsnap-pull=missing" in (run.pytest_argv() or [])
+    pinned = nightly({**_buildkite_env(built)}, FAKE_PYTEST_REPORT="1", FAKE_DOCKER_LOCAL=f"{built}=1")
+    assert ["pull", built] not in pinned.calls("docker")
+
+
+def test_a_failed_pull_stops_before_the_doctor_with_a_report(nightly):
+    run = nightly({**_buildkite_env("vllm/vllm-openai:nightly-0123abc"), "VSNAP_ANNOTATE": "1"},
+                  FAKE_DOCKER_PULL_EXIT="1")  # fmt: skip
+    assert run.returncode == 1
+    assert run.calls("vsnap-qual") == [], "the doctor did not run"
+    assert "FAIL — pull" in run.summary and "docker pull vllm/vllm-openai:nightly-0123abc failed" in run.summary

@@ -41,3 +41,4 @@ def test_doctor_rejects_bad_options_with_exit_2():
 def test_doctor_reports_a_missing_image():
     done = _doctor("--vsnap-image=vsnap-no-such-image:never", "--vsnap-gpus=none")
     assert done.returncode == 1 and "FAIL image: vsnap-no-such-image:never is not present locally" in done.stdout
+    assert "so the image checks did not run" in done.stdout and "`docker pull vsnap-no-such-image:never`" in done.stdout

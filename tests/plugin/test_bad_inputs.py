@@ -52,6 +52,14 @@ def bad_inputs(tmp_path):
         ("overlay-unchanged", [f"--vsnap-overlay={unchanged}"], {}, "no vllm/**.py file changed"),
         ("docker-unreachable", [], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, "Docker engine unreachable"),
         ("gpus-without-runtime", ["--vsnap-gpus=all"], {}, "--vsnap-gpus=all: Docker has no NVIDIA runtime"),
+        ("pull", ["--vsnap-pull=sometimes"], {}, "--vsnap-pull: 'sometimes': use 'auto'"),
+        (
+            "pull-never",
+            ["--vsnap-image=vsnap-no-such-image:never", "--vsnap-pull=never"],
+            {},
+            "--vsnap-image: image 'vsnap-no-such-image:never' is not present locally and --vsnap-pull=never forbids "
+            "pulling it: `docker pull vsnap-no-such-image:never` first",
+        ),
         (
             "image-missing",
             ["--vsnap-image=vsnap-no-such-image:never"],

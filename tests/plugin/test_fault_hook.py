@@ -18,6 +18,11 @@ from vsnap_qual import plugin
 from vsnap_qual.preflight_result import PreflightResult
 
 plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
+
+
+def pytest_collection_finish(session):  # --co writes nothing: the session record is read where it is kept
+    import json
+    print("VSNAP-SESSION " + json.dumps(session.config.stash[plugin.SESSION_KEY]))
 """
 
 
@@ -36,7 +41,8 @@ def test_a_conftests_fault_is_collected_and_required_in_every_lane(tmp_path: Pat
     report = tmp_path / "report"
     done = subprocess.run(
         [
-            sys.executable, "-m", "pytest", str(suites), "--co", "-q", "-p", "preflight_stub", "-p", "no:cacheprovider",
+            sys.executable, "-m", "pytest", str(suites), "--co", "-q", "-s", "-p", "preflight_stub",
+            "-p", "no:cacheprovider",
             "--vsnap-runtime=host", f"--vsnap-python={sys.executable}", "--vsnap-model=org/m",
             "--vsnap-revision=" + "a" * 40, f"--vsnap-report-dir={report}", f"--vsnap-host-root={tmp_path / 'lanes'}",
         ],
@@ -50,7 +56,9 @@ def test_a_conftests_fault_is_collected_and_required_in_every_lane(tmp_path: Pat
     assert len([line for line in collected if line.endswith("-lock-held]")]) == 2  # both runners' head lanes
     assert len(collected) == 2 * (len(procedure.FAULTS) + 1), "the built-in faults and the added one, per lane"
     session = next(
-        json.loads(line) for line in (report / "evidence.jsonl").read_text().splitlines() if '"kind": "session"' in line
-    )
+        json.loads(line.removeprefix("VSNAP-SESSION ")) for line in done.stdout.splitlines()
+        if line.startswith("VSNAP-SESSION ")
+    )  # fmt: skip
+    assert not report.exists(), "--co wrote into the report directory"
     assert session["coverage"]["faults"][-1] == "lock-held"
     assert "v2/head/fault:lock-held" in session["coverage"]["required"]

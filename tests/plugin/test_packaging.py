@@ -123,3 +123,46 @@ def test_a_pip_user_collects_the_installed_suites_with_pyargs(installed: tuple[P
     assert {Path(p).name for p in paths} == {"test_lifecycle.py", "test_faults.py"}, paths
     assert all(Path(p).parent == installed for p in paths), paths
     assert "test_create[v1-head]" in done.stdout, output[-3000:]
+
+
+def _package_dirs() -> set[str]:
+    """Every directory under vsnap_qual/ Python could import as a package (data-only ones too)."""
+    found = {"vsnap_qual"}
+    for path in (ROOT / "vsnap_qual").rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        if path.is_dir() and all(part.isidentifier() and part != "__pycache__" for part in parts):
+            found.add(".".join(parts))
+    return found
+
+
+def test_every_package_directory_is_in_the_packages_configuration() -> None:
+    import tomllib
+
+    configured = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert configured == _package_dirs() | {"vsnap_qual.suites"}
+
+
+def test_the_editable_install_make_install_runs_prints_no_build_warning(tmp_path: Path) -> None:
+    """`make qualify`'s first command installs the harness editable: setuptools printed 92 lines of "Package would be
+    ignored" for data directories missing from `packages`. Built here as pip builds it, with the Makefile's filter of
+    setuptools' informational editable-install notice (and only that)."""
+    import re
+
+    notices = re.search(r'^PIP_NOTICES := PYTHONWARNINGS="([^"]*)"$', (ROOT / "Makefile").read_text(), re.M)
+    assert notices is not None
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for tree in ("vsnap_qual", "suites"):
+        shutil.copytree(ROOT / tree, source / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "dist"
+    out.mkdir()
+    code = "import sys, setuptools.build_meta as b; b.build_editable(sys.argv[1])"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": notices.group(1)},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "Warning" not in output and "would be ignored" not in output, output[-3000:]

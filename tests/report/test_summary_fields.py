@@ -158,7 +158,7 @@ def test_what_was_qualified_opens_the_summary_and_the_html_banner(make_run: Make
     _edit_environments(directory, lambda r: r["image"]["labels"].update({"ai.vsnap.engine": engine}))
     paths = write_reports(directory, github_step_summary=False)
     title, qualified = paths.summary_md.read_text().split("\n\n")[:2]
-    assert title.endswith("PASS (CPU smoke)")
+    assert title.endswith(f"PASS (CPU smoke) · {engine}")
     assert qualified.startswith(f"> **What was qualified**: engine: {engine}; CPU smoke mode: real vLLM's CPU build")
     html = paths.report_html.read_text()
     banner = html[html.index('<div class="qualified">') : html.index("</div>", html.index('<div class="qualified">'))]
@@ -177,3 +177,31 @@ def test_a_real_gpu_is_never_called_simulated(make_run: MakeRun) -> None:
         "simulated" not in paths.report_html.read_text().split('<section id="environment">')[1].split("</section>")[0]
     )
     assert not any("simulated" in line for line in json.loads(paths.results_json.read_text())["verdict"]["qualified"])
+
+
+def test_the_reference_engine_and_a_simulated_gpu_are_said_beside_the_verdict(make_run: MakeRun) -> None:
+    """From the target's own labels only: the first line of summary.md, the HTML banner under the verdict and a
+    JUnit property; a target without them is named by the vLLM its lanes ran."""
+    from vsnap_qual.report.junit import run_properties
+
+    directory = make_run("reference", RunSpec(changed_digests=()))
+    engine = "vsnap reference engine, a miniature vLLM written for vsnap-qual (not vLLM)"
+
+    def edit(record: dict) -> None:
+        record["gpu"] = None
+        record["image"]["labels"].update({"ai.vsnap.engine": engine, "ai.vsnap.simulated": "gpu"})
+
+    _edit_environments(directory, edit)
+    paths = write_reports(directory, github_step_summary=False)
+    said = f"{engine}; simulated: gpu"
+    assert paths.summary_md.read_text().splitlines()[0] == f"## vsnap-qual: ✅ PASS · {said}"
+    html = paths.report_html.read_text()
+    verdict = html[html.index('<section id="verdict">') : html.index('<div class="qualified">')]
+    assert f'<div class="target">Qualified: {said}</div>' in verdict
+    results = json.loads(paths.results_json.read_text())
+    assert ("qualified_target", said) in run_properties(results)
+
+    plain = make_run("vllm", RunSpec(changed_digests=()))
+    _edit_environments(plain, lambda r: r["image"]["labels"].clear())
+    first = write_reports(plain, github_step_summary=False).summary_md.read_text().splitlines()[0]
+    assert "reference" not in first and " · head arm vLLM " in first, first

@@ -156,3 +156,34 @@ def test_what_was_qualified_comes_from_the_targets_labels(make_run: MakeRun) -> 
     # unlabelled: the vLLM versions the lanes ran
     plain = assemble_file(make_run("plain", RunSpec(changed_digests=())) / "evidence.jsonl")["verdict"]
     assert plain["qualified"] == ["engine: head arm vLLM 0.33.1.dev42+g593df82f, base arm vLLM 0.33.1.dev42+g593df82f"]
+
+
+def _interrupt(directory: Path, during: str | None) -> Path:
+    """The evidence as a run stopped (SIGTERM) while ``during`` (a step label) ran: later steps not recorded."""
+    path = directory / "evidence.jsonl"
+    records, kept, stopping = read_evidence(path).records, [], False
+    for record in records:
+        label = f"{record.get('runner')}/{record.get('arm')}/{record.get('step')}"
+        if record["kind"] == "step" and (stopping or label == during):
+            if not stopping:
+                record = {**record, "outcome": "skipped",
+                          "message": "interrupted: the run was stopped (SIGTERM) while this step ran"}  # fmt: skip
+                kept.append(record)
+            stopping = True
+            continue
+        if record["kind"] == "session_end":
+            record = {**record, "exitstatus": 2, "interrupted": "SIGTERM"}
+        kept.append(record)
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return path
+
+
+def test_a_stopped_run_is_interrupted_and_a_failure_before_the_stop_stays_a_fail(make_run: MakeRun) -> None:
+    verdict = assemble_file(_interrupt(make_run("stopped", RunSpec(changed_digests=())), "v1/head/create"))["verdict"]
+    assert (verdict["status"], verdict["headline"]) == ("interrupted", "INTERRUPTED (during v1/head/create)")
+    assert verdict["reasons"][0].startswith("the run was interrupted (SIGTERM) while v1/head/create ran;")
+    assert not verdict["failed"]
+    spec = RunSpec(changed_digests=(), failed_steps=(("v1", "head", "create"),))
+    failed = assemble_file(_interrupt(make_run("failed-then-stopped", spec), "v1/head/restore-1"))["verdict"]
+    assert (failed["status"], failed["headline"]) == ("fail", "FAIL (interrupted)")
+    assert failed["failed"] == ["v1/head/create"]

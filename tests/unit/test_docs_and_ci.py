@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -48,9 +49,26 @@ def test_github_workflow_has_a_model_cache_a_concurrency_group_and_uploads_the_r
     assert upload["if"] == "always()"
 
 
+#: a docker that holds no image and pulls nothing (the script asks `docker image inspect` even in a dry run)
+NO_IMAGES_DOCKER = '#!/bin/sh\n[ "$1" = image ] && exit 1\nexit 0\n'
+
+
+def _docker_shim(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "docker").write_text(NO_IMAGES_DOCKER)
+    (directory / "docker").chmod(0o755)
+    return directory
+
+
 def _dry_run(**extra: str) -> list[list[str]]:
+    with tempfile.TemporaryDirectory(prefix="vsnap-docker-shim-") as shim_dir:
+        return _dry_run_with(_docker_shim(Path(shim_dir)), **extra)
+
+
+def _dry_run_with(shim: Path, **extra: str) -> list[list[str]]:
     env = {
         **os.environ,
+        "PATH": f"{shim}:{os.environ['PATH']}",
         "VSNAP_IMAGE": "vllm/vllm-openai:nightly-abc",
         "VSNAP_MODEL_CACHE": "/data/hf",
         "VSNAP_DRY_RUN": "1",
@@ -68,8 +86,12 @@ def test_nightly_script_dry_run_uses_a_private_venv_and_only_options_the_plugin_
     venv = ".venv-nightly/bin/"
     assert commands[0][:3] == ["python3", "-m", "venv"]
     assert commands[1][:4] == [venv + "python", "-m", "pip", "install"], "never the system Python"
-    assert commands[2] == [venv + "vsnap-qual", "doctor"]
-    pytest_cmd = commands[3]
+    assert commands[2:4] == [
+        ["docker", "pull", "vllm/vllm-openai:nightly-abc"],
+        ["docker", "pull", "vllm/vllm-openai:v0.33.0"],
+    ]
+    assert commands[4] == [venv + "vsnap-qual", "doctor"], "pulled before the doctor, which never pulls"
+    pytest_cmd = commands[5]
     assert pytest_cmd[:3] == [venv + "python", "-m", "pytest"] and "-n" not in pytest_cmd
     pytest_args = [a for a in pytest_cmd if a.startswith("--vsnap-")]
     parsed = options.parse_standalone(pytest_args, env={"VSNAP_MODEL": "Qwen/Qwen3-0.6B"})
@@ -78,9 +100,9 @@ def test_nightly_script_dry_run_uses_a_private_venv_and_only_options_the_plugin_
 
 
 def test_nightly_script_annotates_only_when_asked_and_spreads_lanes_only_when_told():
-    assert "--vsnap-annotate" not in _dry_run(VSNAP_ANNOTATE="0")[3]
-    assert "--vsnap-annotate" not in _dry_run()[3]
-    pytest_cmd = _dry_run(VSNAP_WORKERS="2")[3]
+    assert "--vsnap-annotate" not in _dry_run(VSNAP_ANNOTATE="0")[-1]
+    assert "--vsnap-annotate" not in _dry_run()[-1]
+    pytest_cmd = _dry_run(VSNAP_WORKERS="2")[-1]
     assert pytest_cmd[pytest_cmd.index("-n") + 1] == "2"
 
 
@@ -99,8 +121,7 @@ def test_a_failing_doctor_still_leaves_a_report(tmp_path):
     doctor = fake / "bin" / "vsnap-qual"
     doctor.write_text("#!/bin/sh\necho 'FAIL GPUs: none visible'\nexit 1\n")
     doctor.chmod(0o755)
-    shim = tmp_path / "shim"
-    shim.mkdir()
+    shim = _docker_shim(tmp_path / "shim")
     (shim / "python3").write_text("#!/bin/sh\nexit 0\n")  # `python3 -m venv`: the venv above already exists
     (shim / "python3").chmod(0o755)
     cache = tmp_path / "hf"

@@ -67,3 +67,49 @@ def test_refuse_used_report_dir_accepts_empty_and_new_directories_and_refuses_an
         (used / name).write_text("")
         with pytest.raises(ReportDirInUse, match="--vsnap-report-dir: .* already holds the evidence of another run"):
             refuse_used_report_dir(used)
+
+
+def test_a_deferred_store_writes_nothing_until_it_opens_then_the_header_once_and_what_it_held(tmp_path):
+    """xdist workers each hold the run's header; whichever opens first writes it (and the session's files), the
+    others only their own records, after it."""
+    from vsnap_qual import model
+
+    report = tmp_path / "report"
+    prepared = []
+    stores = [EvidenceStore(report, deferred=True) for _ in range(2)]
+    for n, store in enumerate(stores):
+        store.stage([_session({}, run_id="r1")], lambda: prepared.append(1))
+        store.write(model.PlanRecord(kind="plan", time="t", worker=f"gw{n}", selected=[], deselected=[],
+                                     selection={}))  # fmt: skip
+    assert not report.exists() and not stores[0].started and stores[0].holds("plan")
+    stores[1].open()
+    assert stores[0].started, "another process's open is seen"
+    stores[0].open()
+    stores[0].write(_session({}, run_id="not-a-header"))
+    records = list(read_records(report / "evidence.jsonl"))
+    assert [(r["kind"], r.get("run_id") or r.get("worker")) for r in records] == [
+        ("session", "r1"), ("plan", "gw1"), ("plan", "gw0"), ("session", "not-a-header")
+    ]  # fmt: skip
+    assert prepared == [1], "the session's files are written once"
+    assert not (report / "logs").exists(), "logs/ is made by the first log, not by the store"
+
+
+def test_an_empty_directory_is_no_runs_evidence(tmp_path):
+    from vsnap_qual.evidence import ReportDirInUse, refuse_used_report_dir
+
+    (tmp_path / "logs" / "v1-head").mkdir(parents=True)  # empty logs/ left by a refused run of an older version
+    refuse_used_report_dir(tmp_path)
+    (tmp_path / "logs" / "v1-head" / "ordinary.log").write_text("x")
+    with pytest.raises(ReportDirInUse, match=r"\(logs\)"):
+        refuse_used_report_dir(tmp_path)
+
+
+def test_the_report_dir_check_creates_nothing(tmp_path):
+    from vsnap_qual.preflight import check_report_dir
+    from vsnap_qual.preflight_result import PreflightError
+
+    check_report_dir(tmp_path / "reports" / "my-change")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(PreflightError, match="--vsnap-report-dir: .*/a-file is not a directory"):
+        check_report_dir(tmp_path / "a-file" / "reports")

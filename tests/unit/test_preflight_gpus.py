@@ -45,6 +45,7 @@ def docker_host(monkeypatch):
         return SimpleNamespace(id="sha256:" + ref.encode().hex())
 
     monkeypatch.setattr(docker_runtime, "resolve_image", resolve_image)
+    monkeypatch.setattr(docker_runtime, "local_image", lambda client, ref: None if "absent" in ref else _built(ref))
     monkeypatch.setattr(docker_runtime, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm"})
     return state
 
@@ -142,3 +143,10 @@ def test_cpu_smoke_mode_is_refused_on_a_lane_that_would_get_a_gpu(tmp_path, dock
     assert "use --vsnap-gpus=none" in str(info.value)
     smoke = _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-gpus=none"))
     assert smoke.lane_gpus == {"v1": "none", "v2": "none"}
+
+
+def _built(ref: str) -> Any:
+    """A local image built on this host (no repository digest): --vsnap-pull=auto leaves it alone."""
+    from vsnap_qual.box import ImageInfo
+
+    return ImageInfo(id="sha256:" + ref.encode().hex(), repo_digests=[], labels={}, platform="linux/amd64")

@@ -35,7 +35,13 @@ __all__ = [
 
 HTML_FILE = "report.html"
 SUMMARY_FILE = "summary.md"
-_ANNOTATE_STYLE = {"pass": "success", "fail": "error", "partial": "warning", "incomplete": "warning"}
+_ANNOTATE_STYLE = {
+    "pass": "success",
+    "fail": "error",
+    "partial": "warning",
+    "incomplete": "warning",
+    "interrupted": "warning",
+}
 _ANNOTATE_TIMEOUT_S = 30
 
 

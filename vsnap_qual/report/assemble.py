@@ -137,6 +137,8 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
     )
     if session and "smoke" in session:
         run["smoke"] = session["smoke"]
+    if session_end and session_end.get("interrupted"):
+        run["interrupted"] = session_end["interrupted"]
     found = model.RunEvidence(
         run=run,
         runners=runners,

@@ -163,7 +163,7 @@ def _check_items(old: model.Results, new: model.Results) -> list[Change]:
 FAIL_ON = ("verdict", "check", "figure")
 FAIL_ON_DEFAULT = "verdict"
 #: Worse is larger: a verdict that moves up this scale is a regression.
-_VERDICT_RANK = {"pass": 0, "partial": 1, "incomplete": 2, "fail": 3}
+_VERDICT_RANK = {"pass": 0, "partial": 1, "incomplete": 2, "interrupted": 2, "fail": 3}
 #: Check statuses that count as holding (a check moving from one of these to another status regressed).
 _HOLDING = ("pass", "info")
 

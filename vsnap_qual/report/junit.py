@@ -68,6 +68,7 @@ def run_properties(results: model.Results | None) -> list[tuple[str, str]]:
         ("verdict", verdict["status"]),
         ("headline", verdict["headline"]),
         ("qualified", "; ".join(verdict.get("qualified") or [])),
+        ("qualified_target", verdict.get("target") or ""),
         ("harness_version", run["harness_version"] or ""),
     ]
     images: dict[str, model.Image] = {}

@@ -13,7 +13,7 @@ _CELL_LIMIT = 4_000
 #: The image label that says what the image simulates (the reference engine's GPU, real vLLM CPU's nvidia-smi
 #: identity shim); shown beside the lane's GPU.
 SIMULATED_LABEL = "ai.vsnap.simulated"
-_ICON = {"pass": "✅", "fail": "❌", "partial": "⚠️", "incomplete": "⚠️"}
+_ICON = {"pass": "✅", "fail": "❌", "partial": "⚠️", "incomplete": "⚠️", "interrupted": "⏹️"}
 _STATUS = {
     "pass": "pass",
     "FAIL": "**FAIL**",
@@ -43,8 +43,10 @@ def render_markdown(
     verdict = results["verdict"]
     status = verdict["status"]
 
+    said = verdict.get("target")  # what was qualified, on the first line: a reference engine is not vLLM
     head = [
-        f"## vsnap-qual: {_ICON.get(status, '')} {verdict['headline'] or status.upper()}".rstrip(),
+        f"## vsnap-qual: {_ICON.get(status, '')} {verdict['headline'] or status.upper()}".rstrip()
+        + (f" · {cell(said, 300)}" if said else ""),
         "",
     ]
     qualified = verdict.get("qualified") or []

@@ -14,6 +14,8 @@ Statuses:
 - ``fail``: a step or a judged check failed, a harness error (collection, setup, teardown) happened, pytest
   exited non-zero, or no step passed.
 - ``incomplete``: the run was killed (no ``session_end``) before anything failed.
+- ``interrupted``: the run was stopped (Ctrl-C, SIGTERM: its ``session_end`` says so) before anything failed; the
+  headline names the step that was running. A failure found before the stop stays a FAIL (``FAIL (interrupted)``).
 """
 
 from __future__ import annotations
@@ -186,11 +188,21 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         reasons.append("the evidence has no session record")
         fail = fail or complete
     exitstatus = info["exitstatus"]
-    if complete and exitstatus not in (0, None):
+    interrupted = info.get("interrupted")
+    stopped = [s["step"] for s in cov["skipped"] if s["message"].startswith(model.INTERRUPTED_PREFIX)]
+    if interrupted:
+        during = f"while {_names(stopped)} ran" if stopped else "between steps"
+        required = cov["required"] if cov["required"] is not None else "?"
+        reasons.insert(
+            0,
+            f"the run was interrupted ({interrupted}) {during}; {len(cov['passed'])} of {required} required steps "
+            "passed before it: not a qualification",
+        )
+    elif complete and exitstatus not in (0, None):
         if not fail:
             reasons.append(f"pytest exited with status {exitstatus} (no step failure or harness error recorded)")
         fail = True
-    if complete and not counts.get("passed"):
+    if complete and not counts.get("passed") and not interrupted:
         reasons.append("no step passed")
         fail = True
 
@@ -199,6 +211,8 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     status: model.Status
     if fail:
         status = "fail"
+    elif interrupted:
+        status = "interrupted"
     elif not complete:
         status = "incomplete"
     elif not cov["known"] or gaps:
@@ -215,6 +229,10 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     headline = status.upper()
     if status == "fail" and not complete:
         headline = "FAIL (incomplete run)"
+    elif status == "fail" and interrupted:
+        headline = "FAIL (interrupted)"
+    elif status == "interrupted":
+        headline = f"INTERRUPTED ({'during ' + _names(stopped) if stopped else 'between steps'})"
     smoke = bool(info["options"].get("cpu_smoke"))
     if smoke:
         headline += " (CPU smoke)"  # never a bare PASS: nothing of a GPU was qualified
@@ -235,13 +253,14 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         harness_errors=errors,
         checks=checks,
         qualified=qualified(run, smoke, cov.get("not_applicable") or []),
+        target=target(run),
     )
 
 
-def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.SkippedStep]) -> list[str]:
-    """What was qualified, in plain words: the engine and what is simulated, from each lane's image labels
-    (``ai.vsnap.engine``, ``ai.vsnap.simulated``), the vLLM the lanes ran, CPU smoke mode, and the runners (lanes)
-    the platform does not have, with vLLM's words."""
+def _targets(run: model.RunEvidence) -> tuple[list[str], list[str], list[str]]:
+    """The engines the lanes' targets name (their ``ai.vsnap.engine`` label: an image's, or a Python's vllm
+    distribution's), what they simulate (``ai.vsnap.simulated``, only where the lane had no GPU) and the vLLM
+    versions the lanes ran, each once."""
     engines: dict[str, None] = {}
     simulated: dict[str, None] = {}
     vllm: dict[str, None] = {}
@@ -252,11 +271,29 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
         labels = env["image"].get("labels") or {}
         if labels.get("ai.vsnap.engine"):
             engines[labels["ai.vsnap.engine"]] = None
-        if labels.get("ai.vsnap.simulated") and not env["gpu"]:  # where there is a GPU, the image uses it
+        if labels.get("ai.vsnap.simulated") and not env["gpu"]:  # where there is a GPU, the target uses it
             simulated[labels["ai.vsnap.simulated"]] = None
         version = env["versions"].get("vllm")
         if version:
             vllm[f"{lane['arm']} arm vLLM {version}"] = None
+    return list(engines), list(simulated), list(vllm)
+
+
+def target(run: model.RunEvidence) -> str:
+    """What was qualified in one phrase, shown beside the verdict: ``vsnap reference engine, … (not vLLM); simulated:
+    gpu`` or ``head arm vLLM 0.32.0, base arm vLLM 0.31.0``; empty when no lane recorded its environment."""
+    engines, simulated, vllm = _targets(run)
+    parts = ["; ".join(engines) or ", ".join(vllm)]
+    if simulated:
+        parts.append("simulated: " + ", ".join(simulated))
+    return "; ".join(p for p in parts if p)
+
+
+def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.SkippedStep]) -> list[str]:
+    """What was qualified, in plain words: the engine and what is simulated, from each lane's image labels
+    (``ai.vsnap.engine``, ``ai.vsnap.simulated``), the vLLM the lanes ran, CPU smoke mode, and the runners (lanes)
+    the platform does not have, with vLLM's words."""
+    engines, simulated, vllm = _targets(run)
     lines = [f"engine: {e}" for e in engines]
     if not engines and vllm:
         lines.append("engine: " + ", ".join(vllm))
@@ -269,7 +306,7 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
             "checkpoint, anything on a GPU."
         )
     lines += [
-        f"simulated: {s} (the lanes had none; the image's stand-in, as its ai.vsnap.simulated label says)"
+        f"simulated: {s} (the lanes had none; the target's stand-in, as its ai.vsnap.simulated label says)"
         for s in simulated
     ]
     lanes: dict[str, str] = {}

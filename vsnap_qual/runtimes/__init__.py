@@ -44,6 +44,9 @@ class RuntimeSettings:
     pull_timeout: float = 900.0
     probe_timeout: float = 120.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: where a runtime says what it is doing while preflight waits (a pull's progress): the terminal in a pytest
+    #: session, else the ``vsnap_qual`` logger
+    say: Callable[[str], None] | None = None
 
 
 class EngineOptionError(ValueError):

@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
+import queue
 import shlex
 import shutil
 import tarfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +29,12 @@ from typing import Any
 import docker
 import docker.errors
 import docker.types
+import docker.utils
 from docker.client import DockerClient
 from docker.models.containers import Container, _create_container_args
 
 from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import package_probe, privileges, procfs
+from vsnap_qual import package_probe, privileges, procfs, pull
 from vsnap_qual.box import (
     HOST_GRACE_S,
     LABEL_OWNER,
@@ -55,6 +58,8 @@ from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.preflight_result import PreflightError, PreflightResult, lane_gpu_result
 from vsnap_qual.runtimes import EngineOptionError, RuntimeSettings
 from vsnap_qual.runtimes.shell import ShellBox
+
+log = logging.getLogger("vsnap_qual")
 
 
 def connect(timeout: float = 30.0) -> DockerClient:
@@ -108,6 +113,40 @@ def resolve_image(client: DockerClient, ref: str, pull_timeout: float = 900.0) -
             "first (for the reference engine: `make reference`), or `docker login` to its registry."
         )
     return pulled[0]
+
+
+def pull_image(client: DockerClient, ref: str, timeout: float, say: Callable[[str], None]) -> pull.PullProgress:
+    """Pull ``ref`` from its registry, streaming Docker's events into progress lines (``pull.PullProgress``) as they
+    come; a pull that has not finished after ``timeout`` seconds, or that the registry refuses, raises."""
+    repository, tag = docker.utils.parse_repository_tag(ref)
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def work() -> None:
+        try:
+            for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
+                events.put(("event", event))
+            events.put(("done", None))
+        except docker.errors.DockerException as exc:
+            events.put(("error", getattr(exc, "explanation", None) or str(exc)))
+
+    threading.Thread(target=work, daemon=True).start()
+    progress = pull.PullProgress(ref)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            kind, value = events.get(timeout=max(left, 0.0)) if left > 0 else events.get_nowait()
+        except queue.Empty:
+            raise RuntimeFailure(f"pulling image {ref!r} did not finish in {timeout:.0f} s") from None
+        if kind == "done":
+            break
+        if kind == "error":
+            raise RuntimeFailure(f"the registry refused the pull: {value}")
+        for line in progress.feed(value):
+            say(line)
+        if progress.error:
+            raise RuntimeFailure(f"the registry refused the pull: {progress.error}")
+    return progress
 
 
 def engine_version(client: DockerClient) -> str | None:
@@ -605,9 +644,12 @@ class DockerRuntime:
         for ref in [r for r in (config.image, config.base_image) if r]:
             option = "--vsnap-image" if ref == config.image else "--vsnap-base-image"
             try:
+                pulled = self._pull_as_asked(client, ref, config.pull, config.timeouts["serve"])
                 image = resolve_image(client, ref, pull_timeout=config.timeouts["serve"])
-            except RuntimeFailure as exc:
+            except (RuntimeFailure, pull.PullRefused) as exc:
                 raise PreflightError(f"{option}: {exc}") from None
+            if pulled:
+                result.pulls[ref] = pulled
             result.images[ref] = str(image.id)
             result.packages[ref] = probe_package(client, str(image.id), config.run_id, config.timeouts["exec"], option)
         if overlay:
@@ -619,6 +661,33 @@ class DockerRuntime:
                     f"({package_dir}): {', '.join(missing)}"
                 )
         return result
+
+    def _pull_as_asked(self, client: DockerClient, ref: str, policy: str, timeout: float) -> dict[str, str]:
+        """Pull ``ref`` when ``--vsnap-pull`` asks (``pull.decision``), saying its progress; what it did, or {}.
+        A tag re-pulled under ``auto`` that the registry does not answer keeps the local image, said and recorded."""
+        local = local_image(client, ref)
+        why = pull.decision(ref, policy, local is not None, local.repo_digests if local else [])
+        if why is None:
+            return {}
+        say = self.settings.say or log.info
+        say(f"pull {ref}: pulling ({why}; --vsnap-pull={policy})")
+        try:
+            done = pull_image(client, ref, timeout, lambda line: say(f"pull {line}"))
+        except RuntimeFailure as exc:
+            if local is None:
+                raise RuntimeFailure(
+                    f"image {ref!r} is not present locally and could not be pulled ({exc}). Build or load it first "
+                    "(for the reference engine: `make reference`), or `docker login` to its registry."
+                ) from None
+            if policy == "always":
+                raise RuntimeFailure(
+                    f"image {ref!r} could not be pulled ({exc}) and --vsnap-pull=always asks for a fresh pull: "
+                    "`docker login` to its registry, or --vsnap-pull=missing to qualify the local image"
+                ) from None
+            say(f"pull {ref}: {exc}; qualifying the local image {local.id[:19]}")
+            return {"why": why, "error": str(exc), "kept": local.id}
+        say(f"pull {done.result_line()}")
+        return {"why": why, "digest": done.digest or "", "status": done.status or ""}
 
     def image(self, ref: str, pre: PreflightResult) -> ImageInfo:
         found = local_image(self.client, pre.images[ref])
@@ -712,8 +781,10 @@ class DockerRuntime:
                 CheckResult(
                     label,
                     "FAIL",
-                    f"{ref} is not present locally",
-                    "docker login && docker pull it, or `make reference` for the reference engine",
+                    f"{ref} is not present locally, so the image checks did not run (the doctor never pulls; the "
+                    "suites pull it under --vsnap-pull=auto)",
+                    f"`docker pull {ref}` (after `docker login` to its registry), or `make reference` for the "
+                    "reference engine",
                 )
             ]
         labels = image.labels

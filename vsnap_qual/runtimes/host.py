@@ -640,12 +640,14 @@ class HostRuntime:
         return result
 
     def image(self, ref: str, pre: PreflightResult) -> ImageInfo:
-        """What the evidence records as the "image" of a host-runtime arm: its Python and the vllm it imports."""
+        """What the evidence records as the "image" of a host-runtime arm: its Python, the vllm it imports and the
+        labels that vllm's distribution declares (``package_probe``: what the target says it is)."""
         info = pre.packages[ref]
         return ImageInfo(
             id=pre.images[ref],
             repo_digests=[],
             labels={
+                **(info.get("labels") or {}),
                 "ai.vsnap.runtime": "host",
                 "ai.vsnap.python": os.path.realpath(ref),
                 "ai.vsnap.vllm-package": str(info.get("package_dir")),

@@ -1,6 +1,10 @@
 """Install the reference `vllm` package the way pip would: package files, a `vllm-<version>.dist-info`
 (METADATA, entry_points.txt, RECORD) and a `vllm` console script.
 
+The dist-info also holds `vsnap-labels.json`: the same `ai.vsnap.*` labels the reference image carries (what the
+engine is, what it simulates), so a Python with this package installed (the host runtime's target) says what it is
+as the image does; vsnap-qual reads them (`vsnap_qual/package_probe.py`) as it reads any target's labels.
+
 Usage: python3 install_engine.py ENGINE_DIR FLAVOUR SITE_PACKAGES BIN_DIR
 The flavour overlay (engine/flavours/<flavour>/vllm/...) replaces or adds modules of the common package.
 """
@@ -9,11 +13,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shutil
 import sys
 from pathlib import Path
 
 VERSIONS = {"base": "0.33.0+vsnapref", "head": "0.33.1.dev0+vsnapref"}
+#: as the image's LABELs (docker/reference/Dockerfile; a test keeps them equal)
+LABELS = {
+    "ai.vsnap.engine": "vsnap reference engine, a miniature vLLM written for vsnap-qual (not vLLM)",
+    "ai.vsnap.simulated": "gpu",
+}
 
 
 def record_line(path: Path, root: Path) -> str:
@@ -47,6 +57,7 @@ def main() -> None:
     )
     (dist_info / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
     (dist_info / "INSTALLER").write_text("vsnap-reference\n")
+    (dist_info / "vsnap-labels.json").write_text(json.dumps(LABELS, indent=1, sort_keys=True) + "\n")
     (dist_info / "top_level.txt").write_text("vllm\n")
     (dist_info / "WHEEL").write_text(
         "Wheel-Version: 1.0\nGenerator: vsnap-reference\nRoot-Is-Purelib: true\nTag: py3-none-any\n"

@@ -1,0 +1,28 @@
+"""``vsnap-qual doctor --help`` lists the options the doctor takes (the pytest plugin's, each with its variable and
+default), and the options given reach the doctor's checks as given."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from vsnap_qual import cli, doctor, options
+
+
+def test_doctor_help_lists_every_option_with_its_variable() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "vsnap_qual.cli", "doctor", "--help"], capture_output=True, text=True, timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for spec in options.OPTIONS:
+        assert f"{spec.cli}" in text and f"[env {spec.env}; default: {spec.default or 'unset'}]" in text, spec.cli
+    assert "docs/options.md" not in text, "the wheel ships no docs/: the help must stand alone"
+
+
+def test_the_options_given_reach_the_doctor_as_given(monkeypatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(doctor, "main", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["doctor", "--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-runners", "v1", "--bogus"]) == 0
+    assert sorted(seen[0]) == sorted(["--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-runners=v1", "--bogus"])
