@@ -4,7 +4,9 @@
   and restore-2), and the follow-up restores after the faults;
 - ``vllm snapshot create``;
 - the engine's own time (``engine_seconds``: waiting on its commands, start, stop and HTTP answers) against the
-  steps' time and the session's wall time (first to last record), the rest being the harness's.
+  steps' time and the session's wall time (first to last record), the rest being the harness's;
+- the harness's own time per step (steps − engine, summed over the lanes, with its median per step) and, for the
+  fault steps, per phase of their sequence (``results.phases``, recorded by the run itself: ``faults.Phases``).
 
 Run: ``python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of docs/gpu-run/ come from it).
 """
@@ -23,7 +25,10 @@ from typing import Any
 def _series(values: list[float]) -> dict[str, Any] | None:
     if not values:
         return None
-    return {"median": statistics.median(values), "n": len(values), "min": min(values), "max": max(values)}
+    return {
+        "median": statistics.median(values), "n": len(values), "min": min(values), "max": max(values),
+        "total": sum(values),
+    }  # fmt: skip
 
 
 def figures(results: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +47,29 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
     wall = None
     if run.get("started") and run.get("ended"):
         wall = (dt.datetime.fromisoformat(run["ended"]) - dt.datetime.fromisoformat(run["started"])).total_seconds()
+    by_step: dict[str, list[dict[str, Any]]] = {}
+    for s in steps:
+        if s.get("seconds"):
+            by_step.setdefault(str(s["step"]), []).append(s)
+    harness = {
+        name: {
+            "n": len(found),
+            "engine_s": sum(s.get("engine_seconds") or 0.0 for s in found),
+            "steps_s": sum(s["seconds"] for s in found),
+            "harness_median_s": statistics.median(s["seconds"] - (s.get("engine_seconds") or 0.0) for s in found),
+        }
+        for name, found in by_step.items()
+    }
+    phases: dict[str, list[float]] = {}
+    for s in steps:
+        for name, seconds in ((s.get("results") or {}).get("phases") or {}).items():
+            phases.setdefault(name, []).append(float(seconds))
+    faults = [s for s in steps if str(s["step"]).startswith("fault:") and s.get("seconds")]
+    fault_harness = [s["seconds"] - (s.get("engine_seconds") or 0.0) for s in faults]
     return {
+        "harness_by_step": harness,
+        "fault_phases": {name: _series(values) for name, values in phases.items()},
+        "fault_harness_s": _series(fault_harness),
         "verdict": results["verdict"]["status"],
         "cold_start_ready_s": _series(ready("ordinary")),
         "restore_ready_s": _series(ready("restore-1", "restore-2")),
@@ -75,6 +102,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'restore / cold start':28s} {restore['median'] / cold['median']:.2f}")
     print(f"{'engine / steps / wall':28s} {found['engine_s']:.0f} s / {found['steps_s']:.0f} s / ", end="")
     print(f"{found['wall_s']:.0f} s" if found["wall_s"] is not None else "-")
+    if found["wall_s"] and found["engine_s"]:
+        print(f"{'wall / engine':28s} {found['wall_s'] / found['engine_s']:.2f}")
+    print(_line("harness time per fault", found["fault_harness_s"]))
+    print()
+    print(f"{'step':28s} {'n':>3s} {'engine s':>9s} {'steps s':>9s} {'harness s':>9s} {'median':>7s}")
+    for name, row in sorted(found["harness_by_step"].items(), key=lambda kv: -(kv[1]["steps_s"] - kv[1]["engine_s"])):
+        own = row["steps_s"] - row["engine_s"]
+        print(
+            f"{name:28s} {row['n']:3d} {row['engine_s']:9.1f} {row['steps_s']:9.1f} {own:9.1f} "
+            f"{row['harness_median_s']:7.2f}"
+        )
+    if found["fault_phases"]:
+        print()
+        print(f"{'fault phase':28s} {'n':>3s} {'median s':>9s} {'total s':>9s}")
+        for name, series in found["fault_phases"].items():
+            assert series is not None
+            print(f"{name:28s} {series['n']:3d} {series['median']:9.2f} {series['total']:9.1f}")
     return 0
 
 

@@ -553,53 +553,80 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
         raise StepFailed(f"{fault.title} ({behaviour} expectations, {reason}): " + "; ".join(problems))
 
 
+class Phases:
+    """Where one fault step's time went, phase by phase (``results.phases``, seconds, summed over a retry): the
+    evidence ``bench/run_figures.py`` reads the harness's own time from."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.into[name] = round(self.into.get(name, 0.0) + time.monotonic() - started, 3)
+
+
 def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's."""
     timeouts = run.config.timeouts
+    phase = Phases(rec.results.setdefault("phases", {}))
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
-    before_fault = wait_ids_free(run.box, captured_ids(run), timeouts["stop"])
+    with phase("captured-id wait before"):
+        before_fault = wait_ids_free(run.box, captured_ids(run), timeouts["stop"])
     gone = consumed(run)
     if gone:  # the fault starts from an artifact that restores: one engine defect is one finding, not one a fault
         by = f"the faulted restore of {run.state.consumed_by}" if run.state.consumed_by else "an earlier step"
-        fresh_artifact(run, rec, gone, f"the previous fault artifact was consumed ({', '.join(gone)} gone after {by})")
-        run.state.consumed_by = None
-        wait_ids_free(run.box, captured_ids(run), timeouts["stop"])  # the new artifact's dumped tree gone too
-    captured = captured_ids(run)
-    clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
-    reset_artifact(run.box)
-    # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
-    # fault still listed under one of them must not hide the next restored server from the cleanup
-    baseline = {p["pid"] for p in run.box.processes()} - captured
+        with phase("fresh artifact"):
+            why = f"the previous fault artifact was consumed ({', '.join(gone)} gone after {by})"
+            fresh_artifact(run, rec, gone, why)
+            run.state.consumed_by = None
+            wait_ids_free(run.box, captured_ids(run), timeouts["stop"])  # the new artifact's dumped tree gone too
+    with phase("reset"):
+        captured = captured_ids(run)
+        clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
+        reset_artifact(run.box)
+        # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
+        # fault still listed under one of them must not hide the next restored server from the cleanup
+        baseline = {p["pid"] for p in run.box.processes()} - captured
     at = Attempt(run, fault, rec, run.ports["fault"], captured)
     obs, injected, ignore = at.obs, at.injected, at.ignore
     try:
-        injector.begin(at)
-        before = run.artifact_digest()
-        result = injector.act(at)
-        observe(run, obs, result)
-        obs.fired = injector.fired(obs, injected)
-        if injector.judges_artifact:
-            obs.artifact_unchanged = run.artifact_digest() == before
+        with phase("inject"):
+            injector.begin(at)
+            before = run.artifact_digest()
+        with phase("command"):  # the faulted command, its watchers included
+            result = injector.act(at)
+        with phase("observe"):
+            observe(run, obs, result)
+            obs.fired = injector.fired(obs, injected)
+            if injector.judges_artifact:
+                obs.artifact_unchanged = run.artifact_digest() == before
     finally:
-        injector.end(at)
+        with phase("release"):
+            injector.end(at)
     # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
     # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
-    if obs.exit_code == 0:
-        kill_leftovers(run.box, baseline, ignore)
-    left = settle(run.box, baseline, ignore, limit=run.config.cleanup_grace)
-    audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [])
-    audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
-    killed = kill_leftovers(run.box, baseline, set())
-    settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
-    # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
-    # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
-    after_fault = wait_ids_free(run.box, captured | set(killed), timeouts["stop"])
-    # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
-    # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
-    with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
-        engine.wait_until(lambda: at.port not in run.box.listening_ports(), run.config.cleanup_grace, 0.05)
+    with phase("audit"):
+        if obs.exit_code == 0:
+            kill_leftovers(run.box, baseline, ignore)
+        left = settle(run.box, baseline, ignore, limit=run.config.cleanup_grace)
+        audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [])
+        audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
+        killed = kill_leftovers(run.box, baseline, set())
+        settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
+    with phase("captured-id wait after"):
+        # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
+        # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
+        after_fault = wait_ids_free(run.box, captured | set(killed), timeouts["stop"])
+        # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
+        # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
+        with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
+            engine.wait_until(lambda: at.port not in run.box.listening_ports(), run.config.cleanup_grace, 0.05)
     engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
     if engine_left:
         audit["killed_by_harness"] = engine_left
@@ -607,7 +634,8 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
     if waits:
         rec.results["captured_id_waits"] = waits
-    rec.results["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
+    with phase("follow-up restore"):
+        rec.results["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
     return obs
 
 

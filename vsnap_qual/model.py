@@ -387,6 +387,8 @@ class StepResults(TypedDict, total=False):
     outside_files: list[str]
     #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
     link_remaps_made: list[str]
+    #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)
+    phases: dict[str, float]
     #: a restore that failed, or a fault step's fresh artifact: those outside files that were gone (the artifact
     #: was consumed: the finding "artifact not self-contained", ``the check "self-contained"``)
     consumed: list[str]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib.util
 import inspect
 import json
 import os
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import textwrap
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -546,3 +548,52 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
     _run(lane, FAULTS_BY_ID["port-in-use"], rec)
     assert free_at_followup and all(free_at_followup), "the follow-up restore met the blocker's port"
     assert "killed_by_harness" not in rec.results["cleanup"], rec.results["cleanup"]
+
+
+def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):
+    """``results.phases``: the harness's own time is read from the run's evidence (``bench/run_figures.py``)."""
+    slow = 0.2
+
+    def slow_restore(run: FakeRun) -> None:
+        time.sleep(slow)
+
+    lane.on_restore = slow_restore
+    rec = _rec()
+    _run(lane, FAULTS_BY_ID["wake-raise"], rec)
+    phases = rec.results["phases"]
+    assert list(phases) == [
+        "captured-id wait before", "reset", "inject", "command", "observe", "release", "audit",
+        "captured-id wait after", "follow-up restore",
+    ]  # fmt: skip
+    assert all(v >= 0 for v in phases.values()) and phases["command"] >= slow
+    assert max(phases, key=phases.__getitem__) == "command"
+
+
+def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
+    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
+    assert spec and spec.loader
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    step = {"outcome": "passed", "results": {"phases": {"command": 1.0, "audit": 0.5}}}
+    results = {
+        "verdict": {"status": "pass"},
+        "run": {"started": "2026-12-02T00:00:00+00:00", "ended": "2026-12-02T00:00:20+00:00"},
+        "steps": [
+            {**step, "step": "fault:wake-raise", "seconds": 4.0, "engine_seconds": 1.0},
+            {**step, "step": "fault:wake-raise", "seconds": 6.0, "engine_seconds": 1.0},
+            {
+                "step": "ordinary",
+                "outcome": "passed",
+                "seconds": 5.0,
+                "engine_seconds": 4.5,
+                "results": {"ready_seconds": 4.0},
+            },
+        ],
+    }
+    found = figures.figures(results)
+    assert found["harness_by_step"]["fault:wake-raise"] == {
+        "n": 2, "engine_s": 2.0, "steps_s": 10.0, "harness_median_s": 4.0,
+    }  # fmt: skip
+    assert found["fault_harness_s"]["median"] == 4.0
+    assert found["fault_phases"]["command"]["total"] == 2.0 and found["fault_phases"]["audit"]["n"] == 2
+    assert (found["engine_s"], found["steps_s"], found["wall_s"]) == (6.5, 15.0, 20.0)
