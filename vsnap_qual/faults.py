@@ -110,7 +110,8 @@ class Injector:
     watches_port: bool = True
     #: the artifact digest before and after the action is compared (not where the action is a create)
     judges_artifact: bool = True
-    #: the harness's own corruption of the artifact is undone before the follow-up restore
+    #: the harness's own corruption of the artifact (made by ``begin``) is undone before the follow-up restore;
+    #: the artifact's digest before the action is then taken after the injection, not the pristine copy's
     undo_before_followup: bool = False
     #: fires through a probe hook point: a command that died before reaching it says why (the judge quotes it)
     through_hook: bool = False
@@ -598,7 +599,10 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     try:
         with phase("inject"):
             injector.begin(at)
-            before = run.artifact_digest()
+            # the reset put the pristine copy back: its digest, taken once, is the artifact's now, unless this
+            # kind's own injection changed the artifact (then it is taken after the injection, as it stands)
+            pristine = None if injector.undo_before_followup else run.state.pristine_digest
+            before = pristine or run.artifact_digest()
         with phase("command"):  # the faulted command, its watchers included
             result = injector.act(at)
         with phase("observe"):

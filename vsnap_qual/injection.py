@@ -59,6 +59,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     run.claim_made_remaps("fault-artifact")
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
+    run.state.pristine_digest = run.artifact_digest(BACKUP)
 
 
 def consumed(run: FaultLane) -> list[str]:

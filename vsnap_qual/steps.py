@@ -126,6 +126,9 @@ class LaneState:
     shm_owned: set[str] = field(default_factory=set)
     #: the fault lane: the fault whose restore consumed the fault artifact (its outside files gone), if one did
     consumed_by: str | None = None
+    #: the fault artifact's pristine copy's digest (``artifact_digest``), taken once when it is made: every reset
+    #: puts that copy back, so the digest before a fault that does not change the artifact itself is this one
+    pristine_digest: str | None = None
 
 
 class LaneTools(Protocol):
