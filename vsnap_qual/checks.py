@@ -493,7 +493,8 @@ def soak_findings(soak: model.Soak, when: str) -> list[Finding]:
     window = f"{died:.1f} s" if isinstance(died, (int, float)) else "at an unknown time"
     detail = (
         f"restored server died {window} after vllm snapshot restore exited 0 ({when}): {soak.get('reason')}; "
-        f"{soak.get('probes', 0)} probes passed before\nlog tail:\n{soak.get('log_tail') or '(empty)'}"
+        + (f"{soak['exit']}; " if soak.get("exit") else "")
+        + f"{soak.get('probes', 0)} probes passed before\nlog tail:\n{soak.get('log_tail') or '(empty)'}"
     )
     return [Finding("liveness", False, detail)]
 

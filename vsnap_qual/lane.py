@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import artifact_deps, audit, engine, model, overlay, probe_copy, shapes
+from vsnap_qual import artifact_deps, audit, engine, exits, model, overlay, probe_copy, shapes
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
@@ -493,6 +493,12 @@ class LaneRun:
 
     def outside_files(self) -> list[str]:
         return artifact_deps.outside_files(self.box)
+
+    def watch_exits(self, pids: list[int]) -> exits.ExitWatch:
+        """How these processes end (the kernel's process events), where their PIDs are the host's."""
+        if self.box.host_pid_namespace:
+            return exits.ExitWatch(pids)
+        return exits.ExitWatch(pids, why_not="the box has a PID namespace of its own")
 
     def claim_made_remaps(self, step: str) -> list[str]:
         """The ``/dev/shm/link_remap.*`` paths the lane's artifact names (its dump made them), claimed for this

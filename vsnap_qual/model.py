@@ -132,6 +132,8 @@ class Soak(TypedDict, total=False):
     last_ok_after_s: float
     reason: str
     log_tail: str
+    #: how the restored tree's processes ended (``exits``: the kernel's process events), or why that is unknown
+    exit: str
 
 
 class Digest(TypedDict, total=False):

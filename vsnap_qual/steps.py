@@ -24,6 +24,7 @@ from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import CPU_NOT_APPLICABLE, LIMITATIONS, VLLM_CANARY_PROMPT
 from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.exits import ExitWatch
 from vsnap_qual.model import (
     Behaviour,
     Canary,
@@ -171,6 +172,7 @@ class LaneTools(Protocol):
     def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
     def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
     def outside_files(self) -> list[str]: ...
+    def watch_exits(self, pids: list[int]) -> ExitWatch: ...
     def claim_made_remaps(self, step: str) -> list[str]: ...
     def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]: ...
     def absent_files(self, paths: list[str]) -> list[str]: ...
@@ -507,6 +509,20 @@ def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
     ordinary = run.state.ordinary
     repeat = "repeated" in run.config.request_shapes
     reference = ordinary.canary if ordinary is not None and repeat else None
+    with run.watch_exits(handle.pids) as exits:
+        return _watch(run, handle, since, exits, started, window, seconds, reference)
+
+
+def _watch(
+    run: LaneTools,
+    handle: ServerHandle,
+    since: float,
+    exits: ExitWatch,
+    started: float,
+    window: float,
+    seconds: float,
+    reference: list[Canary] | None,
+) -> Soak:
     mismatch: list[CanaryCompare] = []
     probes = canaries = 0
     last_ok = since
@@ -535,8 +551,11 @@ def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
                         }
                     )
         if not look["alive"]:
+            gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
+            exits.wait_for(gone)
             look.update(
                 {
+                    "exit": exits.ended(gone or handle.pids),
                     "probes": probes,
                     "canaries": canaries,
                     "seconds": round(time.time() - started, 2),

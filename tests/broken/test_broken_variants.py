@@ -91,6 +91,9 @@ def test_a_restored_server_that_dies_after_the_soak_fails_the_observation_window
     assert 10.0 <= soak["died_after_s"] <= 20.0 and soak["seconds"] > 3.0, soak
     assert "(watched 20 s after restore-1)" in restore["message"], restore["message"]
     assert "restored server died" in restore["message"] and "log tail" in restore["message"]
+    # its process group was SIGKILLed: the kernel's process events say so though the harness is not the parent
+    assert soak["exit"].startswith(f"{soak['exit'].split()[0]} killed by SIGKILL"), soak
+    assert "killed by SIGKILL" in restore["message"]
 
 
 def test_an_engine_wrong_only_for_seeded_requests_after_restore_fails_the_request_shapes(

@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -271,6 +274,11 @@ class FakeLane:
 
     def claim_made_remaps(self, step: str) -> list[str]:
         return []
+
+    def watch_exits(self, pids: list[int]) -> Any:
+        from vsnap_qual.exits import ExitWatch
+
+        return ExitWatch(pids, why_not="a fake lane")
 
     def absent_files(self, paths: list[str]) -> list[str]:
         return [p for p in paths if p in self.shm_gone]
@@ -870,4 +878,28 @@ def test_a_link_remap_is_the_leak_of_the_lane_whose_dump_made_it_whoever_looks_f
     assert text == (
         "link remap left in /dev/shm by lane v1-head (found after restart): "
         "/dev/shm/link_remap.5 (made by the dump of v1-head's create)"
+    )
+
+
+def test_how_a_process_that_is_not_ours_ended_comes_from_the_kernels_process_events() -> None:
+    """A restored server is nobody's child here: its death signal or exit code comes from the process-event
+    connector. Grandchildren (orphans, as a restored tree is) are seen as well as children."""
+    from vsnap_qual.exits import ExitWatch, describe
+
+    if os.geteuid() != 0:
+        pytest.skip("the kernel's process events need CAP_NET_ADMIN (CI and dev machines are root)")
+    killed = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    assert killed.stdout is not None
+    orphan = int(killed.stdout.readline())
+    exiting = subprocess.Popen(["sh", "-c", "sleep 0.3; exit 3"])
+    with ExitWatch([orphan, exiting.pid]) as watch:
+        time.sleep(0.1)
+        os.kill(orphan, signal.SIGKILL)
+        exiting.wait()
+        killed.wait()
+        watch.wait_for([orphan, exiting.pid])
+    assert watch.ended([orphan, exiting.pid]) == f"{orphan} killed by SIGKILL; {exiting.pid} exit code 3"
+    assert describe(0x86) == "killed by SIGABRT, core dumped"
+    assert ExitWatch([1], why_not="the box has a PID namespace of its own").ended([1]) == (
+        "exit status not observed: the box has a PID namespace of its own"
     )
