@@ -550,36 +550,24 @@ def _watch(
                             "log_tail": run.restored_log_tail(),
                         }
                     )
-        if not look["alive"]:
-            gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
-            exits.wait_for(gone)
+        died = not look["alive"]
+        if not died:
+            probes += 1
+            last_ok = time.time()
+        if died or (last_ok - started >= seconds and last_ok - since >= window):
             look.update(
-                {
-                    "exit": exits.ended(gone or handle.pids),
-                    "probes": probes,
-                    "canaries": canaries,
-                    "seconds": round(time.time() - started, 2),
-                    "last_ok_after_s": round(last_ok - since, 2),
-                    "window_s": window,
-                }
-            )
+                {"probes": probes, "canaries": canaries, "window_s": window,
+                 "seconds": round((time.time() if died else last_ok) - started, 2)}
+            )  # fmt: skip
+            if died:
+                gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
+                exits.wait_for(gone)
+                look.update({"exit": exits.ended(gone or handle.pids), "last_ok_after_s": round(last_ok - since, 2)})
+            else:
+                look["observed_after_restore_s"] = round(last_ok - since, 2)
             if mismatch:
                 look["repeated_mismatch"] = mismatch
             return look
-        probes += 1
-        last_ok = time.time()
-        if last_ok - started >= seconds and last_ok - since >= window:
-            done = Soak(
-                alive=True,
-                probes=probes,
-                canaries=canaries,
-                seconds=round(last_ok - started, 2),
-                window_s=window,
-                observed_after_restore_s=round(last_ok - since, 2),
-            )
-            if mismatch:
-                done["repeated_mismatch"] = mismatch
-            return done
         time.sleep(0.25)
 
 
