@@ -98,14 +98,18 @@ def send(requests: Sequence[Request], ask: Callable[[Request], CanaryOutput]) ->
     return answers
 
 
+def sequential_answer(prompt: str, canary: Sequence[model.Canary]) -> model.Canary | None:
+    """The ordinary engine's answer to this prompt sent alone (the canary's)."""
+    return next((c for c in canary if c["prompt"] == prompt and c.get("logprobs") is not None), None)
+
+
 def expected_for(
     shape: str, index: int, ordinary: model.ShapeRecord, canary: Sequence[model.Canary]
 ) -> model.Canary | None:
     """What the ordinary engine answered to this request: its own answer to the same shape (a concurrent
     request: its sequential answer to the same prompt, the canary's)."""
     if shape == "concurrent":
-        prompt = ordinary["answers"]["concurrent"][index]["prompt"]
-        return next((c for c in canary if c["prompt"] == prompt and c.get("logprobs") is not None), None)
+        return sequential_answer(ordinary["answers"]["concurrent"][index]["prompt"], canary)
     answers = ordinary["answers"].get(shape) or []
     return answers[index] if index < len(answers) else None
 
@@ -141,7 +145,6 @@ def self_consistency(
     """Per shape, whether the ordinary engine answered the same way twice (a concurrent batch: also the same as
     its sequential answers): only such a shape can judge a restored engine."""
     out: dict[str, bool] = {}
-    record = model.ShapeRecord(answers={k: list(v) for k, v in first.items()}, self_consistent={})
     for shape, given in first.items():
         twice = again.get(shape) or []
         same = len(twice) == len(given) and all(
@@ -149,8 +152,8 @@ def self_consistency(
             for a, b in zip(given, twice, strict=True)
         )
         if shape == "concurrent":
-            for index, answer in enumerate(given):
-                expected = expected_for(shape, index, record, canary)
+            for answer in given:
+                expected = sequential_answer(answer["prompt"], canary)
                 same = same and expected is not None
                 if expected is not None:
                     same = same and compare_one(CanaryOutput.of(expected), CanaryOutput.of(answer), tolerance)["ok"]
