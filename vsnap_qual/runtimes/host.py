@@ -7,7 +7,8 @@ directories are bind-mounted where the steps expect them (``/vsnap/work``, ``/vs
 at ``/vsnap/probe``, the model cache read-only at ``/vsnap/hf``), and a tmpfs of the lane's own is ``/dev/shm``.
 PID, IPC and network namespaces are the host's, as with the Docker runtime's host namespaces, so CRIU restores
 the captured host PIDs. Every command runs through ``nsenter --target HOLDER --mount``; the lane's processes are
-exactly those in the holder's mount namespace (identified by its inode, never by name).
+exactly those in the holder's mount namespace (identified by its inode, never by name, whatever their environment
+says); the lane token in their environment only guards a sweep of dead lanes.
 
 An *environment restart* (the host analogue of ``docker restart``) ends every process of the lane, clears its
 ``/dev/shm`` and starts a new holder in a fresh mount namespace and process session; ``/vsnap/work`` (the
@@ -318,9 +319,12 @@ class HostLane(ShellBox):
             self.holder.wait(10)
 
     def _members(self) -> list[ProcInfo]:
+        """While its holder lives, the lane is its mount namespace: every process in it, whatever its environment
+        says (a restored tree carries the token of the lane it was created in; a process may clear its
+        environment). The lane tokens only guard a sweep of dead lanes, whose namespace inode may be reused."""
         if self.namespace is None:
             return []
-        return _lane_members(self.namespace, self.tokens)
+        return processes_in_mount_namespace(self.namespace)
 
     def restart(self, stop_timeout: int = 20) -> None:
         """The environment restart: every lane process gone, its /dev/shm emptied, a fresh namespace holder."""
