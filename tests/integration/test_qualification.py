@@ -236,7 +236,8 @@ def test_make_qualify_concludes_as_recorded(tmp_path, reference_images):
     assembled again), the check "unit" (no unit command: not run, no items) and the check "request shapes" (64
     items, all passed: 4 shapes × 4 restores × 4 lanes, recorded from a run of 084576c), and the seven identity
     faults beside identity-drift (issue 25: 7 × 4 lanes, each one item in "faults" and one in "cleanup", all
-    passed); every other check, step and the coverage unchanged. A deliberate change of what the qualification
+    passed; their 28 steps in the steps and the coverage, recorded from a run of 9ed0f21); every other check, step
+    and the coverage unchanged. A deliberate change of what the qualification
     concludes updates the golden file in the same commit, saying why."""
     run = run_suite(tmp_path / "report", "-n", "2", f"--vsnap-base-image={REFERENCE_BASE}", observe=None)
     assert run.returncode == 0, run.output[-6000:]
