@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, hookspecs, model, options, probe_copy, procedure, progress, runtimes
+from vsnap_qual import __version__, hookspecs, model, options, plan, probe_copy, procedure, progress, runtimes
 from vsnap_qual.box import RuntimeFailure, owner_label
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
@@ -203,9 +203,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     qual = config.stash.get(CONFIG_KEY, None)
     if qual is None:
         return []  # inactive: invisible
+    catalogue = config.stash[FAULTS_KEY]
+    lanes = [(lane.runner, lane.arm, lane.overlaid and qual.overlay is not None) for lane in qual.lanes]
+    required = procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command))
+    workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    runners = len({lane.runner for lane in qual.lanes})
+    line = plan.plan_line(
+        [lane.name for lane in qual.lanes], required, catalogue.ids, qual.fault_timeout, qual.observe_s,
+        min(int(workers or 1), runners), plan.previous_run(qual.report_dir.parent, qual.report_dir),
+    )  # fmt: skip
     return [
         f"vsnap-qual {__version__}: image {qual.image}, model {qual.model}@{qual.revision[:12]}, "
-        f"lanes {_lane_list(qual)}, report {qual.report_dir}"
+        f"lanes {_lane_list(qual)}, report {qual.report_dir}",
+        f"vsnap-qual {line}",
     ]
 
 

@@ -1,0 +1,80 @@
+"""The plan line printed before a run starts: lanes, required steps, the fault timeout and the observation window,
+and how long it may take — at least what the stall faults wait (each waits out the fault timeout) and, where a
+finished run lies in the report root, what its steps took, scaled to this plan. A GPU run is long and its steps
+report only when they end: the plan says up front what is coming."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vsnap_qual import procedure
+
+
+def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest finished run (``results.json``) in the report root other than this run's directory."""
+    if not report_root.is_dir():
+        return None
+    found = sorted(
+        (p for p in report_root.glob("*/results.json") if p.parent != exclude),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for path in found:
+        try:
+            return path.parent, json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def step_medians(results: dict[str, Any]) -> dict[str, float]:
+    """Median seconds of each step name in a finished run (steps that ran)."""
+    seconds: dict[str, list[float]] = {}
+    for step in results.get("steps") or []:
+        if step.get("seconds"):
+            seconds.setdefault(str(step["step"]), []).append(float(step["seconds"]))
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def plan_line(
+    lanes: Sequence[str],
+    required: Sequence[str],
+    fault_ids: Sequence[str],
+    fault_timeout: float,
+    observe_s: float,
+    parallel: int,
+    previous: tuple[Path, dict[str, Any]] | None,
+) -> str:
+    """``plan: 4 lanes, 116 required steps (19 faults per lane), fault timeout 20 s, window 30 s; at least …``;
+    ``parallel``: how many lanes run at once (one worker per runner under xdist)."""
+    parallel = max(1, parallel)
+    stalls = sum(1 for f in procedure.FAULTS if f.stall and f.id in fault_ids)
+    waited = stalls * fault_timeout * len(lanes) / parallel
+    line = (
+        f"plan: {len(lanes)} lanes ({', '.join(lanes)}), {len(required)} required steps "
+        f"({len(fault_ids)} faults per lane), fault timeout {fault_timeout:g} s, window {observe_s:g} s after each "
+        f"restore; at least {_minutes(waited)} in the stall faults ({stalls} per lane wait out the fault timeout"
+        + (f", {parallel} lanes at a time" if parallel > 1 else "")
+        + ")"
+    )
+    if previous is None:
+        return line + "; no finished run in the report root to estimate from"
+    where, results = previous
+    medians = step_medians(results)
+    names = [label.rsplit("/", 1)[-1] for label in required]
+    known = [medians[name] for name in names if name in medians]
+    if not known:
+        return line + f"; {where.name} ran none of these steps"
+    total = sum(known) / parallel
+    said = f"; about {_minutes(total)} by the step times of {where.name}"
+    if len(known) < len(names):
+        said += f" ({len(names) - len(known)} of the steps it did not run not counted)"
+    return line + said
