@@ -105,6 +105,13 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_for_compare(path: Path) -> model.Results:
+    results = _read_for_compare(path)
+    if not (results.get("run") or {}).get("run_id"):
+        raise ValueError(f"{path} is not a run's results: it names no run id")
+    return results
+
+
+def _read_for_compare(path: Path) -> model.Results:
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_file, load_results
 
     if path.is_dir():

@@ -75,3 +75,38 @@ def test_cli_compare(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[
 def test_cli_compare_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_setup_that_differs_is_said_first(two_runs: tuple[Path, Path]) -> None:
+    """Two runs on other images, runtimes, GPUs or options: each difference below may come from that, so it is
+    said before anything else; the same setup says nothing of it."""
+    import copy
+    import json
+
+    from vsnap_qual.report.assemble import load_results
+
+    old = load_results(two_runs[0])
+    assert diff_runs(old, old).setup == []
+    new = copy.deepcopy(dict(old))
+    new["run"]["options"]["fault_timeout"] = 20.0
+    new["run"]["options"]["report_dir"] = "/elsewhere"  # where the report went is no setup
+    for lane in new["lanes"]:
+        lane["environment"]["gpu"] = None  # the same engine on a CPU box
+    diff = diff_runs(old, json.loads(json.dumps(new)))
+    said = {c.key: (c.old, c.new) for c in diff.setup}
+    assert said == {"GPU": ("NVIDIA H200 × 1", "none"), "option fault_timeout": ("300.0", "20.0")}, said
+    text = format_text(diff)
+    sections = [line for line in text.splitlines() if line.endswith("):")]
+    assert sections[0].startswith("Setup differs") and "GPU: NVIDIA H200 × 1 → none" in text
+    assert "| GPU | NVIDIA H200 × 1 | none |" in format_markdown(diff)
+
+
+def test_a_file_without_a_run_id_is_refused(tmp_path: Path, two_runs: tuple[Path, Path], capsys) -> None:
+    import json
+
+    stub = tmp_path / "stub.json"  # a results file that names no run: not a run to compare with
+    results = json.loads(two_runs[0].read_text())
+    results["run"]["run_id"] = ""
+    stub.write_text(json.dumps(results))
+    assert main(["compare", str(stub), str(two_runs[1])]) == 2
+    assert "names no run id" in capsys.readouterr().err

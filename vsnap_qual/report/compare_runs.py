@@ -6,6 +6,7 @@ logprob), KV capacity and timing differences; as plain text or Markdown.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -61,6 +62,9 @@ class RunDiff:
     canary: list[Change] = field(default_factory=list)
     kv: list[Change] = field(default_factory=list)
     timings: list[Change] = field(default_factory=list)
+    #: what the two runs ran on and with, where it differs (images, runtime, GPU, options): said first, since
+    #: every difference below may come from it rather than from the change under test
+    setup: list[Change] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -113,7 +117,40 @@ def _diff(old: model.Results, new: model.Results, timing_threshold: float) -> Ru
         canary=_canary(old, new),
         kv=_kv(old, new),
         timings=_timings(old, new, timing_threshold),
+        setup=_setup(old, new),
     )
+
+
+#: options whose difference is not a difference of setup (where the report goes, which run it is)
+_OWN_OPTIONS = {"report_dir", "run_id"}
+
+
+def _setup_facts(results: model.Results) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    for lane in results.get("lanes") or []:
+        env = lane["environment"]
+        if env is None:
+            continue
+        arm = env["arm"]
+        facts[f"image id ({arm})"] = str((env.get("image") or {}).get("id") or "?")
+        labels = (env.get("image") or {}).get("labels") or {}
+        facts["runtime"] = str(labels.get("ai.vsnap.runtime") or "docker")
+        gpu = env.get("gpu")
+        facts["GPU"] = f"{gpu['name']} × {gpu.get('count', 1)}" if gpu else "none"
+    options = results["run"].get("options") or {}
+    for name, value in sorted(options.items()):
+        if name not in _OWN_OPTIONS:
+            facts[f"option {name}"] = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    return facts
+
+
+def _setup(old: model.Results, new: model.Results) -> list[Change]:
+    before, after = _setup_facts(old), _setup_facts(new)
+    return [
+        Change(key, before.get(key, "-"), after.get(key, "-"))
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
 
 
 def _recorded_checks(results: model.Results) -> dict[str, model.Check]:
@@ -347,6 +384,7 @@ def _timings(old: model.Results, new: model.Results, threshold: float) -> list[C
 
 
 _SECTIONS = (
+    ("setup", "Setup differs: the runs ran on or with something else, so a difference below may come from it"),
     ("checks", "Validation checks whose status changed"),
     ("check_items", "Judgements behind the checks that changed"),
     ("steps", "Steps that flipped"),
