@@ -471,9 +471,13 @@ def _faults(comparisons: Comparisons) -> model.Check:
         for r in ran
         if r["outcome"] != "passed"
     ]
-    never_bound = sum(1 for r in ran if r["http_bound"] is False)
-    cleaned = sum(1 for r in ran if r["cleanup_ok"])
-    result = f"{len(passed)}/{len(ran)} as expected; HTTP never bound in {never_bound}, cleanup verified in {cleaned}"
+    # the exceptions by name, never a count to subtract from another (the base arm binds HTTP before its
+    # canary, a cleanup recorded and not judged)
+    bound = [f"{r['runner']}/{r['arm']}/{r['fault']}" for r in ran if r["http_bound"]]
+    unverified = [f"{r['runner']}/{r['arm']}/{r['fault']}" for r in ran if not r["cleanup_ok"]]
+    http = f"HTTP bound in {len(bound)}: {_names(bound)}" if bound else "HTTP never bound"
+    cleanup = f"cleanup not verified in {len(unverified)}: {_names(unverified)}" if unverified else "cleanup verified"
+    result = f"{len(passed)}/{len(ran)} as expected; {http}; {cleanup}"
     if skipped:
         result += f"; {skipped} skipped"
     if not_applicable:
