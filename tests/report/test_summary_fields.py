@@ -205,3 +205,28 @@ def test_the_reference_engine_and_a_simulated_gpu_are_said_beside_the_verdict(ma
     _edit_environments(plain, lambda r: r["image"]["labels"].clear())
     first = write_reports(plain, github_step_summary=False).summary_md.read_text().splitlines()[0]
     assert "reference" not in first and " · head arm vLLM " in first, first
+
+
+def test_the_environment_table_has_no_blank_cell_and_criu_without_its_prefix(make_run) -> None:
+    """A value the lane did not report reads ``n/a`` (not a blank cell); CRIU is its version, not ``Version: …``;
+    the harness's version is among the facts."""
+    from synthetic_runs import RunSpec
+
+    from vsnap_qual.report import write_reports
+
+    run = make_run("blank", RunSpec(changed_digests=()))
+    evidence = run / "evidence.jsonl"
+    lines = []
+    for line in evidence.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "environment":
+            record["versions"]["cuda"] = None
+            record["versions"]["criu"] = "Version: 4.2.1"
+        lines.append(json.dumps(record))
+    evidence.write_text("\n".join(lines) + "\n")
+    write_reports(run, github_step_summary=False)
+    text = (run / "summary.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| v1/head |")]
+    assert rows and "| n/a |" in rows[0] and "| 4.2.1 |" in rows[0] and "Version:" not in rows[0], rows
+    assert "| |" not in rows[0] and "||" not in rows[0]
+    assert "vsnap-qual " in text.split("### Environment")[0]

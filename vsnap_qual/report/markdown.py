@@ -129,6 +129,7 @@ def _facts(results: model.Results) -> list[str]:
     if results["runners"]:
         facts.append("runners " + ", ".join(results["runners"]))
     facts.append(f"run `{results['run']['run_id'] or 'unknown'}`")
+    facts.append(f"vsnap-qual {results['run'].get('harness_version') or 'unknown'}")
     build = next((ci for _l, env in _lane_environments(results) if (ci := env.get("ci"))), model.CiBuild())
     if build.get("build_url"):
         facts.append(f"[CI build]({build.get('build_url')})")
@@ -243,11 +244,11 @@ def _environment(results: model.Results) -> list[str]:
             image.get("ref") or "",
             image_identity(image),
             image_commit(image),
-            versions.get("vllm") or "",
-            versions.get("torch") or "",
-            versions.get("cuda") or "",
-            versions.get("driver") or "",
-            versions.get("criu") or "",
+            versions.get("vllm") or "n/a",
+            versions.get("torch") or "n/a",
+            versions.get("cuda") or "n/a",
+            versions.get("driver") or "n/a",
+            (versions.get("criu") or "n/a").removeprefix("Version: "),  # `criu --version`'s first line
             gpu_text(env["gpu"], image.get("labels")),
         )
         lines.append("| " + " | ".join(cell(v, 200) for v in values) + " |")
