@@ -105,3 +105,19 @@ def test_render_without_evidence_sections(tmp_path: Path) -> None:
     (tmp_path / "evidence.jsonl").write_text("")
     html = render_html(assemble_file(tmp_path / "evidence.jsonl"), log_root=tmp_path)
     assert "No step was recorded." in html and "No digests were recorded." in html
+
+
+def test_the_timings_say_the_harnesss_own_time_beside_the_engines() -> None:
+    from vsnap_qual.report.html import harness_time
+
+    steps = [
+        {"step": "fault:wake-raise", "seconds": 4.0, "engine_seconds": 1.0},
+        {"step": "fault:pid-occupied", "seconds": 3.0, "engine_seconds": 1.0},
+        {"step": "ordinary", "seconds": 13.0, "engine_seconds": 12.0},
+    ]
+    said = harness_time({"steps": steps})  # type: ignore[typeddict-item]
+    assert said == (
+        "Steps 20 s, of which the engine's own 14 s and the harness's 6 s (steps / engine 1.43); "
+        "the harness's median per fault step 2.50 s (n=2)."
+    )
+    assert harness_time({"steps": []}) == ""  # type: ignore[typeddict-item]

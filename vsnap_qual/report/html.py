@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
@@ -163,6 +164,7 @@ class ReportView(TypedDict):
     kv_chart: Markup
     readiness: list[ReadinessRow]
     timings: list[TimingRow]
+    harness_time: str
     timing_chart: Markup
     ready_chart: Markup
     faults: list[FaultRow]
@@ -240,6 +242,7 @@ def build_view(
         kv_chart=_kv_chart(rows(comparisons.kv, KvRow)),
         readiness=rows(comparisons.readiness, ReadinessRow),
         timings=rows(comparisons.timings, TimingRow),
+        harness_time=harness_time(results),
         timing_chart=_timing_chart(results, comparisons),
         ready_chart=_ready_chart(rows(comparisons.readiness, ReadinessRow)),
         faults=_failed_first(rows(comparisons.faults, FaultRow), lambda r: r["outcome"] == "passed"),
@@ -557,6 +560,24 @@ def _svg_stacked(lanes: Sequence[tuple[str, Sequence[tuple[str, float]]]], serie
         y += bar_h + gap
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def harness_time(results: model.Results) -> str:
+    """The harness's own time beside the engine's (``engine_seconds``: its commands, starts, stops and HTTP
+    answers), and its median per fault step (``bench/run_figures.py`` breaks it down by phase)."""
+    steps = [s for s in results["steps"] if s.get("seconds")]
+    if not steps:
+        return ""
+    engine = sum(float(s.get("engine_seconds") or 0.0) for s in steps)
+    total = sum(float(s["seconds"]) for s in steps)
+    said = f"Steps {total:.0f} s, of which the engine's own {engine:.0f} s and the harness's {total - engine:.0f} s"
+    if engine:
+        said += f" (steps / engine {total / engine:.2f})"
+    faults = [s for s in steps if procedure.is_fault_step(s["step"])]
+    own = [float(s["seconds"]) - float(s.get("engine_seconds") or 0.0) for s in faults]
+    if own:
+        said += f"; the harness's median per fault step {statistics.median(own):.2f} s (n={len(own)})"
+    return said + "."
 
 
 def _timing_chart(results: model.Results, comparisons: Comparisons) -> Markup:
