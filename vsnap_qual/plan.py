@@ -1,5 +1,6 @@
 """The plan line printed before a run starts: lanes, required steps, the fault timeout and the observation window,
-and how long it may take — at least what the stall faults wait (each waits out the fault timeout) and, where a
+and how long it may take — at least what the stall faults wait (a stall no signal ends waits out the fault
+timeout) and, where a
 finished run lies in the report root, what its steps took, scaled to this plan. A GPU run is long and its steps
 report only when they end: the plan says up front what is coming."""
 
@@ -56,12 +57,13 @@ def plan_line(
     """``plan: 4 lanes, 116 required steps (19 faults per lane), fault timeout 20 s, window 30 s; at least …``;
     ``parallel``: how many lanes run at once (one worker per runner under xdist)."""
     parallel = max(1, parallel)
-    stalls = sum(1 for f in procedure.FAULTS if f.stall and f.id in fault_ids)
+    # a stall that no signal ends waits out the fault timeout (the cancellation faults signal as recovery runs)
+    stalls = sum(1 for f in procedure.FAULTS if f.stall and not f.signal and f.id in fault_ids)
     waited = stalls * fault_timeout * len(lanes) / parallel
     line = (
         f"plan: {len(lanes)} lanes ({', '.join(lanes)}), {len(required)} required steps "
         f"({len(fault_ids)} faults per lane), fault timeout {fault_timeout:g} s, window {observe_s:g} s after each "
-        f"restore; at least {_minutes(waited)} in the stall faults ({stalls} per lane wait out the fault timeout"
+        f"restore; at least {_minutes(waited)} in the stall faults ({stalls} per lane waits out the fault timeout"
         + (f", {parallel} lanes at a time" if parallel > 1 else "")
         + ")"
     )
