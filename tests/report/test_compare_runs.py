@@ -110,3 +110,25 @@ def test_a_file_without_a_run_id_is_refused(tmp_path: Path, two_runs: tuple[Path
     stub.write_text(json.dumps(results))
     assert main(["compare", str(stub), str(two_runs[1])]) == 2
     assert "names no run id" in capsys.readouterr().err
+
+
+def test_an_image_pulled_again_under_the_same_tag_is_a_setup_difference(two_runs: tuple[Path, Path]) -> None:
+    """The images are named as summary.md names them (``markdown.image_identity``: ID and first repo digest), so
+    the same tag resolved to another digest is said as a setup difference, not only another image ID."""
+    import copy
+    import json
+
+    from vsnap_qual.report.assemble import load_results
+    from vsnap_qual.report.markdown import image_identity
+
+    old = load_results(two_runs[0])
+    new = copy.deepcopy(dict(old))
+    for lane in new["lanes"]:
+        if lane["arm"] == "head":
+            lane["environment"]["image"]["repo_digests"] = ["vllm/vllm-openai@sha256:" + "e" * 64]
+    diff = diff_runs(old, json.loads(json.dumps(new)))
+    said = {c.key: (c.old, c.new) for c in diff.setup}
+    before = next(lane["environment"]["image"] for lane in old["lanes"] if lane["arm"] == "head")
+    assert list(said) == ["image (head)"], said
+    assert said["image (head)"] == (image_identity(before), image_identity(new["lanes"][0]["environment"]["image"]))
+    assert "digest `sha256:eeeeeeeeeeee`" in said["image (head)"][1]

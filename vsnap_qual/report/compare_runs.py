@@ -24,7 +24,7 @@ from vsnap_qual.report.frames import (
     rows,
     timing_frame,
 )
-from vsnap_qual.report.markdown import cell
+from vsnap_qual.report.markdown import cell, image_identity
 from vsnap_qual.report.recorded import StepKey, latest_steps
 from vsnap_qual.report.validation_table import CHECK_IDS
 
@@ -132,8 +132,9 @@ def _setup_facts(results: model.Results) -> dict[str, str]:
         if env is None:
             continue
         arm = env["arm"]
-        facts[f"image id ({arm})"] = str((env.get("image") or {}).get("id") or "?")
-        labels = (env.get("image") or {}).get("labels") or {}
+        image = env.get("image") or model.Image()
+        facts[f"image ({arm})"] = image_identity(image)  # as summary.md names it: its ID and first repo digest
+        labels = image.get("labels") or {}
         facts["runtime"] = str(labels.get("ai.vsnap.runtime") or "docker")
         gpu = env.get("gpu")
         facts["GPU"] = f"{gpu['name']} × {gpu.get('count', 1)}" if gpu else "none"
