@@ -8,7 +8,8 @@
 - the harness's own time per step (steps − engine, summed over the lanes, with its median per step) and, for the
   fault steps, per phase of their sequence (``results.phases``, recorded by the run itself: ``faults.Phases``).
 
-Run: ``python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of docs/gpu-run/ come from it).
+Run: ``.venv/bin/python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of docs/gpu-run/ come
+from it). The per-step arithmetic is the harness's own, ``vsnap_qual/step_times.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from vsnap_qual.step_times import step_times, totals
 
 
 def _series(values: list[float]) -> dict[str, Any] | None:
@@ -47,25 +50,17 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
     wall = None
     if run.get("started") and run.get("ended"):
         wall = (dt.datetime.fromisoformat(run["ended"]) - dt.datetime.fromisoformat(run["started"])).total_seconds()
-    by_step: dict[str, list[dict[str, Any]]] = {}
-    for s in steps:
-        if s.get("seconds"):
-            by_step.setdefault(str(s["step"]), []).append(s)
+    times = step_times(steps)
     harness = {
-        name: {
-            "n": len(found),
-            "engine_s": sum(s.get("engine_seconds") or 0.0 for s in found),
-            "steps_s": sum(s["seconds"] for s in found),
-            "harness_median_s": statistics.median(s["seconds"] - (s.get("engine_seconds") or 0.0) for s in found),
-        }
-        for name, found in by_step.items()
+        name: {"n": t.n, "engine_s": t.engine_total, "steps_s": t.total, "harness_median_s": t.harness_median}
+        for name, t in times.items()
     }
     phases: dict[str, list[float]] = {}
     for s in steps:
         for name, seconds in ((s.get("results") or {}).get("phases") or {}).items():
             phases.setdefault(name, []).append(float(seconds))
-    faults = [s for s in steps if str(s["step"]).startswith("fault:") and s.get("seconds")]
-    fault_harness = [s["seconds"] - (s.get("engine_seconds") or 0.0) for s in faults]
+    fault_harness = [h for name, t in times.items() if name.startswith("fault:") for h in t.harness]
+    steps_s, engine_s = totals(times)
     return {
         "harness_by_step": harness,
         "fault_phases": {name: _series(values) for name, values in phases.items()},
@@ -75,8 +70,8 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         "restore_ready_s": _series(ready("restore-1", "restore-2")),
         "followup_restore_s": _series(followups),
         "create_s": _series([s["seconds"] for s in steps if s["step"] == "create" and s["outcome"] == "passed"]),
-        "engine_s": sum(s.get("engine_seconds") or 0.0 for s in steps),
-        "steps_s": sum(s.get("seconds") or 0.0 for s in steps),
+        "engine_s": engine_s,
+        "steps_s": steps_s,
         "wall_s": wall,
     }
 

@@ -7,12 +7,12 @@ report only when they end: the plan says up front what is coming."""
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from vsnap_qual import procedure
+from vsnap_qual.step_times import step_times
 
 
 def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]] | None:
@@ -34,11 +34,7 @@ def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]
 
 def step_medians(results: dict[str, Any]) -> dict[str, float]:
     """Median seconds of each step name in a finished run (steps that ran)."""
-    seconds: dict[str, list[float]] = {}
-    for step in results.get("steps") or []:
-        if step.get("seconds"):
-            seconds.setdefault(str(step["step"]), []).append(float(step["seconds"]))
-    return {name: statistics.median(values) for name, values in seconds.items()}
+    return {name: times.median for name, times in step_times(results.get("steps") or []).items()}
 
 
 def _minutes(seconds: float) -> str:

@@ -38,6 +38,7 @@ from vsnap_qual.report.frames import (
 )
 from vsnap_qual.report.markdown import SIMULATED_LABEL
 from vsnap_qual.report.recorded import option_value
+from vsnap_qual.step_times import step_times, totals
 
 if TYPE_CHECKING:
     import jinja2
@@ -565,16 +566,14 @@ def _svg_stacked(lanes: Sequence[tuple[str, Sequence[tuple[str, float]]]], serie
 def harness_time(results: model.Results) -> str:
     """The harness's own time beside the engine's (``engine_seconds``: its commands, starts, stops and HTTP
     answers), and its median per fault step (``bench/run_figures.py`` breaks it down by phase)."""
-    steps = [s for s in results["steps"] if s.get("seconds")]
-    if not steps:
+    times = step_times(results["steps"])
+    if not times:
         return ""
-    engine = sum(float(s.get("engine_seconds") or 0.0) for s in steps)
-    total = sum(float(s["seconds"]) for s in steps)
+    total, engine = totals(times)
     said = f"Steps {total:.0f} s, of which the engine's own {engine:.0f} s and the harness's {total - engine:.0f} s"
     if engine:
         said += f" (steps / engine {total / engine:.2f})"
-    faults = [s for s in steps if procedure.is_fault_step(s["step"])]
-    own = [float(s["seconds"]) - float(s.get("engine_seconds") or 0.0) for s in faults]
+    own = [h for name, t in times.items() if procedure.is_fault_step(name) for h in t.harness]
     if own:
         said += f"; the harness's median per fault step {statistics.median(own):.2f} s (n={len(own)})"
     return said + "."

@@ -1,0 +1,58 @@
+"""A run's time per step (``vsnap_qual/step_times.py``): the one arithmetic the report's timing sentence, the plan
+line's estimate and ``bench/run_figures.py`` share."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from vsnap_qual import plan
+from vsnap_qual.report.html import harness_time
+from vsnap_qual.step_times import step_times, totals
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = [
+    {"step": "ordinary", "seconds": 13.0, "engine_seconds": 12.0},
+    {"step": "fault:wake-raise", "seconds": 4.0, "engine_seconds": 1.0},
+    {"step": "fault:wake-raise", "seconds": 7.0},  # no engine time recorded: all of it the harness's
+    {"step": "ordinary", "seconds": 11.0, "engine_seconds": 10.5},
+    {"step": "overlay", "seconds": 0.0, "engine_seconds": 3.0},  # did not run: not counted at all
+    {"step": "vs-head", "seconds": None},
+]
+
+
+def test_step_times_group_by_step_and_split_the_engines_time_from_the_harnesss() -> None:
+    times = step_times(STEPS)
+    assert list(times) == ["ordinary", "fault:wake-raise"]  # as first seen; steps that did not run are left out
+    fault = times["fault:wake-raise"]
+    assert (fault.n, fault.total, fault.engine_total, fault.harness) == (2, 11.0, 1.0, (3.0, 7.0))
+    assert (fault.median, fault.harness_median, fault.harness_total) == (5.5, 5.0, 10.0)
+    ordinary = times["ordinary"]
+    assert (ordinary.median, ordinary.harness) == (12.0, (1.0, 0.5))
+    assert totals(times) == (35.0, 23.5)
+    assert step_times([]) == {}
+
+
+def _run_figures():
+    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_report_the_plan_and_the_bench_say_the_same_times() -> None:
+    times = step_times(STEPS)
+    assert plan.step_medians({"steps": STEPS}) == {name: t.median for name, t in times.items()}
+    said = harness_time({"steps": STEPS})  # type: ignore[typeddict-item]
+    assert said == (
+        "Steps 35 s, of which the engine's own 24 s and the harness's 12 s (steps / engine 1.49); "
+        "the harness's median per fault step 5.00 s (n=2)."
+    )
+    bench = [{**step, "outcome": "failed", "results": {}} for step in STEPS]  # the fields the bench reads besides
+    found = _run_figures().figures({"steps": bench, "run": {}, "verdict": {"status": "fail"}})
+    assert found["harness_by_step"]["fault:wake-raise"] == {
+        "n": 2, "engine_s": 1.0, "steps_s": 11.0, "harness_median_s": 5.0,
+    }  # fmt: skip
+    assert (found["steps_s"], found["engine_s"]) == totals(times)
+    assert found["fault_harness_s"]["median"] == times["fault:wake-raise"].harness_median

@@ -1,0 +1,70 @@
+"""A finished run's time per step, from its recorded steps: each step's wall ``seconds``, the engine's own
+``engine_seconds`` (waiting on its commands, starts, stops and HTTP answers) and the harness's, the rest.
+
+The one place this arithmetic is written: the report's timing sentence (``report.html.harness_time``), the plan
+line's estimate (``plan.step_medians``) and ``bench/run_figures.py`` read it from here. Pure and import-light (no
+pandas): the plan line runs in pytest's header.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """The timed records of one step name (``ordinary``, ``fault:wake-raise``), over every lane that ran it."""
+
+    seconds: tuple[float, ...]
+    #: the engine's own seconds of each record, 0 where none was recorded
+    engine: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.seconds)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds)
+
+    @property
+    def engine_total(self) -> float:
+        return sum(self.engine)
+
+    @property
+    def harness(self) -> tuple[float, ...]:
+        """The harness's own seconds of each record: its seconds less the engine's."""
+        return tuple(s - e for s, e in zip(self.seconds, self.engine, strict=True))
+
+    @property
+    def harness_total(self) -> float:
+        return self.total - self.engine_total
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def harness_median(self) -> float:
+        return statistics.median(self.harness)
+
+
+def step_times(steps: Iterable[Mapping[str, Any]]) -> dict[str, StepTimes]:
+    """The steps that ran (a recorded, non-zero ``seconds``) by step name, in the order the names first appear."""
+    seconds: dict[str, list[float]] = {}
+    engine: dict[str, list[float]] = {}
+    for step in steps:
+        if not step.get("seconds"):
+            continue
+        name = str(step["step"])
+        seconds.setdefault(name, []).append(float(step["seconds"]))
+        engine.setdefault(name, []).append(float(step.get("engine_seconds") or 0.0))
+    return {name: StepTimes(tuple(values), tuple(engine[name])) for name, values in seconds.items()}
+
+
+def totals(times: Mapping[str, StepTimes]) -> tuple[float, float]:
+    """(the steps' seconds, the engine's own seconds) summed over every step name."""
+    return sum(t.total for t in times.values()), sum(t.engine_total for t in times.values())
