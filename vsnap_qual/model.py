@@ -625,6 +625,8 @@ class SessionEndRecord(TypedDict):
     environment_limitations: NotRequired[list[str]]
     #: what stopped the run before it finished (``KeyboardInterrupt: signal 15``); absent when nothing did
     interrupted: NotRequired[str]
+    #: pytest's own outcome counts, as its summary line says them (``{"passed": 78, "not applicable": 6}``)
+    pytest_counts: NotRequired[dict[str, int]]
 
 
 Record = Union[SessionRecord, EnvironmentRecord, StepRecord, PlanRecord, HarnessErrorRecord, SessionEndRecord]  # noqa: UP007
@@ -659,6 +661,8 @@ class RunInfo(TypedDict):
     complete: bool
     #: what stopped the run (Ctrl-C, SIGTERM), from its ``session_end``; absent when nothing did
     interrupted: NotRequired[str]
+    #: pytest's own outcome counts (its summary line's), from the ``session_end``; absent when not recorded
+    pytest_counts: NotRequired[dict[str, int]]
     last_step: LastStep | None
     last_record_time: str | None
     #: the session record's options (untyped: see ``SessionRecord.options``)

@@ -591,6 +591,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     if INTERRUPTED_KEY in config.stash:
         end["interrupted"] = config.stash[INTERRUPTED_KEY]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # what pytest's summary line will say: the report's header says the same
+        end["pytest_counts"] = progress.pytest_counts(reporter.stats)
     store.write(end)
     from vsnap_qual.report import write_reports
 

@@ -102,6 +102,8 @@ class RunSpec:
     validate: bool = True
     #: ``--vsnap-cpu-smoke`` (with ``--vsnap-gpus=none``, as that mode requires).
     cpu_smoke: bool = False
+    #: pytest's own counts, as the session_end records them (None: not recorded, as before they were)
+    pytest_counts: dict[str, int] | None = None
 
 
 class _Clock:
@@ -549,7 +551,8 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                     exit_code=observed["exit_code"],
                 )
     if spec.complete and not stopped:
-        emit("session_end", ended=clock.tick(1), exitstatus=1 if any_failed else 0, complete=True)
+        counts = {"pytest_counts": dict(spec.pytest_counts)} if spec.pytest_counts is not None else {}
+        emit("session_end", ended=clock.tick(1), exitstatus=1 if any_failed else 0, complete=True, **counts)
     path = report_dir / "evidence.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path

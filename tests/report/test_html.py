@@ -57,8 +57,10 @@ def test_sections_show_the_evidence(report_dir: Path) -> None:
     assert "INFO 029 restore-2 v2/head" in html
 
 
-def test_autoescape(report_dir: Path) -> None:
-    html = write_reports(report_dir, github_step_summary=False).report_html.read_text()
+def test_autoescape(make_run: MakeRun) -> None:
+    # the prompt is shown where its canary diverges (prompt 3: 'Snapshots restore an engine <quickly> & "exactly"')
+    directory = make_run("escape", RunSpec(canary_token_flips=(("v1", "restore-1", 3),)))
+    html = write_reports(directory, github_step_summary=False).report_html.read_text()
     assert "&lt;quickly&gt; &amp; &#34;exactly&#34;" in html
     assert "<quickly>" not in html
 
@@ -121,3 +123,64 @@ def test_the_timings_say_the_harnesss_own_time_beside_the_engines() -> None:
         "the harness's median per fault step 2.50 s (n=2)."
     )
     assert harness_time({"steps": []}) == ""  # type: ignore[typeddict-item]
+
+
+def _section(html: str, name: str) -> str:
+    start = html.index(f'<section id="{name}">')
+    return html[start : html.index("</section>", start)]
+
+
+def test_a_bit_exact_canary_grid_is_one_line_and_otherwise_only_the_diverging_cells_show(make_run: MakeRun) -> None:
+    exact = make_run("exact", RunSpec(canary_deltas=(), changed_digests=()))
+    canary = _section(write_reports(exact, github_step_summary=False).report_html.read_text(), "canary")
+    # 5 prompts × (head and base: restore-1, restore-2, …) per runner; no grid at all
+    assert '<table class="canary">' not in canary
+    lines = re.findall(r"Runner (v\d): all (\d+) canaries bit-exact across head: ([^;]+); base: ", canary)
+    assert [runner for runner, _n, _steps in lines] == ["v1", "v2"], canary
+    assert all(int(n) > 5 and "restore-1" in steps for _r, n, steps in lines)
+
+    flipped = make_run("flipped", RunSpec(canary_deltas=(("v1", "restore-1", 2, 0.0004),), changed_digests=()))
+    canary = _section(write_reports(flipped, github_step_summary=False).report_html.read_text(), "canary")
+    assert "Runner v2: all" in canary  # the other runner stays one line
+    table = canary[canary.index('<table class="canary">') :]
+    assert table.count('<tr><td class="prompt">') == 1, "only the one diverging cell, beside its reference"
+    assert "head restore-1" in table and "within tolerance" in table and "+4.0e−04" in table
+    assert re.search(r"Runner v1: 1 of (\d+) canaries not bit-exact", canary)
+
+
+def test_the_kv_chart_plots_the_difference_from_ordinary_with_the_digits_that_show_it(make_run: MakeRun) -> None:
+    kv = {
+        ("v1", "head"): (1_000_000, 999_984),  # one 16-token block of a million: 0.0016 %
+        ("v1", "base"): (1_000_000, 1_000_000),
+        ("v2", "head"): (63_104, 63_088),
+        ("v2", "base"): (63_104, 63_104),
+    }
+    html = write_reports(make_run("kv", RunSpec(kv=kv)), github_step_summary=False).report_html.read_text()
+    chart = _section(html, "kv")
+    svg = chart[chart.index('<svg role="img"') : chart.index("</svg>")]
+    assert "Δ % against the ordinary reference" in svg
+    labels = re.findall(r'class="value">([^<]+)</text>', svg)
+    assert "−0.0016%" in labels and "−0.03%" in labels and "0.00%" in labels, labels
+    assert not any(re.fullmatch(r"[−+]0\.0*%", label) for label in labels), labels  # a difference is never zero
+    # the one-block bar goes left of the zero line, the equal capacity draws none
+    zero = float(re.search(r'<line x1="([\d.]+)"', svg).group(1))  # type: ignore[union-attr]
+    bars = re.findall(
+        r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="14" fill="[^"]+"><title>([^<]+)</title>', svg
+    )
+    one_block = next((x, w) for x, w, title in bars if title == "v1/head snapshot: −0.0016%")
+    assert float(one_block[0]) + float(one_block[1]) == zero and float(one_block[1]) > 1
+
+
+def test_the_header_says_how_long_the_run_took_and_pytests_counts(make_run: MakeRun) -> None:
+    counted = RunSpec(pytest_counts={"passed": 78, "not applicable": 6})
+    html = write_reports(make_run("counted", counted), github_step_summary=False).report_html.read_text()
+    header = html[html.index('<header class="top">') : html.index("</header>")]
+    took = re.search(r"took ([\d.]+) s", header)
+    assert took, header
+    verdict = _section(html, "verdict")
+    assert "pytest: 78 passed, 6 not applicable" in verdict and "skipped" not in verdict.split("Coverage")[0]
+    # a run that recorded no pytest counts (before they were) says its steps' outcomes, as before
+    old = write_reports(make_run("uncounted"), github_step_summary=False).report_html.read_text()
+    assert re.search(r"\d+ steps passed, \d+ failed, \d+ skipped", _section(old, "verdict"))
+    killed = write_reports(make_run("killed", RunSpec(complete=False, stop_after_steps=5)), github_step_summary=False)
+    assert "(it did not finish)" in killed.report_html.read_text()

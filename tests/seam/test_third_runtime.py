@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,13 @@ def test_a_runtime_registered_from_outside_runs_the_whole_lifecycle(tmp_path: Pa
     environment = next(lane["environment"] for lane in results["lanes"] if lane["environment"])
     assert environment["container_id"].startswith("memory:"), "the runtime's own box identity is recorded"
     assert docker_modules == [], f"a memory-runtime run imported the docker SDK: {docker_modules}"
+    # the run records pytest's own counts (a step that does not apply is not a skip), as its summary line says them
+    summary = re.search(r"=+ (\d+ passed[^=]*?) in [\d.]+s", output)
+    assert summary, output[-2000:]
+    said = ", ".join(f"{n} {category}" for category, n in results["run"]["pytest_counts"].items())
+    assert said == summary.group(1) and "not applicable" in said, (said, summary.group(1))
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert f"pytest: {said}" in html
 
 
 def environment_of(results: dict, lane: str) -> dict:

@@ -139,6 +139,8 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
         run["smoke"] = session["smoke"]
     if session_end and session_end.get("interrupted"):
         run["interrupted"] = session_end["interrupted"]
+    if session_end and "pytest_counts" in session_end:
+        run["pytest_counts"] = session_end["pytest_counts"]
     found = model.RunEvidence(
         run=run,
         runners=runners,

@@ -11,6 +11,7 @@ import functools
 import os
 import statistics
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
@@ -93,17 +94,24 @@ class MatrixView(TypedDict):
     rows: list[MatrixLane]
 
 
-class CanaryPrompt(TypedDict):
+class CanaryDivergence(TypedDict):
+    """A canary that is not bit-exact with its ordinary reference (or missing), beside that reference."""
+
     prompt: str
-    cells: list[CanaryRow | None]
+    column: str
+    reference: CanaryRow | None
+    cell: CanaryRow | None
 
 
 class CanaryBlock(TypedDict):
-    """A runner's canary table: prompts as rows, (arm, step) as columns."""
+    """A runner's canaries: one line when every compared canary is bit-exact, else only the diverging ones."""
 
     runner: str
-    columns: list[str]
-    rows: list[CanaryPrompt]
+    #: the compared (arm, step) columns, said as ``head: ordinary, restore-1; base: …``
+    across: str
+    prompts: int
+    compared: int
+    diverging: list[CanaryDivergence]
 
 
 class DigestBlock(TypedDict):
@@ -163,6 +171,10 @@ class ReportView(TypedDict):
     digests: list[DigestBlock]
     kv: list[KvRow]
     kv_chart: Markup
+    #: the run's wall time (``12.3 s``, ``182.4 s (3:02)``), "" when not known
+    duration: str
+    #: the outcome counts as pytest's summary line says them, else the steps' recorded outcomes
+    counts: str
     readiness: list[ReadinessRow]
     timings: list[TimingRow]
     harness_time: str
@@ -241,6 +253,8 @@ def build_view(
         digests=_digests(comparisons),
         kv=rows(comparisons.kv, KvRow),
         kv_chart=_kv_chart(rows(comparisons.kv, KvRow)),
+        duration=duration(run),
+        counts=counts(run, results["verdict"]),
         readiness=rows(comparisons.readiness, ReadinessRow),
         timings=rows(comparisons.timings, TimingRow),
         harness_time=harness_time(results),
@@ -258,6 +272,35 @@ def build_view(
 def _title(results: model.Results) -> str:
     image, model_name = option_value(results, "image"), option_value(results, "model")
     return " · ".join(str(p) for p in (image, model_name) if p) or "vsnap-qual run"
+
+
+def duration(run: model.RunInfo) -> str:
+    """The run's wall time, from its start to its end (``182.4 s (3:02)``); for a run that did not finish, to its
+    last record (``at least …``); "" when the evidence does not say."""
+    end = run["ended"] or run["last_record_time"]
+    if not run["started"] or not end:
+        return ""
+    try:
+        seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(run["started"])).total_seconds()
+    except ValueError:
+        return ""
+    if seconds < 0:
+        return ""
+    said = f"took {figures.seconds(seconds)}"
+    return said if run["ended"] else f"ran at least {figures.seconds(seconds)} (it did not finish)"
+
+
+def counts(run: model.RunInfo, verdict: model.Verdict) -> str:
+    """pytest's own counts as its summary line says them (``78 passed, 6 not applicable``), which count a step
+    that does not apply to a lane by design apart from a skip; else, for a run that did not record them, the
+    steps' recorded outcomes."""
+    found = run.get("pytest_counts")
+    if found:
+        return "pytest: " + ", ".join(f"{n} {category}" for category, n in found.items())
+    if found is not None:
+        return "pytest: no tests"
+    tally = verdict["counts"] if verdict["counts"] else model.Counts(passed=0, failed=0, skipped=0)
+    return f"{tally['passed']} steps passed, {tally['failed']} failed, {tally['skipped']} skipped"
 
 
 def _plain(value: object) -> str:
@@ -327,7 +370,8 @@ def _matrix(results: model.Results, comparisons: Comparisons) -> MatrixView:
 
 
 def _canary(results: model.Results, comparisons: Comparisons) -> list[CanaryBlock]:
-    """Per runner: prompts as rows, (arm, step) as columns."""
+    """Per runner: how many canaries were compared across which (arm, step) columns, and the cells that are not
+    bit-exact with the ordinary reference (or are missing): all of them bit-exact is one line, not a grid."""
     frame = comparisons.canary
     out = []
     for runner in results["runners"]:
@@ -337,8 +381,24 @@ def _canary(results: model.Results, comparisons: Comparisons) -> list[CanaryBloc
         columns = list(dict.fromkeys((r["arm"], r["step"]) for r in part))
         prompts = list(dict.fromkeys(r["prompt"] for r in part))
         cells = {(r["prompt"], r["arm"], r["step"]): r for r in part}
-        lines = [CanaryPrompt(prompt=p, cells=[cells.get((p, a, s)) for a, s in columns]) for p in prompts]
-        out.append(CanaryBlock(runner=runner, columns=[f"{a} {s}" for a, s in columns], rows=lines))
+        references = {r["prompt"]: r for r in part if r["status"] == "reference"}
+        diverging = []
+        compared = 0
+        for prompt in prompts:
+            for arm, step in columns:
+                cell = cells.get((prompt, arm, step))
+                if cell is not None and cell["status"] == "reference":
+                    continue
+                compared += 1
+                if cell is None or cell["status"] != "bit-exact":
+                    reference = cells.get((prompt, arm, procedure.ORDINARY)) or references.get(prompt)
+                    column = f"{arm} {step}"
+                    diverging.append(CanaryDivergence(prompt=prompt, column=column, reference=reference, cell=cell))
+        arms = list(dict.fromkeys(arm for arm, _ in columns))
+        across = "; ".join(f"{arm}: " + ", ".join(s for a, s in columns if a == arm) for arm in arms)
+        out.append(
+            CanaryBlock(runner=runner, across=across, prompts=len(prompts), compared=compared, diverging=diverging)
+        )
     return out
 
 
@@ -611,7 +671,68 @@ def _ready_chart(found: list[ReadinessRow]) -> Markup:
 
 
 def _kv_chart(found: list[KvRow]) -> Markup:
-    groups = [(f"{r['runner']}/{r['arm']}", [("ordinary", r["ordinary"]), ("snapshot", r["snapshot"])]) for r in found]
-    return _svg_bars(
-        groups, unit_format=figures.count, title="KV-cache capacity (tokens)", series=("ordinary", "snapshot")
+    """Each lane's KV capacity as its difference from the lane's ordinary reference, in % (the capacities
+    themselves differ by a fraction of a percent, so bars from zero tokens would all look the same)."""
+    groups = []
+    for r in found:
+        ordinary = r["ordinary"]
+        if not ordinary:
+            continue
+        bars = [("snapshot", r["delta_pct"])]
+        if r["restored"] is not None:
+            bars.append(("restored", 100.0 * (float(r["restored"]) - float(ordinary)) / float(ordinary)))
+        groups.append((f"{r['runner']}/{r['arm']}", bars))
+    return _svg_delta_bars(
+        groups, title="KV-cache capacity, Δ % against the ordinary reference", series=("snapshot", "restored")
     )
+
+
+def _svg_delta_bars(groups: Sequence[tuple[str, Sequence[tuple[str, float | None]]]], *, title: str,
+                    series: Sequence[str]) -> Markup:  # fmt: skip
+    """Horizontal bars from a zero line, left for a negative difference and right for a positive one, each
+    labelled with ``figures.percent`` (the digits that show the difference: never ``−0.00%`` for one block)."""
+    values = [abs(v) for _, bars in groups for _, v in bars if v is not None]
+    if not values:
+        return Markup("")
+    label_w, half_w, pad, bar_h, gap = 150, 260, 90, 14, 10
+    zero = label_w + pad + half_w
+    width = zero + half_w + pad
+    peak = max(values) or 1.0
+    height = 34 + sum(len(bars) * (bar_h + 2) + gap for _, bars in groups) + 22
+    parts = [
+        f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" class="chart kv-delta">',
+        f"<title>{escape(title)}</title>",
+    ]
+    x_legend = label_w
+    for index, name in enumerate(series):
+        colour = _PALETTE[index % len(_PALETTE)]
+        parts.append(f'<rect x="{x_legend}" y="6" width="10" height="10" fill="{colour}"/>')
+        parts.append(f'<text x="{x_legend + 14}" y="15" class="legend">{escape(name)}</text>')
+        x_legend += 24 + 7 * len(name)
+    parts.append(f'<text x="{zero}" y="15" text-anchor="middle" class="legend">0 = ordinary</text>')
+    y = 30
+    for label, bars in groups:
+        group_h = len(bars) * (bar_h + 2)
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + group_h / 2 + 4:.1f}" text-anchor="end" class="label">'
+            f"{escape(label)}</text>"
+        )
+        for name, value in bars:
+            colour = _PALETTE[list(series).index(name) % len(_PALETTE)] if name in series else _PALETTE[0]
+            if value is not None:
+                said = figures.percent(value)
+                length = half_w * abs(value) / peak if value else 0.0
+                left = zero - length if value < 0 else zero
+                parts.append(
+                    f'<rect x="{left:.1f}" y="{y}" width="{max(length, 1.0):.1f}" height="{bar_h}" fill="{colour}">'
+                    f"<title>{escape(label)} {escape(name)}: {escape(said)}</title></rect>"
+                )
+                x, anchor = (left - 4, "end") if value < 0 else (zero + max(length, 1.0) + 4, "start")
+                parts.append(
+                    f'<text x="{x:.1f}" y="{y + bar_h - 3}" text-anchor="{anchor}" class="value">{escape(said)}</text>'
+                )
+            y += bar_h + 2
+        y += gap
+    parts.append(f'<line x1="{zero}" y1="22" x2="{zero}" y2="{y - gap + 2}" class="axis"/>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
