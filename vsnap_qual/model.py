@@ -482,6 +482,24 @@ class ProbeCopy(TypedDict):
     files: int
 
 
+class Invocation(TypedDict):
+    """The command a run was started with (``vsnap_qual.invocation``): pytest's arguments as given (``@file``
+    arguments unexpanded), the directory, the Python, and the ``VSNAP_*`` option variables set."""
+
+    args: list[str]
+    dir: str
+    python: str
+    environment: dict[str, str]
+
+
+class HarnessSource(TypedDict):
+    """The harness's own git checkout, when it runs from one: its ``HEAD`` and whether ``vsnap_qual/`` has
+    uncommitted changes (None when git could not say)."""
+
+    commit: str
+    dirty: bool | None
+
+
 class SessionRecord(TypedDict):
     kind: Literal["session"]
     time: str
@@ -497,6 +515,8 @@ class SessionRecord(TypedDict):
     #: CPU smoke mode: the session's copy of vsnap-qual's CPU smoke platform (what every lane bound)
     smoke: NotRequired[ProbeCopy]
     host: Host
+    invocation: NotRequired[Invocation]
+    harness_source: NotRequired[HarnessSource]
 
 
 class Image(TypedDict, total=False):
@@ -663,6 +683,9 @@ class RunInfo(TypedDict):
     interrupted: NotRequired[str]
     #: pytest's own outcome counts (its summary line's), from the ``session_end``; absent when not recorded
     pytest_counts: NotRequired[dict[str, int]]
+    #: the command the run was started with and the harness's source commit, from the session record
+    invocation: NotRequired[Invocation]
+    harness_source: NotRequired[HarnessSource]
     last_step: LastStep | None
     last_record_time: str | None
     #: the session record's options (untyped: see ``SessionRecord.options``)

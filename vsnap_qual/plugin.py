@@ -21,7 +21,18 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import __version__, hookspecs, model, options, plan, probe_copy, procedure, progress, runtimes
+from vsnap_qual import (
+    __version__,
+    hookspecs,
+    invocation,
+    model,
+    options,
+    plan,
+    probe_copy,
+    procedure,
+    progress,
+    runtimes,
+)
 from vsnap_qual.box import RuntimeFailure, owner_label
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
@@ -273,6 +284,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
         if smoke is not None:
             session_record["smoke"] = smoke
+        # how to run it again (summary.md): the command as given, and the harness's own commit
+        session_record["invocation"] = invocation.invocation(
+            config.invocation_params.args, config.invocation_params.dir, os.environ
+        )
+        source = invocation.harness_source()
+        if source is not None:
+            session_record["harness_source"] = source
     else:
         workerinput = getattr(config, "workerinput", {})
         result = PreflightResult.from_json(workerinput["vsnap_preflight"])

@@ -104,6 +104,9 @@ class RunSpec:
     cpu_smoke: bool = False
     #: pytest's own counts, as the session_end records them (None: not recorded, as before they were)
     pytest_counts: dict[str, int] | None = None
+    #: the session's ``invocation`` and ``harness_source`` (None: not recorded, as before they were)
+    invocation: dict[str, Any] | None = None
+    harness_source: dict[str, Any] | None = None
 
 
 class _Clock:
@@ -263,6 +266,8 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
             "docker_version": "27.3.1",
             "python": "3.11.7",
         },
+        **({"invocation": spec.invocation} if spec.invocation is not None else {}),
+        **({"harness_source": spec.harness_source} if spec.harness_source is not None else {}),
     )
     required = required_coverage(spec)["required"]
     selected = [label for label in required if not any(fnmatch.fnmatch(label, p) for p in spec.left_out)]

@@ -230,3 +230,56 @@ def test_the_environment_table_has_no_blank_cell_and_criu_without_its_prefix(mak
     assert rows and "| n/a |" in rows[0] and "| 4.2.1 |" in rows[0] and "Version:" not in rows[0], rows
     assert "| |" not in rows[0] and "||" not in rows[0]
     assert "vsnap-qual " in text.split("### Environment")[0]
+
+
+def test_summary_says_the_command_that_reproduces_the_run_and_the_harness_commit(make_run: MakeRun) -> None:
+    invocation = {
+        "args": ["suites/", "@suites/profiles/reference.args", "-n", "2", "--vsnap-report-dir=reports/my change"],
+        "dir": "/src/vsnap-qual",
+        "python": "/src/vsnap-qual/.venv/bin/python",
+        "environment": {"VSNAP_ANNOTATE": "1"},
+    }
+    spec = RunSpec(invocation=invocation, harness_source={"commit": "975826d" + "0" * 33, "dirty": True})
+    text = _summary(make_run("invoked", spec))
+    head = text.split("| check | result |")[0]
+    assert "vsnap-qual 0.1.0 at `975826d00000` (uncommitted changes)" in head
+    details = head[head.index("<details><summary>Command to reproduce this run</summary>") : head.index("</details>")]
+    command = (
+        "cd /src/vsnap-qual && VSNAP_ANNOTATE=1 /src/vsnap-qual/.venv/bin/python -m pytest suites/ "
+        "@suites/profiles/reference.args -n 2 '--vsnap-report-dir=reports/my change'"
+    )
+    assert f"```bash\n{command}\n```" in details
+    # a run that recorded neither (before they were) says nothing of them
+    old = _summary(make_run("old"))
+    assert "Command to reproduce" not in old and "vsnap-qual 0.1.0" in old and "0.1.0 at" not in old
+
+
+def test_the_invocation_is_the_command_as_given_and_the_source_the_checkouts_head(tmp_path: Path) -> None:
+    import shlex
+    import sys
+
+    from vsnap_qual.invocation import command_line, harness_source, invocation
+
+    found = invocation(["suites/", "-k", "not fault"], tmp_path, {"VSNAP_IMAGE": "img:1", "HOME": "/root"})
+    assert found == {
+        "args": ["suites/", "-k", "not fault"],
+        "dir": str(tmp_path),
+        "python": sys.executable,
+        "environment": {"VSNAP_IMAGE": "img:1"},  # an option's variable; nothing else of the environment
+    }
+    assert shlex.split(command_line(found)) == [
+        "cd", str(tmp_path), "&&", "VSNAP_IMAGE=img:1", sys.executable, "-m", "pytest", "suites/", "-k", "not fault",
+    ]  # fmt: skip
+    repo = tmp_path / "clone"
+    (repo / "vsnap_qual").mkdir(parents=True)
+    (repo / "vsnap_qual" / "__init__.py").write_text("")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert harness_source(repo / "vsnap_qual") == {"commit": head, "dirty": False}
+    (repo / "vsnap_qual" / "__init__.py").write_text("changed = True\n")
+    assert harness_source(repo / "vsnap_qual") == {"commit": head, "dirty": True}
+    (tmp_path / "wheel" / "vsnap_qual").mkdir(parents=True)  # an installed wheel: no checkout of its own
+    assert harness_source(tmp_path / "wheel" / "vsnap_qual") is None

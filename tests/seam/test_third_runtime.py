@@ -78,6 +78,14 @@ def test_a_runtime_registered_from_outside_runs_the_whole_lifecycle(tmp_path: Pa
     assert said == summary.group(1) and "not applicable" in said, (said, summary.group(1))
     html = (tmp_path / "report" / "report.html").read_text()
     assert f"pytest: {said}" in html
+    # and the command that reproduces it, as given, with the harness's own commit (this checkout's HEAD)
+    invoked = results["run"]["invocation"]
+    assert invoked["dir"] == str(tmp_path) and invoked["python"] == sys.executable
+    assert invoked["args"][:2] == [str(ROOT / "suites"), "-p"] and invoked["args"][-2:] == ["-m", "not fault"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert results["run"]["harness_source"]["commit"] == head.strip()
+    summary_md = (tmp_path / "report" / "summary.md").read_text()
+    assert "Command to reproduce this run" in summary_md and "'not fault'" in summary_md
 
 
 def environment_of(results: dict, lane: str) -> dict:

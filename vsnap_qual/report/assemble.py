@@ -137,6 +137,10 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
     )
     if session and "smoke" in session:
         run["smoke"] = session["smoke"]
+    if session and "invocation" in session:
+        run["invocation"] = session["invocation"]
+    if session and "harness_source" in session:
+        run["harness_source"] = session["harness_source"]
     if session_end and session_end.get("interrupted"):
         run["interrupted"] = session_end["interrupted"]
     if session_end and "pytest_counts" in session_end:

@@ -54,6 +54,7 @@ def render_markdown(
         head += [f"> **What was qualified**: {'; '.join(qualified)}", ""]
     head += [" · ".join(_facts(results)), ""]
     head += _configuration(results)
+    head += reproduce(results)
     if verdict["coverage_line"]:
         head += [f"Coverage: {verdict['coverage_line']}", ""]
     if not run["complete"]:
@@ -129,11 +130,44 @@ def _facts(results: model.Results) -> list[str]:
     if results["runners"]:
         facts.append("runners " + ", ".join(results["runners"]))
     facts.append(f"run `{results['run']['run_id'] or 'unknown'}`")
-    facts.append(f"vsnap-qual {results['run'].get('harness_version') or 'unknown'}")
+    facts.append(f"vsnap-qual {results['run'].get('harness_version') or 'unknown'}" + harness_commit(results))
     build = next((ci for _l, env in _lane_environments(results) if (ci := env.get("ci"))), model.CiBuild())
     if build.get("build_url"):
         facts.append(f"[CI build]({build.get('build_url')})")
     return facts
+
+
+def harness_commit(results: model.Results) -> str:
+    """`` at `0123456789ab` (uncommitted changes)`` when the harness ran from a git checkout, else ""."""
+    source = results["run"].get("harness_source")
+    if not source:
+        return ""
+    dirty = {True: " (uncommitted changes)", False: "", None: " (its state unknown)"}[source.get("dirty")]
+    return f" at `{source['commit'][:12]}`{dirty}"
+
+
+def reproduce(results: model.Results) -> list[str]:
+    """The exact command the run was started with, in a ``<details>`` block: its directory, the ``VSNAP_*``
+    option variables it read, the Python and pytest's arguments as given (``@file`` arguments unexpanded)."""
+    found = results["run"].get("invocation")
+    if not found:
+        return []
+    from vsnap_qual.invocation import command_line
+
+    version = results["run"].get("harness_version") or "unknown"
+    return [
+        "<details><summary>Command to reproduce this run</summary>",
+        "",
+        "```bash",
+        command_line(found),
+        "```",
+        "",
+        f"With vsnap-qual {version}{harness_commit(results)}; a report directory that holds this run is refused "
+        "(another run's evidence): remove it first or give another `--vsnap-report-dir`.",
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _configuration(results: model.Results) -> list[str]:
