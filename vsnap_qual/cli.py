@@ -156,6 +156,7 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(
                 spec.cli, dest=spec.dest, action="store_const", const="true", help=spec.help_line(ini=False)
             )
+            group.add_argument(spec.no_cli, dest=spec.dest, action="store_const", const="false", help=spec.no_help)
         else:
             group.add_argument(spec.cli, dest=spec.dest, metavar=spec.name.split("-")[-1].upper(),
                                help=spec.help_line(ini=False))  # fmt: skip
@@ -169,9 +170,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
     from vsnap_qual import doctor, options
 
     given = [
-        spec.cli if spec.flag else f"{spec.cli}={value}"
-        for spec in options.OPTIONS
-        if (value := getattr(args, spec.dest, None)) is not None
+        spec.given_as(value) for spec in options.OPTIONS if (value := getattr(args, spec.dest, None)) is not None
     ]  # the options as given, parsed and checked once, by the doctor (unknown arguments reach it too)
     return doctor.main([*given, *getattr(args, "passthrough", [])])
 

@@ -408,6 +408,22 @@ class OptionSpec:
         return f"--vsnap-{self.name}"
 
     @property
+    def no_cli(self) -> str:
+        """A flag's off switch (``--no-vsnap-annotate``): it beats ``VSNAP_ANNOTATE=1``, the ini file and an
+        ``@file`` profile given before it, as the command line beats them all."""
+        return f"--no-vsnap-{self.name}"
+
+    @property
+    def no_help(self) -> str:
+        return f"turn {self.cli} off, whatever {self.env}, the ini file or an @file profile before it says"
+
+    def given_as(self, value: object) -> str:
+        """How the command line gave this option's ``value``: a flag as itself or as its off switch."""
+        if self.flag:
+            return self.no_cli if str(value) == "false" else self.cli
+        return f"{self.cli}={value}"
+
+    @property
     def dest(self) -> str:
         return "vsnap_" + self.name.replace("-", "_")
 
@@ -524,6 +540,9 @@ def add_options(parser: pytest.Parser) -> None:
         help_text = spec.help_line()
         if spec.flag:
             group.addoption(spec.cli, dest=spec.dest, action="store_const", const="true", default=None, help=help_text)
+            group.addoption(
+                spec.no_cli, dest=spec.dest, action="store_const", const="false", default=None, help=spec.no_help
+            )
         else:
             group.addoption(
                 spec.cli,
@@ -542,7 +561,8 @@ def raw_values(
     chosen: dict[str, tuple[str, str]] = {}
     for spec in OPTIONS:
         if cli.get(spec.dest) is not None:
-            chosen[spec.dest] = (str(cli[spec.dest]), spec.cli)
+            given = spec.given_as(cli[spec.dest]).split("=", 1)[0]
+            chosen[spec.dest] = (str(cli[spec.dest]), given)
         elif spec.env in env:
             chosen[spec.dest] = (env[spec.env], f"environment {spec.env}")
         elif ini.get(spec.dest, "") not in ("", None):
@@ -680,6 +700,7 @@ def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> d
     for spec in OPTIONS:
         if spec.flag:
             parser.add_argument(spec.cli, dest=spec.dest, action="store_const", const="true", default=None)
+            parser.add_argument(spec.no_cli, dest=spec.dest, action="store_const", const="false", default=None)
         else:
             parser.add_argument(spec.cli, dest=spec.dest, default=None)
     namespace, rest = parser.parse_known_args(argv)
@@ -697,14 +718,17 @@ def reference_markdown() -> str:
         "",
         "Generated from `vsnap_qual/options.py` (`python -m vsnap_qual.options > docs/options.md`); a test fails "
         "when this file is stale. Precedence: command line > `VSNAP_*` environment > ini (`vsnap_*` in the "
-        "pytest ini file) > default.",
+        "pytest ini file) > default. Each on/off option has an off switch, `--no-vsnap-<name>`, which beats its "
+        "variable, the ini file and an `@file` profile given before it (the last of the two on the command line "
+        "wins).",
         "",
         "| option | environment | ini | default | meaning |",
         "|---|---|---|---|---|",
     ]
     for spec in OPTIONS:
         default = f"`{spec.default}`" if spec.default else "unset"
-        lines.append(f"| `{spec.cli}` | `{spec.env}` | `{spec.dest}` | {default} | {spec.help} |")
+        names = f"`{spec.cli}`, `{spec.no_cli}`" if spec.flag else f"`{spec.cli}`"
+        lines.append(f"| {names} | `{spec.env}` | `{spec.dest}` | {default} | {spec.help} |")
     return "\n".join(lines) + "\n"
 
 

@@ -93,7 +93,11 @@ def active(config: pytest.Config) -> str | None:
     """
     if getattr(config, "workerinput", {}).get("vsnap_run_id"):
         return "worker of an active controller"
-    given = [spec.cli for spec in options.OPTIONS if config.getoption(spec.dest, None) is not None]
+    given = [
+        spec.given_as(value).split("=", 1)[0]
+        for spec in options.OPTIONS
+        if (value := config.getoption(spec.dest, None)) is not None
+    ]
     if given:
         return f"option {given[0]}"
     for spec in options.OPTIONS:

@@ -26,3 +26,18 @@ def test_the_options_given_reach_the_doctor_as_given(monkeypatch) -> None:
     monkeypatch.setattr(doctor, "main", lambda argv: seen.append(argv) or 0)
     assert cli.main(["doctor", "--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-runners", "v1", "--bogus"]) == 0
     assert sorted(seen[0]) == sorted(["--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-runners=v1", "--bogus"])
+
+
+def test_an_off_switch_reaches_the_doctor_as_the_off_switch(monkeypatch) -> None:
+    """``--no-vsnap-cpu-smoke`` is passed on as itself (not as ``--vsnap-cpu-smoke``), and beats the variable."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr(doctor, "main", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["doctor", "--vsnap-image=img:1", "--no-vsnap-cpu-smoke"]) == 0
+    assert sorted(seen[0]) == ["--no-vsnap-cpu-smoke", "--vsnap-image=img:1"]
+    parsed = options.parse_standalone(seen[0], env={"VSNAP_CPU_SMOKE": "1"})
+    assert parsed["vsnap_cpu_smoke"] is False
+    done = subprocess.run(
+        [sys.executable, "-m", "vsnap_qual.cli", "doctor", "--help"], capture_output=True, text=True, timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert "--no-vsnap-cpu-smoke turn --vsnap-cpu-smoke off" in " ".join(done.stdout.split())

@@ -217,3 +217,38 @@ def test_expectations_are_chosen_from_the_image_by_default():
     parsed = options.parse_standalone([], env={})
     assert parsed["vsnap_expect"] == "auto" and parsed["vsnap_base_expect"] == "auto"
     assert options.parse_standalone(["--vsnap-expect=head"], env={})["vsnap_expect"] == "head"
+
+
+# ---- issue 26: every on/off option has a command-line off switch ---------------------------------------------
+FLAGS = [spec for spec in options.OPTIONS if spec.flag]
+
+
+@pytest.mark.parametrize("spec", FLAGS, ids=[spec.name for spec in FLAGS])
+def test_every_flag_has_an_off_switch_that_beats_its_variable(spec: options.OptionSpec) -> None:
+    on = {spec.env: "1"}
+    assert options.parse_standalone([], env=on)[spec.dest] is True
+    assert options.parse_standalone([spec.no_cli], env=on)[spec.dest] is False
+    # on the command line, the last of the two wins (an @file profile before the off switch, or after it)
+    assert options.parse_standalone([spec.cli, spec.no_cli], env={})[spec.dest] is False
+    assert options.parse_standalone([spec.no_cli, spec.cli], env={})[spec.dest] is True
+    assert f"`{spec.no_cli}`" in options.reference_markdown()
+
+
+def test_the_off_switch_beats_the_environment_the_ini_file_and_a_profile_through_pytest(pytester) -> None:
+    """pytest's own parser: ``@file`` profile arguments (as ``make qualify``'s), the ini key and the variable all
+    say on; ``--no-vsnap-…`` after the profile turns each off, and a value's origin names the switch."""
+    pytester.makeini("[pytest]\nvsnap_annotate = true\nvsnap_doctor = true\n")
+    profile = pytester.path / "profile.args"
+    profile.write_text("--vsnap-cpu-smoke\n--vsnap-doctor\n")
+    env = {"VSNAP_ANNOTATE": "1", "VSNAP_CPU_SMOKE": "1"}
+    on = options.raw_values(
+        {spec.dest: pytester.parseconfig(f"@{profile}").getoption(spec.dest) for spec in options.OPTIONS},
+        env,
+        {"vsnap_annotate": "true", "vsnap_doctor": "true"},
+    )
+    assert [on[f"vsnap_{n}"][0].lower() for n in ("annotate", "cpu_smoke", "doctor")] == ["1", "true", "true"]
+    config = pytester.parseconfig(f"@{profile}", "--no-vsnap-cpu-smoke", "--no-vsnap-doctor", "--no-vsnap-annotate")
+    parsed = options.resolve(config, env=env)
+    assert (parsed["vsnap_annotate"], parsed["vsnap_cpu_smoke"], parsed["vsnap_doctor"]) == (False, False, False)
+    cli = {spec.dest: config.getoption(spec.dest) for spec in options.OPTIONS}
+    assert options.raw_values(cli, env, {})["vsnap_cpu_smoke"] == ("false", "--no-vsnap-cpu-smoke")
