@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +254,76 @@ def test_the_off_switch_beats_the_environment_the_ini_file_and_a_profile_through
     assert (parsed["vsnap_annotate"], parsed["vsnap_cpu_smoke"], parsed["vsnap_doctor"]) == (False, False, False)
     cli = {spec.dest: config.getoption(spec.dest) for spec in options.OPTIONS}
     assert options.raw_values(cli, env, {})["vsnap_cpu_smoke"] == ("false", "--no-vsnap-cpu-smoke")
+
+
+# ---- issue 26: a malformed image reference is refused at parse time, not with Docker's words ------------------
+GOOD_REFERENCES = [
+    "vllm/vllm-openai:nightly-0123abc",
+    "vsnap-reference:head",
+    "registry.example.com:5000/team/vllm:v1",
+    "localhost:5000/x/y:1",
+    "[::1]:5000/x:1",
+    "vllm/vllm-openai@sha256:" + "a" * 64,
+    "vllm/vllm-openai:v1@sha256:" + "0" * 64,
+    "sha256:" + "f" * 64,  # an image ID
+    "a_b__c---d/e.f",  # every separator of a path component
+]
+BAD_REFERENCES = [
+    ("vllm/VLLM-openai:nightly", "must be lowercase ('VLLM-openai'); write 'vllm/vllm-openai:nightly'"),
+    ("vllm//vllm-openai", "an empty component"),
+    ("vllm/vllm-openai:", "the tag after the last ':' ('')"),
+    ("vllm/vllm-openai:-rc", "not starting with '.' or '-'"),
+    ("vllm/vllm-openai:" + "t" * 129, "1 to 128 letters"),
+    ("vllm/vllm-openai@sha256:abc", "must be ALGORITHM:HEX"),
+    ("vllm/vllm-openai@sha256:" + "a" * 40, "a sha256 digest has 64 hex digits"),
+    ("vllm/vllm-openai:v1:v2", "only the registry may carry a :PORT and only the end a :TAG"),
+    ("vllm/-openai", "path component '-openai'"),
+    ("bad_host!/x:1", "path component 'bad_host!'"),
+    ("reg:port/x", "the registry 'reg:port' is no host name"),
+    ("/usr/bin/python3", "a Python on this host is --vsnap-python with --vsnap-runtime=host"),
+]
+
+
+@pytest.mark.parametrize("reference", GOOD_REFERENCES)
+def test_image_references_docker_accepts_are_accepted(reference: str) -> None:
+    parsed = options.parse_standalone([f"--vsnap-image={reference}", f"--vsnap-base-image={reference}"], env={})
+    assert (parsed["vsnap_image"], parsed["vsnap_base_image"]) == (reference, reference)
+
+
+@pytest.mark.parametrize(("reference", "fragment"), BAD_REFERENCES, ids=[r for r, _ in BAD_REFERENCES])
+def test_a_malformed_image_reference_is_refused_naming_the_option_the_origin_and_the_fix(
+    reference: str, fragment: str
+) -> None:
+    with pytest.raises(options.OptionError) as given:
+        options.parse_standalone([f"--vsnap-image={reference}"], env={})
+    said = str(given.value)
+    assert said.startswith(f"--vsnap-image: {reference!r} is not an image reference: ") and fragment in said, said
+    assert said.endswith("(value from --vsnap-image)") and "e.g. vllm/vllm-openai:nightly" in said
+    with pytest.raises(options.OptionError) as from_env:
+        options.parse_standalone(["--vsnap-image=vllm/vllm-openai:nightly"], env={"VSNAP_BASE_IMAGE": reference})
+    assert str(from_env.value).startswith("--vsnap-base-image: ")
+    assert str(from_env.value).endswith("(value from environment VSNAP_BASE_IMAGE)")
+
+
+def test_the_host_runtime_and_a_registered_runtime_keep_their_own_engine_values(tmp_path) -> None:
+    """The grammar is Docker's: the host runtime's engines are Pythons (``--vsnap-python``; an image option is
+    refused by that runtime in its own words), and another runtime says what its ``--vsnap-image`` means."""
+    from vsnap_qual.config import build_config
+
+    base = ["--vsnap-model=org/m", "--vsnap-revision=" + "a" * 40, "--vsnap-gpus=none"]
+    host = options.parse_standalone([*base, "--vsnap-runtime=host", f"--vsnap-python={sys.executable}"], env={})
+    assert build_config(host, tmp_path).image == str(Path(sys.executable).absolute())
+    given = options.parse_standalone([*base, "--vsnap-runtime=host", "--vsnap-image=/usr/bin/python3"], env={})
+    with pytest.raises(pytest.UsageError, match="cannot be used with --vsnap-runtime=host"):
+        build_config(given, tmp_path)
+
+
+def test_pytest_refuses_a_malformed_image_from_the_environment_before_anything_starts(vsnap_refused) -> None:
+    text = vsnap_refused(
+        "bad-image",
+        ["--vsnap-gpus=none"],
+        {"VSNAP_IMAGE": "vllm/vllm-openai:nightly:0123abc"},
+        "--vsnap-image: 'vllm/vllm-openai:nightly:0123abc' is not an image reference",
+        revision="a" * 40,
+    )
+    assert "(value from environment VSNAP_IMAGE)" in text and "invalid reference format" not in text
