@@ -140,7 +140,7 @@ def parse_positive_int(value: str) -> int:
     return number
 
 
-#: the smallest --vsnap-max-model-len accepted: two of vLLM's default 16-token KV blocks (README, Assumptions). The
+#: the smallest --vsnap-max-model-len accepted: two of vLLM's default 16-token KV blocks (docs/design.md §6). The
 #: check that matters is config.build_config's: the canary tokens and the longest canary prompt must fit.
 MIN_MAX_MODEL_LEN = 32
 

@@ -1,6 +1,6 @@
 """The pytest plugin: options, validation before anything starts, lanes as fixtures, evidence, reports.
 
-Whether it acts at all is decided in one place, :func:`active` (README, Assumptions: "Active"). Inactive (pytest
+Whether it acts at all is decided in one place, :func:`active` (docs/design.md §6, "Active"). Inactive (pytest
 run on any other project where vsnap-qual is installed), it only registers its ``--vsnap-*`` options: no signal
 handler, header line, environment read, marker or evidence. Only the controller process (not xdist workers) runs
 preflight and writes the reports; with ``-n`` the plugin's own xdist scheduler keeps each runner's lanes on one

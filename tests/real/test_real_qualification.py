@@ -11,7 +11,7 @@ CI's scope (``VSNAP_REAL_QUAL_SCOPE=ci``, the default): the lifecycle of both ar
 one of each kind that matters on real vLLM (a hook after memory wake, whose graceful exit consumes the artifact;
 an identity drift, which must then start from a fresh one; a truncated image), the rest left out with ``-k`` and
 said in the verdict as a narrowed run: the full run takes about an hour on 2 cores, too long for ``.ci/run``'s 90
-minutes beside ``make test`` (README, "Assumptions"). ``VSNAP_REAL_QUAL_SCOPE=full`` runs
+minutes beside ``make test`` (docs/design.md §6, "Real vLLM in CI"). ``VSNAP_REAL_QUAL_SCOPE=full`` runs
 all of it. ``VSNAP_REAL_QUAL_REPORT=<dir>`` judges a finished run's report directory instead of running one.
 """
 
