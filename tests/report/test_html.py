@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -169,6 +170,7 @@ def test_the_kv_chart_plots_the_difference_from_ordinary_with_the_digits_that_sh
     )
     one_block = next((x, w) for x, w, title in bars if title == "v1/head snapshot: −0.0016%")
     assert float(one_block[0]) + float(one_block[1]) == zero and float(one_block[1]) > 1
+    assert zero == 150 + 90 + 520, "every difference is negative: the zero line at the right, the bars use the width"
 
 
 def test_the_header_says_how_long_the_run_took_and_pytests_counts(make_run: MakeRun) -> None:
@@ -184,3 +186,50 @@ def test_the_header_says_how_long_the_run_took_and_pytests_counts(make_run: Make
     assert re.search(r"\d+ steps passed, \d+ failed, \d+ skipped", _section(old, "verdict"))
     killed = write_reports(make_run("killed", RunSpec(complete=False, stop_after_steps=5)), github_step_summary=False)
     assert "(it did not finish)" in killed.report_html.read_text()
+
+
+def test_a_prompts_one_token_and_multi_token_canaries_are_two_canaries() -> None:
+    """The same prompt runs as vLLM's one-token canary and as a multi-token one: a divergence of either is shown,
+    never hidden behind the other (a grid keyed by the prompt alone kept only one of them)."""
+    from types import SimpleNamespace
+
+    from vsnap_qual.report.frames import CanaryRow, _frame
+    from vsnap_qual.report.html import _canary
+
+    def row(step: str, tokens: int, status: str) -> CanaryRow:
+        return CanaryRow(runner="v1", arm="head", step=step, index=0, prompt="The capital of France is",
+                         token_ids="1", text=" Paris", logprob=-0.1, reference_logprob=-0.1, delta=0.0,
+                         status=status, ok=status != "mismatch", tokens=tokens, first_divergence=None)  # fmt: skip
+
+    found = [
+        row("ordinary", 1, "reference"),
+        row("ordinary", 16, "reference"),
+        row("restore-1", 1, "mismatch"),  # the one-token canary diverges, the multi-token one does not
+        row("restore-1", 16, "bit-exact"),
+    ]
+    comparisons = SimpleNamespace(canary=_frame(found, CanaryRow))
+    (block,) = _canary({"runners": ["v1"]}, comparisons)  # type: ignore[arg-type]
+    assert (block["prompts"], block["compared"]) == (2, 2)
+    assert [(d["prompt"], d["column"]) for d in block["diverging"]] == [("The capital of France is", "head restore-1")]
+    found[2], found[3] = row("restore-1", 1, "bit-exact"), row("restore-1", 16, "mismatch")
+    (block,) = _canary({"runners": ["v1"]}, SimpleNamespace(canary=_frame(found, CanaryRow)))  # type: ignore[arg-type]
+    assert [d["prompt"] for d in block["diverging"]] == ["The capital of France is (16 tokens)"]
+
+
+def test_criu_is_its_version_and_an_all_bit_exact_step_table_is_folded(make_run: MakeRun) -> None:
+    directory = make_run("folded", RunSpec(canary_deltas=(), changed_digests=()))
+    path = directory / "evidence.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in lines:
+        if record["kind"] == "environment":
+            record["versions"]["criu"] = "Version: 4.2.1"  # `criu --version`'s first line, as older lanes recorded
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    html = write_reports(directory, github_step_summary=False).report_html.read_text()
+    assert "Version: 4.2.1" not in _section(html, "environment") and "<td>4.2.1</td>" in html
+    canary = _section(html, "canary")
+    assert re.search(r"<details><summary>Per step: \d+ steps, every canary bit-exact</summary>", canary)
+    flipped = make_run("unfolded", RunSpec(changed_digests=()))  # one canary within tolerance: the table is open
+    assert (
+        "every canary bit-exact</summary>"
+        not in write_reports(flipped, github_step_summary=False).report_html.read_text()
+    )

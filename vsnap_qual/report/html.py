@@ -109,6 +109,7 @@ class CanaryBlock(TypedDict):
     runner: str
     #: the compared (arm, step) columns, said as ``head: ordinary, restore-1; base: …``
     across: str
+    #: canaries per step (a prompt's one-token and multi-token canaries are two)
     prompts: int
     compared: int
     diverging: list[CanaryDivergence]
@@ -331,7 +332,7 @@ def _environment(results: model.Results) -> list[EnvironmentView]:
                 revision=labels.get("org.opencontainers.image.revision"),
                 build_commit=labels.get("ai.vllm.build.commit"),
                 platform=image.get("platform"),
-                versions=env["versions"] if env else {},
+                versions=_versions(env["versions"]) if env else {},
                 gpu=_gpu(gpu),
                 simulated=None if gpu else labels.get(SIMULATED_LABEL),  # a real GPU is used where there is one
                 gpu_full=", ".join(f"{k}={v}" for k, v in gpu.items()) if gpu is not None else "",
@@ -340,6 +341,12 @@ def _environment(results: model.Results) -> list[EnvironmentView]:
             )
         )
     return lanes
+
+
+def _versions(versions: dict[str, str | None]) -> dict[str, str | None]:
+    """The lane's versions as shown: CRIU's without the ``Version: `` of ``criu --version``'s first line."""
+    criu = versions.get("criu")
+    return {**versions, "criu": criu.removeprefix("Version: ") if criu else criu}
 
 
 def _short_digest(reference: str) -> str:
@@ -379,25 +386,32 @@ def _canary(results: model.Results, comparisons: Comparisons) -> list[CanaryBloc
         if not part:
             continue
         columns = list(dict.fromkeys((r["arm"], r["step"]) for r in part))
-        prompts = list(dict.fromkeys(r["prompt"] for r in part))
-        cells = {(r["prompt"], r["arm"], r["step"]): r for r in part}
-        references = {r["prompt"]: r for r in part if r["status"] == "reference"}
+        # a canary is its prompt and its length: the same prompt runs as a one-token and a multi-token canary
+        canaries = list(dict.fromkeys((r["prompt"], r["tokens"]) for r in part))
+        cells = {(r["prompt"], r["tokens"], r["arm"], r["step"]): r for r in part}
+        references = {(r["prompt"], r["tokens"]): r for r in part if r["status"] == "reference"}
         diverging = []
         compared = 0
-        for prompt in prompts:
+        for prompt, tokens in canaries:
             for arm, step in columns:
-                cell = cells.get((prompt, arm, step))
+                cell = cells.get((prompt, tokens, arm, step))
                 if cell is not None and cell["status"] == "reference":
                     continue
                 compared += 1
                 if cell is None or cell["status"] != "bit-exact":
-                    reference = cells.get((prompt, arm, procedure.ORDINARY)) or references.get(prompt)
-                    column = f"{arm} {step}"
-                    diverging.append(CanaryDivergence(prompt=prompt, column=column, reference=reference, cell=cell))
+                    reference = cells.get((prompt, tokens, arm, procedure.ORDINARY)) or references.get((prompt, tokens))
+                    diverging.append(
+                        CanaryDivergence(
+                            prompt=prompt if tokens <= 1 else f"{prompt} ({tokens} tokens)",
+                            column=f"{arm} {step}",
+                            reference=reference,
+                            cell=cell,
+                        )
+                    )
         arms = list(dict.fromkeys(arm for arm, _ in columns))
         across = "; ".join(f"{arm}: " + ", ".join(s for a, s in columns if a == arm) for arm in arms)
         out.append(
-            CanaryBlock(runner=runner, across=across, prompts=len(prompts), compared=compared, diverging=diverging)
+            CanaryBlock(runner=runner, across=across, prompts=len(canaries), compared=compared, diverging=diverging)
         )
     return out
 
@@ -694,9 +708,16 @@ def _svg_delta_bars(groups: Sequence[tuple[str, Sequence[tuple[str, float | None
     values = [abs(v) for _, bars in groups for _, v in bars if v is not None]
     if not values:
         return Markup("")
-    label_w, half_w, pad, bar_h, gap = 150, 260, 90, 14, 10
-    zero = label_w + pad + half_w
-    width = zero + half_w + pad
+    label_w, span, pad, bar_h, gap = 150, 520, 90, 14, 10
+    signed = [v for _, bars in groups for _, v in bars if v]
+    # the zero line where the bars need it: at the right when every difference is negative, at the left when every
+    # one is positive, in the middle otherwise
+    left_w = (
+        span if signed and all(v < 0 for v in signed) else 0 if signed and all(v > 0 for v in signed) else span // 2
+    )
+    right_w = span - left_w
+    zero = label_w + pad + left_w
+    width = zero + right_w + pad
     peak = max(values) or 1.0
     height = 34 + sum(len(bars) * (bar_h + 2) + gap for _, bars in groups) + 22
     parts = [
@@ -721,7 +742,7 @@ def _svg_delta_bars(groups: Sequence[tuple[str, Sequence[tuple[str, float | None
             colour = _PALETTE[list(series).index(name) % len(_PALETTE)] if name in series else _PALETTE[0]
             if value is not None:
                 said = figures.percent(value)
-                length = half_w * abs(value) / peak if value else 0.0
+                length = (left_w if value < 0 else right_w) * abs(value) / peak if value else 0.0
                 left = zero - length if value < 0 else zero
                 parts.append(
                     f'<rect x="{left:.1f}" y="{y}" width="{max(length, 1.0):.1f}" height="{bar_h}" fill="{colour}">'
