@@ -147,6 +147,9 @@ def test_a_bit_exact_canary_grid_is_one_line_and_otherwise_only_the_diverging_ce
     assert table.count('<tr><td class="prompt">') == 1, "only the one diverging cell, beside its reference"
     assert "head restore-1" in table and "within tolerance" in table and "+4.0e−04" in table
     assert re.search(r"Runner v1: 1 of (\d+) canaries not bit-exact", canary)
+    token = make_run("token", RunSpec(canary_token_flips=(("v1", "restore-1", 3),), changed_digests=()))
+    canary = _section(write_reports(token, github_step_summary=False).report_html.read_text(), "canary")
+    assert "mismatch" in canary and "first diverging position 0<" in canary  # a position, never "0.0"
 
 
 def test_the_kv_chart_plots_the_difference_from_ordinary_with_the_digits_that_show_it(make_run: MakeRun) -> None:
