@@ -274,9 +274,16 @@ class IdentityInjector(Injector):
     records the value this process sees before it ``exec``s vLLM. Fired when that value differs from the
     manifest's; not applicable where the box cannot present the drift (said in the box's own words)."""
 
+    def __init__(self) -> None:
+        # a drift prepared when the step asked whether the box can present it: its first attempt uses it
+        self._asked: dict[tuple[str, str], drifts.Prepared] = {}
+
     def not_applicable(self, run: FaultLane, fault: Fault) -> str | None:
         prepared = self._prepare(run, fault)
-        return prepared if isinstance(prepared, str) else None
+        if isinstance(prepared, str):
+            return prepared
+        self._asked[(run.lane.name, fault.id)] = prepared
+        return None
 
     def _prepare(self, run: FaultLane, fault: Fault) -> drifts.Prepared | str:
         drift = drifts.DRIFTS[fault.drift or ""]
@@ -287,7 +294,8 @@ class IdentityInjector(Injector):
         return drifts.parse_prepared(drift, result.stdout, manifest)
 
     def begin(self, at: Attempt) -> None:
-        prepared = self._prepare(at.run, at.fault)
+        asked = self._asked.pop((at.run.lane.name, at.fault.id), None)  # a retry prepares its kit again
+        prepared = asked or self._prepare(at.run, at.fault)
         if isinstance(prepared, str):  # the box changed since the step asked: nothing to inject
             raise StepFailed(f"the {at.fault.drift} drift cannot be presented: {prepared}")
         at.state["prepared"] = prepared

@@ -239,6 +239,7 @@ class FakeRun:
         self.state = LaneState(manifest={"process_tree": [], "environment": [["VLLM_NO_USAGE_STATS", "h"]]})
         self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext)
         self.served_model = "m"
+        self.lane = SimpleNamespace(name="v1/head")
         self.config = SimpleNamespace(
             timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0, "exec": 30.0},
             cleanup_grace=0.1,
@@ -448,6 +449,30 @@ def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch
     obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
     assert rec.results["injected"]["held"] is False and not obs.fired
     assert "snapshot mismatch" in obs.stderr_tail
+
+
+def test_a_drift_asked_about_is_prepared_once_for_its_first_attempt(lane, monkeypatch):
+    """The step asks whether the box can present the drift (preparing its kit); the first attempt uses that
+    answer, a retry prepares again."""
+    fake = lane.box.sh
+    prepared: list[str] = []
+
+    def prepare(script: str, timeout: float = 60.0) -> ExecResult:
+        if drifts.KIT not in script:
+            return fake(script, timeout)
+        prepared.append(script)
+        local = script.replace(WORK, str(lane.work))
+        done = subprocess.run(["sh", "-c", local], capture_output=True, text=True, timeout=30)
+        return ExecResult(["sh", "-c", script], done.returncode, done.stdout, done.stderr, 0.0, 0.0)
+
+    monkeypatch.setattr(lane.box, "sh", prepare)
+    fault = FAULTS_BY_ID["identity-drift"]
+    injector = FaultCatalogue.builtin().injector_for(fault)
+    assert injector.not_applicable(lane, fault) is None  # type: ignore[arg-type]
+    _run(lane, fault, _rec())
+    assert len(prepared) == 1, prepared
+    _run(lane, fault, _rec())  # another attempt: nothing was asked for it, so it prepares its own
+    assert len(prepared) == 2, prepared
 
 
 def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
