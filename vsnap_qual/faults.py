@@ -598,7 +598,7 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     with phase("reset"):
         captured = captured_ids(run)
         clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
-        reset_artifact(run.box)
+        reset_artifact(run)
         # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
         # fault still listed under one of them must not hide the next restored server from the cleanup
         baseline = {p["pid"] for p in run.box.processes()} - captured
@@ -609,7 +609,8 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
             injector.begin(at)
             # the reset put the pristine copy back: its digest, taken once, is the artifact's now, unless this
             # kind's own injection changed the artifact (then it is taken after the injection, as it stands)
-            pristine = None if injector.undo_before_followup else run.state.pristine_digest
+            files = run.state.artifact_files
+            pristine = None if injector.undo_before_followup or files is None else files.pristine_digest
             before = pristine or run.artifact_digest()
         with phase("command"):  # the faulted command, its watchers included
             result = injector.act(at)
@@ -702,7 +703,7 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     """After a fault, the artifact as the failure left it must still restore and answer vLLM's canary with its
     oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone."""
     if undo_injection:
-        reset_artifact(run.box)
+        reset_artifact(run)
     port = run.ports["fault"]
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup

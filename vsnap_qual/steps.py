@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 
 from vsnap_qual import checks, overlay, progress, shapes, unit
+from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
@@ -127,9 +128,10 @@ class LaneState:
     shm_owned: set[str] = field(default_factory=set)
     #: the fault lane: the fault whose restore consumed the fault artifact (its outside files gone), if one did
     consumed_by: str | None = None
-    #: the fault artifact's pristine copy's digest (``artifact_digest``), taken once when it is made: every reset
-    #: puts that copy back, so the digest before a fault that does not change the artifact itself is this one
-    pristine_digest: str | None = None
+    #: the fault artifact's files and its pristine copy's (``artifact_files``), read once when it is made: every
+    #: reset puts that copy back, so the digest before a fault that does not change the artifact itself is the
+    #: copy's; the digest and the reset then read and copy only what changed
+    artifact_files: ArtifactFiles | None = None
 
 
 class LaneTools(Protocol):

@@ -624,21 +624,26 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
     assert (found["engine_s"], found["steps_s"], found["wall_s"]) == (6.5, 15.0, 20.0)
 
 
+def _kept(digest: str) -> Any:
+    """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them."""
+    return SimpleNamespace(pristine_digest=digest, reset=lambda box: None)
+
+
 def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection_changes_the_artifact(lane):
     """Hashing the artifact is the costliest probe on real vLLM (2.4 GB): the reset puts the pristine copy back, so
     its digest, taken once, stands for the artifact before a fault whose injection leaves it alone."""
-    lane.state.pristine_digest = "same"
+    lane.state.artifact_files = _kept("same")
     _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.count("digest") == 1 and steps.index("command") < steps.index("digest"), steps
     lane.log.clear()
-    lane.state.pristine_digest = "other"  # the pristine copy's digest differs from the artifact's now: judged
+    lane.state.artifact_files = _kept("other")  # the pristine copy's digest differs from the artifact's now: judged
     obs = _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     assert obs.artifact_unchanged is False
 
 
 def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(lane, monkeypatch):
-    lane.state.pristine_digest = "same"
+    lane.state.artifact_files = _kept("same")
     monkeypatch.setattr(INJECTORS["image"], "begin", lambda at: at.run.log.append("corrupted"))
     _run(lane, FAULTS_BY_ID["image-truncated"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
