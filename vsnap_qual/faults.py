@@ -17,7 +17,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -563,26 +563,33 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
 
 
 class Phases:
-    """Where one fault step's time went, phase by phase (``results.phases``, seconds, summed over a retry): the
-    evidence ``bench/run_figures.py`` reads the harness's own time from."""
+    """Where one fault step's time went, phase by phase (``results.phases``, seconds, summed over a retry), and how
+    much of each phase was spent waiting on the engine (``results.phases_engine``): the evidence
+    ``bench/run_figures.py`` reads the harness's own time from."""
 
-    def __init__(self, into: dict[str, float]) -> None:
-        self.into = into
+    def __init__(self, into: dict[str, float], engine_into: dict[str, float], engine_clock: Callable[[], float]):
+        self.into, self.engine_into, self.engine_clock = into, engine_into, engine_clock
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
+        started, engine = time.monotonic(), self.engine_clock()
         try:
             yield
         finally:
             self.into[name] = round(self.into.get(name, 0.0) + time.monotonic() - started, 3)
+            spent = self.engine_clock() - engine
+            self.engine_into[name] = round(self.engine_into.get(name, 0.0) + spent, 3)
 
 
 def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's."""
     timeouts = run.config.timeouts
-    phase = Phases(rec.results.setdefault("phases", {}))
+    phase = Phases(
+        rec.results.setdefault("phases", {}),
+        rec.results.setdefault("phases_engine", {}),
+        lambda: run.recorder.engine_time,
+    )
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     with phase("captured-id wait before"):

@@ -391,6 +391,8 @@ class StepResults(TypedDict, total=False):
     link_remaps_made: list[str]
     #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)
     phases: dict[str, float]
+    #: a fault step: of those, the seconds spent waiting on the engine (its commands, starts and answers)
+    phases_engine: dict[str, float]
     #: a restore that failed, or a fault step's fresh artifact: those outside files that were gone (the artifact
     #: was consumed: the finding "artifact not self-contained", ``the check "self-contained"``)
     consumed: list[str]

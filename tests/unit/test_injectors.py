@@ -237,7 +237,7 @@ class FakeRun:
         self.box = FakeBox(self.log)
         self.ports = {"fault": _free_port()}
         self.state = LaneState(manifest={"process_tree": [], "environment": [["VLLM_NO_USAGE_STATS", "h"]]})
-        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext)
+        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext, engine_time=0.0)
         self.served_model = "m"
         self.lane = SimpleNamespace(name="v1/head")
         self.config = SimpleNamespace(
@@ -648,3 +648,19 @@ def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(lane, m
     _run(lane, FAULTS_BY_ID["image-truncated"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("corrupted") < steps.index("digest") < steps.index("command"), steps
+
+
+def test_each_phase_records_its_time_and_the_engines_share_of_it():
+    """A phase's harness time is its time less what it spent waiting on the engine (summed over a retry)."""
+    engine = {"t": 0.0}
+    wall: dict[str, float] = {}
+    spent: dict[str, float] = {}
+    phase = faults.Phases(wall, spent, lambda: engine["t"])
+    for _ in range(2):
+        with phase("command"):
+            engine["t"] += 1.5  # the engine's command, as the recorder accounts it
+            time.sleep(0.02)
+    with phase("audit"):
+        time.sleep(0.01)
+    assert spent == {"command": 3.0, "audit": 0.0}
+    assert wall["command"] >= 0.04 and wall["audit"] >= 0.01
