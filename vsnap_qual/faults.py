@@ -47,7 +47,15 @@ from vsnap_qual.injection import (
     truncate_image,
     wait_ids_free,
 )
-from vsnap_qual.model import Behaviour, CleanupAudit, FaultExpectation, FaultObservation, FiredRecord, FollowupRestore
+from vsnap_qual.model import (
+    Behaviour,
+    CapturedIdWait,
+    CleanupAudit,
+    FaultExpectation,
+    FaultObservation,
+    FiredRecord,
+    FollowupRestore,
+)
 from vsnap_qual.procedure import ANY, Expect, Fault
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.steps import EXCEPTION_LINE, LaneState, StepFailed
@@ -655,7 +663,9 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     if waits:
         rec.results["captured_id_waits"] = waits
     with phase("follow-up restore"):
-        rec.results["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
+        # the captured IDs were just found free and nothing has started since: the follow-up does not look again
+        ids_free = "still_held" not in after_fault
+        rec.results["followup_restore"] = followup_restore(run, injector.undo_before_followup, ids_free)
     return obs
 
 
@@ -706,9 +716,10 @@ def observe(run: FaultLane, obs: Observation, result: ExecResult) -> None:
     obs.fired_records = fired_records(run.control)
 
 
-def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
+def followup_restore(run: FaultLane, undo_injection: bool, ids_free: bool = False) -> FollowupRestore:
     """After a fault, the artifact as the failure left it must still restore and answer vLLM's canary with its
-    oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone."""
+    oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone.
+    ``ids_free``: the caller has just seen every captured ID free, with nothing started since."""
     if undo_injection:
         reset_artifact(run)
     port = run.ports["fault"]
@@ -722,7 +733,7 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     gone = consumed(run)
     if gone:  # the faulted restore's exit unlinked what the artifact needs: it is tried all the same, for CRIU's words
         outcome["consumed"] = gone
-    waited = wait_ids_free(run.box, captured, run.config.timeouts["stop"])
+    waited = CapturedIdWait() if ids_free else wait_ids_free(run.box, captured, run.config.timeouts["stop"])
     if waited:
         outcome["captured_ids_wait"] = waited
     argv = restore_argv(port)
@@ -741,9 +752,10 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     manifest = run.state.manifest
     if result.exit_code == 0:
         try:
-            got = engine.completion(
-                reach, run.served_model, VLLM_CANARY_PROMPT, host=host, timeout=run.config.timeouts["http"]
-            )
+            with run.recorder.engine_wait():  # an HTTP answer of the engine's, as every canary is
+                got = engine.completion(
+                    reach, run.served_model, VLLM_CANARY_PROMPT, host=host, timeout=run.config.timeouts["http"]
+                )
             outcome["canary"] = got.as_dict()
             outcome["canary_ok"] = (
                 got.token_ids == manifest.get("oracle_token_ids")

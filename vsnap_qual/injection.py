@@ -175,8 +175,10 @@ def settle(box: Box, baseline: set[int], ignore: set[int], limit: float = 5.0) -
     """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish)."""
     deadline = time.monotonic() + limit
     left = new_processes(box, baseline, ignore)
+    pause = 0.02
     while left and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
         left = new_processes(box, baseline, ignore)
     return left
 
@@ -201,8 +203,10 @@ def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
     started = time.monotonic()
     held = ids_held(box, ids)
     first = held
+    pause = 0.02  # a task exits in milliseconds, a GPU context's teardown in seconds: short looks first
     while held and time.monotonic() - started < limit:
-        time.sleep(0.2)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
         held = ids_held(box, ids)
     outcome = CapturedIdWait()
     if first:

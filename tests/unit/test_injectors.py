@@ -664,3 +664,24 @@ def test_each_phase_records_its_time_and_the_engines_share_of_it():
         time.sleep(0.01)
     assert spent == {"command": 3.0, "audit": 0.0}
     assert wall["command"] >= 0.04 and wall["audit"] >= 0.01
+
+
+def test_the_captured_ids_are_looked_at_once_between_the_fault_and_its_follow_up(lane, monkeypatch):
+    """The wait after the fault found every captured ID free and nothing started since: the follow-up restore does
+    not wait again; where IDs were still held, it does."""
+    looks: list[set[int]] = []
+    held: list[str] = []
+
+    def tasks_held(ids: set[int]) -> list[str]:
+        looks.append(set(ids))
+        return list(held)
+
+    monkeypatch.setattr(lane.box, "tasks_held", tasks_held)
+    lane.state.manifest["process_tree"] = [4242]
+    _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
+    assert len(looks) == 2, looks  # before the fault, after it; none of its own in the follow-up
+    held.append("4242 python R 4242 1")
+    lane.config.timeouts["stop"] = 0.05
+    rec = _rec()
+    _run(lane, FAULTS_BY_ID["wake-raise"], rec)
+    assert rec.results["followup_restore"]["captured_ids_wait"]["still_held"] == held  # it looked again
