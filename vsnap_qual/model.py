@@ -126,6 +126,8 @@ class Soak(TypedDict, total=False):
     window_s: float
     #: how long after its restore exited it was last seen alive and healthy by the watch
     observed_after_restore_s: float
+    #: the watch's pauses between its looks: the window's own time (the engine is watched, nobody works)
+    idle_s: float
     #: soak rounds whose canary answers differed from the ordinary reference (the repeated-request shape)
     repeated_mismatch: list[CanaryCompare]
     died_after_s: float

@@ -418,6 +418,8 @@ def test_the_observation_window_outlasts_the_soak_and_is_recorded() -> None:
     steps.restore(lasting, rec, "restore-1")  # type: ignore[arg-type]
     soak = rec.results["soak"]
     assert soak["alive"] is True and soak["window_s"] == 0.6 and soak["observed_after_restore_s"] >= 0.6
+    # the watch's pauses are the window's own time, recorded apart (the figures keep them out of the harness's)
+    assert soak["idle_s"] == steps.PROBE_PAUSE * (soak["probes"] - 1) and soak["idle_s"] <= soak["seconds"]
 
 
 def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() -> None:
