@@ -70,19 +70,25 @@ def parse_listing(output: str) -> dict[str, Entry]:
     return entries
 
 
-def listing(box: Box, root: str) -> dict[str, Entry]:
+def listing_script(root: str) -> str:
+    """The box script whose output :func:`parse_listing` reads."""
+    find = f"find . -mindepth 1 -printf {shlex.quote(LIST_FORMAT)}"
+    return f"date +%s.%N; printf '\\0'; cd {shlex.quote(root)} && {find}"
+
+
+def listing(box: Box, root: str, before: str = "") -> dict[str, Entry]:
     """Every entry below ``root`` as the box sees it now (listed again once after :data:`RECENT` where an entry
-    had just changed, as a reset's copies have)."""
-    script = (
-        f"date +%s.%N; printf '\\0'; cd {shlex.quote(root)} && find . -mindepth 1 -printf {shlex.quote(LIST_FORMAT)}"
-    )
+    had just changed). ``before``: a script run first in the same command (a reset's copies; the listing then
+    waits :data:`RECENT` in the box, so what it copied is not recent)."""
+    script = f"{before}\nsleep {RECENT}\n{listing_script(root)}" if before else listing_script(root)
     for attempt in range(2):
-        done = box.sh(script, 120)
+        done = box.sh(script, 300)
         if done.exit_code != 0:
-            raise ArtifactFilesError(f"cannot list {root}: {done.tail()}")
+            raise ArtifactFilesError(f"cannot {'reset' if before else 'list'} {root}: {done.tail()}")
         entries = parse_listing(done.stdout)
         if attempt or all(e.key for e in entries.values()):
             return entries
+        script = listing_script(root)  # only the listing again: what ran before it is done
         time.sleep(RECENT)
     return entries
 
@@ -132,6 +138,7 @@ class ArtifactFiles:
     after_reset: dict[str, Entry] | None = None
     #: the last reset's extent, as evidence: ``full`` or how many entries it put back or removed
     last_reset: str = ""
+    _last_listing: dict[str, Entry] = field(default_factory=dict, repr=False)
 
     @classmethod
     def kept(cls, box: Box, artifact: str, backup: str) -> ArtifactFiles:
@@ -160,23 +167,20 @@ class ArtifactFiles:
 
     def reset(self, box: Box) -> None:
         """Make the artifact equal to the pristine copy again, copying only what changed where that is sound."""
-        plan = self._plan(listing(box, self.artifact)) if self.after_reset is not None else None
+        plan = None
+        if self.after_reset is not None:
+            self._last_listing = listing(box, self.artifact)
+            plan = self._plan(self._last_listing)
         if plan is not None:
             script = _reset_script(self.artifact, self.backup, *plan)
-            if script:
-                done = box.sh(script, 300)
-                if done.exit_code != 0:
-                    raise ArtifactFilesError(f"cannot put the changed files back: {done.tail()}")
-            now = listing(box, self.artifact)
+            # nothing changed: the listing just taken stands; else the copies and the listing in one command
+            now = listing(box, self.artifact, before=script) if script else self._last_listing
             if self._matches_pristine(now):
                 self._record_equal(now)
                 self.last_reset = f"{sum(len(p) for p in plan)} entries put back or removed"
                 return
         a, b = shlex.quote(self.artifact), shlex.quote(self.backup)
-        done = box.sh(f"rm -rf {a} && cp -a {b} {a}", 300)
-        if done.exit_code != 0:
-            raise ArtifactFilesError(f"cannot reset the artifact: {done.tail()}")
-        now = listing(box, self.artifact)
+        now = listing(box, self.artifact, before=f"set -e\nrm -rf {a}\ncp -a {b} {a}")
         if not self._matches_pristine(now):
             raise ArtifactFilesError("the artifact copied from its pristine copy does not list as that copy")
         self.hashed = {}

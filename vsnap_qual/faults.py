@@ -614,6 +614,8 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
         captured = captured_ids(run)
         clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
         reset_artifact(run)
+        if run.state.artifact_files is not None:
+            rec.results["artifact_reset"] = run.state.artifact_files.last_reset
         # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
         # fault still listed under one of them must not hide the next restored server from the cleanup
         baseline = {p["pid"] for p in run.box.processes()} - captured

@@ -400,6 +400,8 @@ class StepResults(TypedDict, total=False):
     consumed: list[str]
     #: a fault step: a new fault artifact made before it, because the previous one was consumed (and by what)
     fresh_artifact: FreshArtifact
+    #: a fault step: what the reset before it put back (``full``, or how many changed entries; ``artifact_files``)
+    artifact_reset: str
     #: the unit step
     unit: UnitRun
     process_tree: list[int] | None
