@@ -626,7 +626,7 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
 
 def _kept(digest: str) -> Any:
     """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them."""
-    return SimpleNamespace(pristine_digest=digest, reset=lambda box: None)
+    return SimpleNamespace(pristine_digest=digest, reset=lambda box: None, last_reset="0 entries put back or removed")
 
 
 def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection_changes_the_artifact(lane):
