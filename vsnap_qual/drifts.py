@@ -17,9 +17,10 @@ model arguments; the artifact's ``engine_argv`` is what it restores), so they ha
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,17 +36,25 @@ LANE_VARIABLES = ("VLLM_NO_USAGE_STATS", "VLLM_SERVER_DEV_MODE")
 PLUGIN_ENTRY = "snapshot_plugin_sha256:"
 
 
+Manifest = Mapping[str, Any]
+#: what a drift's prepare script printed (``key=value``) and the manifest → launch prefix, record snippet, presented
+Ready = Callable[[dict[str, str], Manifest], tuple[tuple[str, ...], str, str]]
+
+
 @dataclass(frozen=True)
 class Drift:
-    """How one identity field is drifted for the faulted restore."""
+    """How one identity field is drifted for the faulted restore: the prepare script and, from its answer, the
+    launch, both held here so a drift is written in one place."""
 
     id: str
     field: str  # the manifest field vLLM must name
     presents: str  # what the restore sees, in words
+    prepare: Callable[[Manifest], str] = dataclasses.field(repr=False, compare=False)
+    ready: Ready = dataclasses.field(repr=False, compare=False)
 
-    def prepare_script(self, manifest: Mapping[str, Any]) -> str:
+    def prepare_script(self, manifest: Manifest) -> str:
         """A script for the box: writes the kit; prints ``key=value`` lines the launch needs, or ``N/A <why>``."""
-        return PREPARE[self.id](manifest)
+        return self.prepare(manifest)
 
 
 def _sh(*lines: str) -> str:
@@ -161,28 +170,99 @@ def _na(reason: str) -> str:
     return f"echo {shlex.quote('N/A ' + reason)}"
 
 
-PREPARE = {
-    "env-added": _prepare_env_added,
-    "env-removed": _prepare_env_removed,
-    "env-changed": _prepare_env_changed,
-    "host": _prepare_host,
-    "kernel": _prepare_kernel,
-    "vllm-version": _prepare_vllm_version,
-    "gpu": _prepare_gpu,
-    "criu": _prepare_criu,
-}
+_ENV_RECORD = "tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{}=' || true"
+
+
+def _ready_env_set(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    name, value = got["name"], got["value"]
+    return ("env", f"{name}={value}"), _ENV_RECORD.format(name), f"{name}={value}"
+
+
+def _ready_env_removed(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    return ("env", "-u", got["name"]), _ENV_RECORD.format(got["name"]), ""
+
+
+def _ready_host(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    bind = f'mount --bind {KIT}/machine-id /etc/machine-id && exec "$@"'
+    return ("unshare", "-m", "sh", "-c", bind, "sh"), "cat /etc/machine-id", got["value"]
+
+
+def _ready_kernel(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    return ("setarch", got["machine"], "--uname-2.6"), "uname -r", got["value"]
+
+
+def _ready_vllm_version(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    path = ":".join(p for p in (f"{KIT}/pythonpath", got.get("pythonpath", "")) if p)
+    interpreter = """sed -n '1s/^#![[:space:]]*//p' "$(command -v vllm)" """.strip()
+    record = f"$({interpreter}) -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'"
+    return ("env", f"PYTHONPATH={path}"), record, got["value"]
+
+
+def _ready_gpu(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    uuid = shlex.quote(str(manifest.get("gpu_uuid") or ""))
+    record = f"nvidia-smi --query-gpu=driver_version --format=csv,noheader,nounits --id={uuid}"
+    presented = other_driver(str(manifest.get("driver_version") or ""))
+    return ("env", f"PATH={KIT}/nvidia-smi/bin:{got.get('path', '')}"), record, presented
+
+
+def _ready_criu(got: dict[str, str], manifest: Manifest) -> tuple[tuple[str, ...], str, str]:
+    presented = f"{manifest.get('criu_version') or ''} (vsnapdrift)"
+    return ("env", f"PATH={KIT}/criu/bin:{got.get('path', '')}"), "criu --version | head -n 1", presented
+
 
 DRIFTS: dict[str, Drift] = {
     d.id: d
     for d in (
-        Drift("env-added", "environment", f"an extra {ADDED}=1"),
-        Drift("env-removed", "environment", "a variable of the lane's identity environment unset"),
-        Drift("env-changed", "environment", "a variable of the lane's identity environment with another value"),
-        Drift("host", "host_id", "another /etc/machine-id (a bind mount in the restore's own mount namespace)"),
-        Drift("kernel", "kernel_release", "another kernel release (setarch --uname-2.6)"),
-        Drift("vllm-version", "vllm_version", "another vLLM version (a vllm dist-info first on PYTHONPATH)"),
-        Drift("gpu", "driver_version", "another GPU driver version (nvidia-smi's answer, through a wrapper)"),
-        Drift("criu", "criu_version", "another CRIU version (criu --version, through a wrapper)"),
+        Drift("env-added", "environment", f"an extra {ADDED}=1", _prepare_env_added, _ready_env_set),
+        Drift(
+            "env-removed",
+            "environment",
+            "a variable of the lane's identity environment unset",
+            _prepare_env_removed,
+            _ready_env_removed,
+        ),
+        Drift(
+            "env-changed",
+            "environment",
+            "a variable of the lane's identity environment with another value",
+            _prepare_env_changed,
+            _ready_env_set,
+        ),
+        Drift(
+            "host",
+            "host_id",
+            "another /etc/machine-id (a bind mount in the restore's own mount namespace)",
+            _prepare_host,
+            _ready_host,
+        ),
+        Drift(
+            "kernel",
+            "kernel_release",
+            "another kernel release (setarch --uname-2.6)",
+            _prepare_kernel,
+            _ready_kernel,
+        ),
+        Drift(
+            "vllm-version",
+            "vllm_version",
+            "another vLLM version (a vllm dist-info first on PYTHONPATH)",
+            _prepare_vllm_version,
+            _ready_vllm_version,
+        ),
+        Drift(
+            "gpu",
+            "driver_version",
+            "another GPU driver version (nvidia-smi's answer, through a wrapper)",
+            _prepare_gpu,
+            _ready_gpu,
+        ),
+        Drift(
+            "criu",
+            "criu_version",
+            "another CRIU version (criu --version, through a wrapper)",
+            _prepare_criu,
+            _ready_criu,
+        ),
     )
 }
 
@@ -197,40 +277,14 @@ class Prepared:
     presented: str  # the value presented to the restore, as the record prints it ("" = unset)
 
 
-def parse_prepared(drift: Drift, output: str, manifest: Mapping[str, Any]) -> Prepared | str:
+def parse_prepared(drift: Drift, output: str, manifest: Manifest) -> Prepared | str:
     """The prepare script's answer: a :class:`Prepared`, or the reason the box cannot present this drift."""
     lines = [ln for ln in output.splitlines() if ln.strip()]
     na = next((ln for ln in lines if ln.startswith("N/A ")), None)
     if na:
         return na.removeprefix("N/A ").strip()
     got = dict(ln.split("=", 1) for ln in lines if "=" in ln)
-    env_record = "tr '\\0' '\\n' < /proc/$$/environ | grep -a '^{}=' || true"
-    if drift.id in ("env-added", "env-changed"):
-        name, value = got["name"], got["value"]
-        return Prepared(drift, ("env", f"{name}={value}"), env_record.format(name), f"{name}={value}")
-    if drift.id == "env-removed":
-        name = got["name"]
-        return Prepared(drift, ("env", "-u", name), env_record.format(name), "")
-    if drift.id == "host":
-        bind = f'mount --bind {KIT}/machine-id /etc/machine-id && exec "$@"'
-        return Prepared(drift, ("unshare", "-m", "sh", "-c", bind, "sh"), "cat /etc/machine-id", got["value"])
-    if drift.id == "kernel":
-        return Prepared(drift, ("setarch", got["machine"], "--uname-2.6"), "uname -r", got["value"])
-    if drift.id == "vllm-version":
-        path = ":".join(p for p in (f"{KIT}/pythonpath", got.get("pythonpath", "")) if p)
-        interpreter = """sed -n '1s/^#![[:space:]]*//p' "$(command -v vllm)" """.strip()
-        record = f"$({interpreter}) -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'"
-        return Prepared(drift, ("env", f"PYTHONPATH={path}"), record, got["value"])
-    tool = "nvidia-smi" if drift.id == "gpu" else "criu"
-    path = f"{KIT}/{tool}/bin:{got.get('path', '')}"
-    if drift.id == "gpu":
-        uuid = shlex.quote(str(manifest.get("gpu_uuid") or ""))
-        record = f"nvidia-smi --query-gpu=driver_version --format=csv,noheader,nounits --id={uuid}"
-        presented = other_driver(str(manifest.get("driver_version") or ""))
-        return Prepared(drift, ("env", f"PATH={path}"), record, presented)
-    assert drift.id == "criu", drift.id
-    presented = f"{manifest.get('criu_version') or ''} (vsnapdrift)"
-    return Prepared(drift, ("env", f"PATH={path}"), "criu --version | head -n 1", presented)
+    return Prepared(drift, *drift.ready(got, manifest))
 
 
 def other_driver(driver: str) -> str:

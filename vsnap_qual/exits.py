@@ -18,6 +18,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
@@ -51,6 +52,7 @@ class ExitWatch:
     def __init__(self, pids: Iterable[int], why_not: str | None = None) -> None:
         self.pids = set(pids)
         self.exits: dict[int, int] = {}
+        self.events = 0  # exit events of any process read while open: the watch worked, whatever it missed
         self.unavailable: str | None = why_not
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
@@ -110,6 +112,7 @@ class ExitWatch:
             if body + _EVENT.size + _EXIT.size <= offset + length:
                 what = _EVENT.unpack_from(data, body)[0]
                 if what == PROC_EVENT_EXIT:
+                    self.events += 1
                     pid, tgid, code, _ = _EXIT.unpack_from(data, body + _EVENT.size)
                     if pid == tgid and tgid in self.pids:
                         self.exits[tgid] = code
@@ -124,7 +127,24 @@ class ExitWatch:
 
     def ended(self, pids: Iterable[int]) -> str:
         """How these processes ended, in words (``1234 killed by SIGKILL; 1240 exit code 0``), or why unknown."""
+        pids = list(pids)
         said = [f"{pid} {describe(self.exits[pid])}" for pid in pids if pid in self.exits]
         if said:
             return "; ".join(said)
-        return f"exit status not observed: {self.unavailable}" if self.unavailable else "exit status not observed"
+        if self.unavailable:
+            return f"exit status not observed: {self.unavailable}"
+        # the watch read other processes' exits but none of these: they did not end as processes of this PID
+        # namespace do (or the events were dropped unreported); what holds their PIDs now says more
+        now = "; ".join(f"{pid}: {holder_now(pid)}" for pid in pids)
+        return f"exit status not observed (the watch read {self.events} other exit events); now {now}"
+
+
+def holder_now(pid: int) -> str:
+    """What this machine's PID ``pid`` names now: nothing, or a process (its state, start time and command)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+        cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "free"
+    fields = stat.rsplit(")", 1)[1].split()
+    return f"held by a process in state {fields[0]} started at tick {fields[19]}: {cmdline.strip()[:120]}"

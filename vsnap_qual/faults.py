@@ -17,7 +17,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,7 +47,15 @@ from vsnap_qual.injection import (
     truncate_image,
     wait_ids_free,
 )
-from vsnap_qual.model import Behaviour, CleanupAudit, FaultExpectation, FaultObservation, FiredRecord, FollowupRestore
+from vsnap_qual.model import (
+    Behaviour,
+    CapturedIdWait,
+    CleanupAudit,
+    FaultExpectation,
+    FaultObservation,
+    FiredRecord,
+    FollowupRestore,
+)
 from vsnap_qual.procedure import ANY, Expect, Fault
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.steps import EXCEPTION_LINE, LaneState, StepFailed
@@ -274,9 +282,16 @@ class IdentityInjector(Injector):
     records the value this process sees before it ``exec``s vLLM. Fired when that value differs from the
     manifest's; not applicable where the box cannot present the drift (said in the box's own words)."""
 
+    def __init__(self) -> None:
+        # a drift prepared when the step asked whether the box can present it: its first attempt uses it
+        self._asked: dict[tuple[str, str], drifts.Prepared] = {}
+
     def not_applicable(self, run: FaultLane, fault: Fault) -> str | None:
         prepared = self._prepare(run, fault)
-        return prepared if isinstance(prepared, str) else None
+        if isinstance(prepared, str):
+            return prepared
+        self._asked[(run.lane.name, fault.id)] = prepared
+        return None
 
     def _prepare(self, run: FaultLane, fault: Fault) -> drifts.Prepared | str:
         drift = drifts.DRIFTS[fault.drift or ""]
@@ -287,7 +302,8 @@ class IdentityInjector(Injector):
         return drifts.parse_prepared(drift, result.stdout, manifest)
 
     def begin(self, at: Attempt) -> None:
-        prepared = self._prepare(at.run, at.fault)
+        asked = self._asked.pop((at.run.lane.name, at.fault.id), None)  # a retry prepares its kit again
+        prepared = asked or self._prepare(at.run, at.fault)
         if isinstance(prepared, str):  # the box changed since the step asked: nothing to inject
             raise StepFailed(f"the {at.fault.drift} drift cannot be presented: {prepared}")
         at.state["prepared"] = prepared
@@ -555,26 +571,33 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
 
 
 class Phases:
-    """Where one fault step's time went, phase by phase (``results.phases``, seconds, summed over a retry): the
-    evidence ``bench/run_figures.py`` reads the harness's own time from."""
+    """Where one fault step's time went, phase by phase (``results.phases``, seconds, summed over a retry), and how
+    much of each phase was spent waiting on the engine (``results.phases_engine``): the evidence
+    ``bench/run_figures.py`` reads the harness's own time from."""
 
-    def __init__(self, into: dict[str, float]) -> None:
-        self.into = into
+    def __init__(self, into: dict[str, float], engine_into: dict[str, float], engine_clock: Callable[[], float]):
+        self.into, self.engine_into, self.engine_clock = into, engine_into, engine_clock
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
+        started, engine = time.monotonic(), self.engine_clock()
         try:
             yield
         finally:
             self.into[name] = round(self.into.get(name, 0.0) + time.monotonic() - started, 3)
+            spent = self.engine_clock() - engine
+            self.engine_into[name] = round(self.engine_into.get(name, 0.0) + spent, 3)
 
 
 def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's."""
     timeouts = run.config.timeouts
-    phase = Phases(rec.results.setdefault("phases", {}))
+    phase = Phases(
+        rec.results.setdefault("phases", {}),
+        rec.results.setdefault("phases_engine", {}),
+        lambda: run.recorder.engine_time,
+    )
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     with phase("captured-id wait before"):
@@ -590,7 +613,9 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     with phase("reset"):
         captured = captured_ids(run)
         clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
-        reset_artifact(run.box)
+        reset_artifact(run)
+        if run.state.artifact_files is not None:
+            rec.results["artifact_reset"] = run.state.artifact_files.last_reset
         # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
         # fault still listed under one of them must not hide the next restored server from the cleanup
         baseline = {p["pid"] for p in run.box.processes()} - captured
@@ -601,7 +626,8 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
             injector.begin(at)
             # the reset put the pristine copy back: its digest, taken once, is the artifact's now, unless this
             # kind's own injection changed the artifact (then it is taken after the injection, as it stands)
-            pristine = None if injector.undo_before_followup else run.state.pristine_digest
+            files = run.state.artifact_files
+            pristine = None if injector.undo_before_followup or files is None else files.pristine_digest
             before = pristine or run.artifact_digest()
         with phase("command"):  # the faulted command, its watchers included
             result = injector.act(at)
@@ -639,7 +665,9 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     if waits:
         rec.results["captured_id_waits"] = waits
     with phase("follow-up restore"):
-        rec.results["followup_restore"] = followup_restore(run, undo_injection=injector.undo_before_followup)
+        # the captured IDs were just found free and nothing has started since: the follow-up does not look again
+        ids_free = "still_held" not in after_fault
+        rec.results["followup_restore"] = followup_restore(run, injector.undo_before_followup, ids_free)
     return obs
 
 
@@ -690,11 +718,12 @@ def observe(run: FaultLane, obs: Observation, result: ExecResult) -> None:
     obs.fired_records = fired_records(run.control)
 
 
-def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
+def followup_restore(run: FaultLane, undo_injection: bool, ids_free: bool = False) -> FollowupRestore:
     """After a fault, the artifact as the failure left it must still restore and answer vLLM's canary with its
-    oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone."""
+    oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone.
+    ``ids_free``: the caller has just seen every captured ID free, with nothing started since."""
     if undo_injection:
-        reset_artifact(run.box)
+        reset_artifact(run)
     port = run.ports["fault"]
     # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
     # fault still listed under one of them must not hide the next restored server from the cleanup
@@ -706,7 +735,7 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     gone = consumed(run)
     if gone:  # the faulted restore's exit unlinked what the artifact needs: it is tried all the same, for CRIU's words
         outcome["consumed"] = gone
-    waited = wait_ids_free(run.box, captured, run.config.timeouts["stop"])
+    waited = CapturedIdWait() if ids_free else wait_ids_free(run.box, captured, run.config.timeouts["stop"])
     if waited:
         outcome["captured_ids_wait"] = waited
     argv = restore_argv(port)
@@ -725,9 +754,10 @@ def followup_restore(run: FaultLane, undo_injection: bool) -> FollowupRestore:
     manifest = run.state.manifest
     if result.exit_code == 0:
         try:
-            got = engine.completion(
-                reach, run.served_model, VLLM_CANARY_PROMPT, host=host, timeout=run.config.timeouts["http"]
-            )
+            with run.recorder.engine_wait():  # an HTTP answer of the engine's, as every canary is
+                got = engine.completion(
+                    reach, run.served_model, VLLM_CANARY_PROMPT, host=host, timeout=run.config.timeouts["http"]
+                )
             outcome["canary"] = got.as_dict()
             outcome["canary_ok"] = (
                 got.token_ids == manifest.get("oracle_token_ids")

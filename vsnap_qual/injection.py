@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from vsnap_qual import artifact_deps, engine
+from vsnap_qual.artifact_files import ArtifactFiles, ArtifactFilesError
 from vsnap_qual.box import Box, ControlDir, ProcessRow
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
@@ -59,7 +60,10 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     run.claim_made_remaps("fault-artifact")
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")
-    run.state.pristine_digest = run.artifact_digest(BACKUP)
+    try:
+        run.state.artifact_files = ArtifactFiles.kept(run.box, ARTIFACT, BACKUP)
+    except ArtifactFilesError as exc:
+        check(False, f"cannot read the fault artifact's pristine copy: {exc}")
 
 
 def consumed(run: FaultLane) -> list[str]:
@@ -93,9 +97,17 @@ def captured_ids(run: FaultLane) -> set[int]:
     return set(run.state.manifest.get("process_tree") or []) | set(run.state.captured_tids)
 
 
-def reset_artifact(box: Box) -> None:
-    """Put the pristine artifact back at the same path (restore pins the artifact path)."""
-    result = box.sh(f"rm -rf {ARTIFACT} && cp -a {BACKUP} {ARTIFACT}", 300)
+def reset_artifact(run: FaultLane) -> None:
+    """Put the pristine artifact back at the same path (restore pins the artifact path): only what changed since
+    the last reset where the lane knows the artifact's files (:mod:`artifact_files`), else all of it."""
+    files = run.state.artifact_files
+    if files is not None:
+        try:
+            files.reset(run.box)
+        except ArtifactFilesError as exc:
+            check(False, f"cannot reset the artifact: {exc}")
+        return
+    result = run.box.sh(f"rm -rf {ARTIFACT} && cp -a {BACKUP} {ARTIFACT}", 300)
     check(result.exit_code == 0, f"cannot reset the artifact: {result.tail()}")
 
 
@@ -163,8 +175,10 @@ def settle(box: Box, baseline: set[int], ignore: set[int], limit: float = 5.0) -
     """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish)."""
     deadline = time.monotonic() + limit
     left = new_processes(box, baseline, ignore)
+    pause = 0.02
     while left and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
         left = new_processes(box, baseline, ignore)
     return left
 
@@ -189,8 +203,10 @@ def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
     started = time.monotonic()
     held = ids_held(box, ids)
     first = held
+    pause = 0.02  # a task exits in milliseconds, a GPU context's teardown in seconds: short looks first
     while held and time.monotonic() - started < limit:
-        time.sleep(0.2)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
         held = ids_held(box, ids)
     outcome = CapturedIdWait()
     if first:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vsnap_qual import artifact_deps, audit, engine, exits, model, overlay, probe_copy, shapes
+from vsnap_qual.artifact_files import ArtifactFilesError
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
@@ -534,7 +535,14 @@ class LaneRun:
         return int(text) if text.isdigit() else None
 
     def artifact_digest(self, artifact: str = ARTIFACT) -> str:
-        """A digest over the artifact's files (path, mode, content)."""
+        """A digest over the artifact's files (path, mode, content): the fault artifact's from its kept hashes
+        (only the changed files read, :mod:`artifact_files`); one the box cannot read differs from every digest."""
+        files = self.state.artifact_files
+        if files is not None and artifact == files.artifact:
+            try:
+                return files.digest(self.box)
+            except ArtifactFilesError as exc:
+                return f"unreadable: {exc}"
         result = self.box.sh(
             f"cd {artifact} 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 -r sha256sum; "
             "find . -printf '%p %m\\n' | sort",

@@ -126,6 +126,8 @@ class Soak(TypedDict, total=False):
     window_s: float
     #: how long after its restore exited it was last seen alive and healthy by the watch
     observed_after_restore_s: float
+    #: the watch's pauses between its looks: the window's own time (the engine is watched, nobody works)
+    idle_s: float
     #: soak rounds whose canary answers differed from the ordinary reference (the repeated-request shape)
     repeated_mismatch: list[CanaryCompare]
     died_after_s: float
@@ -391,11 +393,15 @@ class StepResults(TypedDict, total=False):
     link_remaps_made: list[str]
     #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)
     phases: dict[str, float]
+    #: a fault step: of those, the seconds spent waiting on the engine (its commands, starts and answers)
+    phases_engine: dict[str, float]
     #: a restore that failed, or a fault step's fresh artifact: those outside files that were gone (the artifact
     #: was consumed: the finding "artifact not self-contained", ``the check "self-contained"``)
     consumed: list[str]
     #: a fault step: a new fault artifact made before it, because the previous one was consumed (and by what)
     fresh_artifact: FreshArtifact
+    #: a fault step: what the reset before it put back (``full``, or how many changed entries; ``artifact_files``)
+    artifact_reset: str
     #: the unit step
     unit: UnitRun
     process_tree: list[int] | None

@@ -8,7 +8,10 @@ xdist carries from a worker to the controller), so the controller prints the sam
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -23,6 +26,8 @@ log = logging.getLogger("vsnap_qual")
 #: comparison with itself, overlay verification without an overlay). Not "skipped": pytest's ``-ra`` lists only
 #: unexpected skips, and its summary line counts these apart ("6 not applicable").
 NOT_APPLICABLE = "not applicable"
+#: a step still running this many seconds after it started gets a line saying so (a long step is not silent)
+STILL_RUNNING_AFTER = 10.0
 
 
 def not_applicable(reason: str) -> NoReturn:
@@ -69,6 +74,31 @@ class Progress:
         self.config = config
         self.items: dict[str, _Item] = {}
         self.width = max((len(lane) for lane in lanes), default=7)
+        self.timers: dict[str, threading.Timer] = {}
+        self.lock = threading.Lock()  # the timers' lines and the steps' end lines are written one at a time
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        timer = threading.Timer(STILL_RUNNING_AFTER, self._still_running, (nodeid, time.monotonic()))
+        timer.daemon = True
+        self.timers[nodeid] = timer
+        timer.start()
+
+    def _still_running(self, nodeid: str, started: float) -> None:
+        """The step's line while it runs: it started a while ago (a suite step whose setup reported; the first
+        step of a lane also waits for the lane's box)."""
+        item = self.items.get(nodeid)
+        if item is None:  # its setup (a lane's box starting) has not reported yet: look again in a second
+            with self.lock:
+                if nodeid in self.timers:
+                    timer = threading.Timer(1.0, self._still_running, (nodeid, started))
+                    timer.daemon = True
+                    self.timers[nodeid] = timer
+                    timer.start()
+            return
+        if self.config.get_verbosity() < -1:
+            return
+        line = f"vsnap {item.lane:<{self.width}}  {item.step:<24} {'running':<14} {time.monotonic() - started:6.1f} s"
+        self._write(line + "  (started; its result follows when it ends)")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_teststatus(self, report: Any, config: pytest.Config) -> Any:
@@ -95,19 +125,34 @@ class Progress:
             item.message = skip_reason(report).removeprefix(NOT_APPLICABLE_PREFIX)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        with self.lock:
+            timer = self.timers.pop(nodeid, None)
+        if timer is not None:
+            timer.cancel()
         item = self.items.get(nodeid)
         if item is None or self.config.get_verbosity() < -1:
-            return
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None:
             return
         line = f"vsnap {item.lane:<{self.width}}  {item.step:<24} {item.outcome:<14} {item.seconds:6.1f} s"
         if item.message and item.outcome != "passed":
             line += f"  {without_lane(item.message, item.lane)[:120]}"
-        reporter.ensure_newline()
-        if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
-            reporter.write("\n")  # after progress letters of other tests (xdist sets no file path to end)
-        reporter.write_line(line, red=item.outcome.startswith(("failed", "error")), yellow=item.outcome == "skipped")
+        self._write(line, red=item.outcome.startswith(("failed", "error")), yellow=item.outcome == "skipped")
+
+    def pytest_sessionfinish(self) -> None:
+        for timer in self.timers.values():
+            timer.cancel()
+
+    def _write(self, line: str, **markup: bool) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        # without xdist a running step's output is being captured: its line goes past the capture, as live logs do
+        suspended = capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext()
+        with self.lock, suspended:
+            reporter.ensure_newline()
+            if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+                reporter.write("\n")  # after progress letters of other tests (xdist sets no file path to end)
+            reporter.write_line(line, **markup)
 
 
 def _first_line(crash: Any, report: pytest.TestReport) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 
 from vsnap_qual import checks, overlay, progress, shapes, unit
+from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig
@@ -127,9 +128,10 @@ class LaneState:
     shm_owned: set[str] = field(default_factory=set)
     #: the fault lane: the fault whose restore consumed the fault artifact (its outside files gone), if one did
     consumed_by: str | None = None
-    #: the fault artifact's pristine copy's digest (``artifact_digest``), taken once when it is made: every reset
-    #: puts that copy back, so the digest before a fault that does not change the artifact itself is this one
-    pristine_digest: str | None = None
+    #: the fault artifact's files and its pristine copy's (``artifact_files``), read once when it is made: every
+    #: reset puts that copy back, so the digest before a fault that does not change the artifact itself is the
+    #: copy's; the digest and the reset then read and copy only what changed
+    artifact_files: ArtifactFiles | None = None
 
 
 class LaneTools(Protocol):
@@ -498,6 +500,10 @@ def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: s
     return out
 
 
+#: the soak's pause between two looks at the restored server (its idle time is recorded: ``Soak.idle_s``)
+PROBE_PAUSE = 0.25
+
+
 def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
     """The soak and the observation window after a restore: ``/health`` and the restored tree's processes every
     0.25 s, vLLM's canary among them, for ``--vsnap-soak`` seconds and at least until ``--vsnap-observe`` seconds
@@ -525,6 +531,7 @@ def _watch(
 ) -> Soak:
     mismatch: list[CanaryCompare] = []
     probes = canaries = 0
+    idle = 0.0
     last_ok = since
     while True:
         look = probe_liveness(run, handle, since)
@@ -556,7 +563,7 @@ def _watch(
             last_ok = time.time()
         if died or (last_ok - started >= seconds and last_ok - since >= window):
             look.update(
-                {"probes": probes, "canaries": canaries, "window_s": window,
+                {"probes": probes, "canaries": canaries, "window_s": window, "idle_s": round(idle, 2),
                  "seconds": round((time.time() if died else last_ok) - started, 2)}
             )  # fmt: skip
             if died:
@@ -568,7 +575,8 @@ def _watch(
             if mismatch:
                 look["repeated_mismatch"] = mismatch
             return look
-        time.sleep(0.25)
+        time.sleep(PROBE_PAUSE)
+        idle += PROBE_PAUSE
 
 
 def restart(run: LaneTools, rec: StepEvidence) -> None:

@@ -118,3 +118,19 @@ def test_a_report_dir_holding_another_runs_evidence_is_refused_and_left_unchange
     assert "--vsnap-report-dir:" in text and "run 20260101-000000-aaaa" in text and "rm -rf" in text, text[-2000:]
     assert "Traceback" not in text
     assert (sorted(p.name for p in used.iterdir()), evidence.read_bytes()) == before
+
+
+def test_a_host_python_without_vllm_is_refused_in_words(pytester, tmp_path):
+    """``--vsnap-python`` naming a Python without vllm: said as such (with the Python's version), not as the
+    package probe's raw JSON."""
+    venv = tmp_path / "bare"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "vsnap_qual", "--vsnap-runtime=host", f"--vsnap-python={venv}/bin/python", "--vsnap-model=org/m",
+        f"--vsnap-revision={REV}", f"--vsnap-report-dir={tmp_path / 'r'}", f"--vsnap-host-root={tmp_path / 'lanes'}",
+    )  # fmt: skip
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text[-2000:]
+    assert f"--vsnap-python: vllm is not installed for {venv}/bin/python (Python 3." in text, text[-2000:]
+    assert '"package_dir"' not in text and "Traceback" not in text

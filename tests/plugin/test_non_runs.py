@@ -24,8 +24,11 @@ MEMORY = [
 ]  # fmt: skip
 
 
-def pytest_in(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest suites/ ARGS`` from ``cwd`` (the default report root is the invocation directory)."""
+def pytest_in(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, session: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest suites/ ARGS`` from ``cwd`` (the default report root is the invocation directory);
+    ``session``: in a process group of its own, as a terminal's foreground job is."""
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "suites"), "-p", "no:cacheprovider", *args],
         cwd=cwd,
@@ -33,6 +36,7 @@ def pytest_in(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subpr
         text=True,
         timeout=300,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SEAM), str(ROOT)]), **(env or {})},
+        start_new_session=session,
     )
 
 
@@ -124,20 +128,28 @@ import memory_runtime
 _create = memory_runtime.MemoryBox._create
 
 def _stopped_create(self, args):
-    os.kill(os.getpid(), signal.{signal})
+    if {group}:  # a terminal's Ctrl-C: every process of the foreground job (xdist's controller and workers)
+        os.killpg(os.getpgid(0), signal.{signal})
+    else:
+        os.kill(os.getpid(), signal.{signal})
     return _create(self, args)
 
 memory_runtime.MemoryBox._create = _stopped_create
 """
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_a_run_stopped_during_a_step_is_interrupted_naming_the_step_not_failed(tmp_path: Path, sig: str) -> None:
-    (tmp_path / "stopper.py").write_text(STOPPER.replace("{signal}", sig))
+@pytest.mark.parametrize(
+    ("sig", "xdist"), [("SIGINT", []), ("SIGTERM", []), ("SIGINT", ["-n", "2"])], ids=["SIGINT", "SIGTERM", "Ctrl-C-n2"]
+)
+def test_a_run_stopped_during_a_step_is_interrupted_naming_the_step_not_failed(
+    tmp_path: Path, sig: str, xdist: list[str]
+) -> None:
+    """Under ``-n 2`` the signal goes to the whole job (controller and workers), as a terminal's Ctrl-C does."""
+    (tmp_path / "stopper.py").write_text(STOPPER.replace("{signal}", sig).replace("{group}", str(bool(xdist))))
     report = tmp_path / "report"
     done = pytest_in(
         tmp_path, *MEMORY, "-p", "stopper", f"--vsnap-report-dir={report}", "--vsnap-runners=v1", "-m", "not fault",
-        env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(SEAM), str(ROOT)])},
+        *xdist, env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(SEAM), str(ROOT)])}, session=bool(xdist),
     )  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]

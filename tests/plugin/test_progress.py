@@ -58,11 +58,11 @@ class TestMore:
 SUMMARY = re.compile(r"^=+ (.*) in [\d.]+s.* =+$")
 
 
-def _run(tmp_path: Path, *args: str) -> str:
+def _run(tmp_path: Path, *args: str, suite: str = SUITE, conftest: str = CONFTEST) -> str:
     project = tmp_path / "suite"
     project.mkdir(exist_ok=True)
-    (project / "conftest.py").write_text(CONFTEST)
-    (project / "test_steps.py").write_text(SUITE)
+    (project / "conftest.py").write_text(conftest)
+    (project / "test_steps.py").write_text(suite)
     report = tmp_path / f"report{len(list(tmp_path.glob('report*')))}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VSNAP_"))}
     done = subprocess.run(
@@ -94,6 +94,34 @@ def test_a_line_per_lane_and_step_without_verbose(tmp_path: Path, xdist: list[st
         assert re.search(rf"\s{expected}\s+\d+\.\d s", line), line
     assert "inspect field mismatch" in lines[("v1-head", "inspect")]
     assert "prerequisite ordinary did not pass" in lines[("v1-head", "create")]
+
+
+SLOW_SUITE = """
+import time
+import pytest
+
+class TestSteps:
+    @pytest.mark.vsnap_step("ordinary")
+    def test_quick(self, vsnap_lane):
+        pass
+
+    @pytest.mark.vsnap_step("restore-1")
+    def test_long(self, vsnap_lane):
+        time.sleep(4)
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_long_step_says_it_started_before_it_ends(tmp_path: Path, xdist: list[str]) -> None:
+    """A step still running after ``STILL_RUNNING_AFTER`` (here 0.2 s, a 4 s step) gets a "running" line, from the
+    controller under xdist too; its result line follows."""
+    conftest = CONFTEST + "\nfrom vsnap_qual import progress\nprogress.STILL_RUNNING_AFTER = 0.2\n"
+    output = _run(tmp_path, "--vsnap-runners=v1", *xdist, suite=SLOW_SUITE, conftest=conftest)
+    lines = [line for line in output.splitlines() if line.startswith("vsnap v1-head")]
+    running = [i for i, line in enumerate(lines) if "restore-1" in line and " running " in line]
+    ended = [i for i, line in enumerate(lines) if "restore-1" in line and " passed " in line]
+    assert len(running) == 1 and len(ended) == 1 and running[0] < ended[0], output[-3000:]
+    assert "started" in lines[running[0]]
 
 
 def test_skip_lines_only_for_the_unexpected_and_counts_agree_with_pytest(tmp_path: Path) -> None:

@@ -418,6 +418,8 @@ def test_the_observation_window_outlasts_the_soak_and_is_recorded() -> None:
     steps.restore(lasting, rec, "restore-1")  # type: ignore[arg-type]
     soak = rec.results["soak"]
     assert soak["alive"] is True and soak["window_s"] == 0.6 and soak["observed_after_restore_s"] >= 0.6
+    # the watch's pauses are the window's own time, recorded apart (the figures keep them out of the harness's)
+    assert soak["idle_s"] == steps.PROBE_PAUSE * (soak["probes"] - 1) and soak["idle_s"] <= soak["seconds"]
 
 
 def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() -> None:
@@ -903,3 +905,11 @@ def test_how_a_process_that_is_not_ours_ended_comes_from_the_kernels_process_eve
     assert ExitWatch([1], why_not="the box has a PID namespace of its own").ended([1]) == (
         "exit status not observed: the box has a PID namespace of its own"
     )
+    # a watched PID whose exit the watch never read: said with what holds that PID now (here: the running test)
+    with ExitWatch([os.getpid()]) as quiet:
+        other = subprocess.Popen(["true"])
+        other.wait()
+        quiet.wait_for([other.pid], 0.5)
+    said = quiet.ended([os.getpid()])
+    assert said.startswith("exit status not observed (the watch read ") and "other exit events" in said, said
+    assert f"{os.getpid()}: held by a process in state R started at tick" in said and "pytest" in said, said

@@ -84,3 +84,25 @@ def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
         f"| whole suite wall time | {found['wall_s']:.0f} s",
     ):
         assert expected in figures, f"docs/gpu-run/README.md lacks {expected!r} ({name})"
+
+
+def test_the_identity_runs_words_in_the_docs_are_its_evidence() -> None:
+    """docs/gpu-run/README.md's identity section: each drift reached the restore's own process (held) and was
+    refused naming only its field, with the values the README quotes."""
+    name = "2026-12-02-identity-v2"
+    readme = (GPU_RUN / "README.md").read_text()
+    section = readme.split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    stated = re.search(r"PASS, (\d+) of (\d+) required steps", section)
+    assert results["verdict"]["status"] == "pass" and stated, section[:300]
+    drifts = [s for s in results["steps"] if s["step"].startswith("fault:identity")]
+    assert len(drifts) == 16 and {s["lane"] for s in drifts} == {"v2-head", "v2-base"}
+    for step in drifts:
+        injected, observed = step["results"]["injected"], step["results"]["observed"]
+        assert step["outcome"] == "passed" and injected["held"] is True, step["step"]
+        assert observed["error_lines"][-1].endswith(f"snapshot mismatch: {injected['field']}"), step["step"]
+        assert f"`{injected['field']}`" in section, injected["field"]
+    presented = {s["step"]: s["results"]["injected"]["presented"] for s in drifts if s["lane"] == "v2-head"}
+    assert presented["fault:identity-kernel"] in section and presented["fault:identity-gpu"] in section
+    assert presented["fault:identity-env-changed"].startswith("VLLM_NO_USAGE_STATS=")
+    assert "`VLLM_NO_USAGE_STATS` unset" in section

@@ -237,8 +237,9 @@ class FakeRun:
         self.box = FakeBox(self.log)
         self.ports = {"fault": _free_port()}
         self.state = LaneState(manifest={"process_tree": [], "environment": [["VLLM_NO_USAGE_STATS", "h"]]})
-        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext)
+        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext, engine_time=0.0)
         self.served_model = "m"
+        self.lane = SimpleNamespace(name="v1/head")
         self.config = SimpleNamespace(
             timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0, "exec": 30.0},
             cleanup_grace=0.1,
@@ -450,6 +451,30 @@ def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch
     assert "snapshot mismatch" in obs.stderr_tail
 
 
+def test_a_drift_asked_about_is_prepared_once_for_its_first_attempt(lane, monkeypatch):
+    """The step asks whether the box can present the drift (preparing its kit); the first attempt uses that
+    answer, a retry prepares again."""
+    fake = lane.box.sh
+    prepared: list[str] = []
+
+    def prepare(script: str, timeout: float = 60.0) -> ExecResult:
+        if drifts.KIT not in script:
+            return fake(script, timeout)
+        prepared.append(script)
+        local = script.replace(WORK, str(lane.work))
+        done = subprocess.run(["sh", "-c", local], capture_output=True, text=True, timeout=30)
+        return ExecResult(["sh", "-c", script], done.returncode, done.stdout, done.stderr, 0.0, 0.0)
+
+    monkeypatch.setattr(lane.box, "sh", prepare)
+    fault = FAULTS_BY_ID["identity-drift"]
+    injector = FaultCatalogue.builtin().injector_for(fault)
+    assert injector.not_applicable(lane, fault) is None  # type: ignore[arg-type]
+    _run(lane, fault, _rec())
+    assert len(prepared) == 1, prepared
+    _run(lane, fault, _rec())  # another attempt: nothing was asked for it, so it prepares its own
+    assert len(prepared) == 2, prepared
+
+
 def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
     def hook_fires(run: FakeRun) -> None:
         (run.control_host / "faults" / "fired-sleep-raise-7.json").write_text("{}")
@@ -599,22 +624,64 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
     assert (found["engine_s"], found["steps_s"], found["wall_s"]) == (6.5, 15.0, 20.0)
 
 
+def _kept(digest: str) -> Any:
+    """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them."""
+    return SimpleNamespace(pristine_digest=digest, reset=lambda box: None, last_reset="0 entries put back or removed")
+
+
 def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection_changes_the_artifact(lane):
     """Hashing the artifact is the costliest probe on real vLLM (2.4 GB): the reset puts the pristine copy back, so
     its digest, taken once, stands for the artifact before a fault whose injection leaves it alone."""
-    lane.state.pristine_digest = "same"
+    lane.state.artifact_files = _kept("same")
     _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.count("digest") == 1 and steps.index("command") < steps.index("digest"), steps
     lane.log.clear()
-    lane.state.pristine_digest = "other"  # the pristine copy's digest differs from the artifact's now: judged
+    lane.state.artifact_files = _kept("other")  # the pristine copy's digest differs from the artifact's now: judged
     obs = _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     assert obs.artifact_unchanged is False
 
 
 def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(lane, monkeypatch):
-    lane.state.pristine_digest = "same"
+    lane.state.artifact_files = _kept("same")
     monkeypatch.setattr(INJECTORS["image"], "begin", lambda at: at.run.log.append("corrupted"))
     _run(lane, FAULTS_BY_ID["image-truncated"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("corrupted") < steps.index("digest") < steps.index("command"), steps
+
+
+def test_each_phase_records_its_time_and_the_engines_share_of_it():
+    """A phase's harness time is its time less what it spent waiting on the engine (summed over a retry)."""
+    engine = {"t": 0.0}
+    wall: dict[str, float] = {}
+    spent: dict[str, float] = {}
+    phase = faults.Phases(wall, spent, lambda: engine["t"])
+    for _ in range(2):
+        with phase("command"):
+            engine["t"] += 1.5  # the engine's command, as the recorder accounts it
+            time.sleep(0.02)
+    with phase("audit"):
+        time.sleep(0.01)
+    assert spent == {"command": 3.0, "audit": 0.0}
+    assert wall["command"] >= 0.04 and wall["audit"] >= 0.01
+
+
+def test_the_captured_ids_are_looked_at_once_between_the_fault_and_its_follow_up(lane, monkeypatch):
+    """The wait after the fault found every captured ID free and nothing started since: the follow-up restore does
+    not wait again; where IDs were still held, it does."""
+    looks: list[set[int]] = []
+    held: list[str] = []
+
+    def tasks_held(ids: set[int]) -> list[str]:
+        looks.append(set(ids))
+        return list(held)
+
+    monkeypatch.setattr(lane.box, "tasks_held", tasks_held)
+    lane.state.manifest["process_tree"] = [4242]
+    _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
+    assert len(looks) == 2, looks  # before the fault, after it; none of its own in the follow-up
+    held.append("4242 python R 4242 1")
+    lane.config.timeouts["stop"] = 0.05
+    rec = _rec()
+    _run(lane, FAULTS_BY_ID["wake-raise"], rec)
+    assert rec.results["followup_restore"]["captured_ids_wait"]["still_held"] == held  # it looked again

@@ -73,6 +73,17 @@ MOUNT_POINT = "/vsnap"
 LANE_TOKEN = "VSNAP_HOST_LANE"
 
 
+def no_vllm_message(option: str, python: str, done: subprocess.CompletedProcess[str], info: Mapping[str, Any]) -> str:
+    """Why ``--vsnap-python`` cannot be a target, in words: the probe ran and found no vllm (with what the Python
+    is), or the probe itself failed (its last words)."""
+    fix = "give the Python of an environment where vllm is installed (e.g. .../venv/bin/python)"
+    if info:
+        what = f"Python {info.get('python') or '?'}" + ("" if info.get("torch") else ", no torch either")
+        return f"{option}: vllm is not installed for {python} ({what}); {fix}"
+    said = (done.stderr or done.stdout).strip()[-300:] or "no output"
+    return f"{option}: {python} could not run the package probe (exit {done.returncode}): {said}; {fix}"
+
+
 class HostRuntimeFailure(RuntimeFailure):
     """The host runtime could not do what a step asked (start a lane, run a command, list processes)."""
 
@@ -625,10 +636,7 @@ class HostRuntime:
                 ) from None
             info = (package_probe.parse(done.stdout) if done.returncode == 0 else None) or {}
             if not info.get("package_dir"):
-                raise PreflightError(
-                    f"{option}: {python} cannot import vllm (exit {done.returncode}): "
-                    f"{(done.stderr or done.stdout).strip()[-300:]!r}; give the Python of an environment with vllm"
-                )
+                raise PreflightError(no_vllm_message(option, python, done, info))
             for tool in ("criu", "vllm"):
                 if shutil.which(tool, path=env["PATH"]) is None:
                     raise PreflightError(
