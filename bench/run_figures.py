@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual.step_times import step_times, totals
+from vsnap_qual.step_times import idle_total, step_times, totals
 
 
 def _series(values: list[float]) -> dict[str, Any] | None:
@@ -52,13 +52,17 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         wall = (dt.datetime.fromisoformat(run["ended"]) - dt.datetime.fromisoformat(run["started"])).total_seconds()
     times = step_times(steps)
     harness = {
-        name: {"n": t.n, "engine_s": t.engine_total, "steps_s": t.total, "harness_median_s": t.harness_median}
+        name: {"n": t.n, "engine_s": t.engine_total, "steps_s": t.total, "harness_median_s": t.harness_median,
+               "idle_s": t.idle_total}
         for name, t in times.items()
-    }
+    }  # fmt: skip
+    # each phase's own time less what it spent waiting on the engine (``results.phases_engine``, where recorded)
     phases: dict[str, list[float]] = {}
     for s in steps:
-        for name, seconds in ((s.get("results") or {}).get("phases") or {}).items():
-            phases.setdefault(name, []).append(float(seconds))
+        recorded = s.get("results") or {}
+        engine_share = recorded.get("phases_engine") or {}
+        for name, seconds in (recorded.get("phases") or {}).items():
+            phases.setdefault(name, []).append(float(seconds) - float(engine_share.get(name) or 0.0))
     fault_harness = [h for name, t in times.items() if name.startswith("fault:") for h in t.harness]
     steps_s, engine_s = totals(times)
     return {
@@ -72,6 +76,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         "create_s": _series([s["seconds"] for s in steps if s["step"] == "create" and s["outcome"] == "passed"]),
         "engine_s": engine_s,
         "steps_s": steps_s,
+        "idle_s": idle_total(times),
         "wall_s": wall,
     }
 
@@ -99,18 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{found['wall_s']:.0f} s" if found["wall_s"] is not None else "-")
     if found["wall_s"] and found["engine_s"]:
         print(f"{'wall / engine':28s} {found['wall_s'] / found['engine_s']:.2f}")
+        if found["idle_s"]:
+            less = (found["wall_s"] - found["idle_s"]) / found["engine_s"]
+            print(f"{'(wall − window idle) / engine':28s} {less:.2f} (window idle {found['idle_s']:.0f} s)")
     print(_line("harness time per fault", found["fault_harness_s"]))
     print()
-    print(f"{'step':28s} {'n':>3s} {'engine s':>9s} {'steps s':>9s} {'harness s':>9s} {'median':>7s}")
+    print(f"{'step':28s} {'n':>3s} {'engine s':>9s} {'window s':>9s} {'steps s':>9s} {'harness s':>9s} {'median':>7s}")
     for name, row in sorted(found["harness_by_step"].items(), key=lambda kv: -(kv[1]["steps_s"] - kv[1]["engine_s"])):
         own = row["steps_s"] - row["engine_s"]
         print(
-            f"{name:28s} {row['n']:3d} {row['engine_s']:9.1f} {row['steps_s']:9.1f} {own:9.1f} "
-            f"{row['harness_median_s']:7.2f}"
+            f"{name:28s} {row['n']:3d} {row['engine_s']:9.1f} {row['idle_s']:9.1f} {row['steps_s']:9.1f} "
+            f"{own:9.1f} {row['harness_median_s']:7.2f}"
         )
     if found["fault_phases"]:
         print()
-        print(f"{'fault phase':28s} {'n':>3s} {'median s':>9s} {'total s':>9s}")
+        print(f"{'fault phase (harness s)':28s} {'n':>3s} {'median s':>9s} {'total s':>9s}")
         for name, series in found["fault_phases"].items():
             assert series is not None
             print(f"{name:28s} {series['n']:3d} {series['median']:9.2f} {series['total']:9.1f}")

@@ -21,6 +21,9 @@ class StepTimes:
     seconds: tuple[float, ...]
     #: the engine's own seconds of each record, 0 where none was recorded
     engine: tuple[float, ...]
+    #: the observation window's idle seconds of each record (the watch's pauses between its looks at a restored
+    #: server, ``results.soak.idle_s``): a wait the user asked for, neither the engine's work nor the harness's
+    idle: tuple[float, ...] = ()
 
     @property
     def n(self) -> int:
@@ -44,6 +47,16 @@ class StepTimes:
         return self.total - self.engine_total
 
     @property
+    def idle_total(self) -> float:
+        return sum(self.idle)
+
+    @property
+    def work(self) -> tuple[float, ...]:
+        """The harness's own work of each record: its seconds less the engine's and the window's idle time."""
+        idle = self.idle or (0.0,) * self.n
+        return tuple(h - i for h, i in zip(self.harness, idle, strict=True))
+
+    @property
     def median(self) -> float:
         return statistics.median(self.seconds)
 
@@ -56,15 +69,23 @@ def step_times(steps: Iterable[Mapping[str, Any]]) -> dict[str, StepTimes]:
     """The steps that ran (a recorded, non-zero ``seconds``) by step name, in the order the names first appear."""
     seconds: dict[str, list[float]] = {}
     engine: dict[str, list[float]] = {}
+    idle: dict[str, list[float]] = {}
     for step in steps:
         if not step.get("seconds"):
             continue
         name = str(step["step"])
         seconds.setdefault(name, []).append(float(step["seconds"]))
         engine.setdefault(name, []).append(float(step.get("engine_seconds") or 0.0))
-    return {name: StepTimes(tuple(values), tuple(engine[name])) for name, values in seconds.items()}
+        soak = (step.get("results") or {}).get("soak") or {}
+        idle.setdefault(name, []).append(float(soak.get("idle_s") or 0.0))
+    return {name: StepTimes(tuple(values), tuple(engine[name]), tuple(idle[name])) for name, values in seconds.items()}
 
 
 def totals(times: Mapping[str, StepTimes]) -> tuple[float, float]:
     """(the steps' seconds, the engine's own seconds) summed over every step name."""
     return sum(t.total for t in times.values()), sum(t.engine_total for t in times.values())
+
+
+def idle_total(times: Mapping[str, StepTimes]) -> float:
+    """The observation window's idle seconds summed over every step name."""
+    return sum(t.idle_total for t in times.values())

@@ -599,7 +599,10 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
     assert spec and spec.loader
     figures = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(figures)
-    step = {"outcome": "passed", "results": {"phases": {"command": 1.0, "audit": 0.5}}}
+    step = {
+        "outcome": "passed",
+        "results": {"phases": {"command": 1.0, "audit": 0.5}, "phases_engine": {"command": 0.75}},
+    }
     results = {
         "verdict": {"status": "pass"},
         "run": {"started": "2026-12-02T00:00:00+00:00", "ended": "2026-12-02T00:00:20+00:00"},
@@ -613,15 +616,24 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
                 "engine_seconds": 4.5,
                 "results": {"ready_seconds": 4.0},
             },
+            {
+                "step": "restore-1",
+                "outcome": "passed",
+                "seconds": 3.0,
+                "engine_seconds": 1.0,
+                "results": {"ready_seconds": 0.5, "soak": {"idle_s": 1.5}},
+            },
         ],
     }
     found = figures.figures(results)
     assert found["harness_by_step"]["fault:wake-raise"] == {
-        "n": 2, "engine_s": 2.0, "steps_s": 10.0, "harness_median_s": 4.0,
+        "n": 2, "engine_s": 2.0, "steps_s": 10.0, "harness_median_s": 4.0, "idle_s": 0.0,
     }  # fmt: skip
     assert found["fault_harness_s"]["median"] == 4.0
-    assert found["fault_phases"]["command"]["total"] == 2.0 and found["fault_phases"]["audit"]["n"] == 2
-    assert (found["engine_s"], found["steps_s"], found["wall_s"]) == (6.5, 15.0, 20.0)
+    # a phase's harness time is its time less the engine's share of it
+    assert found["fault_phases"]["command"]["total"] == 0.5 and found["fault_phases"]["audit"]["total"] == 1.0
+    assert (found["engine_s"], found["steps_s"], found["wall_s"]) == (7.5, 18.0, 20.0)
+    assert found["idle_s"] == 1.5 and found["harness_by_step"]["restore-1"]["idle_s"] == 1.5
 
 
 def _kept(digest: str) -> Any:

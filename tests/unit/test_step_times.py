@@ -52,7 +52,23 @@ def test_the_report_the_plan_and_the_bench_say_the_same_times() -> None:
     bench = [{**step, "outcome": "failed", "results": {}} for step in STEPS]  # the fields the bench reads besides
     found = _run_figures().figures({"steps": bench, "run": {}, "verdict": {"status": "fail"}})
     assert found["harness_by_step"]["fault:wake-raise"] == {
-        "n": 2, "engine_s": 1.0, "steps_s": 11.0, "harness_median_s": 5.0,
+        "n": 2, "engine_s": 1.0, "steps_s": 11.0, "harness_median_s": 5.0, "idle_s": 0.0,
     }  # fmt: skip
     assert (found["steps_s"], found["engine_s"]) == totals(times)
     assert found["fault_harness_s"]["median"] == times["fault:wake-raise"].harness_median
+
+
+def test_the_observation_windows_idle_time_is_kept_apart_from_the_harnesss_work() -> None:
+    """A restore's watch pauses (``results.soak.idle_s``) are the window the user asked for: step_times keeps them
+    apart, so the harness's own work is its time less the engine's and the window's."""
+    from vsnap_qual.step_times import idle_total, step_times
+
+    times = step_times(
+        [
+            {"step": "restore-1", "seconds": 30.0, "engine_seconds": 10.0, "results": {"soak": {"idle_s": 18.0}}},
+            {"step": "restore-1", "seconds": 31.0, "engine_seconds": 12.0, "results": {"soak": {"idle_s": 17.0}}},
+            {"step": "create", "seconds": 3.0, "engine_seconds": 2.5, "results": {}},
+        ]
+    )
+    assert times["restore-1"].harness == (20.0, 19.0) and times["restore-1"].work == (2.0, 2.0)
+    assert times["create"].work == (0.5,) and idle_total(times) == 35.0
