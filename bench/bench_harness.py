@@ -1,8 +1,10 @@
 """Harness performance, side by side in one run (ratios, never timed tests):
 
 1. harness overhead = wall time of the whole suite (lifecycle and faults) / the time spent waiting on the engine
-   (its commands, its start and stop, its HTTP answers; goal ≤ 1.10); 1b. the same wall time / the sum of the
-   steps' own durations (what pytest, fixtures, container starts and the report add around the steps);
+   (its commands, its start and stop, its HTTP answers; goal ≤ 1.10), with the serial run's per-step and
+   per-fault-phase table (``bench/run_figures.py``: the observation window's idle time apart);
+   1b. the same wall time / the sum of the steps' own durations (what pytest, fixtures, container starts and the
+   report add around the steps);
 2. readiness-notice latency = time from the listener binding to the harness noticing ready (goal ≤ 100 ms);
 3. parallel speed-up = wall time with ``-n 2`` / serial wall time, for two runners (goal ≤ 0.6);
 4. peak RSS of the pytest process (and its xdist workers).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -55,6 +58,14 @@ def steps(report: Path) -> list[dict[str, Any]]:
     return [r for r in records if r["kind"] == "step"]
 
 
+def _run_figures() -> Any:
+    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def machine() -> str:
     cpu = "unknown cpu"
     with contextlib.suppress(OSError, StopIteration):
@@ -82,6 +93,10 @@ def main() -> int:
             for s in serial_steps + steps(parallel_dir)
             if "notice_latency_s" in (s.get("results") or {})
         ]
+        if (serial_dir / "results.json").is_file():  # the serial run's own figures: per step and per fault phase
+            print("=== the serial run's figures (bench/run_figures.py)", flush=True)
+            _run_figures().main([str(serial_dir / "results.json")])
+            print(flush=True)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"machine: {machine()}")
     print(f"suite exit codes: serial {serial_rc}, -n 2 {parallel_rc}")
