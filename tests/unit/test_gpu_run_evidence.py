@@ -106,3 +106,21 @@ def test_the_identity_runs_words_in_the_docs_are_its_evidence() -> None:
     assert presented["fault:identity-kernel"] in section and presented["fault:identity-gpu"] in section
     assert presented["fault:identity-env-changed"].startswith("VLLM_NO_USAGE_STATS=")
     assert "`VLLM_NO_USAGE_STATS` unset" in section
+
+
+def test_the_harness_time_runs_figures_in_the_docs_are_computed_from_their_evidence() -> None:
+    """docs/gpu-run/README.md's issue-27 table: each ratio and median is what bench/run_figures.py computes from the
+    committed results.json of the run it names (before: the identity run; after: the harness-time run)."""
+    readme = (GPU_RUN / "README.md").read_text()
+    section = readme.split("(`2026-12-02-harness-time-v2`", 1)[1].split("\n## ", 1)[0]
+    figures = _run_figures()
+    before = figures.figures(json.loads((GPU_RUN / "2026-12-02-identity-v2" / "results.json").read_text()))
+    after = figures.figures(json.loads((GPU_RUN / "2026-12-02-harness-time-v2" / "results.json").read_text()))
+    assert after["verdict"] == "pass" and "PASS, 57 of 57" in readme.split("(`2026-12-02-harness-time-v2`", 1)[1][:40]
+    for found in (before, after):
+        ratio = f"{found['wall_s']:.0f} s / {found['engine_s']:.0f} s = **{found['wall_s'] / found['engine_s']:.2f}**"
+        assert ratio in section, ratio
+        assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+    less = (after["wall_s"] - after["idle_s"]) / after["engine_s"]
+    assert f"(441 − {after['idle_s']:.1f}) / 351 = {less:.3f}" in section
+    assert (GPU_RUN / "2026-12-02-harness-time-v2" / "figures.txt").read_text().startswith("verdict                      pass")
