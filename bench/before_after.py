@@ -1,7 +1,7 @@
 """The harness's own time before and after a change, side by side in one session (issue 27): the same qualification
 of the reference engine run from two trees of this repository, alternately (before, after, before, after, ...), so
 that both meet the same machine load; medians over ``--runs`` each, from each run's own ``results.json``
-(``bench/run_figures.py``'s figures: nothing re-judged, no profiler).
+(``vsnap_qual/run_figures.py``'s figures: nothing re-judged, no profiler).
 
 The "before" tree is a ``git worktree`` of ``--before`` (a commit); both run with this Python and its installed
 dependencies, each importing its own ``vsnap_qual`` (``PYTHONPATH``). Default selection: one runner (V1), head and
@@ -14,7 +14,6 @@ Not part of ``make bench`` (it takes 2 × runs qualifications).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -22,20 +21,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from vsnap_qual import run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SELECTION = ["--vsnap-runners=v1", "-n", "2", "--vsnap-base-image=vsnap-reference:base"]
 COMMAND = ["suites/", "@suites/profiles/reference.args", "-q", "-p", "no:cacheprovider"]
-
-
-def _run_figures() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def one_run(tree: Path, report: Path, selection: list[str]) -> dict[str, Any]:
@@ -47,7 +39,7 @@ def one_run(tree: Path, report: Path, selection: list[str]) -> dict[str, Any]:
         results = json.loads((report / "results.json").read_text())
     except (OSError, ValueError) as exc:
         return {"exit_code": done.returncode, "error": f"{exc}: {done.stdout[-1000:]}"}
-    found = _run_figures().figures(results)
+    found = run_figures.figures(results)
     return {
         "exit_code": done.returncode,
         "verdict": results["verdict"]["status"],

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import platform
@@ -28,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from vsnap_qual import run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,14 +57,6 @@ def run_suite(report: Path, *args: str) -> tuple[float, int]:
 def steps(report: Path) -> list[dict[str, Any]]:
     records = [json.loads(line) for line in (report / "evidence.jsonl").read_text().splitlines() if line.strip()]
     return [r for r in records if r["kind"] == "step"]
-
-
-def _run_figures() -> Any:
-    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def machine() -> str:
@@ -95,7 +88,7 @@ def main() -> int:
         ]
         if (serial_dir / "results.json").is_file():  # the serial run's own figures: per step and per fault phase
             print("=== the serial run's figures (bench/run_figures.py)", flush=True)
-            _run_figures().main([str(serial_dir / "results.json")])
+            run_figures.main([str(serial_dir / "results.json")])
             print(flush=True)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"machine: {machine()}")

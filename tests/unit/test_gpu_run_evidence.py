@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from vsnap_qual import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RUN = ROOT / "docs" / "gpu-run"
-
-
-def _run_figures() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _latest() -> tuple[str, str, dict[str, Any]]:
@@ -70,7 +62,7 @@ def test_the_latest_gpu_runs_gpu_checks_are_in_its_evidence() -> None:
 def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
     """The figures in the README and docs/gpu-run/README.md are bench/run_figures.py's of the latest run."""
     name, _, results = _latest()
-    found = _run_figures().figures(results)
+    found = run_figures.figures(results)
     cold, restore = found["cold_start_ready_s"], found["restore_ready_s"]
     assert (cold["n"], restore["n"]) == (4, 8), "two runners x two arms: 4 cold starts, 8 restores"
     readme = (ROOT / "README.md").read_text().splitlines()
@@ -113,7 +105,7 @@ def test_the_harness_time_runs_figures_in_the_docs_are_computed_from_their_evide
     committed results.json of the run it names (before: the identity run; after: the harness-time run)."""
     readme = (GPU_RUN / "README.md").read_text()
     section = readme.split("(`2026-12-02-harness-time-v2`", 1)[1].split("\n## ", 1)[0]
-    figures = _run_figures()
+    figures = run_figures
     before = figures.figures(json.loads((GPU_RUN / "2026-12-02-identity-v2" / "results.json").read_text()))
     after = figures.figures(json.loads((GPU_RUN / "2026-12-02-harness-time-v2" / "results.json").read_text()))
     assert after["verdict"] == "pass" and "PASS, 57 of 57" in readme.split("(`2026-12-02-harness-time-v2`", 1)[1][:40]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import inspect
 import json
 import os
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import drifts, faults, procedure
+from vsnap_qual import drifts, faults, procedure, run_figures
 from vsnap_qual.box import ExecResult
 from vsnap_qual.contract import CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
@@ -595,10 +594,7 @@ def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):
 
 
 def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
-    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
-    assert spec and spec.loader
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
+    figures = run_figures
     step = {
         "outcome": "passed",
         "results": {"phases": {"command": 1.0, "audit": 0.5}, "phases_engine": {"command": 0.75}},

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+
+from vsnap_qual import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "real-vllm-run" / "2026-12-02-full"
@@ -31,10 +32,7 @@ def test_the_committed_run_is_a_cpu_smoke_fail_by_the_self_contained_finding_onl
 
 
 def test_the_figures_the_docs_state_are_the_runs() -> None:
-    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = run_figures
     figures = module.figures(_results())
     cold, restore = figures["cold_start_ready_s"]["median"], figures["restore_ready_s"]["median"]
     said = f"{restore:.1f} s vs {cold:.1f} s"

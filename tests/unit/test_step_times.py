@@ -3,10 +3,9 @@ line's estimate and ``bench/run_figures.py`` share."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-from vsnap_qual import plan
+from vsnap_qual import plan, run_figures
 from vsnap_qual.report.html import harness_time
 from vsnap_qual.step_times import step_times, totals
 
@@ -33,14 +32,6 @@ def test_step_times_group_by_step_and_split_the_engines_time_from_the_harnesss()
     assert step_times([]) == {}
 
 
-def _run_figures():
-    spec = importlib.util.spec_from_file_location("run_figures", ROOT / "bench" / "run_figures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_report_the_plan_and_the_bench_say_the_same_times() -> None:
     times = step_times(STEPS)
     assert plan.step_medians({"steps": STEPS}) == {name: t.median for name, t in times.items()}
@@ -50,7 +41,7 @@ def test_the_report_the_plan_and_the_bench_say_the_same_times() -> None:
         "the harness's median per fault step 5.00 s (n=2)."
     )
     bench = [{**step, "outcome": "failed", "results": {}} for step in STEPS]  # the fields the bench reads besides
-    found = _run_figures().figures({"steps": bench, "run": {}, "verdict": {"status": "fail"}})
+    found = run_figures.figures({"steps": bench, "run": {}, "verdict": {"status": "fail"}})
     assert found["harness_by_step"]["fault:wake-raise"] == {
         "n": 2, "engine_s": 1.0, "steps_s": 11.0, "harness_median_s": 5.0, "idle_s": 0.0,
     }  # fmt: skip

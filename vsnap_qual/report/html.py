@@ -546,6 +546,22 @@ def _tail(path: str, log_root: Path | None) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- SVG charts
 
 
+def _legend(series: Sequence[str], x: int) -> list[str]:
+    """A chart's legend: a swatch and a name per series, in the palette's order, from ``x`` along the top."""
+    parts = []
+    for index, name in enumerate(series):
+        colour = _PALETTE[index % len(_PALETTE)]
+        parts.append(f'<rect x="{x}" y="6" width="10" height="10" fill="{colour}"/>')
+        parts.append(f'<text x="{x + 14}" y="15" class="legend">{escape(name)}</text>')
+        x += 24 + 7 * len(name)
+    return parts
+
+
+def _group_label(label: str, label_w: int, middle: float) -> str:
+    """A group's (or a lane's) label, right-aligned left of the bars, at its vertical middle."""
+    return f'<text x="{label_w - 8}" y="{middle + 4:.1f}" text-anchor="end" class="label">{escape(label)}</text>'
+
+
 def _svg_bars(
     groups: Sequence[tuple[str, Sequence[tuple[str, float | None]]]],
     *,
@@ -565,19 +581,11 @@ def _svg_bars(
         f'height="{height}" viewBox="0 0 {label_w + chart_w + 120} {height}" class="chart">',
         f"<title>{escape(title)}</title>",
     ]
-    x_legend = label_w
-    for index, name in enumerate(series):
-        colour = _PALETTE[index % len(_PALETTE)]
-        parts.append(f'<rect x="{x_legend}" y="6" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{x_legend + 14}" y="15" class="legend">{escape(name)}</text>')
-        x_legend += 24 + 7 * len(name)
+    parts += _legend(series, label_w)
     y = 30
     for label, bars in groups:
         group_h = len(bars) * (bar_h + 2)
-        parts.append(
-            f'<text x="{label_w - 8}" y="{y + group_h / 2 + 4:.1f}" text-anchor="end" class="label">'
-            f"{escape(label)}</text>"
-        )
+        parts.append(_group_label(label, label_w, y + group_h / 2))
         for name, value in bars:
             colour = _PALETTE[list(series).index(name) % len(_PALETTE)] if name in series else _PALETTE[0]
             if value is not None:
@@ -610,18 +618,10 @@ def _svg_stacked(lanes: Sequence[tuple[str, Sequence[tuple[str, float]]]], serie
         f'viewBox="0 0 {label_w + chart_w + 90} {height}" class="chart">',
         "<title>Wall time per lane, by step</title>",
     ]
-    x_legend = label_w
-    for index, name in enumerate(series):
-        colour = _PALETTE[index % len(_PALETTE)]
-        parts.append(f'<rect x="{x_legend}" y="6" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{x_legend + 14}" y="15" class="legend">{escape(name)}</text>')
-        x_legend += 24 + 7 * len(name)
+    parts += _legend(series, label_w)
     y = 30
     for (label, segments), total in zip(lanes, totals, strict=True):
-        parts.append(
-            f'<text x="{label_w - 8}" y="{y + bar_h / 2 + 4:.1f}" text-anchor="end" class="label">'
-            f"{escape(label)}</text>"
-        )
+        parts.append(_group_label(label, label_w, y + bar_h / 2))
         x = float(label_w)
         for name, value in segments:
             width = chart_w * value / peak
@@ -724,20 +724,12 @@ def _svg_delta_bars(groups: Sequence[tuple[str, Sequence[tuple[str, float | None
         f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" class="chart kv-delta">',
         f"<title>{escape(title)}</title>",
     ]
-    x_legend = label_w
-    for index, name in enumerate(series):
-        colour = _PALETTE[index % len(_PALETTE)]
-        parts.append(f'<rect x="{x_legend}" y="6" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{x_legend + 14}" y="15" class="legend">{escape(name)}</text>')
-        x_legend += 24 + 7 * len(name)
+    parts += _legend(series, label_w)
     parts.append(f'<text x="{zero}" y="15" text-anchor="middle" class="legend">0 = ordinary</text>')
     y = 30
     for label, bars in groups:
         group_h = len(bars) * (bar_h + 2)
-        parts.append(
-            f'<text x="{label_w - 8}" y="{y + group_h / 2 + 4:.1f}" text-anchor="end" class="label">'
-            f"{escape(label)}</text>"
-        )
+        parts.append(_group_label(label, label_w, y + group_h / 2))
         for name, value in bars:
             colour = _PALETTE[list(series).index(name) % len(_PALETTE)] if name in series else _PALETTE[0]
             if value is not None:

@@ -1,0 +1,125 @@
+"""The figures of one finished run, from its ``results.json`` (side by side, medians with n; nothing re-judged):
+
+- ordinary cold start (``vllm serve`` → ready) vs restore (``vllm snapshot restore`` → serving listener, restore-1
+  and restore-2), and the follow-up restores after the faults;
+- ``vllm snapshot create``;
+- the engine's own time (``engine_seconds``: waiting on its commands, start, stop and HTTP answers) against the
+  steps' time and the session's wall time (first to last record), the rest being the harness's;
+- the harness's own time per step (steps − engine, summed over the lanes, with its median per step) and, for the
+  fault steps, per phase of their sequence (``results.phases``, recorded by the run itself: ``faults.Phases``).
+
+Run: ``.venv/bin/python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of docs/gpu-run/ come
+from it); the benchmarks and the evidence tests import :func:`figures` from here. The per-step arithmetic is
+``vsnap_qual/step_times.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from vsnap_qual.step_times import idle_total, step_times, totals
+
+
+def _series(values: list[float]) -> dict[str, Any] | None:
+    if not values:
+        return None
+    return {
+        "median": statistics.median(values), "n": len(values), "min": min(values), "max": max(values),
+        "total": sum(values),
+    }  # fmt: skip
+
+
+def figures(results: dict[str, Any]) -> dict[str, Any]:
+    """The run's figures; a series is None where the run has no such step."""
+    steps = results["steps"]
+
+    def ready(*names: str) -> list[float]:
+        return [s["results"]["ready_seconds"] for s in steps if s["step"] in names and s["outcome"] == "passed"]
+
+    followups = [
+        s["results"]["followup_restore"]["seconds"]
+        for s in steps
+        if str(s["step"]).startswith("fault:") and ((s["results"] or {}).get("followup_restore") or {}).get("seconds")
+    ]
+    run = results["run"]
+    wall = None
+    if run.get("started") and run.get("ended"):
+        wall = (dt.datetime.fromisoformat(run["ended"]) - dt.datetime.fromisoformat(run["started"])).total_seconds()
+    times = step_times(steps)
+    harness = {
+        name: {"n": t.n, "engine_s": t.engine_total, "steps_s": t.total, "harness_median_s": t.harness_median,
+               "idle_s": t.idle_total}
+        for name, t in times.items()
+    }  # fmt: skip
+    # each phase's own time less what it spent waiting on the engine (``results.phases_engine``, where recorded)
+    phases: dict[str, list[float]] = {}
+    for s in steps:
+        recorded = s.get("results") or {}
+        engine_share = recorded.get("phases_engine") or {}
+        for name, seconds in (recorded.get("phases") or {}).items():
+            phases.setdefault(name, []).append(float(seconds) - float(engine_share.get(name) or 0.0))
+    fault_harness = [h for name, t in times.items() if name.startswith("fault:") for h in t.harness]
+    steps_s, engine_s = totals(times)
+    return {
+        "harness_by_step": harness,
+        "fault_phases": {name: _series(values) for name, values in phases.items()},
+        "fault_harness_s": _series(fault_harness),
+        "verdict": results["verdict"]["status"],
+        "cold_start_ready_s": _series(ready("ordinary")),
+        "restore_ready_s": _series(ready("restore-1", "restore-2")),
+        "followup_restore_s": _series(followups),
+        "create_s": _series([s["seconds"] for s in steps if s["step"] == "create" and s["outcome"] == "passed"]),
+        "engine_s": engine_s,
+        "steps_s": steps_s,
+        "idle_s": idle_total(times),
+        "wall_s": wall,
+    }
+
+
+def _line(name: str, series: dict[str, Any] | None) -> str:
+    if series is None:
+        return f"{name:28s} -"
+    return f"{name:28s} median {series['median']:.2f} s (n={series['n']}, {series['min']:.2f}–{series['max']:.2f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, help="a run's results.json")
+    args = parser.parse_args(argv)
+    found = figures(json.loads(args.results.read_text()))
+    print(f"verdict                      {found['verdict']}")
+    print(_line("ordinary cold start, ready", found["cold_start_ready_s"]))
+    print(_line("restore, ready", found["restore_ready_s"]))
+    print(_line("follow-up restores (faults)", found["followup_restore_s"]))
+    print(_line("snapshot create", found["create_s"]))
+    cold, restore = found["cold_start_ready_s"], found["restore_ready_s"]
+    if cold and restore:
+        print(f"{'restore / cold start':28s} {restore['median'] / cold['median']:.2f}")
+    print(f"{'engine / steps / wall':28s} {found['engine_s']:.0f} s / {found['steps_s']:.0f} s / ", end="")
+    print(f"{found['wall_s']:.0f} s" if found["wall_s"] is not None else "-")
+    if found["wall_s"] and found["engine_s"]:
+        print(f"{'wall / engine':28s} {found['wall_s'] / found['engine_s']:.2f}")
+        if found["idle_s"]:
+            less = (found["wall_s"] - found["idle_s"]) / found["engine_s"]
+            print(f"{'(wall − window idle) / engine':28s} {less:.2f} (window idle {found['idle_s']:.0f} s)")
+    print(_line("harness time per fault", found["fault_harness_s"]))
+    print()
+    print(f"{'step':28s} {'n':>3s} {'engine s':>9s} {'window s':>9s} {'steps s':>9s} {'harness s':>9s} {'median':>7s}")
+    for name, row in sorted(found["harness_by_step"].items(), key=lambda kv: -(kv[1]["steps_s"] - kv[1]["engine_s"])):
+        own = row["steps_s"] - row["engine_s"]
+        print(
+            f"{name:28s} {row['n']:3d} {row['engine_s']:9.1f} {row['idle_s']:9.1f} {row['steps_s']:9.1f} "
+            f"{own:9.1f} {row['harness_median_s']:7.2f}"
+        )
+    if found["fault_phases"]:
+        print()
+        print(f"{'fault phase (harness s)':28s} {'n':>3s} {'median s':>9s} {'total s':>9s}")
+        for name, series in found["fault_phases"].items():
+            assert series is not None
+            print(f"{name:28s} {series['n']:3d} {series['median']:9.2f} {series['total']:9.1f}")
+    return 0
