@@ -133,7 +133,8 @@ def _setup_facts(results: model.Results) -> dict[str, str]:
             continue
         arm = env["arm"]
         image = env.get("image") or model.Image()
-        facts[f"image ({arm})"] = image_identity(image)  # as summary.md names it: its ID and first repo digest
+        # as summary.md names it (its ID and first repo digest), plain: the text output is a terminal's
+        facts[f"image ({arm})"] = image_identity(image, code=False)
         labels = image.get("labels") or {}
         facts["runtime"] = str(labels.get("ai.vsnap.runtime") or "docker")
         gpu = env.get("gpu")

@@ -86,15 +86,17 @@ def _lane_environments(results: model.Results) -> list[tuple[str, model.Environm
     return [(f"{lane['runner']}/{lane['arm']}", env) for lane in results["lanes"] if (env := lane["environment"])]
 
 
-def image_identity(image: model.Image) -> str:
-    """``ID sha256:0123456789ab`` and the first repo digest, as recorded for the lane's image."""
+def image_identity(image: model.Image, code: bool = True) -> str:
+    """``ID sha256:0123456789ab`` and the first repo digest, as recorded for the lane's image (``code``: each as
+    Markdown code; plain for a terminal)."""
+    tick = "`" if code else ""
     parts = []
     if image.get("id"):
-        parts.append(f"ID `{image.get('id', '')[:19]}`")
+        parts.append(f"ID {tick}{image.get('id', '')[:19]}{tick}")
     digests = image.get("repo_digests", [])
     if digests:
         name, _, digest = digests[0].partition("@")
-        parts.append(f"digest `{digest[:19] or name}`")
+        parts.append(f"digest {tick}{digest[:19] or name}{tick}")
     return ", ".join(parts) or "no ID recorded"
 
 
