@@ -103,14 +103,34 @@ def coverage_line(cov: model.VerdictCoverage) -> str:
         f"{len(cov['passed'])}/{required} required steps passed" + (f" ({na} not applicable)" if na else ""),
         "runners " + (", ".join(cov["runners"]) or "none"),
         "arms " + (", ".join(cov["arms"]) or "none"),
-        f"{len(cov['faults'])} fault points per lane",
+        f"{len(cov['faults'])} fault points per lane" + _identity_part(cov["faults"]),
         "overlay " + ("verified per process" if cov["overlay"] else "not configured"),
     ]
+    alone = _alone_part(cov)
+    if alone:
+        parts.append(alone)
     if "observe_s" in cov:
         parts.append(f"each restored server watched {cov['observe_s']:g} s after its restore")
     if "request_shapes" in cov:
         parts.append("request shapes " + (", ".join(cov["request_shapes"]) or "none"))
     return "; ".join(parts)
+
+
+def _identity_part(faults: list[str]) -> str:
+    """The identity drifts among the fault points, said as such (each drifts one field of the manifest)."""
+    drifts = [f for f in faults if f.startswith("identity-")]
+    return f" ({len(drifts)} of them identity drifts)" if drifts else ""
+
+
+def _alone_part(cov: model.VerdictCoverage) -> str:
+    """The restores of the artifact alone in a fresh box: how many of those required passed (none required: "")."""
+    label = "/fresh-box"
+    passed = [p for p in cov["passed"] if p.endswith(label)]
+    others = [p for p in [*cov["failed"], *cov["not_reached"], *cov["left_out"]] if p.endswith(label)]
+    others += [s["step"] for s in cov["skipped"] if s["step"].endswith(label)]
+    if not passed and not others:
+        return ""
+    return f"{len(passed)}/{len(passed) + len(others)} restores in a fresh box (the artifact alone)"
 
 
 def _narrowing(cov: model.VerdictCoverage) -> str:
