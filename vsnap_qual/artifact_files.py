@@ -138,7 +138,6 @@ class ArtifactFiles:
     after_reset: dict[str, Entry] | None = None
     #: the last reset's extent, as evidence: ``full`` or how many entries it put back or removed
     last_reset: str = ""
-    _last_listing: dict[str, Entry] = field(default_factory=dict, repr=False)
 
     @classmethod
     def kept(cls, box: Box, artifact: str, backup: str) -> ArtifactFiles:
@@ -167,14 +166,12 @@ class ArtifactFiles:
 
     def reset(self, box: Box) -> None:
         """Make the artifact equal to the pristine copy again, copying only what changed where that is sound."""
-        plan = None
-        if self.after_reset is not None:
-            self._last_listing = listing(box, self.artifact)
-            plan = self._plan(self._last_listing)
+        listed = listing(box, self.artifact) if self.after_reset is not None else {}
+        plan = self._plan(listed) if self.after_reset is not None else None
         if plan is not None:
             script = _reset_script(self.artifact, self.backup, *plan)
             # nothing changed: the listing just taken stands; else the copies and the listing in one command
-            now = listing(box, self.artifact, before=script) if script else self._last_listing
+            now = listing(box, self.artifact, before=script) if script else listed
             if self._matches_pristine(now):
                 self._record_equal(now)
                 self.last_reset = f"{sum(len(p) for p in plan)} entries put back or removed"
