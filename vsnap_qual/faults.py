@@ -95,7 +95,7 @@ class FaultLane(Protocol):
     ) -> ExecResult: ...
     def restore(self, rec: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult: ...
     def create_argv(self, target: str = ARTIFACT) -> list[str]: ...
-    def cleanup_audit(self, pids: list[int], ports: list[int]) -> CleanupAudit: ...
+    def cleanup_audit(self, pids: list[int], ports: list[int], grace: float | None = None) -> CleanupAudit: ...
     def artifact_digest(self, artifact: str = ARTIFACT) -> str: ...
     def claim_made_remaps(self, step: str) -> list[str]: ...
 
@@ -545,11 +545,11 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
     cannot = injector.not_applicable(run, fault)
     if cannot:
         progress.not_applicable(f"{run.lane.name}: the box cannot present this fault: {cannot}")
-    observed = run_fault(run, fault, rec, injector)
+    observed = run_fault(run, fault, rec, injector, expect.cleanup)
     problems = judge(fault, expect, observed, rec.results, injector)
     if problems and problems[0].startswith("ineffective injection"):
         first = problems[0]
-        observed = run_fault(run, fault, rec, injector)
+        observed = run_fault(run, fault, rec, injector, expect.cleanup)
         problems = judge(fault, expect, observed, rec.results, injector)
         rec.results["retried_after"] = first
     if (rec.results.get("followup_restore") or {}).get("consumed"):
@@ -589,9 +589,13 @@ class Phases:
             self.engine_into[name] = round(self.engine_into.get(name, 0.0) + spent, 3)
 
 
-def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector) -> Observation:
+def run_fault(
+    run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector, cleanup_judged: bool = True
+) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
-    sequence every kind follows; what differs per kind is its injector's."""
+    sequence every kind follows; what differs per kind is its injector's. ``cleanup_judged`` False (this arm's
+    expectation records vLLM's cleanup without judging it): what is left is looked at once, as the command
+    exits, not waited for through the grace, since no outcome of the wait could change the verdict."""
     timeouts = run.config.timeouts
     phase = Phases(
         rec.results.setdefault("phases", {}),
@@ -644,9 +648,11 @@ def run_fault(run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injecto
     with phase("audit"):
         if obs.exit_code == 0:
             kill_leftovers(run.box, baseline, ignore)
-        left = settle(run.box, baseline, ignore, limit=run.config.cleanup_grace)
-        audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [])
+        grace = run.config.cleanup_grace if cleanup_judged else 0.0
+        left = settle(run.box, baseline, ignore, limit=grace)
+        audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [], grace)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
+        audit["grace_s"] = grace
         killed = kill_leftovers(run.box, baseline, set())
         settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
     with phase("captured-id wait after"):

@@ -353,8 +353,10 @@ class LaneRun:
     def audit(self, pids: list[int], ports: list[int]) -> CleanupAudit:
         return self.cleanup_audit(pids, ports)
 
-    def cleanup_audit(self, pids: list[int], ports: list[int]) -> CleanupAudit:
-        return audit.cleanup_audit(self.box, self.audit_scope, pids, ports)
+    def cleanup_audit(self, pids: list[int], ports: list[int], grace: float | None = None) -> CleanupAudit:
+        """The audit with the lane's grace, or ``grace`` (0: one look, nothing waited for)."""
+        scope = self.audit_scope if grace is None else dataclasses.replace(self.audit_scope, grace=grace)
+        return audit.cleanup_audit(self.box, scope, pids, ports)
 
     def health(self, port: int) -> bool:
         with self.recorder.engine_wait():

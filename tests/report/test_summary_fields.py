@@ -49,7 +49,7 @@ def test_summary_names_images_engine_configuration_and_each_fault(make_run: Make
     truncated = next(line for line in faults if "(`image-truncated`)" in line)
     assert "artifact" not in truncated.split("—")[1].replace("the artifact restores", "")  # not its expectation
     sigterm = next(line for line in faults if "(`cancel-sigterm`)" in line)
-    assert "v1/base, v2/base: exit 1 before HTTP, cleanup recorded, not judged" in sigterm
+    assert "v1/base, v2/base: exit 1 before HTTP, cleanup recorded as it exited, not judged" in sigterm
     assert "**FAIL**" not in text
 
 

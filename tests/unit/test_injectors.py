@@ -288,7 +288,7 @@ class FakeRun:
         record.exit_code = done.returncode
         return ExecResult(argv, done.returncode, done.stdout, done.stderr, 0.0, 0.1)
 
-    def cleanup_audit(self, pids: list[int], ports: list[int]) -> dict[str, Any]:
+    def cleanup_audit(self, pids: list[int], ports: list[int], grace: float | None = None) -> dict[str, Any]:
         self.log.append(("audit", ports))
         return {"ok": True, "ports_open": [], "link_remaps_equal": True}
 
@@ -307,9 +307,11 @@ def _rec() -> StepEvidence:
     return StepEvidence()
 
 
-def _run(lane: FakeRun, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue | None = None) -> Observation:
+def _run(
+    lane: FakeRun, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue | None = None, judged: bool = True
+) -> Observation:
     catalogue = catalogue or FaultCatalogue.builtin()
-    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault))  # type: ignore[arg-type]
+    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault), judged)  # type: ignore[arg-type]
 
 
 class Recording(faults.Injector):
@@ -572,6 +574,35 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
     _run(lane, FAULTS_BY_ID["port-in-use"], rec)
     assert free_at_followup and all(free_at_followup), "the follow-up restore met the blocker's port"
     assert "killed_by_harness" not in rec.results["cleanup"], rec.results["cleanup"]
+
+
+@pytest.mark.parametrize("judged", [True, False])
+def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_judged(lane, monkeypatch, judged):
+    """Issue 27: where this arm's expectation records vLLM's cleanup without judging it (the released
+    ``cancel-sigterm``), no outcome of the grace could change the verdict: the leftover is looked at once, as the
+    command exits, and swept. Where it is judged, the grace is given in full to a process that stays."""
+    lingering = 2**22 + 9
+    killed: list[str] = []
+    started: list[bool] = []  # the faulted command leaves it behind
+    lane.on_restore = lambda run: started.append(True)
+    row = {"pid": lingering, "args": "python3 x"}
+    monkeypatch.setattr(lane.box, "processes", lambda: [row] if started and not killed else [])
+    real_sh = lane.box.sh
+
+    def sh(script: str, timeout: float = 60.0) -> ExecResult:
+        if script.startswith("kill -KILL") and str(lingering) in script:
+            killed.append(script)
+        return real_sh(script, timeout)
+
+    monkeypatch.setattr(lane.box, "sh", sh)
+    lane.config.cleanup_grace = 1.0
+    rec = _rec()
+    _run(lane, FAULTS_BY_ID["wake-raise"], rec, judged=judged)
+    audit = rec.results["cleanup"]
+    assert audit["leftover_processes"] == [f"{lingering} python3 x"] and killed, audit  # recorded, then swept
+    assert audit["grace_s"] == (1.0 if judged else 0.0)
+    spent = rec.results["phases"]["audit"]
+    assert (spent >= 1.0) if judged else (spent < 0.5), spent
 
 
 def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):

@@ -234,7 +234,7 @@ def fault_result_text(row: FaultRow) -> str:
         # said only where the fault's expectation is about it (a check before any mutation)
         parts.append("artifact unchanged" if row["artifact_unchanged"] else "artifact changed")
     if row.get("cleanup_judged") is False:
-        parts.append("cleanup recorded, not judged")
+        parts.append("cleanup recorded as it exited, not judged")
     elif row.get("cleanup_ok") is True:
         parts.append("cleanup verified")
     elif row.get("cleanup_ok") is False:
