@@ -53,9 +53,11 @@ class AuditScope:
     link_remaps_baseline: str = ""
 
 
-def session_pids(box: Box, root_pid: int, procs: list[ProcessRow] | None = None) -> list[int]:
-    """The root's tree: its descendants and every process of its session."""
-    procs = box.processes() if procs is None else procs
+def session_pids(box: Box | None, root_pid: int, procs: list[ProcessRow] | None = None) -> list[int]:
+    """The root's tree: its descendants and every process of its session (in ``procs``, else the box's now)."""
+    if procs is None:
+        assert box is not None, "session_pids needs a box or a listing"
+        procs = box.processes()
     sid = next((p["sid"] for p in procs if p["pid"] == root_pid), None)
     tree = {root_pid}
     changed = True

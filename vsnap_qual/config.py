@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import re
 import secrets
@@ -109,6 +110,10 @@ class QualConfig:
     request_shapes: tuple[str, ...] = ("repeated", "seeded", "concurrent", "long")
     concurrent_requests: int = 8
     cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone
+    #: the random kills' seed (``--vsnap-kill-seed``; from the run's id unless given) and how many times each kill
+    #: fault runs per lane (``--vsnap-chaos``)
+    kill_seed: int = 0
+    chaos: int = 1
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
 
     @property
@@ -198,6 +203,14 @@ def prompt_words(prompt: str) -> int:
     """A lower bound of a prompt's tokens without its tokenizer: its whitespace-separated words (the pre-tokenizers
     of the models vLLM serves split on whitespace, so no token spans two words), at least 1."""
     return max(1, len(prompt.split()))
+
+
+def kill_seed(given: int | None, run_id: str) -> int:
+    """The random kills' seed: the one given, else one derived from the run's id (the same in every worker of
+    the run, and recorded with each kill, so any kill replays with ``--vsnap-kill-seed``)."""
+    if given is not None:
+        return given
+    return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16)
 
 
 def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
@@ -310,5 +323,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         request_shapes=tuple(_get(parsed, "vsnap_request_shapes", ("repeated", "seeded", "concurrent", "long"))),
         concurrent_requests=_get(parsed, "vsnap_concurrent_requests", 8),
         cleanup_grace=cleanup_grace,
+        kill_seed=kill_seed(parsed.get("vsnap_kill_seed"), run_id),
+        chaos=_get(parsed, "vsnap_chaos", 1),
         workers=int(parsed.get("vsnap_workers") or 0),
     )

@@ -14,6 +14,7 @@ are :mod:`vsnap_qual.injection`; the fault layer sees its lane only through :cla
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vsnap_qual import checks, drifts, engine, package_probe, progress
+from vsnap_qual import checks, drifts, engine, kills, package_probe, progress
 from vsnap_qual.box import Box, ControlDir, ExecResult
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
@@ -123,6 +124,9 @@ class Injector:
     undo_before_followup: bool = False
     #: fires through a probe hook point: a command that died before reaching it says why (the judge quotes it)
     through_hook: bool = False
+    #: the cleanup is audited once more after the harness's sweep (``results.cleanup.after_sweep``): a kind
+    #: whose action may leave what no engine could clean (a SIGKILL) judges that audit itself
+    audits_after_sweep: bool = False
 
     def inject(self, run: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
         raise NotImplementedError
@@ -132,6 +136,9 @@ class Injector:
 
     def release(self, run: FaultLane, injected: dict[str, object]) -> None:
         """Undo the injection (default: nothing to undo)."""
+
+    def after_sweep(self, at: Attempt) -> None:
+        """After the harness's sweep, before the follow-up restore (default: nothing)."""
 
     def not_applicable(self, run: FaultLane, fault: Fault) -> str | None:
         """Why this lane's box cannot present this fault at all (the step is then not applicable, in those
@@ -440,6 +447,141 @@ class ImageInjector(Injector):
 
 
 #: The built-in kinds' injectors (a conftest's faults bring their own kinds: :meth:`FaultCatalogue.add`).
+class KillInjector(Injector):
+    """``kill``: ``Fault.signal`` to the whole tree of ``Fault.command`` at a seeded random moment. Fired when the
+    signal went to a running command (one that had already ended is tried again, with the next draw)."""
+
+    judges_artifact = False  # a killed command may leave anything: what is judged is what a restore makes of it
+    audits_after_sweep = True
+
+    def __init__(self) -> None:
+        self._attempts: dict[tuple[str, str], int] = {}
+
+    # ---- inject ---------------------------------------------------------------------------------------------
+    def begin(self, at: Attempt) -> None:
+        run, fault = at.run, at.fault
+        command = fault.command or "restore"
+        duration = run.state.timings.get(command)
+        if duration is None and command == "restore":
+            duration = kills.measure_restore(run)
+            at.injected["duration_measured_now"] = True
+        if duration is None:
+            raise RuntimeError(f"no unfaulted {command} of this lane was timed before {fault.id}")
+        key = (run.lane.name, fault.id)
+        attempt = self._attempts.get(key, 0) + 1
+        self._attempts[key] = attempt
+        seed = run.config.kill_seed
+        offset, fraction = kills.draw(seed, run.lane.name, fault.id, attempt, duration)
+        at.injected.update(
+            {
+                "seed": seed,
+                "attempt": attempt,
+                "command": command,
+                "signal": f"SIG{fault.signal or 'KILL'}",
+                "duration_s": round(duration, 3),
+                "offset_s": offset,
+                "fraction": fraction,
+                "sent": [],
+            }
+        )
+        if command == "create":
+            run.box.remove_path(kills.KILLED_CREATE)
+
+    def release(self, run: FaultLane, injected: dict[str, object]) -> None:
+        """Nothing to undo: the signal is the injection."""
+
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
+        return bool(injected.get("sent"))
+
+    # ---- act --------------------------------------------------------------------------------------------------
+    def act(self, at: Attempt) -> ExecResult:
+        if at.fault.command != "create":
+            result = super().act(at)  # the faulted restore, watched for HTTP; the killer runs around it
+        else:
+            with self.restoring(at):
+                result = at.run.snapshot(
+                    at.rec,
+                    "create",
+                    *at.run.create_argv(kills.KILLED_CREATE),
+                    timeout_key="create",
+                    name="create-killed",
+                )
+        if at.injected.get("missed") and result.exit_code == 0:
+            # it ended first: the next draw is over the duration it just took (the one measured before may be
+            # a cold start's)
+            at.run.state.timings[str(at.injected["command"])] = round(result.seconds, 3)
+        return result
+
+    @contextlib.contextmanager
+    def restoring(self, at: Attempt) -> Iterator[None]:
+        done = threading.Event()
+        started = time.monotonic()
+        killer = threading.Thread(target=self._kill_at, args=(at, started, done), daemon=True)
+        killer.start()
+        try:
+            yield
+        finally:
+            done.set()
+            killer.join(30)
+
+    def _kill_at(self, at: Attempt, started: float, done: threading.Event) -> None:
+        """At the drawn offset: the command's tree as it is then, the phase it reached, and the signal to all of it
+        in one ``kill``. Nothing is sent once the command has ended."""
+        injected, run = at.injected, at.run
+        offset = float(injected["offset_s"])  # type: ignore[arg-type]
+        if done.wait(max(0.0, started + offset - time.monotonic())):
+            injected["missed"] = "the command ended before the drawn offset"
+            return
+        command = str(injected["command"])
+        target = kills.KILLED_CREATE if command == "create" else ARTIFACT
+        procs = run.box.processes()
+        root, tree = kills.command_tree(procs, command, target)
+        if root is None or done.is_set():
+            injected["missed"] = "the command was no longer running at the drawn offset"
+            return
+        captured = {int(p) for p in run.state.manifest.get("process_tree") or []}
+        alive = {p["pid"] for p in procs}
+        signame = str(injected["signal"]).removeprefix("SIG")
+        pids = sorted(p["pid"] for p in tree)
+        sent = run.box.sh(f"kill -{signame} {' '.join(map(str, pids))} 2>/dev/null; true", 15)
+        injected.update(
+            {
+                "sent_after_s": round(time.monotonic() - started, 3),
+                "phase": kills.phase_reached(command, tree, bool(captured & alive)),
+                "tree": [f"{p['pid']} {p['args'][:100]}" for p in tree],
+                "sent": [f"SIG{signame} to {len(pids)} processes of vllm snapshot {command} (root {root})"]
+                if sent.exit_code == 0
+                else [],
+            }
+        )
+
+    # ---- after the harness's sweep ---------------------------------------------------------------------------
+    def after_sweep(self, at: Attempt) -> None:
+        """A killed create: what a restore makes of what it left (``results.killed_artifact``)."""
+        if at.fault.command == "create":
+            at.rec.results["killed_artifact"] = kills.judge_killed_create(at.run)
+
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+        out: list[str] = []
+        swept = (results.get("cleanup") or {}).get("after_sweep") or {}
+        if not swept.get("ok", False):
+            out.append(
+                "something outlived the harness's sweep after the kill: "
+                f"processes {swept.get('pids_alive')}, ports open {swept.get('ports_open')}, "
+                f"GPU idle {swept.get('gpu_idle')}, link remaps of this lane {swept.get('link_remaps_ours')}"
+            )
+        killed = results.get("killed_artifact")
+        if killed is not None:
+            out.extend(kills.killed_artifact_problems(killed))
+        follow = results.get("followup_restore") or {}
+        if killed is None and follow and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
+            if follow.get("exit_code") == 0:
+                out.append("after the killed restore the artifact restores but does not answer vLLM's canary")
+            elif not (follow.get("criu_reason") or kills.refusal_words("", str(follow.get("stderr_tail") or ""))):
+                out.append("after the killed restore the artifact is refused without a message")
+        return out
+
+
 BUILTIN_INJECTORS: Mapping[str, Injector] = {
     "hook": HookInjector(),
     "signal": SignalInjector(),
@@ -449,6 +591,7 @@ BUILTIN_INJECTORS: Mapping[str, Injector] = {
     "port": PortInjector(),
     "manifest": ManifestInjector(),
     "image": ImageInjector(),
+    "kill": KillInjector(),
 }
 
 
@@ -467,6 +610,13 @@ class FaultCatalogue:
         from vsnap_qual.procedure import FAULTS
 
         return cls(FAULTS)
+
+    def repeat_kills(self, times: int) -> None:
+        """The chaos run (``--vsnap-chaos``): each fault of the kill kind ``times`` times, ``<id>.2`` … ``<id>.N``
+        after the catalogue's faults, each repeat its own draw (the fault's id is part of the draw's seed)."""
+        for fault in [f for f in self.faults if f.kind == "kill"]:
+            for i in range(2, times + 1):
+                self.add(dataclasses.replace(fault, id=f"{fault.id}.{i}"))
 
     def add(self, fault: Fault, injector: Injector | None = None) -> None:
         """Add a fault point: its table entry and, for a kind of its own, its injector."""
@@ -655,6 +805,10 @@ def run_fault(
         audit["grace_s"] = grace
         killed = kill_leftovers(run.box, baseline, set())
         settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
+        if injector.audits_after_sweep:  # what is left once the harness swept: nothing, whatever the action was
+            swept = [p["pid"] for p in left] + [pid for pid in killed if pid not in {p["pid"] for p in left}]
+            audit["after_sweep"] = run.cleanup_audit(swept, [at.port] if injector.watches_port else [])
+            audit["after_sweep"]["swept"] = killed
     with phase("captured-id wait after"):
         # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
         # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
@@ -663,6 +817,8 @@ def run_fault(
         # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
         with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
             engine.wait_until(lambda: at.port not in run.box.listening_ports(), run.config.cleanup_grace, 0.05)
+    with phase("after sweep"):
+        injector.after_sweep(at)
     engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
     if engine_left:
         audit["killed_by_harness"] = engine_left
@@ -756,6 +912,8 @@ def followup_restore(run: FaultLane, undo_injection: bool, ids_free: bool = Fals
         with run.recorder.engine_wait():
             result = run.box.exec(argv, run.config.timeouts["restore"])
     outcome.update({"exit_code": result.exit_code, "seconds": round(result.seconds, 3)})
+    if result.exit_code == 0:
+        run.state.timings["restore"] = round(result.seconds, 3)  # what a random kill of a restore is drawn over
     host, reach = run.endpoint(port)
     manifest = run.state.manifest
     if result.exit_code == 0:

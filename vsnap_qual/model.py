@@ -195,6 +195,9 @@ class CleanupAudit(TypedDict, total=False):
     #: Fault steps: the audit's leftovers (as ``PID cmdline``), and the PIDs the harness then killed itself
     leftover_processes: list[str]
     killed_by_harness: list[int]
+    #: the kill kind (issue 29): the audit once more after the harness's sweep, and the PIDs that sweep killed
+    after_sweep: "CleanupAudit"
+    swept: list[int]
 
 
 class InspectCheck(TypedDict):
@@ -434,6 +437,8 @@ class StepResults(TypedDict, total=False):
     #: what the fault's injector did, in its own terms (each kind records different things)
     injected: dict[str, object]
     followup_restore: FollowupRestore
+    #: the kill kind (issue 29): what a restore made of a killed create's target (``kills.judge_killed_create``)
+    killed_artifact: dict[str, Any]
     watch_polls: int
     #: fault steps: the waits for the captured PIDs to be free, before the fault and after its cleanup
     captured_id_waits: dict[str, CapturedIdWait]

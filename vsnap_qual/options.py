@@ -216,6 +216,19 @@ def parse_open_fraction(value: str) -> float:
     return number
 
 
+def parse_seed(value: str) -> int | None:
+    """``random`` (None: drawn from the run's id, recorded with each draw) or a whole number >= 0 (a replay)."""
+    if value.strip().lower() == "random":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither 'random' nor a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{number} must be >= 0")
+    return number
+
+
 def parse_seconds(value: str) -> float:
     number = parse_tolerance(value)
     if number <= 0:
@@ -596,6 +609,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("concurrent-requests", parse_positive_int, "8", "requests in flight at once in the concurrent shape"),
     OptionSpec("canary-tokens", parse_positive_int, "16", "greedy tokens per multi-token canary prompt"),
     OptionSpec("cleanup-grace", parse_seconds, "5", "seconds a stopped or failed engine tree has to be gone"),
+    # issue 29: killed at any moment
+    OptionSpec(
+        "kill-seed",
+        parse_seed,
+        "random",
+        "seed of the random kills' offsets (random: drawn from the run's id; the seed is in each kill's evidence, "
+        "give it to replay a kill)",
+    ),
+    OptionSpec(
+        "chaos",
+        parse_positive_int,
+        "1",
+        "how many times each random-kill fault runs per lane, each with its own draw (the chaos run: bench/chaos.py)",
+    ),
 )
 OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}
 

@@ -146,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONFIG_KEY] = qual
     catalogue = FaultCatalogue.builtin()
     config.hook.pytest_vsnap_add_faults(catalogue=catalogue)
+    catalogue.repeat_kills(qual.chaos)
     config.stash[FAULTS_KEY] = catalogue
     _CONFIG["config"] = config
     workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None

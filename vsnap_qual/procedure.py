@@ -85,6 +85,7 @@ class Fault:
     stall: bool = False  # the hook's action is a stall: armed past the frozen recovery deadline
     signal: str | None = None  # ``kill -<signal>`` for the signal kind
     drift: str | None = None  # the identity kind's drift (``drifts.DRIFTS``)
+    command: str | None = None  # the kill kind's command: ``create`` or ``restore`` (``kills``)
 
     @property
     def step(self) -> str:
@@ -191,6 +192,28 @@ FAULTS: tuple[Fault, ...] = (
         head=before_mutation("invalid snapshot manifest"),
     ),
     Fault("image-truncated", "an images/ file truncated", "image", head=Expect(1, False, None, None)),
+    # issue 29: killed at any moment (vsnap_qual/kills.py). Either outcome of the command is allowed; the
+    # cleanup is judged after the harness's sweep in every case, and after vLLM's own where it has one (SIGTERM
+    # on the head arm); what a restore makes of the artifact is judged by the kind
+    Fault(
+        "kill-create", "SIGKILL to vllm snapshot create's whole tree at a random moment", "kill",
+        head=Expect(ANY, None, None, None, cleanup=False), signal="KILL", command="create",
+    ),
+    Fault(
+        "term-create", "SIGTERM to vllm snapshot create's whole tree at a random moment", "kill",
+        head=Expect(ANY, None, None, None), base=Expect(ANY, None, None, None, cleanup=False),
+        signal="TERM", command="create",
+    ),
+    Fault(
+        "kill-restore", "SIGKILL to vllm snapshot restore's whole tree at a random moment", "kill",
+        head=Expect(ANY, None, None, None, followup_restore=False, cleanup=False), signal="KILL", command="restore",
+    ),
+    Fault(
+        "term-restore", "SIGTERM to vllm snapshot restore's whole tree at a random moment", "kill",
+        head=Expect(ANY, None, None, None, followup_restore=False),
+        base=Expect(ANY, None, None, None, followup_restore=False, cleanup=False),
+        signal="TERM", command="restore",
+    ),
 )  # fmt: skip
 FAULTS_BY_ID = {f.id: f for f in FAULTS}
 

@@ -132,6 +132,9 @@ class LaneState:
     #: reset puts that copy back, so the digest before a fault that does not change the artifact itself is the
     #: copy's; the digest and the reset then read and copy only what changed
     artifact_files: ArtifactFiles | None = None
+    #: the fault lane: seconds of its last unfaulted ``create`` and ``restore`` of the fault artifact (what a
+    #: random kill's offset is drawn over: ``kills``)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class LaneTools(Protocol):

@@ -186,6 +186,8 @@ def fault_evidence(
     judged = {**cleanup, "judged": want.cleanup}
     if not want.cleanup:  # recorded, not judged: what the released controller leaves behind
         judged.update(ok=False, pids_gone=False, detail="the released child lived on (recorded, not judged)")
+    if fault.kind == "kill":  # the kill kind's audit after the harness's sweep: judged by the kind, always
+        judged["after_sweep"] = {**cleanup, "swept": [4242] if not want.cleanup else []}
     return asdict(want), observed, judged
 
 

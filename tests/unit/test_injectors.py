@@ -49,6 +49,7 @@ def test_every_kind_of_the_catalogue_has_its_own_injector_class():
         "hook": "HookInjector",
         "identity": "IdentityInjector",
         "image": "ImageInjector",
+        "kill": "KillInjector",
         "manifest": "ManifestInjector",
         "pid": "PidInjector",
         "port": "PortInjector",
@@ -81,11 +82,19 @@ def test_the_judge_reads_the_kind_only_through_its_injector():
 
 def test_what_each_kind_changes_in_the_common_sequence():
     flags = {
-        kind: (inj.watches_port, inj.judges_artifact, inj.undo_before_followup, inj.through_hook)
+        kind: (
+            inj.watches_port,
+            inj.judges_artifact,
+            inj.undo_before_followup,
+            inj.through_hook,
+            inj.audits_after_sweep,
+        )
         for kind, inj in INJECTORS.items()
     }
     assert [k for k, f in flags.items() if not f[0]] == ["port"]  # the injection holds the port itself
-    assert [k for k, f in flags.items() if not f[1]] == ["create"]  # a create does not touch the artifact
+    # a create does not touch the artifact; a killed command may leave anything (a restore judges what it left)
+    assert [k for k, f in flags.items() if not f[1]] == ["create", "kill"]
+    assert [k for k, f in flags.items() if f[4]] == ["kill"]  # what no engine could clean after a SIGKILL
     assert sorted(k for k, f in flags.items() if f[2]) == ["image", "manifest"]  # the harness's own corruption
     assert sorted(k for k, f in flags.items() if f[3]) == ["create", "hook", "signal"]
 
@@ -618,7 +627,7 @@ def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):
     phases = rec.results["phases"]
     assert list(phases) == [
         "captured-id wait before", "reset", "inject", "command", "observe", "release", "audit",
-        "captured-id wait after", "follow-up restore",
+        "captured-id wait after", "after sweep", "follow-up restore",
     ]  # fmt: skip
     assert all(v >= 0 for v in phases.values()) and phases["command"] >= slow
     assert max(phases, key=phases.__getitem__) == "command"

@@ -675,9 +675,22 @@ def cleanup_frame(run: model.RunEvidence) -> pd.DataFrame:
             detail=audit.get("detail") or "",
         )
         for (runner, arm, name), step in latest_steps(run).items()
-        if (audit := step["results"].get("cleanup")) and audit.get("judged", True)
+        if (audit := judged_audit(step["results"].get("cleanup")))
     ]
     return _frame(found, CleanupRow)
+
+
+def judged_audit(audit: model.CleanupAudit | None) -> model.CleanupAudit | None:
+    """The audit a step is judged by: vLLM's own cleanup where it is judged; else, for the kill kind, the audit
+    after the harness's sweep (``after_sweep``, always judged); else none (recorded, not judged)."""
+    if not audit:
+        return None
+    swept = audit.get("after_sweep")
+    if audit.get("judged", True):
+        if swept and not swept.get("ok", False):
+            return {**audit, "ok": False, "detail": "left after the harness's sweep: " + (swept.get("detail") or "")}
+        return audit
+    return swept or None
 
 
 # --------------------------------------------------------------------------------------- matrix, overlay

@@ -1,0 +1,207 @@
+"""The random-kill fault kind (issue 29): ``vllm snapshot create`` or ``restore`` killed at any moment; its
+injector is ``faults.KillInjector``, the rest is here.
+
+A signal (``Fault.signal``: KILL, or TERM) goes to the command's whole tree (the command, its descendants and its
+session, as listed at that moment) at an offset drawn from a seeded generator over the command's measured
+duration (this lane's last unfaulted create or restore of the fault artifact). The seed, the draw, the offset and
+what was running then (the phase reached, from the process tree the signal went to) are the step's evidence, so a
+failure replays with ``--vsnap-kill-seed`` and the fault's id.
+
+Either outcome of the command is allowed. What is judged:
+
+- the cleanup: after vLLM's own where it has one (``Expect.cleanup``: SIGTERM on the head arm), and in every case
+  after the harness's sweep (``results.cleanup.after_sweep``), which must leave nothing: no process, no listener,
+  no GPU app, no link remap of this lane's;
+- the artifact: for a killed create, its target is absent, or refused by ``inspect`` or ``restore`` with a
+  message, or restores and answers the ordinary engine's canaries (``results.killed_artifact``); for a killed
+  restore, the follow-up restore of the fault artifact restores and answers vLLM's canary, or is refused with a
+  message. A restore that trusts a half-written artifact and serves other answers is a finding.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from vsnap_qual import checks, engine
+from vsnap_qual.audit import session_pids
+from vsnap_qual.box import ProcessRow
+from vsnap_qual.contract import VLLM_CANARY_PROMPT, WORK, restore_argv
+from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.injection import kill_leftovers, settle, wait_ids_free
+from vsnap_qual.steps import EXCEPTION_LINE
+
+if TYPE_CHECKING:
+    from vsnap_qual.faults import FaultLane
+
+#: where a killed create writes (never the fault artifact: that one stays pristine for the other faults)
+KILLED_CREATE = f"{WORK}/fault-create"
+#: the commands a kill can hit
+COMMANDS = ("create", "restore")
+
+
+def draw(seed: int, lane: str, fault_id: str, attempt: int, duration: float) -> tuple[float, float]:
+    """The offset (seconds after the command started) and its fraction of ``duration``: one value of a generator
+    seeded by the run's seed, the lane, the fault and the attempt, so the same four give the same draw."""
+    fraction = random.Random(f"{seed}:{lane}:{fault_id}:{attempt}").random()
+    return round(fraction * duration, 3), round(fraction, 4)
+
+
+def phase_reached(command: str, tree: list[ProcessRow], captured_alive: bool) -> str:
+    """What the command was doing when the signal went, in the engine's and CRIU's own process names: the
+    chaos table's rows (``bench/chaos.py``)."""
+    actions = {criu_action(p["args"]) for p in tree} - {None}
+    if "dump" in actions:
+        return "criu dump"
+    if "restore" in actions:
+        return "criu restore"
+    if command == "restore":
+        return "restored tree up, recovery running" if captured_alive else "before criu restore"
+    return "engine child running" if len(tree) > 1 else "controller only"
+
+
+def criu_action(args: str) -> str | None:
+    """``dump`` or ``restore`` where ``args`` runs CRIU (directly, or through a loader that names its binary)."""
+    words = args.split()
+    for i, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] == "criu":
+            return next((w for w in words[i + 1 :] if w in ("dump", "restore")), None)
+    return None
+
+
+def command_tree(procs: list[ProcessRow], command: str, target: str) -> tuple[int | None, list[ProcessRow]]:
+    """In this listing, the lane's running ``vllm snapshot <command>`` of ``target`` (the child of the harness's
+    ``timeout`` wrapper) and its whole tree (descendants and session), the harness's wrapper left out: it is
+    not the command's, and a signal to it reaches the command a second time and ends the exec that reads it."""
+    needle = f"vllm snapshot {command} "
+    wrappers = {
+        p["pid"] for p in procs if p["args"].startswith("timeout ") and needle in p["args"] and target in p["args"]
+    }
+    roots = [p["pid"] for p in procs if p["ppid"] in wrappers]
+    if not roots:
+        return None, []
+    tree: set[int] = set()
+    for root in roots:
+        tree.update(session_pids(None, root, procs))
+    return roots[0], [p for p in procs if p["pid"] in tree and p["pid"] not in wrappers]
+
+
+def refusal_words(stdout: str, stderr: str) -> str:
+    """The refusal's own message: vLLM's exception line, CRIU's words, else the last line it wrote."""
+    lines = [ln.strip() for ln in f"{stdout}\n{stderr}".splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if EXCEPTION_LINE.match(ln) or "Error" in ln or "error" in ln:
+            return ln[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def measure_restore(run: FaultLane) -> float | None:
+    """One unfaulted restore of the fault artifact, timed, then stopped: the duration a kill is drawn over when
+    this lane has timed none yet (only when the kill faults run alone)."""
+    captured = {int(p) for p in run.state.manifest.get("process_tree") or []}
+    baseline = {p["pid"] for p in run.box.processes()} - captured
+    with run.recorder.engine_wait():
+        result = run.box.exec(restore_argv(run.ports["fault"]), run.config.timeouts["restore"])
+    kill_leftovers(run.box, baseline, set())
+    settle(run.box, baseline, set(), limit=run.config.cleanup_grace)
+    wait_ids_free(run.box, captured | set(run.state.captured_tids), run.config.timeouts["stop"])
+    if result.exit_code != 0:
+        return None
+    run.state.timings["restore"] = round(result.seconds, 3)
+    return run.state.timings["restore"]
+
+
+def judge_killed_create(run: FaultLane) -> dict[str, Any]:
+    """What the killed create left at its target: absent; refused by ``inspect``; refused by ``restore``; or
+    restored, with the ordinary engine's canaries asked of it. The target is removed afterwards."""
+    box, timeout = run.box, run.config.timeouts
+    out: dict[str, Any] = {"target": KILLED_CREATE}
+    if box.sh(f"test -e {KILLED_CREATE}", 10).exit_code != 0:
+        out["outcome"] = "absent"
+        return out
+    listing = box.sh(f"cd {KILLED_CREATE} && find . -maxdepth 2 | sort | head -40", 30)
+    out["left"] = listing.stdout.split()
+    try:
+        with run.recorder.engine_wait():
+            inspected = box.exec(["vllm", "snapshot", "inspect", KILLED_CREATE], timeout["exec"])
+        out["inspect_exit"] = inspected.exit_code
+        if inspected.exit_code != 0:
+            out.update(outcome="refused by inspect", message=refusal_words(inspected.stdout, inspected.stderr))
+            return out
+        try:
+            manifest = json.loads(inspected.stdout)
+        except ValueError:
+            manifest = {}
+        captured = {int(p) for p in manifest.get("process_tree") or []}
+        baseline = {p["pid"] for p in box.processes()} - captured
+        port = run.ports["fault"]
+        argv = restore_argv(port, KILLED_CREATE)
+        with run.recorder.engine_wait():
+            restored = box.exec(argv, timeout["restore"])
+        out["restore_exit"] = restored.exit_code
+        if restored.exit_code != 0:
+            out.update(outcome="refused by restore", message=refusal_words(restored.stdout, restored.stderr))
+        else:
+            out["outcome"] = "restored"
+            out["canaries"] = ask_canaries(run, port)
+        kill_leftovers(box, baseline, set())
+        settle(box, baseline, set(), limit=run.config.cleanup_grace)
+        wait_ids_free(box, captured, timeout["stop"])
+        return out
+    finally:
+        box.remove_path(KILLED_CREATE)
+
+
+def ask_canaries(run: FaultLane, port: int) -> dict[str, Any]:
+    """The ordinary engine's canary prompts asked of a server restored from a killed create's artifact, each
+    compared with the ordinary engine's answer; where this run has no ordinary reference in the lane (the faults
+    run alone), vLLM's canary compared with the fault artifact's oracle (the same engine and model)."""
+    ordinary = run.state.ordinary
+    manifest = run.state.manifest
+    if ordinary is not None:
+        wanted = [CanaryOutput.of(c) for c in ordinary.canary]
+    else:
+        wanted = [
+            CanaryOutput(
+                prompt=VLLM_CANARY_PROMPT,
+                token_ids=list(manifest.get("oracle_token_ids") or []),
+                text=str(manifest.get("oracle_text")),
+                logprob=float(manifest.get("oracle_sampled_token_logprob") or 0.0),
+            )
+        ]
+    host, reach = run.endpoint(port)
+    compared = []
+    try:
+        with run.recorder.engine_wait():
+            for want in wanted:
+                got = engine.completion(
+                    reach,
+                    run.served_model,
+                    want.prompt,
+                    host=host,
+                    timeout=run.config.timeouts["http"],
+                    max_tokens=max(1, len(want.token_ids)),
+                )
+                compared.append(checks.compare_canary(want, got, run.config.logprob_tolerance))
+    except (engine.EngineError, OSError) as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "compared": compared}
+    against = "the ordinary engine's answers" if ordinary is not None else "the fault artifact's oracle"
+    return {"ok": all(c["ok"] for c in compared), "against": against, "compared": compared}
+
+
+def killed_artifact_problems(killed: Mapping[str, Any]) -> list[str]:
+    """A killed create's artifact: refused without a message, or restored and answering otherwise."""
+    outcome = killed.get("outcome")
+    if outcome in ("refused by inspect", "refused by restore") and not killed.get("message"):
+        return [f"the killed create's artifact was {outcome} without a message"]
+    if outcome == "restored" and not (killed.get("canaries") or {}).get("ok"):
+        canaries = killed.get("canaries") or {}
+        first = next((c for c in canaries.get("compared", []) if not c.get("ok")), None)
+        said = canaries.get("error") or (f"first differing answer: {first}" if first else "no answer")
+        return [
+            "a restore trusted the killed create's half-written artifact and served answers unlike the ordinary "
+            f"engine's ({str(said)[:300]})"
+        ]
+    return []
