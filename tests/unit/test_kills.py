@@ -1,0 +1,134 @@
+"""The random-kill kind's pure parts (issue 29): the seeded draw, the tree a signal goes to, the phase reached,
+and what the judge says of the artifact and the sweep. The kind's run against the reference engine is
+``tests/broken`` (a restore that trusts a half-written artifact) and the committed chaos run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vsnap_qual import chaos, kills
+from vsnap_qual.box import ProcessRow
+from vsnap_qual.faults import BUILTIN_INJECTORS, FaultCatalogue, Observation
+from vsnap_qual.procedure import FAULTS, FAULTS_BY_ID
+
+
+def _row(pid: int, ppid: int, sid: int, args: str) -> ProcessRow:
+    return {"pid": pid, "ppid": ppid, "sid": sid, "stat": "S", "args": args}
+
+
+def test_a_draw_replays_from_its_seed_lane_fault_and_attempt():
+    first = kills.draw(7, "v1/head", "kill-create", 1, 10.0)
+    assert kills.draw(7, "v1/head", "kill-create", 1, 10.0) == first  # the same four: the same moment
+    others = {
+        kills.draw(8, "v1/head", "kill-create", 1, 10.0),
+        kills.draw(7, "v2/head", "kill-create", 1, 10.0),
+        kills.draw(7, "v1/head", "kill-create.2", 1, 10.0),
+        kills.draw(7, "v1/head", "kill-create", 2, 10.0),
+    }
+    assert first not in others and len(others) == 4
+    offsets = [kills.draw(3, "l", "f", a, 4.0) for a in range(1, 200)]
+    assert all(0 <= off < 4.0 and off == pytest.approx(frac * 4.0, abs=1e-3) for off, frac in offsets)
+    assert min(f for _, f in offsets) < 0.1 and max(f for _, f in offsets) > 0.9  # over the whole duration
+
+
+PROCS = [
+    _row(100, 1, 100, "sleep infinity"),  # the box's own
+    _row(200, 1, 200, "timeout --signal=TERM --kill-after=10 900s vllm snapshot restore /vsnap/work/artifact"),
+    _row(201, 200, 200, "/usr/bin/python3 /usr/local/bin/vllm snapshot restore /vsnap/work/artifact --port 5"),
+    _row(202, 201, 200, "/opt/vsnap-criu/lib/ld-linux.so.2 --library-path /x /opt/vsnap-criu/bin/criu restore -D i"),
+    _row(203, 1, 200, "[ld-linux-x86-64]"),  # reparented, same session: still the command's
+    _row(300, 1, 300, "timeout --signal=TERM 900s vllm snapshot restore /vsnap/work/other"),  # another target
+    _row(301, 300, 300, "/usr/bin/python3 /usr/local/bin/vllm snapshot restore /vsnap/work/other"),
+]  # fmt: skip
+
+
+def test_the_signal_goes_to_the_commands_whole_tree_never_to_the_harness_wrapper_or_another_target():
+    root, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
+    assert root == 201
+    assert sorted(p["pid"] for p in tree) == [201, 202, 203]  # descendants and session, wrapper (200) left out
+    assert kills.command_tree(PROCS, "create", "/vsnap/work/artifact") == (None, [])
+
+
+def test_the_phase_reached_is_read_from_the_process_names():
+    _, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
+    assert kills.phase_reached("restore", tree, captured_alive=True) == "criu restore"
+    assert kills.criu_action("/usr/sbin/criu dump -t 5 -D x") == "dump"
+    assert kills.criu_action("/opt/vsnap-criu/x/ld.so --library-path /opt/vsnap-criu/lib criu.txt") is None
+    controller = [PROCS[2]]
+    assert kills.phase_reached("restore", controller, captured_alive=False) == "before criu restore"
+    assert kills.phase_reached("restore", controller, captured_alive=True) == "restored tree up, recovery running"
+    assert kills.phase_reached("create", controller, captured_alive=False) == "controller only"
+    assert kills.phase_reached("create", [*controller, PROCS[0]], captured_alive=False) == "engine child running"
+
+
+@pytest.mark.parametrize(
+    ("killed", "problem"),
+    [
+        ({"outcome": "absent"}, None),
+        ({"outcome": "refused by inspect", "message": "manifest does not exist"}, None),
+        ({"outcome": "refused by restore", "message": ""}, "refused by restore without a message"),
+        ({"outcome": "restored", "canaries": {"ok": True}}, None),
+        ({"outcome": "restored", "canaries": {"ok": False, "compared": [{"ok": False}]}}, "half-written artifact"),
+    ],
+)
+def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_the_ordinary_engine(killed, problem):
+    said = kills.killed_artifact_problems(killed)
+    assert (said == []) if problem is None else (len(said) == 1 and problem in said[0]), said
+
+
+def _judged(results: dict[str, Any]) -> list[str]:
+    return BUILTIN_INJECTORS["kill"].problems(Observation(exit_code=137), results)
+
+
+def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did():
+    clean = {"cleanup": {"after_sweep": {"ok": True}}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
+    assert _judged(clean) == []
+    leaked = {**clean, "cleanup": {"after_sweep": {"ok": False, "pids_alive": [9], "gpu_idle": False}}}
+    assert "outlived the harness's sweep" in _judged(leaked)[0]
+    refused = {**clean, "followup_restore": {"exit_code": 1, "stderr_tail": "Error: CRIU restore failed"}}
+    assert _judged(refused) == []  # a killed restore may leave an artifact that is refused, with words
+    silent = {**clean, "followup_restore": {"exit_code": 1, "stderr_tail": ""}}
+    assert "refused without a message" in _judged(silent)[0]
+    wrong = {**clean, "followup_restore": {"exit_code": 0, "canary_ok": False}}
+    assert "does not answer vLLM's canary" in _judged(wrong)[0]
+
+
+def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id():
+    catalogue = FaultCatalogue.builtin()
+    catalogue.repeat_kills(3)
+    kinds = [f for f in catalogue.faults if f.kind == "kill"]
+    assert [f.id for f in kinds if f.id.startswith("kill-create")] == ["kill-create", "kill-create.2", "kill-create.3"]
+    assert len(kinds) == 3 * len([f for f in FAULTS if f.kind == "kill"])
+    assert len(catalogue.faults) == len(FAULTS) + 2 * len(kinds) // 3
+    assert catalogue.injector_for(FAULTS_BY_ID["kill-restore"]) is catalogue.injector_for(kinds[-1])
+
+
+def _step(name: str, outcome: str, injected: dict[str, Any], **results: Any) -> dict[str, Any]:
+    return {"lane": "v1-head", "step": name, "outcome": outcome, "results": {"injected": injected, **results}}
+
+
+def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
+    base = {"seed": 11, "command": "create", "signal": "SIGKILL", "offset_s": 1.0, "attempt": 1}
+    ok_sweep = {"after_sweep": {"ok": True}}
+    run = {
+        "steps": [
+            _step("fault:kill-create", "passed", {**base, "sent": ["x"], "phase": "criu dump"},
+                  cleanup={**ok_sweep, "leftover_processes": ["5 python"]},
+                  killed_artifact={"outcome": "refused by inspect", "message": "no manifest"}),
+            _step("fault:kill-create.2", "failed", {**base, "sent": ["x"], "phase": "criu dump", "attempt": 2},
+                  cleanup={"after_sweep": {"ok": False}}, mismatches=["something outlived the harness's sweep"],
+                  killed_artifact={"outcome": "restored", "canaries": {"ok": False}}),
+            _step("fault:kill-create.3", "failed", {**base, "sent": []}, mismatches=["ineffective injection"]),
+            _step("fault:wake-raise", "passed", {}),
+        ]
+    }  # fmt: skip
+    fig = chaos.figures(run)
+    row = fig["rows"][("create", "SIGKILL", "criu dump")]
+    assert (row["runs"], row["left by the command"], row["leaks after the sweep"], row["failed"]) == (2, 1, 1, 1)
+    assert dict(row["artifact"]) == {"refused by inspect": 1, "restored, WRONG": 1}
+    assert fig["missed"] == 1 and fig["seeds"] == [11]
+    assert [f["step"] for f in fig["failed"]] == ["fault:kill-create.2", "fault:kill-create.3"]
+    text = chaos.render(fig)
+    assert "--vsnap-kill-seed=11 (attempt 2" in text and "every draw missed: 1" in text
