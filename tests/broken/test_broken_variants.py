@@ -281,3 +281,35 @@ def test_a_dev_shm_segment_the_stopped_tree_leaves_is_named_with_its_lane(tmp_pa
         f"/dev/shm files the stopped tree of lane {LANE} held are still there, held by no artifact: {left}"
         in (ordinary["message"])
     )
+
+
+def test_a_restore_that_trusts_a_half_written_artifact_is_caught_by_a_random_kill_of_create(
+    tmp_path, docker_client, reference_images
+):
+    """Issue 29: the variant's create publishes its manifest and then copies the weights into the artifact for
+    4 s; its restore reloads them from that copy, zero-filled where a killed create never wrote, and checks no
+    output. Six seeded kills of create (a replayable draw each) land in that copy; the restores of what they
+    left serve other answers than the fault artifact's oracle, and the kill fault says so."""
+    run = qualify(
+        tmp_path,
+        docker_client,
+        "trusts-half-written-artifact",
+        "-m",
+        "fault",
+        "--vsnap-runners=v1",
+        "-k",
+        "fault_artifact or kill-create",
+        "--vsnap-chaos=6",
+        "--vsnap-kill-seed=29",
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    kills = [run.step(lane=LANE, step="fault:kill-create" + suffix) for suffix in ("", *(f".{i}" for i in range(2, 7)))]
+    caught = [k for k in kills if k["outcome"] == "failed"]
+    assert caught, [k["results"].get("killed_artifact") for k in kills]
+    for step in caught:
+        killed = step["results"]["killed_artifact"]
+        assert killed["outcome"] == "restored" and not killed["canaries"]["ok"], killed
+        assert "trusted the killed create's half-written artifact" in step["message"], step["message"]
+        assert step["results"]["injected"]["seed"] == 29
+    # a kill before the manifest leaves an artifact inspect refuses; none leaked past the sweep
+    assert all(k["results"]["cleanup"]["after_sweep"]["ok"] for k in kills)

@@ -331,6 +331,55 @@ VARIANTS: dict[str, Variant] = {
                 ),
             ),
         ),
+        Variant(
+            "trusts-half-written-artifact",
+            "create publishes its manifest, then copies the model's weights into the artifact, slowly (4 s); a "
+            "restore reloads the weights from that copy, zero-filling whatever a killed create never wrote, and "
+            "trusts its output (no oracle check): a create killed during the copy leaves an artifact that restores "
+            "and serves wrong answers",
+            (
+                Patch(
+                    "vllm.snapshot.runtime",
+                    '        with (workdir / "child.log").open("wb") as log_file:\n',
+                    f"            environment['VSNAP_VARIANT_ARTIFACT'] = str(workdir)  {MARK}: weights copy\n",
+                ),
+                Patch(
+                    "vllm.snapshot.runtime",
+                    "        write_manifest_atomic(workdir, manifest)\n",
+                    f"        import time as _time  {MARK}: the weights copied after the manifest, slowly\n"
+                    "        _source = Path((workdir / 'model-dir').read_text()) / 'model.safetensors'\n"
+                    "        _data = _source.read_bytes()\n"
+                    "        with open(workdir / 'weights.safetensors', 'wb') as _out:\n"
+                    "            for _i in range(16):\n"
+                    "                _out.write(_data[_i * len(_data) // 16 : (_i + 1) * len(_data) // 16])\n"
+                    "                _out.flush()\n"
+                    "                _time.sleep(0.25)\n",
+                ),
+                Patch(
+                    "vllm.v1.worker.gpu_model_runner",
+                    '        return load_file(Path(self.vllm_config.model_dir) / "model.safetensors")\n',
+                    f"        import os, tempfile  {MARK}: the artifact's weights copy trusted as it is\n"
+                    "        _source = Path(self.vllm_config.model_dir) / 'model.safetensors'\n"
+                    "        _artifact = os.environ.get('VSNAP_VARIANT_ARTIFACT')\n"
+                    "        _copy = Path(_artifact) / 'weights.safetensors' if _artifact else None\n"
+                    "        if _artifact and not _copy.exists():\n"
+                    "            (Path(_artifact) / 'model-dir').write_text(str(self.vllm_config.model_dir))\n"
+                    "        if _copy is None or not _copy.exists():\n"
+                    "            return load_file(_source)\n"
+                    "        _data = _copy.read_bytes().ljust(_source.stat().st_size, bytes(1))\n"
+                    "        with tempfile.NamedTemporaryFile(suffix='.safetensors') as _tmp:\n"
+                    "            _tmp.write(_data)\n"
+                    "            _tmp.flush()\n"
+                    "            return load_file(Path(_tmp.name))\n",
+                    where="replace",
+                ),
+                Patch(
+                    "vllm.snapshot.types",
+                    '    """Same token ids and text, logprobs within 1e-3 (absolute)."""\n',
+                    f"    return True  {MARK}: the restored output trusted\n",
+                ),
+            ),
+        ),
     )
 }
 
