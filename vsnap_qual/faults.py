@@ -536,8 +536,14 @@ class KillInjector(Injector):
         target = kills.KILLED_CREATE if command == "create" else ARTIFACT
         procs = run.box.processes()
         root, tree = kills.command_tree(procs, command, target)
+        while root is None and not done.is_set():
+            # not started yet (an offset drawn near 0 comes before the exec has spawned it): it is signalled
+            # the moment it is listed, or the command ended without ever being seen
+            done.wait(0.02)
+            procs = run.box.processes()
+            root, tree = kills.command_tree(procs, command, target)
         if root is None or done.is_set():
-            injected["missed"] = "the command was no longer running at the drawn offset"
+            injected["missed"] = "the command was never listed running at or after the drawn offset"
             return
         captured = {int(p) for p in run.state.manifest.get("process_tree") or []}
         alive = {p["pid"] for p in procs}

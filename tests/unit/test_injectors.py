@@ -733,3 +733,43 @@ def test_the_captured_ids_are_looked_at_once_between_the_fault_and_its_follow_up
     rec = _rec()
     _run(lane, FAULTS_BY_ID["wake-raise"], rec)
     assert rec.results["followup_restore"]["captured_ids_wait"]["still_held"] == held  # it looked again
+
+
+def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_never_to_the_wrapper(lane, monkeypatch):
+    """Issue 29: an offset drawn near 0 comes before the exec has spawned the command; the kill then goes as
+    soon as it is listed (a chaos run once called such a command gone and judged an ineffective injection). The
+    signal goes to the command's tree, never to the harness's ``timeout`` wrapper; the seed, the draw and the
+    phase reached are the evidence; the cleanup is audited once more after the harness's sweep."""
+    wrapper = {"pid": 4241, "ppid": 1, "sid": 4241, "args": f"timeout 30 vllm snapshot restore {faults.ARTIFACT} --x"}
+    restore = {"pid": 4242, "ppid": 4241, "sid": 4241, "args": f"python vllm snapshot restore {faults.ARTIFACT} --x"}
+    listing: list[dict[str, Any]] = []
+    monkeypatch.setattr(lane.box, "processes", lambda: list(listing))
+    signalled: list[str] = []
+    real_sh = lane.box.sh
+
+    def sh(script: str, timeout: float = 60.0) -> ExecResult:
+        if script.startswith("kill -"):
+            signalled.append(script.split(" 2>")[0])
+        return real_sh(script, timeout)
+
+    monkeypatch.setattr(lane.box, "sh", sh)
+
+    def restore_listed_late(run: FakeRun) -> None:
+        time.sleep(0.3)  # the draw (at most 0.05 s) is long past
+        listing[:] = [wrapper, restore]
+        deadline = time.monotonic() + 5
+        while not signalled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        listing.clear()
+
+    lane.on_restore = restore_listed_late
+    lane.state.timings["restore"] = 0.05
+    lane.config.kill_seed = 5
+    rec = _rec()
+    obs = _run(lane, FAULTS_BY_ID["kill-restore"], rec)
+    injected = rec.results["injected"]
+    assert signalled[0] == "kill -KILL 4242" and not any("4241" in s for s in signalled), signalled
+    assert obs.fired and injected["sent"] and "missed" not in injected, injected
+    assert injected["seed"] == 5 and injected["offset_s"] <= 0.05 and injected["sent_after_s"] >= 0.3
+    assert injected["phase"] == "before criu restore"
+    assert "after_sweep" in rec.results["cleanup"]
