@@ -38,7 +38,9 @@ def test_full_coverage_passes_and_says_what_it_covered(make_run: MakeRun) -> Non
     assert "each restored server watched 30 s after its restore" in line
     assert "request shapes repeated, seeded, concurrent, long" in line
     drifts = sum(1 for f in cov["faults"] if f.startswith("identity-"))
-    assert drifts and f"{FAULTS} fault points per lane ({drifts} of them identity drifts)" in line
+    kills = sum(1 for f in cov["faults"] if f.split("-")[0] in ("kill", "term"))
+    assert drifts and kills == 4
+    assert f"{FAULTS} fault points per lane ({drifts} of them identity drifts, {kills} random kills)" in line
     alone = sum(1 for p in cov["passed"] if p.endswith("/fresh-box"))
     assert alone and f"{alone}/{alone} restores in a fresh box (the artifact alone)" in line
 

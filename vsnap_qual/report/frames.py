@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast
 
-from vsnap_qual import model, overlay, procedure
+from vsnap_qual import chaos, model, overlay, procedure
 from vsnap_qual.procedure import CANARY_STEPS, CREATE, ORDINARY, OVERLAY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD
 from vsnap_qual.report.recorded import StepKey, latest_steps, reference_arm
 
@@ -146,6 +146,14 @@ class FaultRow(TypedDict):
     followup_canary_ok: bool | None
     mismatches: str
     message: str
+    #: the kill kind (issue 29): the signal and when it went (``SIGKILL at 1.65 s``; None: another kind), the
+    #: phase reached, the killed tree's processes left before the harness's sweep, whether nothing outlived the
+    #: sweep, and what became of a killed create's target (``chaos.artifact_outcome``)
+    kill: str | None
+    kill_phase: str | None
+    kill_left: int | None
+    kill_swept_ok: bool | None
+    kill_artifact: str | None
 
 
 class CleanupRow(TypedDict):
@@ -630,6 +638,7 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
         expected = res.get("expected")
         cleanup = res.get("cleanup")
         followup = res.get("followup_restore", model.FollowupRestore())
+        kill = _kill_fields(res)
         found.append(
             FaultRow(
                 runner=runner,
@@ -655,9 +664,30 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 followup_canary_ok=followup.get("canary_ok"),
                 mismatches="; ".join(res.get("mismatches", [])),
                 message=step["message"],
+                kill=kill[0],
+                kill_phase=kill[1],
+                kill_left=kill[2],
+                kill_swept_ok=kill[3],
+                kill_artifact=kill[4],
             )
         )
     return _frame(found, FaultRow)
+
+
+def _kill_fields(res: model.StepResults) -> tuple[str | None, str | None, int | None, bool | None, str | None]:
+    """The kill kind's fields of a fault row (``FaultRow.kill`` …; all None for another kind)."""
+    injected: dict[str, Any] = dict(res.get("injected") or {})
+    if "offset_s" not in injected or "seed" not in injected:
+        return None, None, None, None, None
+    cleanup = res.get("cleanup") or model.CleanupAudit()
+    sent = injected.get("sent_after_s")
+    return (
+        f"{injected.get('signal')} at {sent:g} s" if injected.get("sent") and sent is not None else None,
+        injected.get("phase"),
+        len(cleanup.get("leftover_processes") or []),
+        (cleanup.get("after_sweep") or {}).get("ok"),
+        chaos.artifact_outcome(dict(res)),
+    )
 
 
 def cleanup_frame(run: model.RunEvidence) -> pd.DataFrame:

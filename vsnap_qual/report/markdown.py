@@ -233,13 +233,17 @@ def fault_result_text(row: FaultRow) -> str:
     if row.get("expected_artifact_unchanged") is True and row.get("artifact_unchanged") is not None:
         # said only where the fault's expectation is about it (a check before any mutation)
         parts.append("artifact unchanged" if row["artifact_unchanged"] else "artifact changed")
-    if row.get("cleanup_judged") is False:
+    if row.get("kill") or row.get("kill_swept_ok") is not None:
+        parts.extend(kill_words(row))
+    elif row.get("cleanup_judged") is False:
         parts.append("cleanup recorded as it exited, not judged")
     elif row.get("cleanup_ok") is True:
         parts.append("cleanup verified")
     elif row.get("cleanup_ok") is False:
         parts.append("cleanup incomplete")
-    if row.get("followup_exit") == 0 and row.get("followup_canary_ok"):
+    if row.get("kill_artifact") and row.get("followup_exit") is None:
+        pass  # said by kill_words
+    elif row.get("followup_exit") == 0 and row.get("followup_canary_ok"):
         parts.append("the artifact restores afterwards")
     elif row.get("followup_exit") is not None:
         parts.append(f"follow-up restore exit {row['followup_exit']}")
@@ -251,14 +255,73 @@ def fault_result_text(row: FaultRow) -> str:
     return text
 
 
+def kill_words(row: FaultRow) -> list[str]:
+    """A killed command's outcome: when the signal went and what was running, the cleanup (vLLM's own where it
+    is judged, and after the harness's sweep) and, for a killed create, what became of its target."""
+    words = [f"{row['kill']} ({row.get('kill_phase') or 'phase not recorded'})" if row.get("kill") else "not killed"]
+    if row.get("cleanup_judged") is not False:
+        words.append("vLLM's own cleanup verified" if row.get("cleanup_ok") else "vLLM's own cleanup incomplete")
+    elif row.get("kill_left"):
+        words.append(f"{row['kill_left']} process(es) of the killed tree left, swept by the harness")
+    swept = row.get("kill_swept_ok")
+    words.append("nothing left after the sweep" if swept else "something outlived the harness's sweep")
+    if row.get("kill_artifact") and row.get("followup_exit") is None:
+        words.append(f"its target: {row['kill_artifact']}")
+    return words
+
+
+def chaos_base(fault: str) -> str:
+    """``kill-create`` for ``kill-create.7`` (a chaos repeat), else the fault's id as it is."""
+    base, _, repeat = fault.rpartition(".")
+    return base if base and repeat.isdigit() else fault
+
+
+def _chaos_lines(group: list[FaultRow]) -> str:
+    """One kill fault's repeats on one or more lanes, counted: runs as expected, phases reached, what was left
+    before the sweep, what outlived it, what became of the artifact; each failed repeat named."""
+    passed = sum(r.get("outcome") == "passed" for r in group)
+    phases: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    for r in group:
+        phase = str(r.get("kill_phase") or "not killed")
+        phases[phase] = phases.get(phase, 0) + 1
+        outcome = str(r.get("kill_artifact") or "?")
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    left = sum(1 for r in group if r.get("kill_left"))
+    leaks = sum(1 for r in group if r.get("kill_swept_ok") is not True)
+    failed = [f"`{r['fault']}` on {r['runner']}/{r['arm']}" for r in group if r.get("outcome") != "passed"]
+    text = (
+        f"{passed}/{len(group)} as expected; killed during "
+        + ", ".join(f"{k} {v}" for k, v in sorted(phases.items()))
+        + f"; left something before the harness's sweep in {left}, after it in {leaks}; the artifact: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+    )
+    return text + (f"; **FAIL**: {', '.join(failed[:10])}" if failed else "")
+
+
 def _faults(comparisons: Comparisons) -> list[str]:
-    """A line per fault point: its recorded result in plain words, lanes with the same result together."""
+    """A line per fault point: its recorded result in plain words, lanes with the same result together; a kill
+    fault repeated by ``--vsnap-chaos`` is one line per fault and lane, counted (``_chaos_lines``)."""
     found = rows(comparisons.faults, FaultRow)
     if not found:
         return []
+    repeated = {chaos_base(str(r["fault"])) for r in found if chaos_base(str(r["fault"])) != r["fault"]}
     by_fault: dict[str, list[FaultRow]] = {}
+    chaos_rows: dict[str, list[FaultRow]] = {}
     for row in found:
+        base = chaos_base(str(row["fault"]))
+        if base in repeated:
+            chaos_rows.setdefault(base, []).append(row)
+            continue
         by_fault.setdefault(str(row["fault"]), []).append(row)
+    lines_chaos = []
+    for base, group in chaos_rows.items():
+        lanes: dict[str, list[FaultRow]] = {}
+        for row in group:
+            lanes.setdefault(f"{row['runner']}/{row['arm']}", []).append(row)
+        shown = "; ".join(f"{lane}: {cell(_chaos_lines(g), 800)}" for lane, g in lanes.items())
+        title = next((r.get("title") for r in group if r["fault"] == base), None) or base
+        lines_chaos.append(f"- injected {cell(title, 200)} (`{base}` ×{max(len(g) for g in lanes.values())}) — {shown}")
     lines = ["### Injected faults", ""]
     for fault, group in by_fault.items():
         results: dict[str, list[str]] = {}
@@ -266,7 +329,7 @@ def _faults(comparisons: Comparisons) -> list[str]:
             results.setdefault(fault_result_text(row), []).append(f"{row['runner']}/{row['arm']}")
         shown = "; ".join(f"{', '.join(lanes)}: {cell(text, 600)}" for text, lanes in results.items())
         lines.append(f"- injected {cell(group[0].get('title') or fault, 200)} (`{fault}`) — {shown}")
-    lines.append("")
+    lines += [*lines_chaos, ""]
     return lines
 
 

@@ -117,9 +117,17 @@ def coverage_line(cov: model.VerdictCoverage) -> str:
 
 
 def _identity_part(faults: list[str]) -> str:
-    """The identity drifts among the fault points, said as such (each drifts one field of the manifest)."""
+    """The identity drifts and the random kills among the fault points, said as such (each drift changes one field
+    of the manifest; each kill signals create or restore at a seeded moment, ``kill-create.7`` a chaos repeat)."""
     drifts = [f for f in faults if f.startswith("identity-")]
-    return f" ({len(drifts)} of them identity drifts)" if drifts else ""
+    kills = [f for f in faults if KILL_ID.match(f)]
+    said = [f"{len(drifts)} of them identity drifts"] if drifts else []
+    said += [f"{len(kills)} random kills"] if kills else []
+    return f" ({', '.join(said)})" if said else ""
+
+
+#: the kill kind's fault ids (``procedure.FAULTS``; ``--vsnap-chaos`` adds ``.2`` … ``.N``)
+KILL_ID = re.compile(r"^(?:kill|term)-(?:create|restore)(?:\.\d+)?$")
 
 
 def _alone_part(cov: model.VerdictCoverage) -> str:
