@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from vsnap_qual import checks, engine
-from vsnap_qual.audit import session_pids
 from vsnap_qual.box import ProcessRow
 from vsnap_qual.contract import VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
@@ -73,8 +72,11 @@ def criu_action(args: str) -> str | None:
 
 def command_tree(procs: list[ProcessRow], command: str, target: str) -> tuple[int | None, list[ProcessRow]]:
     """In this listing, the lane's running ``vllm snapshot <command>`` of ``target`` (the child of the harness's
-    ``timeout`` wrapper) and its whole tree (descendants and session), the harness's wrapper left out: it is
-    not the command's, and a signal to it reaches the command a second time and ends the exec that reads it."""
+    ``timeout`` wrapper) and its whole tree: its descendants, and the members of its session where that session
+    is the command's own (led by the command or by the wrapper: a process it started that was reparented stays
+    in it). The wrapper and every other ancestor are left out (a signal to the wrapper reaches the command a
+    second time and ends the exec that reads it), and so is a session the command only joined: with the host
+    runtime that is the lane's, its namespace holder and every other command run in the lane."""
     needle = f"vllm snapshot {command} "
     wrappers = {
         p["pid"] for p in procs if p["args"].startswith("timeout ") and needle in p["args"] and target in p["args"]
@@ -82,10 +84,24 @@ def command_tree(procs: list[ProcessRow], command: str, target: str) -> tuple[in
     roots = [p["pid"] for p in procs if p["ppid"] in wrappers]
     if not roots:
         return None, []
-    tree: set[int] = set()
+    by_pid = {p["pid"]: p for p in procs}
+    tree: set[int] = set(roots)
+    changed = True
+    while changed:
+        changed = False
+        for p in procs:
+            if p["pid"] not in tree and p["ppid"] in tree:
+                tree.add(p["pid"])
+                changed = True
+    own_sessions = {by_pid[r]["sid"] for r in roots if by_pid[r]["sid"] in {*roots, *wrappers}}
+    tree |= {p["pid"] for p in procs if p["sid"] in own_sessions}
+    ancestors: set[int] = set()
     for root in roots:
-        tree.update(session_pids(None, root, procs))
-    return roots[0], [p for p in procs if p["pid"] in tree and p["pid"] not in wrappers]
+        pid = by_pid[root]["ppid"]
+        while pid in by_pid and pid not in ancestors:
+            ancestors.add(pid)
+            pid = by_pid[pid]["ppid"]
+    return roots[0], [p for p in procs if p["pid"] in tree - ancestors]
 
 
 def refusal_words(stdout: str, stderr: str) -> str:

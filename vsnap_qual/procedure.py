@@ -194,15 +194,17 @@ FAULTS: tuple[Fault, ...] = (
     Fault("image-truncated", "an images/ file truncated", "image", head=Expect(1, False, None, None)),
     # issue 29: killed at any moment (vsnap_qual/kills.py). Either outcome of the command is allowed; the
     # cleanup is judged after the harness's sweep in every case, and after vLLM's own where it has one (SIGTERM
-    # on the head arm); what a restore makes of the artifact is judged by the kind
+    # to the head arm's restore); what a restore makes of the artifact is judged by the kind
     Fault(
         "kill-create", "SIGKILL to vllm snapshot create's whole tree at a random moment", "kill",
         head=Expect(ANY, None, None, None, cleanup=False), signal="KILL", command="create",
     ),
     Fault(
+        # vLLM's create installs no SIGTERM handler (only the head restore raises on it): the controller ends by
+        # the default action, so a child it started after the signal went lives on until its release deadline.
+        # That is recorded (the chaos figures' "left by the command"); what is judged is the sweep
         "term-create", "SIGTERM to vllm snapshot create's whole tree at a random moment", "kill",
-        head=Expect(ANY, None, None, None), base=Expect(ANY, None, None, None, cleanup=False),
-        signal="TERM", command="create",
+        head=Expect(ANY, None, None, None, cleanup=False), signal="TERM", command="create",
     ),
     Fault(
         "kill-restore", "SIGKILL to vllm snapshot restore's whole tree at a random moment", "kill",

@@ -51,6 +51,25 @@ def test_the_signal_goes_to_the_commands_whole_tree_never_to_the_harness_wrapper
     assert kills.command_tree(PROCS, "create", "/vsnap/work/artifact") == (None, [])
 
 
+def test_a_session_the_command_only_joined_is_not_its_tree():
+    """The host runtime runs every command of a lane in the session of its namespace holder: a kill of that
+    session took the lane down (the first H200 chaos run: "its namespace holder is gone"). Only the command's
+    descendants are its tree there."""
+    lane = [
+        _row(10, 1, 10, "vsnap-lane-holder sleep"),  # the lane's namespace holder leads the session
+        _row(11, 10, 10, "sh -c exec"),
+        _row(12, 11, 10, "timeout --signal=TERM 900s vllm snapshot create --snapshot-dir /vsnap/work/fault-create"),
+        _row(
+            13, 12, 10, "/usr/bin/python3 /usr/local/bin/vllm snapshot create --snapshot-dir /vsnap/work/fault-create"
+        ),
+        _row(14, 13, 14, "/usr/bin/python3 -m vllm.snapshot.server"),  # its child, a session of its own
+        _row(15, 14, 14, "/usr/bin/python3 -m vllm.v1.engine.core"),
+        _row(16, 10, 10, "python3 listener-scan"),  # the harness's helper in the lane
+    ]
+    root, tree = kills.command_tree(lane, "create", "/vsnap/work/fault-create")
+    assert root == 13 and sorted(p["pid"] for p in tree) == [13, 14, 15]
+
+
 def test_the_phase_reached_is_read_from_the_process_names():
     _, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
     assert kills.phase_reached("restore", tree, captured_alive=True) == "criu restore"
