@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vsnap_qual import checks, drifts, engine, kills, package_probe, progress
+from vsnap_qual.audit import port_listening
 from vsnap_qual.box import Box, ControlDir, ExecResult
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
@@ -139,6 +140,16 @@ class Injector:
 
     def after_sweep(self, at: Attempt) -> None:
         """After the harness's sweep, before the follow-up restore (default: nothing)."""
+
+    def own_cleanup_judged(self, at: Attempt, expected: bool) -> bool:
+        """Whether vLLM's own cleanup is judged for this attempt, as its action turned out (default: as this
+        arm's expectation says)."""
+        return expected
+
+    def left_serving(self, at: Attempt, obs: Observation) -> bool:
+        """Whether the action ended with a restored server that runs by design (default: the restore exited 0);
+        the harness stops it before vLLM's own cleanup is audited."""
+        return obs.exit_code == 0
 
     def not_applicable(self, run: FaultLane, fault: Fault) -> str | None:
         """Why this lane's box cannot present this fault at all (the step is then not applicable, in those
@@ -561,6 +572,29 @@ class KillInjector(Injector):
             }
         )
 
+    def left_serving(self, at: Attempt, obs: Observation) -> bool:
+        """A restore that completed before the signal took effect: it ended by the signal itself (no error path
+        of vLLM's ran) or exited 0, and its server is serving on the port: that server runs by design, as after
+        any successful restore (said in the evidence)."""
+        if at.fault.command != "restore":
+            return False
+        signum = {"SIGKILL": 9, "SIGTERM": 15}.get(str(at.injected.get("signal")), 0)
+        if obs.exit_code not in (0, 128 + signum) or not port_listening(at.run.box, at.port):
+            return False
+        at.injected["completed"] = "the restore had completed: its server was serving on the port as it ended"
+        return True
+
+    def own_cleanup_judged(self, at: Attempt, expected: bool) -> bool:
+        """Not where the signal reached CRIU while it restored: vLLM pins the restored tree only once CRIU has
+        returned and never signals a PID it has not pinned (its contract), so a tree CRIU left stopped has no
+        cleanup of vLLM's; what it left is recorded and the harness's sweep is judged (said in the evidence)."""
+        if expected and at.injected.get("phase") == "criu restore":
+            at.injected["own_cleanup"] = (
+                "not judged: the signal reached CRIU while it restored, and vLLM signals no PID it has not pinned"
+            )
+            return False
+        return expected
+
     # ---- after the harness's sweep ---------------------------------------------------------------------------
     def after_sweep(self, at: Attempt) -> None:
         """A killed create: what a restore makes of what it left (``results.killed_artifact``)."""
@@ -710,7 +744,7 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
         rec.results["retried_after"] = first
     if (rec.results.get("followup_restore") or {}).get("consumed"):
         run.state.consumed_by = fault.id  # the next fault says whose restore used the artifact up
-    rec.results.setdefault("cleanup", CleanupAudit())["judged"] = expect.cleanup  # recorded either way
+    rec.results.setdefault("cleanup", CleanupAudit()).setdefault("judged", expect.cleanup)  # recorded either way
     rec.results.update(
         {
             "fault": fault.id,
@@ -802,13 +836,15 @@ def run_fault(
     # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
     # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
     with phase("audit"):
-        if obs.exit_code == 0:
+        if injector.left_serving(at, obs):
             kill_leftovers(run.box, baseline, ignore)
-        grace = run.config.cleanup_grace if cleanup_judged else 0.0
+        judged = injector.own_cleanup_judged(at, cleanup_judged)
+        grace = run.config.cleanup_grace if judged else 0.0
         left = settle(run.box, baseline, ignore, limit=grace)
         audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [], grace)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
         audit["grace_s"] = grace
+        audit["judged"] = judged
         killed = kill_leftovers(run.box, baseline, set())
         settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
         if injector.audits_after_sweep:  # what is left once the harness swept: nothing, whatever the action was
@@ -1002,7 +1038,7 @@ def judge(
         problems.append(f"stderr does not say {expect.message!r}")
     problems.extend(kind.problems(obs, results))
     cleanup = results.get("cleanup") or {}
-    if expect.cleanup and not cleanup.get("ok", False):
+    if cleanup.get("judged", expect.cleanup) and not cleanup.get("ok", False):
         after = "after the restore was stopped" if succeeded else "after the failure"
         problems.append(
             f"cleanup incomplete {after}: leftover {cleanup.get('leftover_processes')}, "
