@@ -527,13 +527,20 @@ class KillInjector(Injector):
     def restoring(self, at: Attempt) -> Iterator[None]:
         done = threading.Event()
         started = time.monotonic()
-        killer = threading.Thread(target=self._kill_at, args=(at, started, done), daemon=True)
+        killer = threading.Thread(target=self._kill_at_recorded, args=(at, started, done), daemon=True)
         killer.start()
         try:
             yield
         finally:
             done.set()
             killer.join(30)
+
+    def _kill_at_recorded(self, at: Attempt, started: float, done: threading.Event) -> None:
+        """:meth:`_kill_at`, its own failure recorded as the attempt's (the step then says the signal never went)."""
+        try:
+            self._kill_at(at, started, done)
+        except Exception as exc:
+            at.injected["missed"] = f"the killer failed: {type(exc).__name__}: {exc}"
 
     def _kill_at(self, at: Attempt, started: float, done: threading.Event) -> None:
         """At the drawn offset: the command's tree as it is then, the phase it reached, and the signal to all of it
@@ -839,7 +846,10 @@ def run_fault(
         if injector.left_serving(at, obs):
             kill_leftovers(run.box, baseline, ignore)
         judged = injector.own_cleanup_judged(at, cleanup_judged)
-        grace = run.config.cleanup_grace if judged else 0.0
+        # the grace (a maximum: a clean state ends it) where vLLM's cleanup is judged, and where what vLLM left
+        # is itself the measure (a kind audited after the sweep: the chaos figures' "left by the command"); an
+        # arm's record alone is looked at once
+        grace = run.config.cleanup_grace if judged or injector.audits_after_sweep else 0.0
         left = settle(run.box, baseline, ignore, limit=grace)
         audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [], grace)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]

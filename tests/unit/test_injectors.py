@@ -773,3 +773,25 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
     assert injected["seed"] == 5 and injected["offset_s"] <= 0.05 and injected["sent_after_s"] >= 0.3
     assert injected["phase"] == "before criu restore"
     assert "after_sweep" in rec.results["cleanup"]
+
+
+def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vllms_cleanup_is_not_judged(
+    lane, monkeypatch
+):
+    """Issue 29: the chaos figures count what vLLM left after a kill; a tree still dying as the command ended is
+    not a leftover, so the grace (a maximum) is given even where vLLM's own cleanup is not judged (SIGKILL)."""
+    lingering = 2**22 + 11
+    started: list[bool] = []
+    lane.on_restore = lambda run: started.append(True)
+    monkeypatch.setattr(
+        lane.box,
+        "processes",
+        lambda: [{"pid": lingering, "ppid": 1, "sid": lingering, "args": "python3 dying"}] if started else [],
+    )
+    lane.config.cleanup_grace = 0.5
+    lane.config.kill_seed = 1
+    lane.state.timings["restore"] = 0.01
+    rec = _rec()
+    _run(lane, FAULTS_BY_ID["kill-restore"], rec, judged=False)
+    audit = rec.results["cleanup"]
+    assert audit["grace_s"] == 0.5 and audit["judged"] is False, audit
