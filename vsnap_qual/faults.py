@@ -520,7 +520,7 @@ class KillInjector(Injector):
         if at.injected.get("missed") and result.exit_code == 0:
             # it ended first: the next draw is over the duration it just took (the one measured before may be
             # a cold start's)
-            at.run.state.timings[str(at.injected["command"])] = round(result.seconds, 3)
+            at.run.state.timed(str(at.injected["command"]), result.seconds)
         return result
 
     @contextlib.contextmanager
@@ -965,7 +965,7 @@ def followup_restore(run: FaultLane, undo_injection: bool, ids_free: bool = Fals
             result = run.box.exec(argv, run.config.timeouts["restore"])
     outcome.update({"exit_code": result.exit_code, "seconds": round(result.seconds, 3)})
     if result.exit_code == 0:
-        run.state.timings["restore"] = round(result.seconds, 3)  # what a random kill of a restore is drawn over
+        run.state.timed("restore", result.seconds)  # what a random kill of a restore is drawn over
     host, reach = run.endpoint(port)
     manifest = run.state.manifest
     if result.exit_code == 0:

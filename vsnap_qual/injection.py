@@ -53,7 +53,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
         reason = vllm_reason(result.stderr or result.stdout)
         skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
-    run.state.timings["create"] = round(result.seconds, 3)
+    run.state.timed("create", result.seconds)
     run.state.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))
     run.state.captured_tids = thread_ids(run.box)
     run.state.outside_files = artifact_deps.outside_files(run.box)

@@ -132,9 +132,14 @@ class LaneState:
     #: reset puts that copy back, so the digest before a fault that does not change the artifact itself is the
     #: copy's; the digest and the reset then read and copy only what changed
     artifact_files: ArtifactFiles | None = None
-    #: the fault lane: seconds of its last unfaulted ``create`` and ``restore`` of the fault artifact (what a
-    #: random kill's offset is drawn over: ``kills``)
+    #: the fault lane: the shortest seconds an unfaulted ``create`` and ``restore`` of the fault artifact took
+    #: (what a random kill's offset is drawn over: ``kills.draw``)
     timings: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, command: str, seconds: float) -> None:
+        """An unfaulted ``command`` took ``seconds``: the shortest seen is kept."""
+        seconds = round(seconds, 3)
+        self.timings[command] = min(self.timings.get(command, seconds), seconds)
 
 
 class LaneTools(Protocol):
