@@ -18,13 +18,13 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vsnap_qual import checks, drifts, engine, kills, package_probe, progress
 from vsnap_qual.audit import port_listening
-from vsnap_qual.box import Box, ControlDir, ExecResult
+from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.injection import (
@@ -141,9 +141,9 @@ class Injector:
     def after_sweep(self, at: Attempt) -> None:
         """After the harness's sweep, before the follow-up restore (default: nothing)."""
 
-    def own_cleanup_judged(self, at: Attempt, expected: bool) -> bool:
-        """Whether vLLM's own cleanup is judged for this attempt, as its action turned out (default: as this
-        arm's expectation says)."""
+    def own_cleanup_judged(self, at: Attempt, expected: bool, left: Sequence[ProcessRow]) -> bool:
+        """Whether vLLM's own cleanup is judged for this attempt, as its action turned out and by what it left
+        (default: as this arm's expectation says)."""
         return expected
 
     def left_serving(self, at: Attempt, obs: Observation) -> bool:
@@ -591,14 +591,16 @@ class KillInjector(Injector):
         at.injected["completed"] = "the restore had completed: its server was serving on the port as it ended"
         return True
 
-    def own_cleanup_judged(self, at: Attempt, expected: bool) -> bool:
-        """Not where the signal reached CRIU while it restored: vLLM pins the restored tree only once CRIU has
-        returned and never signals a PID it has not pinned (its contract), so a tree CRIU left stopped has no
-        cleanup of vLLM's; what it left is recorded and the harness's sweep is judged (said in the evidence)."""
-        if expected and at.injected.get("phase") == "criu restore":
-            at.injected["own_cleanup"] = (
-                "not judged: the signal reached CRIU while it restored, and vLLM signals no PID it has not pinned"
-            )
+    def own_cleanup_judged(self, at: Attempt, expected: bool, left: Sequence[ProcessRow]) -> bool:
+        """Not where the kill reached CRIU while it restored (the phase reached, or a tree left stopped: CRIU
+        ended before it resumed the tree, as when vLLM's own error path kills a CRIU spawned after the listing):
+        vLLM pins the restored tree only once CRIU has returned and never signals a PID it has not pinned (its
+        contract), and a stopped tree cannot read vLLM's abort marker, so there is no cleanup of vLLM's to
+        judge; what it left is recorded and the harness's sweep is judged (said in the evidence)."""
+        stopped = [p["pid"] for p in left if p.get("stat", "")[:1] in ("T", "t")]
+        if expected and (at.injected.get("phase") == "criu restore" or stopped):
+            why = "the signal reached CRIU while it restored" if not stopped else f"CRIU left {stopped} stopped"
+            at.injected["own_cleanup"] = f"not judged: {why}, and vLLM signals no PID it has not pinned"
             return False
         return expected
 
@@ -845,14 +847,16 @@ def run_fault(
     with phase("audit"):
         if injector.left_serving(at, obs):
             kill_leftovers(run.box, baseline, ignore)
-        judged = injector.own_cleanup_judged(at, cleanup_judged)
         # the grace (a maximum: a clean state ends it) where vLLM's cleanup is judged, and where what vLLM left
         # is itself the measure (a kind audited after the sweep: the chaos figures' "left by the command"); an
         # arm's record alone is looked at once
-        grace = run.config.cleanup_grace if judged or injector.audits_after_sweep else 0.0
+        grace = run.config.cleanup_grace if cleanup_judged or injector.audits_after_sweep else 0.0
         left = settle(run.box, baseline, ignore, limit=grace)
+        judged = injector.own_cleanup_judged(at, cleanup_judged, left)
         audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [], grace)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
+        if left:
+            audit["leftover_states"] = {str(p["pid"]): p.get("stat", "") for p in left}
         audit["grace_s"] = grace
         audit["judged"] = judged
         killed = kill_leftovers(run.box, baseline, set())

@@ -195,6 +195,8 @@ class CleanupAudit(TypedDict, total=False):
     #: Fault steps: the audit's leftovers (as ``PID cmdline``), and the PIDs the harness then killed itself
     leftover_processes: list[str]
     killed_by_harness: list[int]
+    #: Fault steps: each leftover's process state as listed (``T``: stopped, as a tree CRIU left mid-restore)
+    leftover_states: dict[str, str]
     #: the kill kind (issue 29): the audit once more after the harness's sweep, and the PIDs that sweep killed
     after_sweep: "CleanupAudit"
     swept: list[int]
