@@ -21,6 +21,7 @@ from vsnap_qual.report.frames import (
     KvRow,
     OverlayRow,
     ReadinessRow,
+    judged_audit,
     rows,
 )
 from vsnap_qual.report.recorded import latest_steps
@@ -124,11 +125,6 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
     return checks
 
 
-def _judged_audit(audit: model.CleanupAudit | None) -> bool:
-    """A recorded cleanup audit that counts (fault steps record some they do not judge)."""
-    return bool(audit) and audit is not None and audit.get("judged", True)
-
-
 def _item(*parts: str, ok: bool | None) -> model.CheckItem:
     return model.CheckItem(id=".".join(parts), ok=ok)
 
@@ -175,8 +171,9 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
                 items.append(_item(*where, step, ok=False if consumed else outcome.get(record["outcome"])))
             elif (res.get("followup_restore") or {}).get("consumed"):
                 items.append(_item(*where, step, ok=False))
-        elif check_id == "cleanup" and _judged_audit(res.get("cleanup")):
-            items.append(_item(*where, step, ok=res["cleanup"].get("ok")))
+        elif check_id == "cleanup" and (audit := judged_audit(res.get("cleanup"))):
+            # vLLM's own cleanup where it is judged, else a kill's audit after the harness's sweep (always judged)
+            items.append(_item(*where, step, ok=audit.get("ok")))
     return items
 
 
@@ -474,7 +471,14 @@ def _faults(comparisons: Comparisons) -> model.Check:
     # the exceptions by name, never a count to subtract from another (the base arm binds HTTP before its
     # canary, a cleanup recorded and not judged)
     bound = [f"{r['runner']}/{r['arm']}/{r['fault']}" for r in ran if r["http_bound"]]
-    unverified = [f"{r['runner']}/{r['arm']}/{r['fault']}" for r in ran if not r["cleanup_ok"]]
+    # a kill whose own cleanup vLLM does not have is verified by the audit after the harness's sweep
+    unverified = [
+        f"{r['runner']}/{r['arm']}/{r['fault']}"
+        for r in ran
+        if not (
+            r["cleanup_ok"] if r["cleanup_judged"] is not False or r["kill_swept_ok"] is None else r["kill_swept_ok"]
+        )
+    ]
     http = f"HTTP bound in {len(bound)}: {_names(bound)}" if bound else "HTTP never bound"
     cleanup = f"cleanup not verified in {len(unverified)}: {_names(unverified)}" if unverified else "cleanup verified"
     result = f"{len(passed)}/{len(ran)} as expected; {http}; {cleanup}"
