@@ -141,9 +141,11 @@ class Injector:
     def after_sweep(self, at: Attempt) -> None:
         """After the harness's sweep, before the follow-up restore (default: nothing)."""
 
-    def own_cleanup_judged(self, at: Attempt, expected: bool, left: Sequence[ProcessRow]) -> bool:
+    def own_cleanup_judged(
+        self, at: Attempt, expected: bool, left: Sequence[ProcessRow], wchan: Mapping[str, str]
+    ) -> bool:
         """Whether vLLM's own cleanup is judged for this attempt, as its action turned out and by what it left
-        (default: as this arm's expectation says)."""
+        (its processes and where each waits in the kernel; default: as this arm's expectation says)."""
         return expected
 
     def left_serving(self, at: Attempt, obs: Observation) -> bool:
@@ -591,15 +593,26 @@ class KillInjector(Injector):
         at.injected["completed"] = "the restore had completed: its server was serving on the port as it ended"
         return True
 
-    def own_cleanup_judged(self, at: Attempt, expected: bool, left: Sequence[ProcessRow]) -> bool:
-        """Not where the kill reached CRIU while it restored (the phase reached, or a tree left stopped: CRIU
-        ended before it resumed the tree, as when vLLM's own error path kills a CRIU spawned after the listing):
-        vLLM pins the restored tree only once CRIU has returned and never signals a PID it has not pinned (its
-        contract), and a stopped tree cannot read vLLM's abort marker, so there is no cleanup of vLLM's to
-        judge; what it left is recorded and the harness's sweep is judged (said in the evidence)."""
+    def own_cleanup_judged(
+        self, at: Attempt, expected: bool, left: Sequence[ProcessRow], wchan: Mapping[str, str]
+    ) -> bool:
+        """Not where the kill reached CRIU while it restored: the phase reached says so, or what was left says so
+        whatever the listing saw (CRIU may start just after it): a tree left stopped, or every leftover parked
+        on a futex, where CRIU's restorer holds the tasks it has not resumed (a tree running vLLM's code waits in
+        its event loop's poll). vLLM's own error path ends CRIU (its ``subprocess.run`` kills the child it was
+        waiting on), pins the restored tree only once CRIU has returned and never signals a PID it has not pinned
+        (its contract); a tree CRIU never resumed cannot read vLLM's abort marker. There is no cleanup of vLLM's to
+        judge: what it left is recorded and the harness's sweep is judged (said in the evidence)."""
+        if not expected or at.fault.command != "restore":
+            return expected
         stopped = [p["pid"] for p in left if p.get("stat", "")[:1] in ("T", "t")]
-        if expected and (at.injected.get("phase") == "criu restore" or stopped):
-            why = "the signal reached CRIU while it restored" if not stopped else f"CRIU left {stopped} stopped"
+        parked = bool(left) and all(wchan.get(str(p["pid"]), "").startswith("futex") for p in left)
+        if at.injected.get("phase") == "criu restore" or stopped or parked:
+            why = (
+                f"CRIU left {stopped} stopped" if stopped
+                else f"CRIU left {[p['pid'] for p in left]} parked in its restorer (futex)" if parked
+                else "the signal reached CRIU while it restored"
+            )  # fmt: skip
             at.injected["own_cleanup"] = f"not judged: {why}, and vLLM signals no PID it has not pinned"
             return False
         return expected
@@ -852,11 +865,13 @@ def run_fault(
         # arm's record alone is looked at once
         grace = run.config.cleanup_grace if cleanup_judged or injector.audits_after_sweep else 0.0
         left = settle(run.box, baseline, ignore, limit=grace)
-        judged = injector.own_cleanup_judged(at, cleanup_judged, left)
+        wchan = leftover_wchan(run.box, [p["pid"] for p in left]) if left else {}
+        judged = injector.own_cleanup_judged(at, cleanup_judged, left, wchan)
         audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [], grace)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
         if left:
             audit["leftover_states"] = {str(p["pid"]): p.get("stat", "") for p in left}
+            audit["leftover_wchan"] = wchan
         audit["grace_s"] = grace
         audit["judged"] = judged
         killed = kill_leftovers(run.box, baseline, set())
@@ -887,6 +902,16 @@ def run_fault(
         ids_free = "still_held" not in after_fault
         rec.results["followup_restore"] = followup_restore(run, injector.undo_before_followup, ids_free)
     return obs
+
+
+def leftover_wchan(box: Box, pids: list[int]) -> dict[str, str]:
+    """Where in the kernel each leftover waits (``/proc/<pid>/wchan``, as the box numbers it): a process that
+    never left CRIU's restorer waits on a futex there, one that runs vLLM's code mostly in its event loop's poll.
+    Evidence only; nothing is judged on it."""
+    script = " ".join(f"{pid}:$(cat /proc/{pid}/wchan 2>/dev/null || echo gone)" for pid in pids)
+    done = box.sh(f"echo {script}", 15)
+    pairs = (word.partition(":") for word in done.stdout.split()) if done.exit_code == 0 else ()
+    return {pid: wchan for pid, _, wchan in pairs}
 
 
 def expectation_record(expect: Expect) -> FaultExpectation:

@@ -197,6 +197,8 @@ class CleanupAudit(TypedDict, total=False):
     killed_by_harness: list[int]
     #: Fault steps: each leftover's process state as listed (``T``: stopped, as a tree CRIU left mid-restore)
     leftover_states: dict[str, str]
+    #: Fault steps: where in the kernel each leftover waited (``/proc/<pid>/wchan``), as evidence
+    leftover_wchan: dict[str, str]
     #: the kill kind (issue 29): the audit once more after the harness's sweep, and the PIDs that sweep killed
     after_sweep: "CleanupAudit"
     swept: list[int]

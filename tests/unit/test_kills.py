@@ -180,16 +180,22 @@ def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_resto
         ("before criu restore", True, True),
         ("criu restore", False, False),
     ):
-        at = SimpleNamespace(injected={"phase": phase})
-        assert kind.own_cleanup_judged(at, expected, []) is judged, (phase, expected)  # type: ignore[arg-type]
+        at = SimpleNamespace(injected={"phase": phase}, fault=FAULTS_BY_ID["term-restore"])
+        assert kind.own_cleanup_judged(at, expected, [], {}) is judged, (phase, expected)  # type: ignore[arg-type]
         assert ("own_cleanup" in at.injected) is (expected and not judged)
     # the CPU chaos run: CRIU spawned after the listing, killed by vLLM's error path, left the tree stopped
-    at = SimpleNamespace(injected={"phase": "before criu restore"})
+    restore = FAULTS_BY_ID["term-restore"]
+    at = SimpleNamespace(injected={"phase": "before criu restore"}, fault=restore)
     stopped = [_row(21524, 1, 21524, "python3 -m vllm.snapshot.server") | {"stat": "T"}]
-    assert kind.own_cleanup_judged(at, True, stopped) is False  # type: ignore[arg-type]
+    assert kind.own_cleanup_judged(at, True, stopped, {}) is False  # type: ignore[arg-type]
     assert "CRIU left [21524] stopped" in at.injected["own_cleanup"]
-    running = [_row(21524, 1, 21524, "python3 -m vllm.snapshot.server") | {"stat": "S"}]
-    assert kind.own_cleanup_judged(SimpleNamespace(injected={}), True, running) is True  # type: ignore[arg-type]
+    # and parked on a futex in CRIU's restorer, as every such leftover of a later CPU run waited (futex_do_wait)
+    running = [_row(21524, 1, 21524, "python3 -m vllm.snapshot.server") | {"stat": "Ssl"}]
+    at = SimpleNamespace(injected={"phase": "before criu restore"}, fault=restore)
+    assert kind.own_cleanup_judged(at, True, running, {"21524": "futex_do_wait"}) is False  # type: ignore[arg-type]
+    assert "parked in its restorer" in at.injected["own_cleanup"]
+    serving = SimpleNamespace(injected={}, fault=restore)
+    assert kind.own_cleanup_judged(serving, True, running, {"21524": "do_epoll_wait"}) is True  # type: ignore[arg-type]
     left = {"ok": False, "leftover_processes": ["731 engine core"], "after_sweep": {"ok": True}}
     results = {"followup_restore": {"exit_code": 0, "canary_ok": True}}
     fault, expect = FAULTS_BY_ID["term-restore"], Expect(ANY, None, None, None, followup_restore=False)
