@@ -3,7 +3,9 @@
 reached (what was running when the signal went: ``kills.phase_reached``), side by side:
 
 - runs: kill steps whose signal went (a step whose every draw missed the command is counted apart);
-- left by the command: runs after which a process of the killed tree was still there before the harness swept
+- left by the command: runs after which a process of the killed tree was still there before the harness swept,
+  and how (``left_how``: stopped, parked on a futex in CRIU's restorer, or running), and restores that had
+  completed before the signal took effect (their server runs by design)
   (vLLM's own cleanup, where the arm has one, had its grace first);
 - leaks after the sweep: runs after which anything (a process, a listener, a GPU app, a link remap of the lane)
   outlived the harness's sweep: must be 0;
@@ -56,10 +58,30 @@ def artifact_outcome(results: dict[str, Any]) -> str:
     return "refused with a message" if follow.get("criu_reason") or follow.get("stderr_tail") else "refused, no message"
 
 
+def left_how(cleanup: dict[str, Any]) -> str:
+    """How vLLM left its tree: ``stopped`` (a state T), ``parked`` (every process waiting on a futex: CRIU's
+    restorer, never resumed), else ``running``; ``unknown`` where the run recorded neither."""
+    states = list((cleanup.get("leftover_states") or {}).values())
+    waits = list((cleanup.get("leftover_wchan") or {}).values())
+    if any(s[:1] in ("T", "t") for s in states):
+        return "stopped"
+    if waits and all(w.startswith("futex") for w in waits):
+        return "parked"
+    return "running" if states or waits else "unknown"
+
+
 def figures(results: dict[str, Any]) -> dict[str, Any]:
     """The table's rows (command, signal, phase) → counts, the artifact outcomes, and the failed steps."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(
-        lambda: {"runs": 0, "left by the command": 0, "leaks after the sweep": 0, "artifact": Counter(), "failed": 0}
+        lambda: {
+            "runs": 0,
+            "left by the command": 0,
+            "left_how": Counter(),
+            "completed": 0,
+            "leaks after the sweep": 0,
+            "artifact": Counter(),
+            "failed": 0,
+        }  # fmt: skip
     )
     failed: list[dict[str, Any]] = []
     missed = 0
@@ -75,6 +97,9 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             cleanup = res.get("cleanup") or {}
             row["runs"] += 1
             row["left by the command"] += bool(cleanup.get("leftover_processes"))
+            if cleanup.get("leftover_processes"):
+                row["left_how"][left_how(cleanup)] += 1
+            row["completed"] += bool(injected.get("completed"))
             row["leaks after the sweep"] += not (cleanup.get("after_sweep") or {}).get("ok", False)
             row["artifact"][artifact_outcome(res)] += 1
             row["failed"] += step["outcome"] != "passed"
@@ -101,6 +126,10 @@ def render(fig: dict[str, Any]) -> str:
     total: Counter[str] = Counter()
     for (command, signal, phase), row in sorted(fig["rows"].items()):
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row["artifact"].items()))
+        if row["left_how"]:
+            outcomes += "; left: " + ", ".join(f"{k} {v}" for k, v in sorted(row["left_how"].items()))
+        if row["completed"]:
+            outcomes += f"; completed before the signal {row['completed']}"
         lines.append(
             f"{command:8} {signal:8} {phase:36} {row['runs']:>4} {row['left by the command']:>5} "
             f"{row['leaks after the sweep']:>5} {row['failed']:>6}  {outcomes}"

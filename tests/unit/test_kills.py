@@ -145,7 +145,8 @@ def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
     run = {
         "steps": [
             _step("fault:kill-create", "passed", {**base, "sent": ["x"], "phase": "criu dump"},
-                  cleanup={**ok_sweep, "leftover_processes": ["5 python"]},
+                  cleanup={**ok_sweep, "leftover_processes": ["5 python"], "leftover_states": {"5": "Ssl"},
+                           "leftover_wchan": {"5": "futex_do_wait"}},
                   killed_artifact={"outcome": "refused by inspect", "message": "no manifest"}),
             _step("fault:kill-create.2", "failed", {**base, "sent": ["x"], "phase": "criu dump", "attempt": 2},
                   cleanup={"after_sweep": {"ok": False}}, mismatches=["something outlived the harness's sweep"],
@@ -158,10 +159,14 @@ def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
     row = fig["rows"][("create", "SIGKILL", "criu dump")]
     assert (row["runs"], row["left by the command"], row["leaks after the sweep"], row["failed"]) == (2, 1, 1, 1)
     assert dict(row["artifact"]) == {"refused by inspect": 1, "restored, WRONG": 1}
+    assert dict(row["left_how"]) == {"parked": 1}  # every process on a futex: CRIU's restorer
+    assert chaos.left_how({"leftover_states": {"5": "T"}}) == "stopped"
+    assert chaos.left_how({"leftover_states": {"5": "S"}, "leftover_wchan": {"5": "do_epoll_wait"}}) == "running"
     assert fig["missed"] == 1 and fig["seeds"] == [11]
     assert [f["step"] for f in fig["failed"]] == ["fault:kill-create.2", "fault:kill-create.3"]
     text = chaos.render(fig)
     assert "--vsnap-kill-seed=11 (attempt 2" in text and "every draw missed: 1" in text
+    assert "; left: parked 1" in text
 
 
 def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_restore():
