@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -459,7 +460,6 @@ class ImageInjector(Injector):
         return bool(injected.get("truncated"))
 
 
-#: The built-in kinds' injectors (a conftest's faults bring their own kinds: :meth:`FaultCatalogue.add`).
 class KillInjector(Injector):
     """``kill``: ``Fault.signal`` to the whole tree of ``Fault.command`` at a seeded random moment. Fired when the
     signal went to a running command (one that had already ended is tried again, with the next draw)."""
@@ -554,14 +554,13 @@ class KillInjector(Injector):
             return
         command = str(injected["command"])
         target = kills.KILLED_CREATE if command == "create" else ARTIFACT
-        procs = run.box.processes()
-        root, tree = kills.command_tree(procs, command, target)
-        while root is None and not done.is_set():
-            # not started yet (an offset drawn near 0 comes before the exec has spawned it): it is signalled
-            # the moment it is listed, or the command ended without ever being seen
-            done.wait(0.02)
+        # not listed yet (an offset drawn near 0 comes before the exec has spawned it): it is signalled the moment
+        # it is listed, or the command ended without ever being seen
+        while True:
             procs = run.box.processes()
             root, tree = kills.command_tree(procs, command, target)
+            if root is not None or done.wait(0.02):
+                break
         if root is None or done.is_set():
             injected["missed"] = "the command was never listed running at or after the drawn offset"
             return
@@ -587,7 +586,7 @@ class KillInjector(Injector):
         any successful restore (said in the evidence)."""
         if at.fault.command != "restore":
             return False
-        signum = {"SIGKILL": 9, "SIGTERM": 15}.get(str(at.injected.get("signal")), 0)
+        signum = signal.Signals[str(at.injected.get("signal"))].value
         if obs.exit_code not in (0, 128 + signum) or not port_listening(at.run.box, at.port):
             return False
         at.injected["completed"] = "the restore had completed: its server was serving on the port as it ended"
@@ -639,11 +638,12 @@ class KillInjector(Injector):
         if killed is None and follow and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
             if follow.get("exit_code") == 0:
                 out.append("after the killed restore the artifact restores but does not answer vLLM's canary")
-            elif not (follow.get("criu_reason") or kills.refusal_words("", str(follow.get("stderr_tail") or ""))):
+            elif not (follow.get("criu_reason") or kills.refusal_words(str(follow.get("stderr_tail") or ""))):
                 out.append("after the killed restore the artifact is refused without a message")
         return out
 
 
+#: The built-in kinds' injectors (a conftest's faults bring their own kinds: :meth:`FaultCatalogue.add`).
 BUILTIN_INJECTORS: Mapping[str, Injector] = {
     "hook": HookInjector(),
     "signal": SignalInjector(),
@@ -877,7 +877,7 @@ def run_fault(
         killed = kill_leftovers(run.box, baseline, set())
         settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
         if injector.audits_after_sweep:  # what is left once the harness swept: nothing, whatever the action was
-            swept = [p["pid"] for p in left] + [pid for pid in killed if pid not in {p["pid"] for p in left}]
+            swept = list(dict.fromkeys([*(p["pid"] for p in left), *killed]))
             audit["after_sweep"] = run.cleanup_audit(swept, [at.port] if injector.watches_port else [])
             audit["after_sweep"]["swept"] = killed
     with phase("captured-id wait after"):
@@ -906,8 +906,8 @@ def run_fault(
 
 def leftover_wchan(box: Box, pids: list[int]) -> dict[str, str]:
     """Where in the kernel each leftover waits (``/proc/<pid>/wchan``, as the box numbers it): a process that
-    never left CRIU's restorer waits on a futex there, one that runs vLLM's code mostly in its event loop's poll.
-    Evidence only; nothing is judged on it."""
+    never left CRIU's restorer waits on a futex there, one that runs vLLM's code mostly in its event loop's poll
+    (what :meth:`Injector.own_cleanup_judged` may read)."""
     script = " ".join(f"{pid}:$(cat /proc/{pid}/wchan 2>/dev/null || echo gone)" for pid in pids)
     done = box.sh(f"echo {script}", 15)
     pairs = (word.partition(":") for word in done.stdout.split()) if done.exit_code == 0 else ()

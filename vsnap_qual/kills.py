@@ -30,7 +30,7 @@ from vsnap_qual.box import ProcessRow
 from vsnap_qual.contract import VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.injection import kill_leftovers, settle, wait_ids_free
-from vsnap_qual.steps import EXCEPTION_LINE
+from vsnap_qual.steps import vllm_reason
 
 if TYPE_CHECKING:
     from vsnap_qual.faults import FaultLane
@@ -110,13 +110,10 @@ def command_tree(procs: list[ProcessRow], command: str, target: str) -> tuple[in
     return roots[0], [p for p in procs if p["pid"] in tree - ancestors]
 
 
-def refusal_words(stdout: str, stderr: str) -> str:
-    """The refusal's own message: vLLM's exception line, CRIU's words, else the last line it wrote."""
-    lines = [ln.strip() for ln in f"{stdout}\n{stderr}".splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if EXCEPTION_LINE.match(ln) or "Error" in ln or "error" in ln:
-            return ln[:300]
-    return lines[-1][:300] if lines else ""
+def refusal_words(text: str) -> str:
+    """The refusal's own message (``steps.vllm_reason``: a known limitation, vLLM's exception line, else its last
+    line); empty where it wrote nothing."""
+    return vllm_reason(text) if text.strip() else ""
 
 
 def measure_restore(run: FaultLane) -> float | None:
@@ -150,7 +147,7 @@ def judge_killed_create(run: FaultLane) -> dict[str, Any]:
             inspected = box.exec(["vllm", "snapshot", "inspect", KILLED_CREATE], timeout["exec"])
         out["inspect_exit"] = inspected.exit_code
         if inspected.exit_code != 0:
-            out.update(outcome="refused by inspect", message=refusal_words(inspected.stdout, inspected.stderr))
+            out.update(outcome="refused by inspect", message=refusal_words(f"{inspected.stdout}\n{inspected.stderr}"))
             return out
         try:
             manifest = json.loads(inspected.stdout)
@@ -164,7 +161,7 @@ def judge_killed_create(run: FaultLane) -> dict[str, Any]:
             restored = box.exec(argv, timeout["restore"])
         out["restore_exit"] = restored.exit_code
         if restored.exit_code != 0:
-            out.update(outcome="refused by restore", message=refusal_words(restored.stdout, restored.stderr))
+            out.update(outcome="refused by restore", message=refusal_words(f"{restored.stdout}\n{restored.stderr}"))
         else:
             out["outcome"] = "restored"
             out["canaries"] = ask_canaries(run, port)

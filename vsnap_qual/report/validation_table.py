@@ -471,14 +471,7 @@ def _faults(comparisons: Comparisons) -> model.Check:
     # the exceptions by name, never a count to subtract from another (the base arm binds HTTP before its
     # canary, a cleanup recorded and not judged)
     bound = [f"{r['runner']}/{r['arm']}/{r['fault']}" for r in ran if r["http_bound"]]
-    # a kill whose own cleanup vLLM does not have is verified by the audit after the harness's sweep
-    unverified = [
-        f"{r['runner']}/{r['arm']}/{r['fault']}"
-        for r in ran
-        if not (
-            r["cleanup_ok"] if r["cleanup_judged"] is not False or r["kill_swept_ok"] is None else r["kill_swept_ok"]
-        )
-    ]
+    unverified = [f"{r['runner']}/{r['arm']}/{r['fault']}" for r in ran if not _cleanup_verified(r)]
     http = f"HTTP bound in {len(bound)}: {_names(bound)}" if bound else "HTTP never bound"
     cleanup = f"cleanup not verified in {len(unverified)}: {_names(unverified)}" if unverified else "cleanup verified"
     result = f"{len(passed)}/{len(ran)} as expected; {http}; {cleanup}"
@@ -537,6 +530,13 @@ def _readiness(comparisons: Comparisons) -> model.Check:
                 f" (n={r['restore_n']}, {figures.ratio(r['speedup'])})"
             )
     return _row("ready time, cold start vs restore (median)", True, "; ".join(parts), informational=True)
+
+
+def _cleanup_verified(row: FaultRow) -> bool | None:
+    """vLLM's own cleanup where it is judged; a kill's where it is not, by the audit after the harness's sweep."""
+    if row["cleanup_judged"] is False and row["kill_swept_ok"] is not None:
+        return row["kill_swept_ok"]
+    return row["cleanup_ok"]
 
 
 def _cleanup(comparisons: Comparisons) -> model.Check:
