@@ -60,14 +60,15 @@ def artifact_outcome(results: dict[str, Any]) -> str:
 
 def left_how(cleanup: dict[str, Any]) -> str:
     """How vLLM left its tree: ``stopped`` (a state T), ``parked`` (every process waiting on a futex: CRIU's
-    restorer, never resumed), else ``running``; ``unknown`` where the run recorded neither."""
+    restorer, never resumed), ``running``; ``wait not recorded`` where the run predates the kernel-wait record
+    (a sleeping process may then be either of the last two)."""
     states = list((cleanup.get("leftover_states") or {}).values())
     waits = list((cleanup.get("leftover_wchan") or {}).values())
     if any(s[:1] in ("T", "t") for s in states):
         return "stopped"
-    if waits and all(w.startswith("futex") for w in waits):
-        return "parked"
-    return "running" if states or waits else "unknown"
+    if not waits:
+        return "wait not recorded"
+    return "parked" if all(w.startswith("futex") for w in waits) else "running"
 
 
 def figures(results: dict[str, Any]) -> dict[str, Any]:

@@ -117,3 +117,48 @@ def test_the_harness_time_runs_figures_in_the_docs_are_computed_from_their_evide
     assert f"(441 − {after['idle_s']:.1f}) / 351 = {less:.3f}" in section
     table = (GPU_RUN / "2026-12-02-harness-time-v2" / "figures.txt").read_text()
     assert table.startswith("verdict                      pass") and "fault phase (harness s)" in table
+
+
+def test_the_baseline_options_runs_figures_in_the_docs_are_computed_from_its_evidence() -> None:
+    """Issue 27 with the baseline's options (no window, the 3 s soak): the ratios and the median the README and
+    docs/gpu-run/README.md state are bench/run_figures.py's of the committed results.json."""
+    name = "2026-12-02-harness-time-v2-observe0"
+    found = run_figures.figures(json.loads((GPU_RUN / name / "results.json").read_text()))
+    assert found["verdict"] == "pass"
+    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    assert f"{wall:.0f} s / {engine:.0f} s = **{wall / engine:.2f}**" in section
+    assert f"({wall:.0f} − {idle:.0f}) / {engine:.0f} = **{(wall - idle) / engine:.2f}**" in section
+    assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    assert f"{found['fault_harness_s']['median']:.2f} s" in row and f"wall / engine {wall / engine:.2f}" in row
+    assert f"{(wall - idle) / engine:.2f} less the 3 s soak" in row
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
+
+
+def test_the_h200_chaos_runs_words_in_the_docs_are_its_evidence() -> None:
+    """Issue 29 on the H200: the kills, the sweep and the finding the docs state are what its results.json says."""
+    from vsnap_qual import chaos
+
+    name = "2026-12-02-chaos-v2-head"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    fig = chaos.figures(results)
+    rows = fig["rows"].values()
+    runs = sum(r["runs"] for r in rows)
+    assert runs == 80 and fig["missed"] == 0
+    assert sum(r["leaks after the sweep"] for r in rows) == 0  # "0 of 80 left anything after the harness's sweep"
+    assert [f["phase"] for f in fig["failed"]] == ["criu restore"] * 9  # the finding: all while CRIU restored
+    assert {f["step"].split(".")[0] for f in fig["failed"]} == {"fault:term-restore"}
+    held = [
+        s for s in results["steps"]
+        if s["step"].startswith("fault:term-restore") and s["outcome"] == "failed"
+        and s["results"]["cleanup"].get("gpu_idle") is False
+    ]  # fmt: skip
+    assert len(held) == 1  # "once still holding GPU memory"
+    creates = [r for (command, _, _), r in fig["rows"].items() if command == "create"]
+    assert sum(r["artifact"]["refused by inspect"] for r in creates) == 40
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    assert "80 kills, 0 leaks after the sweep; 9 findings" in section and "(40 of 40" in section
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "gpu-tier.log").read_text()
+    for lane in results["lanes"]:
+        assert lane["environment"]["gpu"]["name"] == "NVIDIA H200"
