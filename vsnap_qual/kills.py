@@ -116,6 +116,14 @@ def refusal_words(text: str) -> str:
     return vllm_reason(text) if text.strip() else ""
 
 
+def stop_restored(run: FaultLane, baseline: set[int], ids: set[int]) -> None:
+    """Stop what a restore of the harness's own started (everything new since ``baseline``) and wait until the
+    captured ``ids`` are free again, as the next restore needs them."""
+    kill_leftovers(run.box, baseline, set())
+    settle(run.box, baseline, set(), limit=run.config.cleanup_grace)
+    wait_ids_free(run.box, ids, run.config.timeouts["stop"])
+
+
 def measure_restore(run: FaultLane) -> float | None:
     """One unfaulted restore of the fault artifact, timed, then stopped: the duration a kill is drawn over when
     this lane has timed none yet (only when the kill faults run alone)."""
@@ -123,9 +131,7 @@ def measure_restore(run: FaultLane) -> float | None:
     baseline = {p["pid"] for p in run.box.processes()} - captured
     with run.recorder.engine_wait():
         result = run.box.exec(restore_argv(run.ports["fault"]), run.config.timeouts["restore"])
-    kill_leftovers(run.box, baseline, set())
-    settle(run.box, baseline, set(), limit=run.config.cleanup_grace)
-    wait_ids_free(run.box, captured | set(run.state.captured_tids), run.config.timeouts["stop"])
+    stop_restored(run, baseline, captured | set(run.state.captured_tids))
     if result.exit_code != 0:
         return None
     run.state.timed("restore", result.seconds)
@@ -165,9 +171,7 @@ def judge_killed_create(run: FaultLane) -> dict[str, Any]:
         else:
             out["outcome"] = "restored"
             out["canaries"] = ask_canaries(run, port)
-        kill_leftovers(box, baseline, set())
-        settle(box, baseline, set(), limit=run.config.cleanup_grace)
-        wait_ids_free(box, captured, timeout["stop"])
+        stop_restored(run, baseline, captured)
         return out
     finally:
         box.remove_path(KILLED_CREATE)
