@@ -625,3 +625,18 @@ def captured_id_collision(stdout: str, stderr: str) -> str | None:
         if any(marker in line for marker in _COLLISION):
             return line.strip()
     return None
+
+
+#: vLLM's pre-check before CRIU runs (``os.kill(pid, 0)`` on each captured PID) found one taken
+PID_OCCUPIED = "captured PID is already occupied"
+
+
+def captured_id_taken(stdout: str, stderr: str) -> str | None:
+    """A restore refused because a captured ID was taken at that moment, in words that say whose check saw it:
+    CRIU's clone (:func:`captured_id_collision`), or vLLM's pre-check (``captured PID is already occupied``).
+    Either says nothing of the artifact; None for any other failure."""
+    collision = captured_id_collision(stdout, stderr)
+    if collision:
+        return f"CRIU could not recreate a captured ID (another process took it): {collision}"
+    said = next((ln.strip() for ln in reversed(stderr.splitlines()) if PID_OCCUPIED in ln), None)
+    return f"vLLM's pre-check found a captured PID taken (another process held it): {said}" if said else None

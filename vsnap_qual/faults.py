@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from vsnap_qual import checks, drifts, engine, kills, package_probe, progress
 from vsnap_qual.audit import port_listening
@@ -41,10 +41,10 @@ from vsnap_qual.injection import (
     disarm,
     fired_records,
     fresh_artifact,
-    ids_held,
     kill_leftovers,
     move_pid_cursor_past,
     reset_artifact,
+    restore_retrying_taken,
     settle,
     signal_when_fired,
     truncate_image,
@@ -84,6 +84,7 @@ class FaultLane(Protocol):
 
     def endpoint(self, port: int) -> tuple[str, int]: ...
     def pid_alive(self, pid: int) -> bool: ...
+    def canaries(self, port: int) -> list[engine.CanaryOutput]: ...
     def command(
         self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
     ) -> ExecResult: ...
@@ -233,6 +234,7 @@ class Attempt:
     injected: dict[str, object] = field(default_factory=dict)  # the injection's evidence (results.injected)
     ignore: set[int] = field(default_factory=set)  # the injection's own processes: not vLLM's leftovers
     state: dict[str, object] = field(default_factory=dict)  # the injector's own objects for this attempt
+    number: int = 1  # the step's second attempt after an ineffective first (:func:`fault_step`)
 
 
 # ---- the built-in kinds -----------------------------------------------------------------------------------
@@ -467,9 +469,6 @@ class KillInjector(Injector):
     judges_artifact = False  # a killed command may leave anything: what is judged is what a restore makes of it
     audits_after_sweep = True
 
-    def __init__(self) -> None:
-        self._attempts: dict[tuple[str, str], int] = {}
-
     # ---- inject ---------------------------------------------------------------------------------------------
     def begin(self, at: Attempt) -> None:
         run, fault = at.run, at.fault
@@ -480,10 +479,7 @@ class KillInjector(Injector):
             at.injected["duration_measured_now"] = True
         if duration is None:
             raise RuntimeError(f"no unfaulted {command} of this lane was timed before {fault.id}")
-        key = (run.lane.name, fault.id)
-        attempt = self._attempts.get(key, 0) + 1
-        self._attempts[key] = attempt
-        seed = run.config.kill_seed
+        seed, attempt = run.config.kill_seed, at.number
         offset, fraction = kills.draw(seed, run.lane.name, fault.id, attempt, duration)
         at.injected.update(
             {
@@ -636,7 +632,9 @@ class KillInjector(Injector):
             out.extend(kills.killed_artifact_problems(killed))
         follow = results.get("followup_restore") or {}
         if killed is None and follow and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
-            if follow.get("exit_code") == 0:
+            if follow.get("ids_taken"):
+                out.append(kills.never_tried("after the killed restore the artifact", follow))
+            elif follow.get("exit_code") == 0:
                 out.append("after the killed restore the artifact restores but does not answer vLLM's canary")
             elif not (follow.get("criu_reason") or kills.refusal_words(str(follow.get("stderr_tail") or ""))):
                 out.append("after the killed restore the artifact is refused without a message")
@@ -761,7 +759,7 @@ def fault_step(run: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Fault
     problems = judge(fault, expect, observed, rec.results, injector)
     if problems and problems[0].startswith("ineffective injection"):
         first = problems[0]
-        observed = run_fault(run, fault, rec, injector, expect.cleanup)
+        observed = run_fault(run, fault, rec, injector, expect.cleanup, attempt=2)
         problems = judge(fault, expect, observed, rec.results, injector)
         rec.results["retried_after"] = first
     if (rec.results.get("followup_restore") or {}).get("consumed"):
@@ -802,7 +800,12 @@ class Phases:
 
 
 def run_fault(
-    run: FaultLane, fault: Fault, rec: StepEvidence, injector: Injector, cleanup_judged: bool = True
+    run: FaultLane,
+    fault: Fault,
+    rec: StepEvidence,
+    injector: Injector,
+    cleanup_judged: bool = True,
+    attempt: int = 1,
 ) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's. ``cleanup_judged`` False (this arm's
@@ -835,7 +838,7 @@ def run_fault(
         # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
         # fault still listed under one of them must not hide the next restored server from the cleanup
         baseline = {p["pid"] for p in run.box.processes()} - captured
-    at = Attempt(run, fault, rec, run.ports["fault"], captured)
+    at = Attempt(run, fault, rec, run.ports["fault"], captured, number=attempt)
     obs, injected, ignore = at.obs, at.injected, at.ignore
     try:
         with phase("inject"):
@@ -981,17 +984,9 @@ def followup_restore(run: FaultLane, undo_injection: bool, ids_free: bool = Fals
     waited = CapturedIdWait() if ids_free else wait_ids_free(run.box, captured, run.config.timeouts["stop"])
     if waited:
         outcome["captured_ids_wait"] = waited
-    argv = restore_argv(port)
-    with run.recorder.engine_wait():
-        result: ExecResult = run.box.exec(argv, run.config.timeouts["restore"])
-    collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
-    if collision:  # another host process took a captured PID/TID for a moment (host's doing): once more
-        outcome["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
-        outcome["held_at_retry"] = ids_held(run.box, captured)
-        kill_leftovers(run.box, baseline, set())
-        wait_ids_free(run.box, captured, run.config.cleanup_grace)
-        with run.recorder.engine_wait():
-            result = run.box.exec(argv, run.config.timeouts["restore"])
+    # another host process took a captured PID/TID for a moment (the host's doing): once more
+    result, retried = restore_retrying_taken(run, restore_argv(port), captured, baseline)
+    outcome.update(cast(FollowupRestore, retried))
     outcome.update({"exit_code": result.exit_code, "seconds": round(result.seconds, 3)})
     if result.exit_code == 0:
         run.state.timed("restore", result.seconds)  # what a random kill of a restore is drawn over
@@ -1093,6 +1088,8 @@ def judge(
                 f"the follow-up restore could not be tried fairly: captured PIDs still held after the fault's "
                 f"tree was killed ({'; '.join(still)})"
             )
+        elif follow.get("ids_taken"):
+            problems.append(kills.never_tried("the follow-up restore's artifact", follow))
         else:
             after = "after the fault" if succeeded else "after the failure"
             problems.append(f"the artifact no longer restores {after}: {followup_words(follow)}")

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from vsnap_qual import artifact_deps, engine
+from vsnap_qual import artifact_deps, checks, engine
 from vsnap_qual.artifact_files import ArtifactFiles, ArtifactFilesError
-from vsnap_qual.box import Box, ControlDir, ProcessRow
+from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
 from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
@@ -218,6 +218,30 @@ def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
 
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def restore_retrying_taken(
+    run: FaultLane, argv: list[str], captured: set[int], baseline: set[int]
+) -> tuple[ExecResult, dict[str, object]]:
+    """A restore of the harness's own (a fault's follow-up, a killed create's artifact) tried once more where it
+    failed only because a captured ID was taken at that moment (:func:`checks.captured_id_taken`: CRIU's clone
+    met EEXIST, or vLLM's pre-check found a captured PID occupied), which says nothing of the artifact. Before the
+    second try the lane's own leftovers are stopped and the IDs waited free. Returned with the evidence:
+    ``retried_after`` and ``held_at_retry`` (who held them), and ``ids_taken`` where the second try met the same."""
+    with run.recorder.engine_wait():
+        result: ExecResult = run.box.exec(argv, run.config.timeouts["restore"])
+    taken = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
+    if not taken:
+        return result, {}
+    said: dict[str, object] = {"retried_after": taken, "held_at_retry": ids_held(run.box, captured)}
+    kill_leftovers(run.box, baseline, set())
+    wait_ids_free(run.box, captured, run.config.cleanup_grace)
+    with run.recorder.engine_wait():
+        result = run.box.exec(argv, run.config.timeouts["restore"])
+    again = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
+    if again:
+        said["ids_taken"] = again
+    return result, said
 
 
 def cursor_past(ids: set[int]) -> int:

@@ -29,7 +29,7 @@ from vsnap_qual import checks, engine
 from vsnap_qual.box import ProcessRow
 from vsnap_qual.contract import VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.injection import kill_leftovers, settle, wait_ids_free
+from vsnap_qual.injection import kill_leftovers, restore_retrying_taken, settle, wait_ids_free
 from vsnap_qual.steps import vllm_reason
 
 if TYPE_CHECKING:
@@ -162,9 +162,8 @@ def judge_killed_create(run: FaultLane) -> dict[str, Any]:
         captured = {int(p) for p in manifest.get("process_tree") or []}
         baseline = {p["pid"] for p in box.processes()} - captured
         port = run.ports["fault"]
-        argv = restore_argv(port, KILLED_CREATE)
-        with run.recorder.engine_wait():
-            restored = box.exec(argv, timeout["restore"])
+        restored, retried = restore_retrying_taken(run, restore_argv(port, KILLED_CREATE), captured, baseline)
+        out.update(retried)
         out["restore_exit"] = restored.exit_code
         if restored.exit_code != 0:
             out.update(outcome="refused by restore", message=refusal_words(f"{restored.stdout}\n{restored.stderr}"))
@@ -178,9 +177,9 @@ def judge_killed_create(run: FaultLane) -> dict[str, Any]:
 
 
 def ask_canaries(run: FaultLane, port: int) -> dict[str, Any]:
-    """The ordinary engine's canary prompts asked of a server restored from a killed create's artifact, each
-    compared with the ordinary engine's answer; where this run has no ordinary reference in the lane (the faults
-    run alone), vLLM's canary compared with the fault artifact's oracle (the same engine and model)."""
+    """The lane's canaries (``FaultLane.canaries``) asked of a server restored from a killed create's artifact,
+    each compared with the ordinary engine's answer; where this run has no ordinary reference in the lane (the
+    faults run alone), vLLM's canary (the first) compared with the fault artifact's oracle (same engine, model)."""
     ordinary = run.state.ordinary
     manifest = run.state.manifest
     if ordinary is not None:
@@ -194,29 +193,23 @@ def ask_canaries(run: FaultLane, port: int) -> dict[str, Any]:
                 logprob=float(manifest.get("oracle_sampled_token_logprob") or 0.0),
             )
         ]
-    host, reach = run.endpoint(port)
-    compared = []
     try:
-        with run.recorder.engine_wait():
-            for want in wanted:
-                got = engine.completion(
-                    reach,
-                    run.served_model,
-                    want.prompt,
-                    host=host,
-                    timeout=run.config.timeouts["http"],
-                    max_tokens=max(1, len(want.token_ids)),
-                )
-                compared.append(checks.compare_canary(want, got, run.config.logprob_tolerance))
+        got = run.canaries(port)
     except (engine.EngineError, OSError) as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "compared": compared}
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "compared": []}
+    tolerance = run.config.logprob_tolerance
+    # the ordinary engine was asked the same plan; without it, only vLLM's canary (the first) has an oracle
+    compared = [checks.compare_canary(want, answer, tolerance) for want, answer in zip(wanted, got, strict=False)]
     against = "the ordinary engine's answers" if ordinary is not None else "the fault artifact's oracle"
-    return {"ok": all(c["ok"] for c in compared), "against": against, "compared": compared}
+    ok = len(compared) == len(wanted) and all(c["ok"] for c in compared)
+    return {"ok": ok, "against": against, "compared": compared}
 
 
 def killed_artifact_problems(killed: Mapping[str, Any]) -> list[str]:
     """A killed create's artifact: refused without a message, or restored and answering otherwise."""
     outcome = killed.get("outcome")
+    if killed.get("ids_taken"):
+        return [never_tried("the killed create's artifact", killed)]
     if outcome in ("refused by inspect", "refused by restore") and not killed.get("message"):
         return [f"the killed create's artifact was {outcome} without a message"]
     if outcome == "restored" and not (killed.get("canaries") or {}).get("ok"):
@@ -228,3 +221,12 @@ def killed_artifact_problems(killed: Mapping[str, Any]) -> list[str]:
             f"engine's ({str(said)[:300]})"
         ]
     return []
+
+
+def never_tried(what: str, said: Mapping[str, Any]) -> str:
+    """A restore of the harness's own that met a taken captured ID twice: a refusal with a message that says
+    nothing of the artifact, so nothing was judged (``injection.restore_retrying_taken``)."""
+    return (
+        f"{what} was never tried: its restore met a captured ID taken twice ({said.get('ids_taken')}; held at "
+        f"the retry by {said.get('held_at_retry') or 'nothing listed'}), so nothing is said of the artifact"
+    )

@@ -306,6 +306,7 @@ class FollowupRestore(TypedDict, total=False):
     stderr_tail: str
     criu_reason: list[str]  # CRIU's own error lines (vLLM logs them on stdout)
     retried_after: str  # a captured PID/TID taken by another host process: the restore ran once more
+    ids_taken: str  # the second try met a taken ID too: the artifact was never tried (nothing said of it)
     cleanup_ok: bool
     cleanup: CleanupAudit
     #: the artifact's outside files gone before the follow-up (the faulted restore's exit unlinked them): the

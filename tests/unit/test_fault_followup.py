@@ -66,6 +66,39 @@ def test_a_taken_captured_id_is_restored_once_more_and_recorded():
     assert "Read 9 bytes while 18 expected" in outcome["criu_reason"][0]
 
 
+OCCUPIED = "vllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 40"
+
+
+class PreCheckBox(Box):
+    """vLLM's pre-check refuses: its words are on stderr (the traceback's last line)."""
+
+    def exec(self, argv: list[str], timeout: float, **_: Any) -> ExecResult:
+        code, stderr = self.outputs[self.restores]
+        self.restores += 1
+        return ExecResult(argv, code, "", stderr, 0, 1)
+
+
+def test_a_captured_pid_vllms_pre_check_found_taken_is_restored_once_more_and_named_if_it_stays():
+    """vLLM refusing because another process held a captured PID at that moment says nothing of the artifact: once
+    more, as CRIU's collision; taken again, the follow-up says it never tried the artifact (never a pass as a
+    refusal with a message)."""
+    box = PreCheckBox([(1, OCCUPIED), (1, "Traceback\nError: the artifact is damaged")])
+    outcome = faults.followup_restore(_run(box), undo_injection=False)
+    assert box.restores == 2
+    assert outcome["retried_after"].endswith(OCCUPIED) and "ids_taken" not in outcome
+    twice = PreCheckBox([(1, OCCUPIED), (1, OCCUPIED)])
+    outcome = faults.followup_restore(_run(twice), undo_injection=False)
+    assert twice.restores == 2 and outcome["ids_taken"].endswith(OCCUPIED)
+    expect = faults.Expect(ANY, None, None, None, fires=False)
+    problems = faults.judge(
+        faults.Fault("x", "x", "signal", head=expect),
+        expect,
+        faults.Observation(),
+        {"cleanup": {"ok": True}, "followup_restore": outcome},
+    )
+    assert len(problems) == 1 and "was never tried" in problems[0], problems
+
+
 def test_any_other_failure_is_not_retried():
     box = Box([(1, CORRUPT), (0, "")])
     outcome = faults.followup_restore(_run(box), undo_injection=False)

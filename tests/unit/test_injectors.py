@@ -795,3 +795,18 @@ def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vll
     _run(lane, FAULTS_BY_ID["kill-restore"], rec, judged=False)
     audit = rec.results["cleanup"]
     assert audit["grace_s"] == 0.5 and audit["judged"] is False, audit
+
+
+def test_a_kills_draw_is_the_steps_attempt_so_the_same_fault_replays_the_same_moment(lane):
+    """Issue 29: the draw is seeded by the seed, lane, fault and the step's attempt (the retry after an
+    ineffective first is attempt 2), never by how often the injector has run before: a fault run again replays."""
+    lane.state.timings["restore"] = 0.05
+    lane.config.kill_seed = 9
+    injector = FaultCatalogue.builtin().injector_for(FAULTS_BY_ID["kill-restore"])
+    drawn = []
+    for attempt in (1, 1, 2):
+        rec = _rec()
+        faults.run_fault(lane, FAULTS_BY_ID["kill-restore"], rec, injector, attempt=attempt)  # type: ignore[arg-type]
+        injected = rec.results["injected"]
+        drawn.append((injected["attempt"], injected["offset_s"]))
+    assert drawn[0] == drawn[1] and drawn[2][0] == 2 and drawn[2][1] != drawn[0][1], drawn

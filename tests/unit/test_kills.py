@@ -101,6 +101,10 @@ def test_the_phase_reached_is_read_from_the_process_names():
         ({"outcome": "refused by restore", "message": ""}, "refused by restore without a message"),
         ({"outcome": "restored", "canaries": {"ok": True}}, None),
         ({"outcome": "restored", "canaries": {"ok": False, "compared": [{"ok": False}]}}, "half-written artifact"),
+        (  # vLLM's pre-check twice: a refusal with words, but of the host's PIDs, not of the artifact
+            {"outcome": "refused by restore", "message": "captured PID is already occupied: 7", "ids_taken": "x"},
+            "was never tried",
+        ),
     ],
 )
 def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_the_ordinary_engine(killed, problem):
@@ -123,6 +127,13 @@ def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_di
     assert "refused without a message" in _judged(silent)[0]
     wrong = {**clean, "followup_restore": {"exit_code": 0, "canary_ok": False}}
     assert "does not answer vLLM's canary" in _judged(wrong)[0]
+    taken = "vLLM's pre-check found a captured PID taken (another process held it): ... occupied: 7"
+    occupied = {
+        **clean,
+        "followup_restore": {"exit_code": 1, "stderr_tail": "SnapshotRestoreError: x", "ids_taken": taken},
+    }
+    said = _judged(occupied)
+    assert len(said) == 1 and "was never tried" in said[0] and taken in said[0], said
 
 
 def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id():
@@ -235,3 +246,36 @@ def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_serve
         at = attempt(signal, command, ports)
         assert kind.left_serving(at, Observation(exit_code=code)) is left, (signal, command, code, ports)
         assert ("completed" in at.injected) is left
+
+
+def _lane_answering(answers: list[Any], ordinary: list[Any] | None) -> Any:
+    from types import SimpleNamespace
+
+    from vsnap_qual.steps import LaneState, OrdinaryReference
+
+    oracle = {"oracle_token_ids": [5], "oracle_text": " a", "oracle_sampled_token_logprob": -0.5}
+    state = LaneState(manifest=oracle)
+    if ordinary is not None:
+        state.ordinary = OrdinaryReference([c.as_dict() for c in ordinary], {}, None)
+
+    def canaries(port: int) -> list[Any]:
+        return answers
+
+    return SimpleNamespace(state=state, canaries=canaries, config=SimpleNamespace(logprob_tolerance=0.01))
+
+
+def test_a_restored_killed_create_is_asked_the_lanes_canaries_and_each_compared_with_the_ordinary_engine():
+    from vsnap_qual.contract import VLLM_CANARY_PROMPT
+    from vsnap_qual.engine import CanaryOutput
+
+    first = CanaryOutput(VLLM_CANARY_PROMPT, [5], " a", -0.5)
+    second = CanaryOutput("p", [1, 2], " b c", -0.1, [-0.1, -0.2])
+    assert kills.ask_canaries(_lane_answering([first, second], [first, second]), 1)["ok"] is True
+    wrong = CanaryOutput("p", [1, 3], " b d", -0.1, [-0.1, -0.2])
+    said = kills.ask_canaries(_lane_answering([first, wrong], [first, second]), 1)
+    assert said["ok"] is False and [c["ok"] for c in said["compared"]] == [True, False]
+    assert kills.ask_canaries(_lane_answering([first], [first, second]), 1)["ok"] is False  # an answer missing
+    # no ordinary reference in the lane: vLLM's canary against the fault artifact's oracle
+    alone = kills.ask_canaries(_lane_answering([first, wrong], None), 1)
+    assert alone["ok"] is True and alone["against"] == "the fault artifact's oracle"
+    assert kills.ask_canaries(_lane_answering([wrong], None), 1)["ok"] is False
