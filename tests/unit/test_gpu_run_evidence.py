@@ -162,3 +162,25 @@ def test_the_h200_chaos_runs_words_in_the_docs_are_its_evidence() -> None:
     assert "compute apps after the run: 0" in (GPU_RUN / name / "gpu-tier.log").read_text()
     for lane in results["lanes"]:
         assert lane["environment"]["gpu"]["name"] == "NVIDIA H200"
+
+
+def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
+    """Issue 29 on the H200 at the commit that records the finding: what the docs and the README say of it."""
+    from vsnap_qual import chaos
+
+    name = "2026-12-02-chaos-v2-final"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    fig = chaos.figures(results)
+    rows = fig["rows"]
+    assert sum(r["runs"] for r in rows.values()) == 32 and fig["missed"] == 0 and fig["failed"] == []
+    assert sum(r["leaks after the sweep"] for r in rows.values()) == 0
+    assert sum(r["artifact"]["refused by inspect"] for (c, _, _), r in rows.items() if c == "create") == 16
+    assert sum(r["artifact"]["restores again"] for (c, _, _), r in rows.items() if c == "restore") == 16
+    terms = [s for s in results["steps"] if s["step"].startswith("fault:term-restore")]
+    assert len(terms) == 8 and all(s["results"]["injected"]["own_cleanup"].startswith("not judged") for s in terms)
+    parked = [s for s in terms if s["results"]["cleanup"].get("leftover_processes")]
+    assert len(parked) == 1 and set(parked[0]["results"]["cleanup"]["leftover_wchan"].values()) == {"futex_do_wait"}
+    assert (GPU_RUN / name / "figures.txt").read_text().strip() == chaos.render(fig)
+    assert str(fig["seeds"][0]) in (GPU_RUN / "README.md").read_text()
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
+    assert "32 kills, PASS 32/32" in (ROOT / "README.md").read_text()
