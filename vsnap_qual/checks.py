@@ -97,7 +97,8 @@ def compare_digests(
     reference: Mapping[str, model.Digest],
     actual: Mapping[str, model.Digest],
 ) -> model.DigestCompare:
-    """Which parameters kept their bytes; unobservable ones are named, never counted as unchanged."""
+    """Which parameters and buffers kept their bytes; unobservable ones are named, never counted as unchanged.
+    Buffers (``source: "buffer"`` in the reference) are counted and their changes named apart."""
     changed, missing, unobservable = [], [], []
     unchanged = 0
     for name, ref in reference.items():
@@ -111,6 +112,7 @@ def compare_digests(
         else:
             changed.append(name)
     extra = sorted(set(actual) - set(reference))
+    buffers = {name for name, ref in reference.items() if ref.get("source") == "buffer"}
     return model.DigestCompare(
         total=len(reference),
         unchanged=unchanged,
@@ -120,6 +122,8 @@ def compare_digests(
         extra=extra,
         # nothing compared is never a pass
         ok=not changed and not missing and not extra and 0 < unchanged == len(reference) - len(unobservable),
+        buffers=len(buffers),
+        changed_buffers=[name for name in changed if name in buffers],
     )
 
 
@@ -183,11 +187,17 @@ def shape_findings(
 
 
 def digest_findings(compare: model.DigestCompare, against: str = "the ordinary reference") -> list[Finding]:
+    """The digest check: a changed buffer (a rotary cache, a KV or quantization scale) is named as a buffer."""
+    buffers = compare.get("changed_buffers") or []
+    params = [name for name in compare["changed"] if name not in buffers]
+    what = "buffer" if buffers and not params and not compare["missing"] and not compare["extra"] else "parameter"
     detail = (
-        f"parameter digests differ from {against}: {compare['unchanged']}/{compare['total']} unchanged; "
-        f"changed {compare['changed'][:_SHOWN]} missing {compare['missing'][:_SHOWN]} "
+        f"{what} digests differ from {against}: {compare['unchanged']}/{compare['total']} unchanged; "
+        f"changed {params[:_SHOWN]} missing {compare['missing'][:_SHOWN]} "
         f"unobservable {compare['unobservable'][:_SHOWN]}"
     )
+    if buffers:
+        detail += f"; buffers changed {buffers[:_SHOWN]} (of {compare.get('buffers', 0)} buffers)"
     return [Finding("digests", bool(compare["ok"]), detail)]
 
 

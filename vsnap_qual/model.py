@@ -142,7 +142,8 @@ class Digest(TypedDict, total=False):
     sha256: str | None
     shape: list[int]
     dtype: str
-    source: Literal["parameter", "reconstructed", "unobservable"]
+    #: ``buffer``: a ``named_buffers()`` entry (rotary caches, KV/quantization scales); the others are parameters
+    source: Literal["parameter", "reconstructed", "unobservable", "buffer"]
 
 
 class DigestCompare(TypedDict):
@@ -153,6 +154,9 @@ class DigestCompare(TypedDict):
     unobservable: list[str]
     extra: list[str]
     ok: bool
+    #: how many of ``total`` are buffers, and which of ``changed`` are (runs before buffers were digested lack both)
+    buffers: NotRequired[int]
+    changed_buffers: NotRequired[list[str]]
 
 
 class CleanupAudit(TypedDict, total=False):

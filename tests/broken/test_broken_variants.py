@@ -132,6 +132,21 @@ def test_an_engine_wrong_only_for_one_request_shape_after_restore_fails_naming_t
     assert all(c["compare"]["ok"] for c in compare if c["shape"] != shape), message
 
 
+def test_kv_scales_changed_by_a_wake_fail_the_digests_naming_the_buffers(tmp_path, docker_client, reference_images):
+    """Issue #28 item 2: a buffer (a KV scale) changed by the wake is named as a buffer though every answer holds."""
+    run = qualify(tmp_path, docker_client, "kv-scales-rederived-on-wake", *TO_RESTORE_1)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    compare = restore["results"]["digest_compare"]
+    scales = sorted(n for n in compare["changed"] if n.endswith(("k_scale", "v_scale")))
+    assert scales and compare["changed_buffers"] == compare["changed"], compare
+    assert compare["buffers"] > len(scales)  # the rotary cache is a buffer too, and unchanged
+    assert "buffer digests differ from the ordinary reference" in restore["message"], restore["message"]
+    assert "buffers changed" in restore["message"] and scales[0] in restore["message"], restore["message"]
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]), restore["results"]["canary_compare"]
+    assert "canary differs" not in restore["message"] and "request shapes differ" not in restore["message"]
+
+
 def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
     tmp_path, docker_client, reference_images
 ):

@@ -332,6 +332,20 @@ VARIANTS: dict[str, Variant] = {
             ),
         ),
         Variant(
+            "kv-scales-rederived-on-wake",
+            "a wake puts the saved buffers back, then re-derives the per-layer KV scales (``k_scale``/``v_scale``) "
+            "instead of keeping them: they come back one part in a million off (the shape of vLLM #57163, where a "
+            "level-2 sleep zeroed them); answers stay within tolerance, only the buffer digests see it",
+            (
+                Patch(
+                    "vllm.v1.worker.gpu_worker",
+                    "                    buffer.data.copy_(self._sleep_saved_buffers[name])\n",
+                    f"                if name.endswith(('k_scale', 'v_scale')):  {MARK}: KV scales re-derived\n"
+                    "                    buffer.data.mul_(1.0 + 2.0**-20)\n",
+                ),
+            ),
+        ),
+        Variant(
             "trusts-half-written-artifact",
             "create publishes its manifest, then copies the model's weights into the artifact, slowly (4 s); a "
             "restore reloads the weights from that copy, zero-filling whatever a killed create never wrote, and "

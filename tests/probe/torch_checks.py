@@ -46,6 +46,10 @@ class TinyModel(torch.nn.Module):
         self.qkv_proj = PackedLinear(self.dense_qkv, with_op=with_op, broken=broken)
         self.norm = torch.nn.Module()
         self.norm.weight = torch.nn.Parameter(torch.ones(8, dtype=dtype))
+        # buffers as vLLM keeps them: a rotary cache (non-persistent), a KV scale, an empty one
+        self.register_buffer("cos_sin_cache", torch.randn(4, 8, generator=g).to(dtype), persistent=False)
+        self.qkv_proj.register_buffer("k_scale", torch.tensor(1.0, dtype=torch.float32))
+        self.register_buffer("empty_buffer", torch.empty(0))
 
 
 class Runner:
@@ -62,11 +66,33 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def check_every_named_parameter_has_a_record_in_order() -> None:
+def check_every_named_parameter_and_buffer_has_a_record_in_order() -> None:
     model = TinyModel()
     records = FakeWorker(model).vsnap_param_digests()
-    assert list(records) == [name for name, _ in model.named_parameters()]
-    assert FakeWorker(model).vsnap_param_count() == len(records) == 3
+    params = [name for name, _ in model.named_parameters()]
+    buffers = [name for name, _ in model.named_buffers()]
+    assert list(records) == params + buffers, list(records)
+    assert buffers == ["cos_sin_cache", "empty_buffer", "qkv_proj.k_scale"], buffers
+    assert FakeWorker(model).vsnap_param_count() == len(params) == 3
+    assert {records[n]["source"] for n in buffers} == {"buffer"}
+
+
+def check_buffer_digest_is_sha256_of_its_bytes_and_a_changed_scale_changes_it() -> None:
+    model = TinyModel()
+    rec = digest.param_digests(model)["qkv_proj.k_scale"]
+    assert rec == {
+        "sha256": sha(model.qkv_proj.k_scale.numpy().tobytes()),
+        "shape": [],
+        "dtype": "float32",
+        "source": "buffer",
+    }, rec
+    model.qkv_proj.k_scale.zero_()
+    assert digest.param_digests(model)["qkv_proj.k_scale"]["sha256"] != rec["sha256"]
+
+
+def check_empty_buffer_is_unobservable_never_empty_digest() -> None:
+    rec = digest.param_digests(TinyModel())["empty_buffer"]
+    assert rec["sha256"] is None and rec["source"] == "buffer" and rec["detail"] == "zero elements", rec
 
 
 def check_plain_parameter_digest_is_sha256_of_its_bytes() -> None:

@@ -222,3 +222,50 @@ def test_a_one_block_kv_difference_never_prints_as_zero() -> None:
     assert figures.percent(-16 / 63_104 * 100) == "−0.03%"
     assert figures.percent(0) == "0.00%"
     assert figures.percent(0.005) == "+0.01%"
+
+
+def test_a_changed_buffer_is_named_as_a_buffer_in_the_table_the_summary_and_the_validation_row(
+    report_dir: Path,
+) -> None:
+    """A zeroed KV scale (a buffer) is counted and named apart from the parameters (issue #28, item 2)."""
+    from vsnap_qual.report.frames import compare_all
+    from vsnap_qual.report.html import render_html
+    from vsnap_qual.report.validation_table import validation_checks
+
+    evidence = report_dir / "evidence.jsonl"
+    records_ = [json.loads(line) for line in evidence.read_text().splitlines()]
+    buffers = {
+        "model.rotary_emb.cos_sin_cache": {"sha256": "c" * 64, "shape": [512, 32], "dtype": "float32"},
+        "model.layers.0.self_attn.k_scale": {"sha256": "1" * 64, "shape": [], "dtype": "float32"},
+    }
+    steps = {(r["runner"], r["arm"], r["step"]): r for r in records_ if r["kind"] == "step"}
+    for (runner, arm, _step), record in steps.items():
+        digests = record.get("results", {}).get("digests")
+        if runner != "v1" or digests is None:
+            continue
+        for name, entry in buffers.items():
+            digests[name] = {**entry, "source": "buffer"}
+        if (arm, _step) == ("head", "restore-1"):
+            digests["model.layers.0.self_attn.k_scale"]["sha256"] = "0" * 64
+    reference = steps[("v1", "head", "ordinary")]["results"]["digests"]
+    for step in procedure.RESTORES:
+        if (restore := steps.get(("v1", "head", step))) is not None and "digests" in restore["results"]:
+            restore["results"]["digest_compare"] = checks.compare_digests(reference, restore["results"]["digests"])
+    evidence.write_text("".join(json.dumps(r) + "\n" for r in records_))
+    results = assemble_file(evidence)
+
+    frame = digest_frame(results, "v1")
+    assert frame.loc["model.layers.0.self_attn.k_scale", "kind"] == "buffer"
+    assert frame.loc["model.layers.0.self_attn.k_scale", "status"] == "changed"
+    assert frame.loc["model.rotary_emb.cos_sin_cache", "kind"] == "buffer"
+    assert frame.loc["model.embed_tokens.weight", "kind"] == "parameter"
+    summary = {r["runner"]: r for r in records(digest_summary(results))}["v1"]
+    assert summary["buffers"] == 2 and summary["changed_buffer_names"] == ["model.layers.0.self_attn.k_scale"]
+    assert summary["text"] == "31/32 unchanged (1 changed); 2 buffers, 1 changed", summary["text"]
+    comparisons = compare_all(results)
+    row = next(c for c in validation_checks(results, comparisons) if c["name"].startswith("parameter digests"))
+    assert row["ok"] is False
+    assert "v1 buffers changed: model.layers.0.self_attn.k_scale" in row["details"], row["details"]
+    assert not any(d.startswith("v1 changed:") for d in row["details"]), row["details"]
+    html = render_html(results, comparisons=comparisons)
+    assert "<td>buffer</td>" in html and "buffers: model.layers.0.self_attn.k_scale" in html

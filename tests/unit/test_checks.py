@@ -45,6 +45,21 @@ def test_digest_comparison_never_passes_when_nothing_was_observed() -> None:
     assert checks.digest_findings(changed)[0].detail.startswith("parameter digests differ")
 
 
+def test_a_changed_buffer_is_named_as_a_buffer_and_fails_the_digests() -> None:
+    reference = {**_digests(w="1"), "rotary.cos_sin_cache": {"sha256": "c", "source": "buffer"}}
+    reference["attn.k_scale"] = {"sha256": "s", "source": "buffer"}
+    zeroed = {**reference, "attn.k_scale": {"sha256": "0", "source": "buffer"}}
+    compare = checks.compare_digests(reference, zeroed)
+    assert not compare["ok"] and compare["changed"] == compare["changed_buffers"] == ["attn.k_scale"]
+    assert compare["buffers"] == 2 and compare["unchanged"] == 2 and compare["total"] == 3
+    detail = checks.digest_findings(compare)[0].detail
+    assert detail.startswith("buffer digests differ") and "buffers changed ['attn.k_scale'] (of 2 buffers)" in detail
+    both = checks.compare_digests(reference, {**zeroed, "w": {"sha256": "2"}})
+    detail = checks.digest_findings(both)[0].detail
+    assert detail.startswith("parameter digests differ") and "changed ['w']" in detail and "buffers changed" in detail
+    assert checks.compare_digests(reference, dict(reference))["ok"]
+
+
 def test_canary_tolerance_and_bit_exactness() -> None:
     within = checks.compare_canary(REF, CanaryOutput(REF.prompt, [12095], " Paris", -0.4205), 1e-3)
     assert within["ok"] and not within["bit_exact"]

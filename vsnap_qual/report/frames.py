@@ -58,6 +58,9 @@ class DigestSummaryRow(TypedDict):
     extra_names: list[str]
     text: str
     ok: bool | None
+    #: how many of ``total`` are buffers (``named_buffers()``), and which changed ones are
+    buffers: int
+    changed_buffer_names: list[str]
 
 
 class CanaryRow(TypedDict):
@@ -241,7 +244,8 @@ def digest_sources(run: model.RunEvidence, runner: str) -> dict[str, model.Step]
 
 
 def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
-    """A row per parameter: its sha256 in each digest column, ``status`` and ``changed_in``; changed first.
+    """A row per parameter and buffer: its sha256 in each digest column, ``kind`` (``parameter`` or ``buffer``),
+    ``status`` and ``changed_in``; changed first.
 
     ``status`` is what the recorded comparisons of the columns with the reference (:func:`column_compares`)
     named the parameter: ``changed``, ``missing`` (from a column), ``extra`` (in a column, not in the
@@ -257,6 +261,7 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
     data: dict[str, dict[str, str]] = {}
     shapes: dict[str, str] = {}
     dtypes: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     for column in columns:
         cells: dict[str, str] = {}
         for name, entry in sources[column]["results"].get("digests", {}).items():
@@ -264,6 +269,7 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
             cells[name] = sha if sha else UNOBSERVABLE
             shapes.setdefault(name, "×".join(str(d) for d in entry.get("shape", [])))
             dtypes.setdefault(name, entry.get("dtype") or "")
+            kinds.setdefault(name, "buffer" if entry.get("source") == "buffer" else "parameter")
         data[column] = cells
     names = list(dict.fromkeys(name for column in columns for name in data[column]))
     frame: pd.DataFrame = pd.DataFrame(  # (pandas-stubs type the constructor as returning Any)
@@ -272,7 +278,9 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
         dtype=object,
     )
     if not columns:
-        empty: pd.DataFrame = frame.assign(status=pd.Series(dtype=object), changed_in=pd.Series(dtype=object))
+        empty: pd.DataFrame = frame.assign(
+            kind=pd.Series(dtype=object), status=pd.Series(dtype=object), changed_in=pd.Series(dtype=object)
+        )
         return empty
     latest = latest_steps(run)
     recorded: dict[str, DigestStatus] = {}
@@ -292,6 +300,7 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
     frame = frame.assign(
         shape=[shapes.get(n, "") for n in names],
         dtype=[dtypes.get(n, "") for n in names],
+        kind=[kinds.get(n, "parameter") for n in names],
         status=statuses,
         changed_in=[" ".join(changed_in.get(n, [])) for n in names],
     )
@@ -332,11 +341,14 @@ def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | Non
             counts = {k: int((statuses == k).sum()) for k in _STATUS_RANK}
             names = {k: [str(n) for n in frame.index[statuses == k]] for k in _RECORDED}
             total, shown = len(frame), ", ".join(columns)
+            is_buffer = frame["kind"] == "buffer"
+            buffers = int(is_buffer.sum())
+            changed_buffers = [str(n) for n in frame.index[is_buffer & (statuses == "changed")]]
         else:
             compared = _summary_from_compare(runner, latest, reference_arm(run))
             if compared is None:
                 continue
-            total, counts, names = compared
+            total, counts, names, buffers, changed_buffers = compared
             shown = "digest_compare"
         found.append(
             DigestSummaryRow(
@@ -351,8 +363,10 @@ def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | Non
                 changed_names=names["changed"],
                 missing_names=names["missing"],
                 extra_names=names["extra"],
-                text=_digest_text(total, counts),
+                text=_digest_text(total, counts, buffers, changed_buffers),
                 ok=recorded_digest_ok(latest, runner),
+                buffers=buffers,
+                changed_buffer_names=changed_buffers,
             )
         )
     return _frame(found, DigestSummaryRow)
@@ -371,8 +385,9 @@ def recorded_digest_ok(latest: dict[StepKey, model.Step], runner: str) -> bool |
 
 def _summary_from_compare(
     runner: str, latest: dict[StepKey, model.Step], arm: str
-) -> tuple[int, dict[DigestStatus, int], dict[DigestStatus, list[str]]] | None:
-    """(total, counts, names) from the restores' recorded ``digest_compare``, for a runner without digests."""
+) -> tuple[int, dict[DigestStatus, int], dict[DigestStatus, list[str]], int, list[str]] | None:
+    """(total, counts, names, buffers, changed buffers) from the restores' recorded ``digest_compare``, for a runner
+    without digests."""
     found = [
         compare
         for s in RESTORES
@@ -385,13 +400,21 @@ def _summary_from_compare(
     seen = {n for k in ("changed", "missing", "unobservable") for n in names[k]}  # extra ones are beyond the total
     counts: dict[DigestStatus, int] = {k: len(v) for k, v in names.items()}
     counts["unchanged"] = max(0, total - len(seen))
-    return total, counts, names
+    buffers = max(c.get("buffers", 0) for c in found)
+    changed_buffers = list(dict.fromkeys(n for c in found for n in c.get("changed_buffers", [])))
+    return total, counts, names, buffers, changed_buffers
 
 
-def _digest_text(total: int, counts: dict[DigestStatus, int]) -> str:
+def _digest_text(
+    total: int, counts: dict[DigestStatus, int], buffers: int = 0, changed_buffers: Sequence[str] = ()
+) -> str:
+    """``130/131 unchanged (1 changed); 5 buffers, 1 changed``: buffers are counted apart."""
     text = f"{counts['unchanged']}/{total} unchanged"
     extra = [f"{counts[k]} {k}" for k in _RECORDED if counts[k]]
-    return text + (f" ({', '.join(extra)})" if extra else "")
+    text += f" ({', '.join(extra)})" if extra else ""
+    if buffers:
+        text += f"; {buffers} buffers" + (f", {len(changed_buffers)} changed" if changed_buffers else "")
+    return text
 
 
 # ---------------------------------------------------------------------------------------------- canary

@@ -428,17 +428,20 @@ def _digests(comparisons: Comparisons) -> list[DigestBlock]:
         statuses = table["status"].to_numpy()
         shapes = table["shape"].to_numpy()
         dtypes = table["dtype"].to_numpy()
+        kinds = table["kind"].to_numpy()
         # Rows are pre-rendered markup: at 1,000 parameters a template loop per cell eats the time budget.
         lines: list[Markup] = []
-        for name, row, status, shape, dtype in zip(table.index, values, statuses, shapes, dtypes, strict=True):
+        for name, row, status, shape, dtype, kind in zip(
+            table.index, values, statuses, shapes, dtypes, kinds, strict=True
+        ):
             ref = row[0]
             cells = [_digest_cell(ref, ref, is_reference=True)]
             cells.extend(_digest_cell(value, ref, is_reference=False) for value in row[1:])
             lines.append(
                 Markup(
-                    '<tr class="{}"><td class="mono">{}</td><td>{}</td><td>{}</td>{}'
+                    '<tr class="{}"><td class="mono">{}</td><td>{}</td><td>{}</td><td>{}</td>{}'
                     '<td><span class="pill s-{}">{}</span></td></tr>'
-                ).format(status, name, shape, dtype, Markup("").join(cells), status, status)
+                ).format(status, name, kind, shape, dtype, Markup("").join(cells), status, status)
             )
         problems = int((statuses != "unchanged").sum())
         out.append(

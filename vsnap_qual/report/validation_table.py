@@ -232,12 +232,18 @@ def _digests(comparisons: Comparisons) -> model.Check:
     parts = []
     details = []
     for row in found:
+        buffers = row.get("buffers") or 0
         if row["ok"] and not row["unobservable"]:
-            parts.append(f"{row['runner']}: all {row['total']:,} unchanged")
+            parts.append(
+                f"{row['runner']}: all {row['total']:,} unchanged" + (f" ({buffers} buffers)" if buffers else "")
+            )
         else:
             parts.append(f"{row['runner']}: {row['text']}")
-        if row["changed_names"]:
-            details.append(f"{row['runner']} changed: {_names(list(row['changed_names']))}")
+        changed_buffers = list(row.get("changed_buffer_names") or [])
+        if changed_buffers:
+            details.append(f"{row['runner']} buffers changed: {_names(changed_buffers)}")
+        if changed := [n for n in row["changed_names"] if n not in changed_buffers]:
+            details.append(f"{row['runner']} changed: {_names(list(changed))}")
         if row["missing_names"]:
             details.append(f"{row['runner']} missing: {_names(list(row['missing_names']))}")
         if row["extra_names"]:

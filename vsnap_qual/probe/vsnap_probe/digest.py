@@ -1,4 +1,4 @@
-"""Parameter digests through vLLM's worker-extension seam (``--worker-extension-cls``).
+"""Parameter and buffer digests through vLLM's worker-extension seam (``--worker-extension-cls``).
 
 vLLM injects ``DigestExtension`` into the worker class's bases, so its methods become callable with ``POST
 /collective_rpc {"method": "vsnap_param_digests"}`` (dev mode). Every name here starts with ``vsnap_`` or
@@ -12,6 +12,11 @@ Digest rule (one record per ``model.named_parameters()`` entry, in that order):
   ``layer.cpu_linear``): the dense weight is reconstructed as ``cpu_linear(eye(K), weight, None).t()`` and its
   bytes are digested (``source: "reconstructed"``);
 - otherwise ``source: "unobservable"`` with ``sha256: None``. The digest of empty bytes is never reported.
+
+Then one record per ``model.named_buffers()`` entry (rotary caches, KV and quantization scales: state that a
+level-2 sleep saves and a wake puts back), ``source: "buffer"``: sha256 of its raw bytes; a buffer with zero
+elements has ``sha256: None`` and a ``detail``. Torch keeps parameter and buffer names apart in a module, so one
+map holds both.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 SOURCE_PARAMETER = "parameter"
 SOURCE_RECONSTRUCTED = "reconstructed"
 SOURCE_UNOBSERVABLE = "unobservable"
+SOURCE_BUFFER = "buffer"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 # Integer dtypes of the same element size: reinterpreting a tensor through one of them gives its raw bytes for
@@ -135,9 +141,25 @@ def parameter_records(model: Any) -> Iterator[tuple[str, dict[str, object]]]:
         yield name, record
 
 
+def buffer_records(model: Any) -> Iterator[tuple[str, dict[str, object]]]:
+    """``(name, record)`` for every entry of ``model.named_buffers()``."""
+    for name, buffer in model.named_buffers():
+        data = buffer.detach()
+        record: dict[str, object] = {
+            "sha256": tensor_sha256(data) if data.numel() > 0 else None,
+            "shape": list(data.shape),
+            "dtype": dtype_name(data.dtype),
+            "source": SOURCE_BUFFER,
+        }
+        if data.numel() == 0:
+            record["detail"] = "zero elements"
+        yield name, record
+
+
 def param_digests(model: Any) -> dict[str, dict[str, object]]:
-    """All parameter records of a model, keyed by parameter name (``named_parameters()`` order)."""
-    return dict(parameter_records(model))
+    """All parameter records of a model (``named_parameters()`` order), then its buffers' (``named_buffers()``
+    order), keyed by name."""
+    return {**dict(parameter_records(model)), **dict(buffer_records(model))}
 
 
 def worker_model(worker: Any) -> Any:
@@ -155,8 +177,8 @@ class DigestExtension:
     """Worker extension (``--worker-extension-cls vsnap_probe.digest.DigestExtension``)."""
 
     def vsnap_param_digests(self) -> dict[str, dict[str, object]]:
-        """``{name: {"sha256", "shape", "dtype", "source"}}`` over the worker model's
-        ``named_parameters()``."""
+        """``{name: {"sha256", "shape", "dtype", "source"}}`` over the worker model's ``named_parameters()`` and
+        ``named_buffers()``."""
         return param_digests(worker_model(self))
 
     def vsnap_param_count(self) -> int:

@@ -66,6 +66,10 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, eps, dtype)
         self.k_norm = RMSNorm(self.head_dim, eps, dtype)
         self.rotary_emb = rotary
+        # The per-layer KV scales vLLM keeps as buffers for a quantized KV cache (``k_scale``/``v_scale``): K and V
+        # are held scaled by them. 1.0, the identity (bit-exact), as for an unquantized checkpoint.
+        self.register_buffer("k_scale", torch.tensor(1.0, dtype=torch.float32))
+        self.register_buffer("v_scale", torch.tensor(1.0, dtype=torch.float32))
 
     def forward(
         self,
@@ -77,9 +81,9 @@ class Qwen3Attention(nn.Module):
         tokens = hidden.shape[0]
         q = self.q_norm(self.q_proj(hidden).view(tokens, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim) * self.v_scale
         q = self.rotary_emb(positions, q)
-        k = self.rotary_emb(positions, k)
+        k = self.rotary_emb(positions, k) * self.k_scale
         if kv_cache is not None and kv_cache.numel():
             # Paged layout [2, num_blocks * block_size, kv_heads, head_dim]: this step's K/V go to its slots.
             kv_cache[0].index_copy_(0, slots, k.to(kv_cache.dtype))
