@@ -17,6 +17,7 @@ import pytest
 
 from vsnap_qual import runtimes
 from vsnap_qual.contract import (
+    DECODE_TOKENS,
     DEFAULT_PROMPTS,
     DEFAULT_TIMEOUTS,
     RUNNERS,
@@ -101,6 +102,10 @@ class QualConfig:
     runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
+    #: the fixed generation timed on the ordinary engine and after each restore (``vsnap_qual.decode_speed``): runs
+    #: per set (0: not measured) and the slowdown allowed (ordinary median / restored median)
+    decode_runs: int = 5
+    decode_tolerance: float = 1.75
     soak_s: float = 3.0  # liveness soak after each restore
     #: the observation window: each restored server of the lifecycle is watched (processes, /health, canaries)
     #: until at least this many seconds after its restore exited
@@ -255,6 +260,15 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             f"{canary_tokens} answer tokens need at least {need}; raise --vsnap-max-model-len, lower "
             "--vsnap-canary-tokens or shorten the prompt (--vsnap-prompts)"
         )
+    decode_runs = _get(parsed, "vsnap_decode_runs", 5)
+    first = prompts[0]
+    decode_need = DECODE_TOKENS + prompt_words(first) + 1
+    if decode_runs and decode_need > max_model_len:
+        raise pytest.UsageError(
+            f"--vsnap-max-model-len={max_model_len} is too short for the decode-speed generation: the first canary "
+            f"prompt ({prompt_words(first)} words) and its {DECODE_TOKENS} tokens need at least {decode_need}; raise "
+            "--vsnap-max-model-len or leave the decode speed out (--vsnap-decode-runs=0)"
+        )
     cleanup_grace = _get(parsed, "vsnap_cleanup_grace", 5.0)
     fault_timeout = _get(parsed, "vsnap_fault_timeout", 300.0)
     if cleanup_grace * 2 > fault_timeout:
@@ -317,6 +331,8 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         annotate=bool(parsed.get("vsnap_annotate")),
         cpu_smoke=cpu_smoke,
         kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
+        decode_runs=decode_runs,
+        decode_tolerance=_get(parsed, "vsnap_decode_tolerance", 1.75),
         soak_s=_get(parsed, "vsnap_soak", 3.0),
         observe_s=_get(parsed, "vsnap_observe", 30.0),
         canary_tokens=canary_tokens,

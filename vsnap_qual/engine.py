@@ -129,6 +129,15 @@ def param_digests(port: int, host: str = "127.0.0.1", timeout: float = 300.0) ->
     return digests
 
 
+def metrics_text(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> str:
+    """The engine's ``/metrics`` text; empty when it serves none."""
+    try:
+        response = requests.get(f"http://{host}:{port}/metrics", timeout=timeout)
+    except requests.RequestException:
+        return ""
+    return response.text if response.status_code == 200 else ""
+
+
 def kv_from_metrics(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> int | None:
     """KV capacity in tokens from ``vllm:cache_config_info``; None when the gauge carries no capacity."""
     try:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from vsnap_qual import checks, drifts, engine, kills, package_probe, progress
+from vsnap_qual import artifact_deps, checks, drifts, engine, kills, package_probe, progress, tamper
 from vsnap_qual.audit import port_listening
 from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
 from vsnap_qual.config import Lane, QualConfig
@@ -54,6 +54,7 @@ from vsnap_qual.model import (
     Behaviour,
     CapturedIdWait,
     CleanupAudit,
+    Digest,
     FaultExpectation,
     FaultObservation,
     FiredRecord,
@@ -61,7 +62,7 @@ from vsnap_qual.model import (
 )
 from vsnap_qual.procedure import ANY, Expect, Fault
 from vsnap_qual.recorder import StepEvidence, StepRecorder
-from vsnap_qual.steps import EXCEPTION_LINE, LaneState, StepFailed
+from vsnap_qual.steps import EXCEPTION_LINE, LaneState, OrdinaryReference, StepFailed
 
 __all__ = ["ANY", "Expect", "Fault", "FaultCatalogue", "Injector", "Observation", "fault_step", "judge", "run_fault"]
 
@@ -74,6 +75,8 @@ class FaultLane(Protocol):
     recorder: StepRecorder
     state: LaneState
     ports: dict[str, int]
+    #: the ordinary references this process recorded, by lane name (the lifecycle lane's is its fault lane's)
+    peers: dict[str, OrdinaryReference]
 
     @property
     def box(self) -> Box: ...
@@ -85,6 +88,7 @@ class FaultLane(Protocol):
     def endpoint(self, port: int) -> tuple[str, int]: ...
     def pid_alive(self, pid: int) -> bool: ...
     def canaries(self, port: int) -> list[engine.CanaryOutput]: ...
+    def digests(self, port: int) -> dict[str, Digest]: ...
     def command(
         self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
     ) -> ExecResult: ...
@@ -462,6 +466,86 @@ class ImageInjector(Injector):
         return bool(injected.get("truncated"))
 
 
+class WeightsInjector(Injector):
+    """``weights`` (issue 28): a weight shard of a private copy of the model's cache entry changed between the
+    private artifact's ``create`` and its ``restore`` (``vsnap_qual.tamper``); the restored engine, when there is
+    one, is asked its digests and canaries before it is stopped."""
+
+    #: the lane's artifact is not this kind's: its own artifact is made, restored and removed by the attempt
+    judges_artifact = False
+
+    def begin(self, at: Attempt) -> None:
+        run, injected = at.run, at.injected
+        timeout = run.config.timeouts["http"]
+        reference = run.peers.get(run.lane.name)
+        observable = [n for n, d in (reference.digests if reference else {}).items() if d.get("sha256")]
+        copied = tamper.private_copy(run.box, run.config.model, run.config.revision, timeout)
+        if isinstance(copied, str):
+            injected["error"] = f"no private copy of the model: {copied}"
+            return
+        home = {"HF_HOME": tamper.PRIVATE_HOME, "HF_HUB_CACHE": f"{tamper.PRIVATE_HOME}/hub"}
+        run.box.remove_path(tamper.PRIVATE_ARTIFACT)
+        created = run.snapshot(
+            at.rec,
+            "create",
+            *run.create_argv(tamper.PRIVATE_ARTIFACT),
+            timeout_key="create",
+            env=home,
+            name="create-tampered",
+        )
+        if created.exit_code != 0:
+            injected["error"] = f"create from the private copy exited {created.exit_code}: {created.stderr[-300:]}"
+            return
+        run.state.shm_owned.update(artifact_deps.outside_files(run.box, tamper.PRIVATE_ARTIFACT))
+        record = tamper.flip(run.box, copied, tamper.choose_tensor(copied.tensors, observable), timeout)
+        at.rec.results["weight_tamper"] = record
+        if record.get("sha256_after") and record["sha256_after"] != record["sha256_before"]:
+            injected["tampered"] = f"{record['length']} bytes of {record['tensor']} in {record['shard']}"
+        at.env.update(home)
+
+    def restore(self, at: Attempt) -> ExecResult:
+        argv = restore_argv(at.port, tamper.PRIVATE_ARTIFACT)
+        return at.run.command(at.rec, argv, "restore", at.env, "restore-faulted")
+
+    def act(self, at: Attempt) -> ExecResult:
+        result = super().act(at)
+        record = at.rec.results.get("weight_tamper")
+        if record is None or not at.injected.get("tampered"):
+            return result
+        if result.exit_code != 0:
+            record["outcome"] = record["said"] = "refused"
+            return result
+        run = at.run
+        reference = run.peers.get(run.lane.name)
+        try:
+            digests, canaries = run.digests(at.port), run.canaries(at.port)
+        except (engine.EngineError, OSError) as exc:
+            record["outcome"] = record["said"] = "unasked"
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            return result
+        compared = tamper.compare(
+            record,
+            reference.digests if reference else None,
+            reference.canary if reference else None,
+            digests,
+            canaries,
+            run.config.logprob_tolerance,
+        )
+        compared["said"] = tamper.outcome_words(compared, result.exit_code)
+        at.rec.results["weight_tamper"] = compared
+        return result
+
+    def end(self, at: Attempt) -> None:
+        at.run.box.remove_path(tamper.PRIVATE_ARTIFACT)
+        at.run.box.remove_path(tamper.PRIVATE_HOME)
+
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
+        return bool(injected.get("tampered"))
+
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+        return tamper.problems(results.get("weight_tamper"), obs.exit_code, [obs.stderr_tail, *obs.error_lines])
+
+
 class KillInjector(Injector):
     """``kill``: ``Fault.signal`` to the whole tree of ``Fault.command`` at a seeded random moment. Fired when the
     signal went to a running command (one that had already ended is tried again, with the next draw)."""
@@ -652,6 +736,7 @@ BUILTIN_INJECTORS: Mapping[str, Injector] = {
     "manifest": ManifestInjector(),
     "image": ImageInjector(),
     "kill": KillInjector(),
+    "weights": WeightsInjector(),
 }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import artifact_deps, audit, engine, exits, model, overlay, probe_copy, shapes
+from vsnap_qual import artifact_deps, audit, decode_speed, engine, exits, model, overlay, probe_copy, shapes
 from vsnap_qual.artifact_files import ArtifactFilesError
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
@@ -32,13 +32,23 @@ from vsnap_qual.contract import (
     MODEL_CACHE,
     PROBE,
     SMOKE,
+    VLLM_CANARY_PROMPT,
     WORK,
     Purpose,
     restore_argv,
 )
 from vsnap_qual.control import MountedControlDir, read_json_files
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.model import Canary, CleanupAudit, Digest, FreshImport, LeftoverProcess, OverlayFileResult, UnitOutcome
+from vsnap_qual.model import (
+    Canary,
+    CleanupAudit,
+    DecodeSpeed,
+    Digest,
+    FreshImport,
+    LeftoverProcess,
+    OverlayFileResult,
+    UnitOutcome,
+)
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.probe.vsnap_probe import control_files
@@ -422,6 +432,24 @@ class LaneRun:
                 engine.completion(reach, self.served_model, p, host=host, timeout=timeout, max_tokens=n)
                 for p, n in canary_plan(self.config)
             ]
+
+    def decode_speed(self, port: int) -> DecodeSpeed | None:
+        """The fixed generation's speed (``vsnap_qual.decode_speed``); None when ``--vsnap-decode-runs=0``."""
+        runs = self.config.decode_runs
+        if runs <= 0:
+            return None
+        host, reach = self.endpoint(port)
+        timeout = self.config.timeouts["http"]
+        prompt = self.config.prompts[0] if self.config.prompts else VLLM_CANARY_PROMPT
+
+        def generate() -> int:
+            answer = engine.completion(
+                reach, self.served_model, prompt, host=host, timeout=timeout, max_tokens=decode_speed.TOKENS
+            )
+            return len(answer.token_ids)
+
+        with self.recorder.engine_wait():
+            return decode_speed.measure(generate, runs, lambda: engine.metrics_text(reach, host, timeout))
 
     def digests(self, port: int) -> dict[str, Digest]:
         host, reach = self.endpoint(port)

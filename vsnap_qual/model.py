@@ -357,6 +357,61 @@ class FreshArtifact(TypedDict):
     seconds: float
 
 
+class DecodeSpeed(TypedDict):
+    """A fixed greedy generation timed after a warm-up (``vsnap_qual.decode_speed``): tokens per second of each
+    run and their median; vLLM's speculative-decoding counters over the runs where it decodes speculatively."""
+
+    tokens: int
+    runs_tps: list[float]
+    median_tps: float
+    spec_draft_tokens: NotRequired[float]
+    spec_accepted_tokens: NotRequired[float]
+    spec_acceptance: NotRequired[float]
+
+
+class DecodeJudgement(TypedDict, total=False):
+    """A restore's decode speed against the ordinary engine's: the slowdown (ordinary median / restored median,
+    the faster of two sets where the first was over the tolerance) and the speculative acceptance rates."""
+
+    ordinary_tps: float
+    restored_tps: float
+    slowdown: float
+    tolerance: float
+    retried: bool
+    ordinary_acceptance: float
+    restored_acceptance: float | None
+    ok: bool | None
+    problems: list[str]
+
+
+class WeightTamper(TypedDict, total=False):
+    """The weight-tamper fault (``vsnap_qual.tamper``): where the private copy's shard was changed, and what the
+    restored engine held against the ordinary engine."""
+
+    #: the user's cache entry the private copy links to, the copied shard, the tensor and bytes changed
+    cache: str
+    shard: str
+    tensor: str
+    dtype: str
+    shape: list[int]
+    offset: int
+    length: int
+    sha256_before: str
+    sha256_after: str
+    #: ``refused`` (the restore exited non-zero), ``restored`` (compared below) or ``unasked`` (its server did
+    #: not answer)
+    outcome: str
+    error: str
+    #: whether an ordinary reference of this run was there to compare with
+    compared: bool
+    changed: list[str]
+    missing: list[str]
+    unobservable: list[str]
+    canaries_differ: list[str]
+    #: the outcome in words
+    said: str
+
+
 class StepResults(TypedDict, total=False):
     """Every field a step records, by step (all optional: a failed step keeps what it had gathered)."""
 
@@ -448,6 +503,13 @@ class StepResults(TypedDict, total=False):
     followup_restore: FollowupRestore
     #: the kill kind (issue 29): what a restore made of a killed create's target (``kills.judge_killed_create``)
     killed_artifact: dict[str, Any]
+    #: the weight-tamper fault (issue 28)
+    weight_tamper: WeightTamper
+    #: ordinary and restores: the decode speed (issue 28); restores: the second set of runs where the first was
+    #: over the tolerance, and the judgement
+    decode_speed: DecodeSpeed
+    decode_retry: DecodeSpeed
+    decode_judgement: DecodeJudgement
     watch_polls: int
     #: fault steps: the waits for the captured PIDs to be free, before the fault and after its cleanup
     captured_id_waits: dict[str, CapturedIdWait]

@@ -216,6 +216,26 @@ def parse_open_fraction(value: str) -> float:
     return number
 
 
+def parse_count(value: str) -> int:
+    """A whole number >= 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{number} must be >= 0")
+    return number
+
+
+def parse_slowdown(value: str) -> float:
+    """A ratio > 1 (how many times slower is allowed); a fraction given by mistake is named."""
+    number = parse_tolerance(value)
+    if number <= 1.0:
+        hint = f"; for {number * 100:g} % slower write {1 + number:g}" if 0 < number < 1 else ""
+        raise argparse.ArgumentTypeError(f"{number:g} must be a ratio > 1, e.g. 1.75 (1.75x slower){hint}")
+    return number
+
+
 def parse_seed(value: str) -> int | None:
     """``random`` (None: drawn from the run's id, recorded with each draw) or a whole number >= 0 (a replay)."""
     if value.strip().lower() == "random":
@@ -590,6 +610,19 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # issue 13: what a broken snapshot really does (KV after restore, liveness, strict cleanup, multi-token canaries)
     OptionSpec("kv-tolerance", parse_open_fraction, "0.02", "max |snapshot - ordinary| KV capacity, as a fraction"),
     OptionSpec("soak", parse_tolerance, "3", "seconds of /health + canary requests after each restore (0: none)"),
+    # issue 28: a restore that answers right but slowly
+    OptionSpec(
+        "decode-runs",
+        parse_count,
+        "5",
+        "timed runs of a fixed 64-token generation on the ordinary engine and after each restore (0: not measured)",
+    ),
+    OptionSpec(
+        "decode-tolerance",
+        parse_slowdown,
+        "1.75",
+        "the slowdown allowed after a restore: ordinary median tokens/s over the restored median (1.75 fails a 2x)",
+    ),
     # issue 25: what a restored server meets in real serving
     OptionSpec(
         "observe",

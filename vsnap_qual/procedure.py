@@ -78,7 +78,7 @@ class Fault:
 
     id: str
     title: str
-    kind: str  # hook | signal | create | identity | pid | port | manifest | image, or a kind a conftest added
+    kind: str  # hook | signal | create | identity | pid | port | manifest | image | kill | weights, or a conftest's
     head: Expect
     base: Expect | None = None
     hook_point: str | None = None  # the probe's point (kinds that act through a hook)
@@ -192,6 +192,13 @@ FAULTS: tuple[Fault, ...] = (
         head=before_mutation("invalid snapshot manifest"),
     ),
     Fault("image-truncated", "an images/ file truncated", "image", head=Expect(1, False, None, None)),
+    # issue 28: a weight shard changed between create and restore (vsnap_qual/tamper.py), on a private copy of the
+    # model's cache entry and a private artifact: a refusal, or the damage named by the digests and canaries; the
+    # weights unchanged after the restore is stale weights, a finding against the engine (the kind judges it)
+    Fault(
+        "weight-tampered", "a weight shard changed between create and restore (a private copy of the model)",
+        "weights", head=Expect(ANY, None, None, None, followup_restore=False),
+    ),
     # issue 29: killed at any moment (vsnap_qual/kills.py). Either outcome of the command is allowed; the
     # cleanup is judged after the harness's sweep in every case, and after vLLM's own where it has one (SIGTERM
     # to the head arm's restore); what a restore makes of the artifact is judged by the kind

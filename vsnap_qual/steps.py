@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks, overlay, progress, shapes, unit
+from vsnap_qual import checks, decode_speed, overlay, progress, shapes, unit
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
@@ -31,6 +31,7 @@ from vsnap_qual.model import (
     Canary,
     CanaryCompare,
     CleanupAudit,
+    DecodeSpeed,
     Digest,
     FreshImport,
     InspectChange,
@@ -94,6 +95,8 @@ class OrdinaryReference:
     #: the request shapes' requests and the ordinary engine's answers (None: no shapes asked for)
     shape_requests: list[shapes.Request] = field(default_factory=list)
     shapes: ShapeRecord | None = None
+    #: the fixed generation's speed (None: not measured, ``--vsnap-decode-runs=0``)
+    decode: DecodeSpeed | None = None
 
 
 @dataclass
@@ -174,6 +177,7 @@ class LaneTools(Protocol):
 
     def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]: ...
     def digests(self, port: int) -> dict[str, Digest]: ...
+    def decode_speed(self, port: int) -> DecodeSpeed | None: ...
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]: ...
     def snapshot_kv(self) -> int | None: ...
 
@@ -233,11 +237,12 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
         digests = run.digests(handle.port)
         kv, source = run.kv(handle.port, run.server_log(rec))
         requests, record = shape_reference(run, handle.port, [c.as_dict() for c in canary])
+        decode = run.decode_speed(handle.port)
     finally:
         leftovers = run.stop(handle)
         run.state.server = None
     audit = strict_audit(run, handle, leftovers)
-    ordinary = OrdinaryReference([c.as_dict() for c in canary], digests, kv, requests, record)
+    ordinary = OrdinaryReference([c.as_dict() for c in canary], digests, kv, requests, record, decode)
     run.state.ordinary = run.peers[run.lane.name] = ordinary
     rec.results.update(
         {
@@ -251,6 +256,8 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
     )
     if record is not None:
         rec.results["shapes"] = record
+    if decode is not None:
+        rec.results["decode_speed"] = decode
     require_findings(checks.ordinary_findings(digests, audit))
 
 
@@ -414,6 +421,17 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
         shape_answers = (
             run.shape_answers(handle.port, reference.shape_requests) if reference and reference.shape_requests else {}
         )
+        decode = run.decode_speed(handle.port)
+        decode_retry, decode_judgement = None, None
+        if decode is not None:
+            decode_judgement = decode_speed.judge(
+                reference.decode if reference else None, decode, run.config.decode_tolerance
+            )
+            if decode_speed.needs_retry(decode_judgement):  # a shared CPU's moment, or a slowdown that stays
+                decode_retry = run.decode_speed(handle.port)
+                decode_judgement = decode_speed.judge(
+                    reference.decode if reference else None, decode, run.config.decode_tolerance, decode_retry
+                )
     except Exception as exc:
         # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
         soak = probe_liveness(run, handle, result.ended, f"{type(exc).__name__}: {exc}")
@@ -467,6 +485,11 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             "ready_seconds": round((restored.first_bound or result.ended) - result.started, 3),
         }
     )
+    if decode is not None and decode_judgement is not None:
+        rec.results["decode_speed"] = decode
+        rec.results["decode_judgement"] = decode_judgement
+        if decode_retry is not None:
+            rec.results["decode_retry"] = decode_retry
     require_findings(
         [
             *checks.soak_findings(soak, f"watched {run.config.observe_s:g} s after {step}"),
@@ -475,6 +498,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             *checks.kv_findings(kv_judgement),
             *gpu_engaged,
             *checks.inspect_stable_findings(changes, step),
+            *decode_speed.findings(decode_judgement, step),
         ]
     )
 

@@ -147,6 +147,47 @@ def test_kv_scales_changed_by_a_wake_fail_the_digests_naming_the_buffers(tmp_pat
     assert "canary differs" not in restore["message"] and "request shapes differ" not in restore["message"]
 
 
+def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(tmp_path, docker_client, reference_images):
+    """Issue #28 item 3: every answer right, decoding three times slower after the wake."""
+    run = qualify(tmp_path, docker_client, "decodes-slowly-after-wake", *TO_RESTORE_1)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    judgement = restore["results"]["decode_judgement"]
+    assert judgement["ok"] is False and judgement["slowdown"] > judgement["tolerance"] == 1.75, judgement
+    assert judgement["retried"] and restore["results"]["decode_retry"]["median_tps"] > 0  # measured twice
+    assert "slower than the ordinary engine" in restore["message"] and "answers right but slowly" in restore["message"]
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]), restore["results"]["canary_compare"]
+    assert "canary differs" not in restore["message"] and "digests differ" not in restore["message"]
+
+
+#: the weight-tamper fault with the ordinary reference it is compared with (issue #28, item 4)
+WEIGHTS = ("--vsnap-runners=v1", "-k", "ordinary or fault_artifact or weight-tampered")
+
+
+def test_the_unmodified_reference_loads_a_tampered_shard_and_the_digests_name_it(
+    tmp_path, docker_client, reference_images
+):
+    """The control of the stale-weights variant: the reference reloads the weights at restore, so the damage shows."""
+    run = qualify(tmp_path, docker_client, None, *WEIGHTS)
+    assert run.returncode == 0, run.output[-4000:]
+    tamper = run.step(lane=LANE, step="fault:weight-tampered")["results"]["weight_tamper"]
+    assert tamper["outcome"] == "restored" and tamper["compared"], tamper
+    assert tamper["changed"] == [tamper["tensor"]], tamper  # the tensor damaged is the parameter named
+    assert tamper["sha256_after"] != tamper["sha256_before"] and tamper["length"] == 4096
+
+
+def test_weights_never_reloaded_from_the_files_fail_the_tamper_fault_as_a_finding_against_the_engine(
+    tmp_path, docker_client, reference_images
+):
+    run = qualify(tmp_path, docker_client, "stale-weights-on-reload", *WEIGHTS)
+    passed(run, "ordinary", "fault-artifact")
+    fault = failed_step(run, "fault:weight-tampered")
+    tamper = fault["results"]["weight_tamper"]
+    assert tamper["outcome"] == "restored" and tamper["compared"] and not tamper["changed"], tamper
+    assert "finding against the engine" in fault["message"] and "did not reload the weights" in fault["message"]
+    assert "ineffective injection" not in fault["message"], fault["message"]
+
+
 def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
     tmp_path, docker_client, reference_images
 ):

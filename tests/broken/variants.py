@@ -346,6 +346,45 @@ VARIANTS: dict[str, Variant] = {
             ),
         ),
         Variant(
+            "stale-weights-on-reload",
+            "the weights read at start-up are kept in memory and every `reload_weights` (each restore's) is served "
+            "from that copy instead of the model files (the shape of vLLM #32718): a restore never sees a change "
+            "of the weight files since create",
+            (
+                Patch(
+                    "vllm.v1.worker.gpu_model_runner",
+                    '        return load_file(Path(self.vllm_config.model_dir) / "model.safetensors")\n',
+                    f"        if not hasattr(self, '_vsnap_cached'):  {MARK}: reloads served from the first load\n"
+                    "            _file = Path(self.vllm_config.model_dir) / 'model.safetensors'\n"
+                    "            self._vsnap_cached = load_file(_file)\n"
+                    "        return {name: tensor.clone() for name, tensor in self._vsnap_cached.items()}\n",
+                    where="replace",
+                ),
+            ),
+        ),
+        Variant(
+            "decodes-slowly-after-wake",
+            "after a wake-up (every restore) each decode step takes three times as long (the engine sleeps twice "
+            "the step's time after it): every answer right, only slow (the shape of vLLM #52479, where a wake left "
+            "the draft model unloaded and decoding about 2x slower)",
+            (
+                Patch(
+                    _CORE,
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self._vsnap_slow = True  {MARK}: decodes 3x slower after a wake\n",
+                ),
+                Patch(
+                    _CORE,
+                    "            logits = self.model_executor.execute_model(ids).float().cpu().clone()\n",
+                    f"            _t0 = __import__('time').perf_counter()  {MARK}\n"
+                    "            logits = self.model_executor.execute_model(ids).float().cpu().clone()\n"
+                    "            if getattr(self, '_vsnap_slow', False):\n"
+                    "                __import__('time').sleep(2 * (__import__('time').perf_counter() - _t0))\n",
+                    where="replace",
+                ),
+            ),
+        ),
+        Variant(
             "trusts-half-written-artifact",
             "create publishes its manifest, then copies the model's weights into the artifact, slowly (4 s); a "
             "restore reloads the weights from that copy, zero-filling whatever a killed create never wrote, and "

@@ -173,12 +173,14 @@ class FakeLane:
             canary_tokens=4,
             prompts=("p0", "p1"),
             cleanup_grace=5.0,
+            decode_tolerance=1.75,
         )
         self.peers: dict[str, steps.OrdinaryReference] = {}
         self.state = steps.LaneState(kv_snapshot=4096)
         self.digests_after = digests_after
         self.calls: list[str] = []
         self.kv_restored: int | None = 4096
+        self.decode_after = 390.0  # tokens/s of every restored server's fixed generation
         self.leftovers: list[dict[str, Any]] = []
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
         self.inspected: dict[str, Any] = _manifest()
@@ -254,6 +256,10 @@ class FakeLane:
 
     def digests(self, port: int) -> dict[str, dict[str, Any]]:
         return _digests(a="1", b="2") if port == 8000 else self.digests_after
+
+    def decode_speed(self, port: int) -> dict[str, Any]:
+        rate = 400.0 if port == 8000 else self.decode_after
+        return {"tokens": 64, "runs_tps": [rate] * 3, "median_tps": rate}
 
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]:
         return (4096, "log") if log_text else (self.kv_restored, "metrics")
@@ -384,6 +390,18 @@ def _restored_lane(**change: Any) -> FakeLane:
     for key, value in change.items():
         setattr(lane, key, value)
     return lane
+
+
+def test_a_restore_that_decodes_slowly_fails_after_a_second_set_of_runs_and_a_passing_one_records_one() -> None:
+    rec = _rec()
+    steps.restore(_restored_lane(), rec, "restore-1")  # type: ignore[arg-type]
+    assert rec.results["decode_judgement"]["ok"] is True and "decode_retry" not in rec.results
+    assert rec.results["decode_speed"]["median_tps"] == 390.0
+    slow = _restored_lane(decode_after=160.0)  # 2.5x slower than the ordinary 400 tokens/s
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"decodes 2\.50× slower than the ordinary engine: 160\.0 vs 400\.0"):
+        steps.restore(slow, rec, "restore-1")  # type: ignore[arg-type]
+    assert rec.results["decode_judgement"]["retried"] and rec.results["decode_retry"]["median_tps"] == 160.0
 
 
 def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:

@@ -53,12 +53,22 @@ def test_the_longest_prompt_counts_and_a_config_that_fits_passes(tmp_path) -> No
     assert ", 40 words, at least as many tokens)" in message and "need at least 57" in message, message
     fits = build_config(
         options.parse_standalone(
-            [*BASE, f"--vsnap-prompts={prompts}", "--vsnap-canary-prompts=3", "--vsnap-max-model-len=57"], env={}
+            [*BASE, f"--vsnap-prompts={prompts}", "--vsnap-canary-prompts=3", "--vsnap-max-model-len=57"]
+            + ["--vsnap-decode-runs=0"],  # the decode speed's 64 tokens would not fit (the test below)
+            env={},
         ),
         tmp_path,
     )
     assert fits.max_model_len == 57 and fits.kv_tolerance == 0.02
     assert build_config(options.parse_standalone([*BASE, "--vsnap-kv-tolerance=0.05"], env={}), tmp_path).kv_tolerance
+
+
+def test_a_context_too_short_for_the_decode_speed_generation_is_refused_naming_both_fixes(tmp_path) -> None:
+    message = _refused("--vsnap-max-model-len=60", "--vsnap-canary-tokens=4", tmp_path=tmp_path)
+    assert "too short for the decode-speed generation" in message and "64 tokens need at least" in message, message
+    assert "--vsnap-decode-runs=0" in message and "raise --vsnap-max-model-len" in message
+    argv = [*BASE, "--vsnap-max-model-len=60", "--vsnap-canary-tokens=4", "--vsnap-decode-runs=0"]
+    assert build_config(options.parse_standalone(argv, env={}), tmp_path).decode_runs == 0
 
 
 def _overlay(tmp_path: Path, text: str) -> list[OverlayFile]:

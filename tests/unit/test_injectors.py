@@ -54,6 +54,7 @@ def test_every_kind_of_the_catalogue_has_its_own_injector_class():
         "pid": "PidInjector",
         "port": "PortInjector",
         "signal": "SignalInjector",
+        "weights": "WeightsInjector",
     }
     for kind in kinds:  # each decides firing itself: none falls back to the base class's "not implemented"
         assert type(INJECTORS[kind]).fired is not faults.Injector.fired, kind
@@ -92,8 +93,9 @@ def test_what_each_kind_changes_in_the_common_sequence():
         for kind, inj in INJECTORS.items()
     }
     assert [k for k, f in flags.items() if not f[0]] == ["port"]  # the injection holds the port itself
-    # a create does not touch the artifact; a killed command may leave anything (a restore judges what it left)
-    assert [k for k, f in flags.items() if not f[1]] == ["create", "kill"]
+    # a create does not touch the artifact; a killed command may leave anything (a restore judges what it left);
+    # the weight tamper restores an artifact of its own
+    assert [k for k, f in flags.items() if not f[1]] == ["create", "kill", "weights"]
     assert [k for k, f in flags.items() if f[4]] == ["kill"]  # what no engine could clean after a SIGKILL
     assert sorted(k for k, f in flags.items() if f[2]) == ["image", "manifest"]  # the harness's own corruption
     assert sorted(k for k, f in flags.items() if f[3]) == ["create", "hook", "signal"]

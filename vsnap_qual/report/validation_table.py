@@ -92,6 +92,7 @@ CHECK_IDS: dict[str, str] = {
     "shapes": "shapes",
     "faults": "faults",
     "kv": "KV",
+    "decode": "decode",
     "liveness": "liveness",
     "self-contained": "alone",
     "unit": "unit",
@@ -111,6 +112,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "shapes": lambda: _shapes(run),
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
+        "decode": lambda: _decode(run),
         "liveness": lambda: _liveness(run),
         "self-contained": lambda: _self_contained(run),
         "unit": lambda: _unit(run),
@@ -161,6 +163,8 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
                 items.append(_item(*where, step, "soak-rounds", ok=False))
         elif check_id == "kv" and step in procedure.RESTORES and "kv_judgement" in res:
             items.append(_item(*where, step, ok=res["kv_judgement"].get("ok")))
+        elif check_id == "decode" and step in procedure.RESTORES and "decode_judgement" in res:
+            items.append(_item(*where, step, ok=res["decode_judgement"].get("ok")))
         elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
             items.append(_item(*where, step, ok=res["soak"].get("alive")))
         elif check_id == "unit" and step == procedure.UNIT and record["outcome"] != "skipped":
@@ -518,6 +522,34 @@ def _kv(run: model.RunEvidence, comparisons: Comparisons) -> model.Check:
     problems = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in judged for p in j.get("problems", [])]
     ok = None if not judged else not problems
     return _row(name, ok, " · ".join(parts) or "not measured", problems[:10])
+
+
+def _decode(run: model.RunEvidence) -> model.Check:
+    """Judged by the restores: the fixed generation's median tokens/s within ``--vsnap-decode-tolerance`` of the
+    ordinary engine's (and the speculative acceptance, where the engine decodes speculatively)."""
+    name = "decode speed after restore: ordinary vs restored tokens/s (median; slowdown)"
+    latest = latest_steps(run)
+    judged = [
+        (key, judgement)
+        for key, step in latest.items()
+        if key[2] in procedure.RESTORES and (judgement := step["results"].get("decode_judgement")) is not None
+    ]
+    if not judged:
+        return _row(name, None, "not measured")
+    parts = []
+    for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _j in judged):
+        mine = [(s, j) for (r, a, s), j in judged if (r, a) == (runner, arm)]
+        ordinary = next((j.get("ordinary_tps") for _s, j in mine if j.get("ordinary_tps")), None)
+        slowdowns = ", ".join(
+            f"{s} {j['slowdown']:.2f}×" if j.get("slowdown") is not None else f"{s} –" for s, j in mine
+        )
+        said = f"{ordinary:.1f} tokens/s ordinary" if ordinary else "no ordinary figure"
+        parts.append(f"{runner}/{arm} {said}; {slowdowns}")
+    tolerance = judged[0][1].get("tolerance")
+    problems = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in judged for p in j.get("problems", [])]
+    oks = [j.get("ok") for _k, j in judged]
+    ok = False if any(o is False for o in oks) else (True if all(o for o in oks) else None)
+    return _row(f"{name}, tolerance {tolerance:g}×" if tolerance else name, ok, " · ".join(parts), problems[:10])
 
 
 def _readiness(comparisons: Comparisons) -> model.Check:

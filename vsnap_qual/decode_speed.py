@@ -1,0 +1,127 @@
+"""Decode speed after restore (issue #28, item 3): a restore that answers right but slowly is a finding.
+
+A fixed greedy generation (the first canary prompt, ``TOKENS`` tokens, ``min_tokens`` equal so every engine
+generates them all) is timed ``--vsnap-decode-runs`` times after one unrecorded warm-up, on the ordinary engine and
+on every restored one: tokens per second per run and their median. A restore is judged by its slowdown, the
+ordinary median over the restored median, against ``--vsnap-decode-tolerance`` (default 1.75: a 2× slowdown fails).
+A shared CPU slows a single set of runs now and then; a real slowdown stays: a set over the tolerance is measured
+once more and the faster of the two medians judged (both recorded).
+
+Where the engine decodes speculatively, vLLM's ``/metrics`` counters ``vllm:spec_decode_num_draft_tokens_total``
+and ``vllm:spec_decode_num_accepted_tokens_total`` are read around the runs: the acceptance rate is recorded, and a
+restored acceptance under half the ordinary one fails (vLLM #52479: a wake that does not reload the draft model's
+weights, output correct, acceptance 0, decoding about 2× slower).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+from vsnap_qual.checks import Finding
+from vsnap_qual.contract import DECODE_TOKENS
+from vsnap_qual.model import DecodeJudgement, DecodeSpeed
+
+#: tokens of the fixed generation
+TOKENS = DECODE_TOKENS
+#: a restored acceptance rate below this fraction of the ordinary one fails
+ACCEPTANCE_FLOOR = 0.5
+
+_SPEC = {
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+
+
+def spec_counters(metrics_text: str) -> dict[str, float]:
+    """vLLM's speculative-decoding counters in a ``/metrics`` text, summed over their label sets (none: {})."""
+    found: dict[str, float] = {}
+    for key, name in _SPEC.items():
+        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)\s*$", re.M)
+        values = [float(v) for v in pattern.findall(metrics_text)]
+        if values:
+            found[key] = sum(values)
+    return found
+
+
+def measure(
+    generate: Callable[[], int],
+    runs: int,
+    metrics: Callable[[], str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> DecodeSpeed:
+    """``runs`` timed generations after one warm-up (``generate`` returns the tokens it produced), with the
+    speculative-decoding counters read around them when ``metrics`` gives the engine's ``/metrics`` text."""
+    generate()
+    before = spec_counters(metrics()) if metrics is not None else {}
+    rates: list[float] = []
+    tokens = 0
+    for _ in range(runs):
+        started = clock()
+        tokens = generate()
+        elapsed = clock() - started
+        rates.append(round(tokens / elapsed, 3) if elapsed > 0 else float("inf"))
+    speed = DecodeSpeed(tokens=tokens, runs_tps=rates, median_tps=round(statistics.median(rates), 3))
+    after = spec_counters(metrics()) if metrics is not None else {}
+    if before and after and "draft_tokens" in after:
+        drafted = after["draft_tokens"] - before.get("draft_tokens", 0.0)
+        accepted = after.get("accepted_tokens", 0.0) - before.get("accepted_tokens", 0.0)
+        speed["spec_draft_tokens"] = drafted
+        speed["spec_accepted_tokens"] = accepted
+        if drafted > 0:
+            speed["spec_acceptance"] = round(accepted / drafted, 4)
+    return speed
+
+
+def judge(
+    ordinary: DecodeSpeed | None, restored: DecodeSpeed, tolerance: float, retried: DecodeSpeed | None = None
+) -> DecodeJudgement:
+    """The restore's slowdown against the ordinary engine's median (the faster of ``restored`` and ``retried``),
+    and its speculative acceptance against the ordinary one's where both decoded speculatively."""
+    best = restored if retried is None or retried["median_tps"] <= restored["median_tps"] else retried
+    judgement = DecodeJudgement(restored_tps=best["median_tps"], tolerance=tolerance, retried=retried is not None)
+    problems: list[str] = []
+    if ordinary is None or not ordinary.get("median_tps"):
+        judgement["ok"] = None
+        judgement["problems"] = ["no ordinary decode speed recorded to compare with"]
+        return judgement
+    judgement["ordinary_tps"] = ordinary["median_tps"]
+    slowdown = ordinary["median_tps"] / best["median_tps"] if best["median_tps"] > 0 else float("inf")
+    judgement["slowdown"] = round(slowdown, 3)
+    if slowdown > tolerance:
+        problems.append(
+            f"decodes {slowdown:.2f}× slower than the ordinary engine: {best['median_tps']:.1f} vs "
+            f"{ordinary['median_tps']:.1f} tokens/s (median of {len(best['runs_tps'])} runs of {best['tokens']} "
+            f"tokens{', measured twice' if retried is not None else ''}; tolerance {tolerance:g}×): a restore that "
+            "answers right but slowly"
+        )
+    ordinary_rate, restored_rate = ordinary.get("spec_acceptance"), best.get("spec_acceptance")
+    if ordinary_rate is not None:
+        judgement["ordinary_acceptance"] = ordinary_rate
+        judgement["restored_acceptance"] = restored_rate
+        if restored_rate is None or restored_rate < ACCEPTANCE_FLOOR * ordinary_rate:
+            problems.append(
+                f"speculative decoding accepts {restored_rate if restored_rate is not None else 'nothing'} of its "
+                f"draft tokens after the restore, {ordinary_rate:.2f} on the ordinary engine (the draft model's "
+                "weights not reloaded? vLLM #52479)"
+            )
+    judgement["ok"] = not problems
+    judgement["problems"] = problems
+    return judgement
+
+
+def needs_retry(judgement: Mapping[str, object]) -> bool:
+    """Whether a set of runs is measured once more before it is judged: only a slowdown over the tolerance."""
+    slowdown = judgement.get("slowdown")
+    tolerance = judgement.get("tolerance")
+    return isinstance(slowdown, float) and isinstance(tolerance, float) and slowdown > tolerance
+
+
+def findings(judgement: DecodeJudgement | None, step: str) -> list[Finding]:
+    """The decode-speed check of a restore (none where no speed was measured)."""
+    if judgement is None or judgement.get("ok") is None:
+        return []
+    detail = f"{step}: " + "; ".join(judgement.get("problems") or [])
+    return [Finding("decode speed", bool(judgement["ok"]), detail)]
