@@ -240,13 +240,9 @@ def parse_seed(value: str) -> int | None:
     """``random`` (None: drawn from the run's id, recorded with each draw) or a whole number >= 0 (a replay)."""
     if value.strip().lower() == "random":
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is neither 'random' nor a whole number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{number} must be >= 0")
-    return number
+    if not value.strip().removeprefix("-").isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is neither 'random' nor a whole number")
+    return parse_count(value)
 
 
 def parse_seconds(value: str) -> float:

@@ -214,7 +214,9 @@ def outcome_words(record: Mapping[str, Any], exit_code: int | None) -> str:
     """One line for the evidence: what the restore made of the tampered weights."""
     if exit_code != 0:
         return "refused"
-    changed = record.get("changed") or []
-    if changed or record.get("canaries_differ"):
-        return f"loaded the damage, named: parameters {changed[:4]}; canaries differ {record.get('canaries_differ')}"
+    changed, differ = list(record.get("changed") or []), list(record.get("canaries_differ") or [])
+    if changed or differ:
+        named = [f"the digests name {', '.join(changed[:4])}"] if changed else []
+        named += [f"{len(differ)} canary(ies) differ ({', '.join(repr(p) for p in differ[:2])})"] if differ else []
+        return "loaded the damage, served it: " + "; ".join(named)
     return "nothing changed"

@@ -58,3 +58,15 @@ def test_incomplete_summary_names_the_last_step(make_run: MakeRun) -> None:
 def test_cell_escapes_pipes_and_newlines() -> None:
     assert cell("a|b\nc") == "a\\|b c"
     assert cell("x" * 50, limit=10) == "x" * 9 + "…"
+
+
+def test_a_weight_tamper_fault_says_what_the_restore_made_of_the_damage(make_run: MakeRun) -> None:
+    from vsnap_qual.report.frames import fault_frame, records
+    from vsnap_qual.report.markdown import fault_result_text
+
+    rows = records(fault_frame(assemble_file(make_run("pass", RunSpec(changed_digests=())) / "evidence.jsonl")))
+    row = dict(rows[0])
+    assert row["tamper"] is None and "tampered weights" not in fault_result_text(row)  # type: ignore[arg-type]
+    row["tamper"] = "loaded the damage, served it: the digests name model.embed_tokens.weight"
+    said = fault_result_text(row)  # type: ignore[arg-type]
+    assert "the tampered weights: loaded the damage, served it: the digests name model.embed_tokens.weight" in said

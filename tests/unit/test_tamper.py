@@ -143,3 +143,11 @@ def test_nothing_changed_where_the_harness_cannot_see_is_never_a_pass() -> None:
 @pytest.mark.parametrize("exit_code", [0, 1])
 def test_no_record_no_judgement(exit_code: int) -> None:
     assert tamper.problems(None, exit_code, []) == []
+
+
+def test_the_outcome_is_said_in_words_for_the_report() -> None:
+    loaded = _compared(_digests(**{"embed.weight": "x", "n": "n"}), [CanaryOutput("p", [2], "b", -0.5)])
+    said = tamper.outcome_words(loaded, 0)
+    assert said == "loaded the damage, served it: the digests name embed.weight; 1 canary(ies) differ ('p')", said
+    assert tamper.outcome_words(loaded, 1) == "refused"
+    assert tamper.outcome_words(_compared(_digests(**{"embed.weight": "e", "n": "n"})), 0) == "nothing changed"

@@ -157,6 +157,8 @@ class FaultRow(TypedDict):
     kill_left: int | None
     kill_swept_ok: bool | None
     kill_artifact: str | None
+    #: the weight-tamper kind (issue 28): what the restore made of the tampered weights, in words (None: another kind)
+    tamper: str | None
 
 
 class CleanupRow(TypedDict):
@@ -692,6 +694,7 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 kill_left=kill[2],
                 kill_swept_ok=kill[3],
                 kill_artifact=kill[4],
+                tamper=(res.get("weight_tamper") or {}).get("said"),
             )
         )
     return _frame(found, FaultRow)

@@ -233,6 +233,8 @@ def fault_result_text(row: FaultRow) -> str:
     if row.get("expected_artifact_unchanged") is True and row.get("artifact_unchanged") is not None:
         # said only where the fault's expectation is about it (a check before any mutation)
         parts.append("artifact unchanged" if row["artifact_unchanged"] else "artifact changed")
+    if row.get("tamper"):
+        parts.append(f"the tampered weights: {row['tamper']}")
     if row.get("kill") or row.get("kill_swept_ok") is not None:
         parts.extend(kill_words(row))
     elif row.get("cleanup_judged") is False:
