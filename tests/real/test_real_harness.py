@@ -91,7 +91,10 @@ def test_v1_ordinary_reference_reads_real_vllm(harness_run: dict[str, Any]) -> N
     assert canary and all(c["token_ids"] for c in canary)
     assert any(len(c["token_ids"]) > 1 for c in canary)  # the plan has multi-token canaries too
     digests = results["digests"]
-    assert len(digests) == 18  # the CPU worker's named_parameters()
+    # the CPU worker's named_parameters(), then its named_buffers(): one rotary cache and four attention scales
+    # (k, v, q, prob) per layer
+    assert sum(d["source"] != "buffer" for d in digests.values()) == 18
+    assert sum(d["source"] == "buffer" for d in digests.values()) == 9
     assert all(d["sha256"] != EMPTY_SHA256 for d in digests.values())
     assert all(d["sha256"] for d in digests.values())
     assert sum(d["source"] == "reconstructed" for d in digests.values()) == 8

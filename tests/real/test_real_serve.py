@@ -67,12 +67,20 @@ def test_digests_cover_every_parameter_and_none_is_empty(real: RealContainer, se
     assert status == 200, body
     results = body["results"]
     assert len(results) == 1  # one worker (TP=1)
-    digests = results[0]
+    everything = results[0]
     status, count = served.rpc("vsnap_param_count")
     assert status == 200, count
+    digests = {n: r for n, r in everything.items() if r["source"] != "buffer"}
+    buffers = {n: r for n, r in everything.items() if r["source"] == "buffer"}
+    assert list(everything) == [*digests, *buffers]  # parameters first, then buffers
     assert len(digests) == int(count["results"][0]) == 18  # the worker's named_parameters() count
+    # named_buffers(): each layer's rotary cache (only layer 0 holds it: vLLM shares one rotary module) and its
+    # attention's four scales (scalars)
+    assert sorted(n.rsplit(".", 1)[-1] for n in buffers) == sorted(
+        ["cos_sin_cache"] + ["_k_scale", "_v_scale", "_q_scale", "_prob_scale"] * 2
+    ), buffers
+    assert all(r["sha256"] and r["sha256"] != EMPTY_SHA256 for r in everything.values()), everything
     sources = {name: rec["source"] for name, rec in digests.items()}
-    assert all(rec["sha256"] and rec["sha256"] != EMPTY_SHA256 for rec in digests.values()), digests
     assert all(rec["shape"] and all(d > 0 for d in rec["shape"]) for rec in digests.values())
     # The CPU backend packs every linear weight into oneDNN and leaves an empty parameter behind: those are
     # reconstructed through the packed op, never digested as zero bytes.
@@ -160,8 +168,9 @@ def test_bfloat16_weights_digests_are_bit_exact(real: RealContainer, server_slot
     try:
         status, body = bf16.rpc("vsnap_param_digests")
         assert status == 200, body
-        digests = body["results"][0]
-        assert len(digests) == 18
+        everything = body["results"][0]
+        digests = {n: r for n, r in everything.items() if r["source"] != "buffer"}
+        assert len(digests) == 18 and len(everything) - len(digests) == 9
         assert {r["dtype"] for r in digests.values()} == {"bfloat16"}
         fallback = "Failed to create oneDNN linear, fallback to torch linear." in bf16.log()
         reconstructed = sum(r["source"] == "reconstructed" for r in digests.values())
