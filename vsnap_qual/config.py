@@ -32,27 +32,48 @@ SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM acce
 
 
 @dataclass(frozen=True)
+class Variant:
+    """An engine-feature variant (``--vsnap-variant NAME=ARGS``): engine arguments added to every engine command
+    of lanes of their own (LoRA, prefix caching off, a quantized KV cache), qualified like the plain lanes."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Lane:
-    """One container's worth of qualification: a model runner on one image arm."""
+    """One container's worth of qualification: a model runner on one image arm, in the plain configuration or in
+    one engine-feature variant."""
 
     runner: Runner
     arm: Arm  # "head" (image under test + overlay) | "base" (unmodified base image)
     image: str
     expect: str  # behaviour expected of this arm's image: "head" | "base"
     overlaid: bool
+    variant: Variant | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.runner}-{self.arm}"
+        """``v1-head``; ``v1-head-lora`` for a variant's lane (the lane's test id, box and log names)."""
+        return f"{self.runner}-{self.arm}" + (f"-{self.variant.name}" if self.variant else "")
+
+    @property
+    def column(self) -> str:
+        """The lane's column in the evidence and every view (its records' ``runner``): the model runner, and
+        ``+<variant>`` for a variant's lane (``v1+lora``), so that each variant is a column group of its own."""
+        return self.runner + (f"+{self.variant.name}" if self.variant else "")
+
+    @property
+    def variant_args(self) -> tuple[str, ...]:
+        return self.variant.args if self.variant else ()
+
+    def peer(self, arm: Arm) -> str:
+        """The name of this lane's twin on ``arm`` (same runner, same variant): the base arm compares with it."""
+        return f"{self.runner}-{arm}" + (f"-{self.variant.name}" if self.variant else "")
 
     @property
     def v2_flag(self) -> str:
         return RUNNERS[self.runner]
-
-    @property
-    def port_offset(self) -> int:
-        """Where this lane's ports start above ``--vsnap-port-base`` (ten ports a lane)."""
-        return 10 * (list(RUNNERS).index(self.runner) + (2 if self.arm == "base" else 0))
 
 
 PORT_NAMES: tuple[str, ...] = ("ordinary", "restore-1", "restore-2", "restore-after-stop", "fresh-box", "fault")
@@ -120,6 +141,8 @@ class QualConfig:
     kill_seed: int = 0
     chaos: int = 1
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
+    #: ``--vsnap-variant``: each adds lanes per runner x arm, after the plain configuration's
+    variants: tuple[Variant, ...] = ()
 
     @property
     def concurrent_runners(self) -> int:
@@ -128,19 +151,29 @@ class QualConfig:
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
+        """The plain configuration's lanes (every runner's head arm, then its base arm), then each variant's in the
+        same order: a base arm always after the head arm it compares with."""
         runners = [cast(Runner, r) for r in self.runners]  # parse_runners admits only the contract's names
-        lanes = [Lane(r, "head", self.image, self.expect, self.overlay is not None) for r in runners]
-        if self.base_image:
-            lanes += [Lane(r, "base", self.base_image, self.base_expect, False) for r in runners]
+        lanes: list[Lane] = []
+        for variant in (None, *self.variants):
+            lanes += [Lane(r, "head", self.image, self.expect, self.overlay is not None, variant) for r in runners]
+            if self.base_image:
+                lanes += [Lane(r, "base", self.base_image, self.base_expect, False, variant) for r in runners]
         return tuple(lanes)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The lanes' columns in the views' order: the runners, then each variant's (``v1``, ``v2``, ``v1+lora``)."""
+        return tuple(dict.fromkeys(lane.column for lane in self.lanes))
 
     def runtime_settings(self, say: Callable[[str], None] | None = None) -> RuntimeSettings:
         return RuntimeSettings(
             host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"], say=say
         )
 
-    def engine_argv(self) -> list[str]:
-        """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``."""
+    def engine_argv(self, lane: Lane | None = None) -> list[str]:
+        """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``; a variant's lane adds the
+        variant's after the user's ``--vsnap-engine-args``."""
         return [
             self.model,
             "--revision",
@@ -156,20 +189,22 @@ class QualConfig:
             "--worker-extension-cls",
             "vsnap_probe.digest.DigestExtension",
             *self.engine_args,
+            *(lane.variant_args if lane else ()),
         ]
 
     def fixed_ports(self, lane: Lane) -> dict[str, int] | None:
         """The lane's ports when ``--vsnap-port-base`` is set; None means pick free ports."""
         if not self.port_base:
             return None
-        return {name: self.port_base + lane.port_offset + i for i, name in enumerate(PORT_NAMES)}
+        offset = 10 * self.lanes.index(lane)  # ten ports a lane, in the lanes' order
+        return {name: self.port_base + offset + i for i, name in enumerate(PORT_NAMES)}
 
     def secret_values(self) -> list[str]:
         """Values that must never reach an artefact: secret variables of this process's environment or of
         ``--vsnap-env``, and the values of secret engine options (``--hf-token``, ``--api-key``, any spelling)."""
         values = [os.environ.get(n, "") for n in self.secret_names]
         values += [v for n, v in self.env.items() if n in self.secret_names]
-        args = list(self.engine_args)
+        args = [*self.engine_args, *(arg for variant in self.variants for arg in variant.args)]
         for i, arg in enumerate(args):
             name, sep, inline = arg.partition("=")
             if SECRET_OPTION.match(name):
@@ -182,6 +217,8 @@ class QualConfig:
         for key, value in self.__dict__.items():
             if isinstance(value, Path):
                 value = str(value)
+            elif key == "variants":
+                value = {variant.name: list(variant.args) for variant in self.variants}
             elif isinstance(value, tuple):
                 value = list(value)
             out[key] = value
@@ -289,6 +326,15 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             "--vsnap-unit-command runs from the overlay checkout, and no --vsnap-overlay was given: add "
             "--vsnap-overlay=<your vLLM checkout> (the command's working directory, with its tests)"
         )
+    variants = tuple(parsed.get("vsnap_variant") or ())
+    port_base = parsed["vsnap_port_base"]
+    lane_count = len(parsed["vsnap_runners"]) * (2 if base_image else 1) * (1 + len(variants))
+    if port_base and port_base + 10 * lane_count > 65535:
+        raise pytest.UsageError(
+            f"--vsnap-port-base={port_base} leaves too few ports for {lane_count} lanes (ten each, up to "
+            f"{port_base + 10 * lane_count - 1}): lower it to at most {65535 - 10 * lane_count + 1}, or 0 to pick "
+            "free ports"
+        )
     run_id = run_id or new_run_id()
     report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
     if not report_dir.is_absolute():
@@ -311,7 +357,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         logprob_tolerance=parsed["vsnap_logprob_tolerance"],
         gpus=parsed["vsnap_gpus"],
         privileges=parsed["vsnap_privileges"],
-        port_base=parsed["vsnap_port_base"],
+        port_base=port_base,
         timeouts=parsed.get("vsnap_timeouts") or dict(DEFAULT_TIMEOUTS),
         report_dir=report_dir,
         run_id=run_id,
@@ -342,4 +388,5 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         kill_seed=kill_seed(parsed.get("vsnap_kill_seed"), run_id),
         chaos=_get(parsed, "vsnap_chaos", 1),
         workers=int(parsed.get("vsnap_workers") or 0),
+        variants=variants,
     )

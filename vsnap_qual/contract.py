@@ -72,6 +72,10 @@ LIMITATIONS: tuple[str, ...] = (
 #: steps are not applicable (quoted), not a gap in the qualification (the CPU build has no Triton, so no runner V2).
 #: On a GPU image the same words are a limitation of that image: skipped, and the run is not a pass.
 CPU_NOT_APPLICABLE: tuple[str, ...] = ("Model Runner V2 requires Triton",)
+#: vLLM's words when it refuses an engine feature (``snapshot create does not support speculative decoding``,
+#: ``LoRA is not supported on ...``): in an engine-feature variant's lane (``--vsnap-variant``) the step, and the
+#: steps after it, are not applicable, quoted; in the plain configuration they are a failure like any other
+FEATURE_REFUSALS: tuple[str, ...] = ("does not support", "is not supported", "not supported on", "not yet supported")
 
 
 def restore_argv(port: int, artifact: str = ARTIFACT) -> list[str]:

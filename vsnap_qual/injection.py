@@ -51,7 +51,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env, name=name)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
-        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke)
+        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke, variant=run.lane.variant)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     run.state.timed("create", result.seconds)
     run.state.manifest = json.loads(run.box.read_text(f"{ARTIFACT}/manifest.json"))

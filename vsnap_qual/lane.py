@@ -134,7 +134,7 @@ class LaneRun:
 
     @property
     def served_model(self) -> str:
-        args = list(self.config.engine_args)
+        args = self.config.engine_argv(self.lane)
         if "--served-model-name" in args:
             return args[args.index("--served-model-name") + 1]
         return self.config.model
@@ -242,7 +242,7 @@ class LaneRun:
         record = model.EnvironmentRecord(
             kind="environment",
             time=utc_now(),
-            runner=self.lane.runner,
+            runner=self.lane.column,
             arm=self.lane.arm,
             lane=self.lane.name,
             image={
@@ -262,6 +262,8 @@ class LaneRun:
             worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
             purpose=purpose,
         )
+        if self.lane.variant:
+            record["variant"] = self.lane.variant.name
         if self.lane.overlaid and self.config.overlay is not None:
             record["overlay_checkout"] = overlay.checkout_state(self.config.overlay, self.config.overlay_ref)
         build = ci_build(os.environ)
@@ -317,7 +319,7 @@ class LaneRun:
         """Start an ordinary ``vllm serve`` and wait until ``/health`` answers."""
         port = self.ports["ordinary"]
         host, reach = self.endpoint(port)
-        argv = ["vllm", "serve", *self.config.engine_argv(), "--host", "127.0.0.1", "--port", str(port)]
+        argv = ["vllm", "serve", *self.config.engine_argv(self.lane), "--host", "127.0.0.1", "--port", str(port)]
         rec.argv = argv
         log_name = f"{control_files.LOGS_DIR}/ordinary-{int(time.time())}.log"
         assert self.control_root is not None
@@ -332,7 +334,9 @@ class LaneRun:
                     return None
                 text = self.control.read_text(log_name) or ""
                 rec.results["vllm_reason"] = vllm_reason(text)
-                skip_if_limitation(rec.results["vllm_reason"], cpu_smoke=self.config.cpu_smoke)
+                skip_if_limitation(
+                    rec.results["vllm_reason"], cpu_smoke=self.config.cpu_smoke, variant=self.lane.variant
+                )
                 return f"vllm serve exited before it was ready: {vllm_reason(text)}\nlog tail:\n{text[-3000:]}"
 
             try:
@@ -503,7 +507,7 @@ class LaneRun:
         return self.command(rec, restore_argv(port), "restore", env, name)
 
     def create_argv(self, target: str = ARTIFACT) -> list[str]:
-        return [*self.config.engine_argv(), "--snapshot-dir", target]
+        return [*self.config.engine_argv(self.lane), "--snapshot-dir", target]
 
     def snapshot_create(self, rec: StepEvidence) -> ExecResult:
         self.box.remove_path(ARTIFACT)

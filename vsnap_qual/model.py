@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Union
 
-from vsnap_qual.contract import Arm, Purpose, Runner  # one definition each, re-exported for the model's users
+from vsnap_qual.contract import Arm, Purpose  # one definition each, re-exported for the model's users
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired, Required, TypedDict, get_type_hints
@@ -643,9 +643,12 @@ class Environment(TypedDict):
     run in more than one container (``purpose``: the lifecycle, the faults), each with its record."""
 
     time: str
-    runner: Runner
+    #: the lane's column (``config.Lane.column``): its model runner, ``+<variant>`` for a variant's lane
+    runner: str
     arm: Arm
     lane: NotRequired[str]
+    #: the engine-feature variant (``--vsnap-variant``) of the lane; absent in the plain configuration
+    variant: NotRequired[str]
     image: Image
     container_id: str
     #: vllm, torch, python, cuda, driver, criu, and what the package probe says (``package_dir``, the snapshot
@@ -672,9 +675,12 @@ class Step(TypedDict):
     """A step record as ``results.json`` carries it (the record without ``kind``)."""
 
     time: str
-    runner: Runner
+    #: the lane's column (``config.Lane.column``): its model runner, ``+<variant>`` for a variant's lane
+    runner: str
     arm: Arm
     lane: NotRequired[str]
+    #: the engine-feature variant (``--vsnap-variant``) of the lane; absent in the plain configuration
+    variant: NotRequired[str]
     purpose: NotRequired[Purpose]
     step: str
     nodeid: str
@@ -747,7 +753,7 @@ class LastStep(TypedDict):
     """The step record last written to the evidence (what a killed run reached)."""
 
     label: str
-    runner: Runner
+    runner: str
     arm: Arm
     step: str
     outcome: Outcome

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from vsnap_qual import privileges, runtimes
+from vsnap_qual.config import Variant
 from vsnap_qual.contract import DEFAULT_TIMEOUTS, RUNNERS
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -356,7 +357,7 @@ def harness_flag(arg: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def parse_engine_args(value: str) -> tuple[str, ...]:
+def parse_engine_args(value: str, option: str = "--vsnap-engine-args") -> tuple[str, ...]:
     try:
         args = tuple(shlex.split(value))
     except ValueError as exc:
@@ -371,8 +372,38 @@ def parse_engine_args(value: str) -> tuple[str, ...]:
         shown = arg if arg.split("=", 1)[0] == flag else f"{arg} (abbreviates {flag})"
         clashes.append(f"{shown} is set by the harness on every engine command ({how})")
     if clashes:
-        raise argparse.ArgumentTypeError("; ".join(clashes) + "; remove it from --vsnap-engine-args")
+        raise argparse.ArgumentTypeError("; ".join(clashes) + f"; remove it from {option}")
     return args
+
+
+VARIANT_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+#: names a variant cannot take: the lane names' other parts (``v1-head-<variant>``)
+_RESERVED_VARIANT_NAMES = frozenset({*RUNNERS, "head", "base", "plain"})
+
+
+def parse_variants(value: str) -> tuple[Variant, ...]:
+    """``NAME=ARGS`` per line (the command line repeats ``--vsnap-variant``; the environment and the ini file
+    put one per line): an engine-feature variant's name and its engine arguments, shell-quoted."""
+    variants: dict[str, Variant] = {}
+    for line in (part.strip() for part in value.splitlines()):
+        if not line:
+            continue
+        name, sep, text = line.partition("=")
+        name = name.strip()
+        if not sep or not text.strip():
+            raise argparse.ArgumentTypeError(
+                f"{line!r} is not NAME='ENGINE ARGS' (e.g. --vsnap-variant nopc='--no-enable-prefix-caching')"
+            )
+        if not VARIANT_NAME.match(name) or len(name) > 24 or name in _RESERVED_VARIANT_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"variant name {name!r}: use lower-case letters, digits and single dashes, at most 24 characters, "
+                f"starting with a letter, and none of {', '.join(sorted(_RESERVED_VARIANT_NAMES))} "
+                "(it becomes part of the lane's name: v1-head-<name>)"
+            )
+        if name in variants:
+            raise argparse.ArgumentTypeError(f"variant {name!r} is given twice: give each variant one name")
+        variants[name] = Variant(name, parse_engine_args(text.strip(), f"--vsnap-variant {name}"))
+    return tuple(variants.values())
 
 
 def parse_existing_dir(value: str) -> Path:
@@ -498,6 +529,8 @@ class OptionSpec:
     default: str
     help: str
     flag: bool = False
+    #: the command line may give it more than once (each is one line of the value; env and ini: one per line)
+    repeat: bool = False
 
     @property
     def cli(self) -> str:
@@ -554,6 +587,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("gpu-memory-utilization", parse_fraction, "0.5", "--gpu-memory-utilization"),
     OptionSpec("engine-args", parse_engine_args, "", "extra engine arguments, shell-quoted"),
     OptionSpec("env", parse_env, "", "extra engine environment NAME=VALUE,... (same at create and restore)"),
+    OptionSpec(
+        "variant",
+        parse_variants,
+        "",
+        "an engine-feature variant, NAME='ENGINE ARGS' (repeatable; one per line in env and ini): lanes of its own "
+        "per runner and arm, each with its own ordinary reference, lifecycle and faults",
+        repeat=True,
+    ),
     OptionSpec("runners", parse_runners, "v1,v2", "model runners to qualify: v1 and/or v2"),
     OptionSpec("prompts", parse_prompts, "", "file of canary prompts (JSON list or one per line)"),
     OptionSpec("logprob-tolerance", parse_tolerance, "0.001", "max |Δ logprob| vs the ordinary reference"),
@@ -671,6 +712,7 @@ def add_options(parser: pytest.Parser) -> None:
                 spec.cli,
                 dest=spec.dest,
                 default=None,
+                action="append" if spec.repeat else "store",
                 metavar=spec.name.split("-")[-1].upper(),
                 help=help_text,
             )
@@ -678,14 +720,18 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def raw_values(
-    cli: Mapping[str, str | None], env: Mapping[str, str], ini: Mapping[str, str]
+    cli: Mapping[str, str | list[str] | None], env: Mapping[str, str], ini: Mapping[str, str]
 ) -> dict[str, tuple[str, str]]:
-    """Pick each option's raw text and where it came from: cli > env > ini > default."""
+    """Pick each option's raw text and where it came from: cli > env > ini > default (a repeated option's
+    values one per line)."""
     chosen: dict[str, tuple[str, str]] = {}
     for spec in OPTIONS:
-        if cli.get(spec.dest) is not None:
-            given = spec.given_as(cli[spec.dest]).split("=", 1)[0]
-            chosen[spec.dest] = (str(cli[spec.dest]), given)
+        given_value = cli.get(spec.dest)
+        if isinstance(given_value, list):
+            chosen[spec.dest] = ("\n".join(given_value), spec.cli)
+        elif given_value is not None:
+            given = spec.given_as(given_value).split("=", 1)[0]
+            chosen[spec.dest] = (str(given_value), given)
         elif spec.env in env:
             chosen[spec.dest] = (env[spec.env], f"environment {spec.env}")
         elif ini.get(spec.dest, "") not in ("", None):
@@ -726,7 +772,7 @@ def misspelled_variable(name: str) -> str | None:
 
 
 def environment_problems(
-    env: Mapping[str, str], ini: Mapping[str, str], cli: Mapping[str, str | None] | None = None
+    env: Mapping[str, str], ini: Mapping[str, str], cli: Mapping[str, object] | None = None
 ) -> list[str]:
     """``VSNAP_*`` variables that would be silently ignored (misspelt) or silently override something with
     nothing (set but empty), each with its fix."""
@@ -757,9 +803,7 @@ def environment_problems(
     return problems
 
 
-def check_environment(
-    env: Mapping[str, str], ini: Mapping[str, str], cli: Mapping[str, str | None] | None = None
-) -> None:
+def check_environment(env: Mapping[str, str], ini: Mapping[str, str], cli: Mapping[str, object] | None = None) -> None:
     problems = environment_problems(env, ini, cli)
     if problems:
         raise OptionError("; ".join(problems))
@@ -830,7 +874,7 @@ def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> d
             parser.add_argument(spec.cli, dest=spec.dest, action="store_const", const="true", default=None)
             parser.add_argument(spec.no_cli, dest=spec.dest, action="store_const", const="false", default=None)
         else:
-            parser.add_argument(spec.cli, dest=spec.dest, default=None)
+            parser.add_argument(spec.cli, dest=spec.dest, default=None, action="append" if spec.repeat else "store")
     namespace, rest = parser.parse_known_args(argv)
     if rest:
         raise OptionError(f"unknown arguments: {' '.join(rest)}")

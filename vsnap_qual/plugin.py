@@ -171,14 +171,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def lane_group(nodeid: str, lanes: Sequence[Lane]) -> str | None:
-    """The worker group of a suite item: its lane's runner (both arms of a runner share a worker, so the base arm
-    compares with the head arm), from the lane id among its parameters (``[v1-head]``, ``[v2-base-wake-raise]``);
-    None for any other test."""
+    """The worker group of a suite item: its lane's runner (both arms of a runner, and its variants' lanes, share
+    a worker and its GPU, so the base arm compares with the head arm), from the lane id among its parameters
+    (``[v1-head]``, ``[v2-base-wake-raise]``, ``[v1-head-lora]``); None for any other test."""
     last = nodeid.rsplit("::", 1)[-1]
     if "[" not in last or not last.endswith("]"):
         return None
     parts = last[last.index("[") + 1 : -1].split("-")
-    for lane in lanes:
+    for lane in sorted(lanes, key=lambda lane: -len(lane.name)):  # v1-head-lora before v1-head
         name = lane.name.split("-")
         if any(parts[i : i + len(name)] == name for i in range(len(parts) - len(name) + 1)):
             return f"vsnap-runner-{lane.runner}"
@@ -220,7 +220,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if qual is None:
         return []  # inactive: invisible
     catalogue = config.stash[FAULTS_KEY]
-    lanes = [(lane.runner, lane.arm, lane.overlaid and qual.overlay is not None) for lane in qual.lanes]
+    lanes = [(lane.column, lane.arm, lane.overlaid and qual.overlay is not None) for lane in qual.lanes]
     required = procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command))
     workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
     runners = len({lane.runner for lane in qual.lanes})
@@ -322,9 +322,9 @@ def _session_files(qual: QualConfig, result: PreflightResult, record: model.Sess
 def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultCatalogue) -> model.Coverage:
     """What a full qualification of this configuration runs: the verdict is a PASS only when all of it passed
     (or the user narrowed the selection, and then the verdict says what was left out)."""
-    lanes = [(lane.runner, lane.arm, lane.overlaid and bool(pre.overlay)) for lane in qual.lanes]
+    lanes = [(lane.column, lane.arm, lane.overlaid and bool(pre.overlay)) for lane in qual.lanes]
     return {
-        "runners": list(dict.fromkeys(lane.runner for lane in qual.lanes)),
+        "runners": list(qual.columns),
         "arms": list(dict.fromkeys(lane.arm for lane in qual.lanes)),
         "overlay": bool(pre.overlay),
         "faults": catalogue.ids,
@@ -384,7 +384,7 @@ def _item_lane_step(item: pytest.Item) -> tuple[Lane, str] | None:
 def _item_step(item: pytest.Item) -> str | None:
     """``runner/arm/step`` of a suite item, None for any other test."""
     found = _item_lane_step(item)
-    return procedure.label(found[0].runner, found[0].arm, found[1]) if found else None
+    return procedure.label(found[0].column, found[0].arm, found[1]) if found else None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -81,28 +81,29 @@ class StepRecorder:
             raise
         finally:
             self.outcomes[name] = "passed" if outcome == "passed" else f"{outcome}: {message}"
-            self.store.write(
-                model.StepRecord(
-                    kind="step",
-                    time=utc_now(),
-                    runner=self.lane.runner,
-                    arm=self.lane.arm,
-                    lane=self.lane.name,
-                    purpose=self.purpose,
-                    step=name,
-                    nodeid=nodeid,
-                    outcome=outcome,
-                    message=message,
-                    argv=evidence.argv,
-                    exit_code=evidence.exit_code,
-                    started=utc_time(started),
-                    ended=utc_now(),
-                    seconds=round(time.monotonic() - clock, 3),
-                    engine_seconds=round(self.engine_time, 3),
-                    logs=evidence.logs,
-                    results=evidence.results,
-                )
+            record = model.StepRecord(
+                kind="step",
+                time=utc_now(),
+                runner=self.lane.column,
+                arm=self.lane.arm,
+                lane=self.lane.name,
+                purpose=self.purpose,
+                step=name,
+                nodeid=nodeid,
+                outcome=outcome,
+                message=message,
+                argv=evidence.argv,
+                exit_code=evidence.exit_code,
+                started=utc_time(started),
+                ended=utc_now(),
+                seconds=round(time.monotonic() - clock, 3),
+                engine_seconds=round(self.engine_time, 3),
+                logs=evidence.logs,
+                results=evidence.results,
             )
+            if self.lane.variant:
+                record["variant"] = self.lane.variant.name
+            self.store.write(record)
 
     @contextlib.contextmanager
     def engine_wait(self) -> Iterator[None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ from vsnap_qual import checks, decode_speed, overlay, progress, shapes, unit
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
-from vsnap_qual.config import Lane, QualConfig
-from vsnap_qual.contract import CPU_NOT_APPLICABLE, LIMITATIONS, VLLM_CANARY_PROMPT
+from vsnap_qual.config import Lane, QualConfig, Variant
+from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS, VLLM_CANARY_PROMPT
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.exits import ExitWatch
 from vsnap_qual.model import (
@@ -66,12 +67,14 @@ def vllm_reason(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def skip_if_limitation(reason: str, *, cpu_smoke: bool) -> None:
+def skip_if_limitation(reason: str, *, cpu_smoke: bool, variant: Variant | None = None) -> None:
     """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim): not applicable when
-    it is, in CPU smoke mode, a runner vLLM's CPU build does not have; an environment limitation otherwise (not a
-    qualification: the verdict is not a pass)."""
+    it is, in CPU smoke mode, a runner vLLM's CPU build does not have, or, in an engine-feature variant's lane, vLLM
+    refusing the feature; an environment limitation otherwise (not a qualification: the verdict is not a pass)."""
     if cpu_smoke and any(marker in reason for marker in CPU_NOT_APPLICABLE):
         progress.not_applicable(f"vLLM's CPU build has no such runner: {reason}")
+    if variant is not None and any(marker in reason for marker in FEATURE_REFUSALS):
+        progress.not_applicable(f"vLLM refuses variant {variant.name} ({shlex.join(variant.args)}): {reason}")
     if any(marker in reason for marker in LIMITATIONS):
         pytest.skip(f"environment limitation: {reason}")
 
@@ -319,7 +322,7 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
         rec.results["vllm_reason"] = reason
-        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke)
+        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke, variant=run.lane.variant)
         raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
     manifest_text = run.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
@@ -765,7 +768,7 @@ def unit_step(run: LaneTools, rec: StepEvidence) -> None:
         record["judged"] = "alone (no base arm): every failure counts"
         check(not record["failed"], f"{len(record['failed'])} unit test(s) failed ({summary}): {record['failed'][:10]}")
         return
-    head = run.unit_peers.get(f"{run.lane.runner}-head")
+    head = run.unit_peers.get(run.lane.peer("head"))
     if head is None:
         pytest.skip(f"{run.lane.name}: the head arm's unit outcomes are not available to judge against")
     new, pre, fixed = unit.against_base(head, found)
@@ -780,7 +783,7 @@ def unit_step(run: LaneTools, rec: StepEvidence) -> None:
 
 def compare_arms(run: LaneTools, rec: StepEvidence) -> None:
     """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
-    head = run.peers.get(f"{run.lane.runner}-head")
+    head = run.peers.get(run.lane.peer("head"))
     ordinary = run.state.ordinary
     if not head or ordinary is None:
         pytest.skip(f"{run.lane.name}: the head arm's ordinary reference is not available to compare with")

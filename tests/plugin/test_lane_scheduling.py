@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual.config import Lane
+from vsnap_qual.config import Lane, Variant
 from vsnap_qual.plugin import lane_group
 
 CONFTEST = """
@@ -60,6 +60,16 @@ def test_lane_group_reads_the_lane_among_the_parameters() -> None:
     assert lane_group("t.py::T::test_a[v1-base]", lanes) is None  # not a lane of this run
     assert lane_group("t.py::T::test_a[v1-headless]", lanes) is None
     assert lane_group("t.py::test_plain", lanes) is None
+
+
+def test_a_variants_lanes_share_their_runners_worker() -> None:
+    """A variant's lanes go with their runner (one worker, one GPU): its base arm after its head arm."""
+    nopc = Variant("nopc", ("--no-enable-prefix-caching",))
+    lanes = [Lane("v1", "head", "i", "head", False), Lane("v2", "head", "i", "head", False, nopc)]
+    assert lane_group("t.py::T::test_a[v2-head-nopc]", lanes) == "vsnap-runner-v2"
+    assert lane_group("t.py::T::test_fault[v2-head-nopc-wake-raise]", lanes) == "vsnap-runner-v2"
+    assert lane_group("t.py::T::test_a[v2-head]", lanes) is None  # the plain v2 lane is not one of this run
+    assert lane_group("t.py::T::test_a[v1-head-nopc]", lanes) == "vsnap-runner-v1"  # v1-head, then a fault id
 
 
 @pytest.mark.parametrize("dist", [[], ["--dist", "loadgroup"]], ids=["default", "loadgroup"])

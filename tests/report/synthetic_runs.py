@@ -107,6 +107,13 @@ class RunSpec:
     #: the session's ``invocation`` and ``harness_source`` (None: not recorded, as before they were)
     invocation: dict[str, Any] | None = None
     harness_source: dict[str, Any] | None = None
+    #: ``--vsnap-variant`` (name, engine args): each adds a column per runner (``v1+lora``) after the plain ones
+    variants: Sequence[tuple[str, str]] = ()
+
+    @property
+    def columns(self) -> list[str]:
+        """The lanes' columns as the harness records them (``config.QualConfig.columns``)."""
+        return [*self.runners, *(f"{r}+{name}" for name, _ in self.variants for r in self.runners)]
 
 
 class _Clock:
@@ -217,15 +224,16 @@ def recorded_options(spec: RunSpec, report_dir: Path) -> dict[str, Any]:
         argv.append(f"--vsnap-engine-args=--hf-token {spec.secret_in_evidence}")
     if spec.cpu_smoke:
         argv += ["--vsnap-cpu-smoke", "--vsnap-gpus=none"]
+    argv += [f"--vsnap-variant={name}={args}" for name, args in spec.variants]
     parsed = options.parse_standalone(argv, {})
     return build_config(parsed, report_dir, run_id=RUN_ID).public_options()
 
 
 def required_coverage(spec: RunSpec) -> dict[str, Any]:
     """The session's ``coverage`` record, computed as the plugin computes it (``procedure.required``)."""
-    lanes = [(runner, arm, arm == "head") for runner in spec.runners for arm in spec.arms]
+    lanes = [(runner, arm, arm == "head") for runner in spec.columns for arm in spec.arms]
     return {
-        "runners": list(spec.runners),
+        "runners": spec.columns,
         "arms": list(spec.arms),
         "overlay": "head" in spec.arms,
         "faults": [f.id for f in procedure.FAULTS],
@@ -283,12 +291,13 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
     skipped = dict(spec.skipped_steps)
     for phase, nodeid, message in spec.harness_errors:
         emit("harness_error", phase=phase, nodeid=nodeid, message=message)
-    for runner in spec.runners:
+    for runner in spec.columns:
         for arm in spec.arms:
             emit(
                 "environment",
                 runner=runner,
                 arm=arm,
+                **({"variant": runner.partition("+")[2]} if "+" in runner else {}),
                 image={
                     "ref": "vllm/vllm-openai:nightly-593df82f" if arm == "head" else "vllm/vllm-openai:v0.33.0",
                     "id": "sha256:" + _sha(arm)[:64],
@@ -352,6 +361,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
             "step",
             runner=runner,
             arm=arm,
+            **({"variant": runner.partition("+")[2]} if "+" in runner else {}),
             step=name,
             nodeid=f"suites/test_lifecycle.py::test_{test_name}[{runner}-{arm}]",
             outcome="skipped" if skip is not None else "failed" if failed else "passed",
@@ -376,7 +386,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
         "--max-model-len",
         "512",
     ]
-    for runner in spec.runners:
+    for runner in spec.columns:
         head_reference: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
         for arm in spec.arms:
             cleanup = {

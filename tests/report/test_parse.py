@@ -74,7 +74,7 @@ def test_a_value_of_another_type_is_left_out_or_emptied_never_passed_on() -> Non
 
 
 def test_a_record_that_cannot_be_placed_is_none_and_counted_malformed(tmp_path: Path) -> None:
-    assert parse.record(_step(runner="v9")) is None  # a Literal has no empty value
+    assert parse.record(_step(arm="middle")) is None  # a Literal has no empty value
     assert parse.record(_step(outcome=None)) is None
     assert parse.record({"kind": "telemetry", "time": "t"}) is None  # a kind the model does not know
     evidence = tmp_path / "evidence.jsonl"

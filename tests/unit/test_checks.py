@@ -21,7 +21,7 @@ import pytest
 
 from vsnap_qual import checks, faults, model, options, package_probe, shapes, steps
 from vsnap_qual.box import ExecResult
-from vsnap_qual.config import build_config
+from vsnap_qual.config import Lane, Variant, build_config
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.lane import lane_environment
 from vsnap_qual.model import Canary
@@ -711,6 +711,16 @@ def test_a_runner_the_cpu_build_lacks_is_not_applicable_only_in_cpu_smoke_mode()
     steps.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=True)  # a defect: the step fails on
 
 
+def test_a_feature_vllm_refuses_is_not_applicable_only_in_that_variants_lane() -> None:
+    words = "ValueError: snapshot create does not support speculative decoding"
+    spec = Variant("spec", ("--speculative-config", '{"method": "ngram"}'))
+    expected = '^not applicable: vLLM refuses variant spec \\(--speculative-config \'{"method": "ngram"}\'\\): Value'
+    with pytest.raises(pytest.skip.Exception, match=expected):
+        steps.skip_if_limitation(words, cpu_smoke=False, variant=spec)
+    steps.skip_if_limitation(words, cpu_smoke=False)  # the plain configuration refused: the step fails on
+    steps.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=False, variant=spec)  # a defect: fails
+
+
 def test_cpu_smoke_lanes_find_the_smoke_platform_after_the_probe(tmp_path: Path) -> None:
     parsed = options.parse_standalone(
         ["--vsnap-image=i:1", "--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40, "--vsnap-gpus=none"], env={}
@@ -757,7 +767,7 @@ def _junit(**cases: str) -> str:
 
 def _unit_lane(arm: str, junit: str | None, base_image: str | None = "img:base") -> FakeLane:
     lane = FakeLane(digests_after=_digests(a="1", b="2"))
-    lane.lane = SimpleNamespace(name=f"v1-{arm}", runner="v1", arm=arm)
+    lane.lane = Lane("v1", arm, f"img:{arm}", arm, arm == "head")  # type: ignore[arg-type]  # arm: a test's str
     lane.config.unit_command = "pytest tests -q --junitxml=$VSNAP_JUNIT"
     lane.config.base_image = base_image
     lane.junit = junit

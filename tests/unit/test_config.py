@@ -67,3 +67,58 @@ def test_a_unit_command_needs_the_overlay_checkout_it_runs_from(tmp_path):
         _config(tmp_path, "--vsnap-image=i:1", "--vsnap-unit-command=pytest tests")
     assert "--vsnap-unit-command runs from the overlay checkout" in str(info.value)
     assert "--vsnap-overlay=" in str(info.value)
+
+
+def test_each_variant_adds_lanes_per_runner_and_arm_after_the_plain_ones(tmp_path):
+    config = _config(
+        tmp_path,
+        "--vsnap-image=img:1",
+        "--vsnap-base-image=img:0",
+        "--vsnap-engine-args=--enforce-eager",
+        "--vsnap-variant=lora=--enable-lora --max-loras 1",
+        "--vsnap-variant=nopc=--no-enable-prefix-caching",
+    )
+    assert [lane.name for lane in config.lanes] == [
+        "v1-head", "v2-head", "v1-base", "v2-base",
+        "v1-head-lora", "v2-head-lora", "v1-base-lora", "v2-base-lora",
+        "v1-head-nopc", "v2-head-nopc", "v1-base-nopc", "v2-base-nopc",
+    ]  # fmt: skip
+    assert config.columns == ("v1", "v2", "v1+lora", "v2+lora", "v1+nopc", "v2+nopc")
+    lora_base = config.lanes[6]
+    assert (lora_base.column, lora_base.peer("head"), lora_base.image) == ("v1+lora", "v1-head-lora", "img:0")
+    assert lora_base.v2_flag == "0" and config.lanes[5].v2_flag == "1"
+    # the variant's arguments come after the user's, on its lanes only
+    assert config.engine_argv(lora_base)[-4:] == ["--enforce-eager", "--enable-lora", "--max-loras", "1"]
+    assert config.engine_argv(config.lanes[0])[-1] == "--enforce-eager"
+    assert config.public_options()["variants"] == {
+        "lora": ["--enable-lora", "--max-loras", "1"],
+        "nopc": ["--no-enable-prefix-caching"],
+    }
+
+
+def test_fixed_ports_keep_the_plain_lanes_offsets_and_give_each_variant_lane_its_own(tmp_path):
+    config = _config(
+        tmp_path, "--vsnap-image=img:1", "--vsnap-base-image=img:0", "--vsnap-port-base=20000",
+        "--vsnap-variant=nopc=--no-enable-prefix-caching",
+    )  # fmt: skip
+    starts = {lane.name: min(config.fixed_ports(lane).values()) for lane in config.lanes}
+    assert starts == {
+        "v1-head": 20000, "v2-head": 20010, "v1-base": 20020, "v2-base": 20030,
+        "v1-head-nopc": 20040, "v2-head-nopc": 20050, "v1-base-nopc": 20060, "v2-base-nopc": 20070,
+    }  # fmt: skip
+    ports = [p for lane in config.lanes for p in config.fixed_ports(lane).values()]
+    assert len(ports) == len(set(ports))
+
+
+def test_a_port_base_too_high_for_every_lane_is_refused_naming_the_fix(tmp_path):
+    variants = [f"--vsnap-variant=x{i}=--enforce-eager" for i in range(26)]
+    _config(tmp_path, "--vsnap-image=img:1", "--vsnap-port-base=65000", *variants[:25])  # 52 lanes fit
+    with pytest.raises(pytest.UsageError) as info:
+        _config(tmp_path, "--vsnap-image=img:1", "--vsnap-port-base=65000", *variants)
+    assert "--vsnap-port-base=65000 leaves too few ports for 54 lanes" in str(info.value)
+    assert "lower it to at most 64996" in str(info.value)
+
+
+def test_a_variants_secret_is_redacted_like_an_engine_args_one(tmp_path):
+    config = _config(tmp_path, "--vsnap-image=img:1", "--vsnap-variant=auth=--api-key sk-variant-1234")
+    assert "sk-variant-1234" in config.secret_values()

@@ -327,3 +327,40 @@ def test_pytest_refuses_a_malformed_image_from_the_environment_before_anything_s
         revision="a" * 40,
     )
     assert "(value from environment VSNAP_IMAGE)" in text and "invalid reference format" not in text
+
+
+def test_variants_parse_one_per_line_and_refuse_bad_names_twins_and_harness_flags() -> None:
+    text = "lora=--enable-lora --max-lora-rank 8\n\n  spec = --speculative-config '{\"a\": 1}'"
+    parsed = options.parse_variants(text)
+    assert [(v.name, v.args) for v in parsed] == [
+        ("lora", ("--enable-lora", "--max-lora-rank", "8")),
+        ("spec", ("--speculative-config", '{"a": 1}')),
+    ]
+    for bad, said in (
+        ("--enable-lora", "is not NAME='ENGINE ARGS'"),
+        ("lora=", "is not NAME='ENGINE ARGS'"),
+        ("LoRA=--enable-lora", "variant name 'LoRA'"),
+        ("head=--enable-lora", "variant name 'head'"),
+        ("v1=--enable-lora", "variant name 'v1'"),
+        ("a--b=--x", "variant name 'a--b'"),
+        ("lora=--x\nlora=--y", "variant 'lora' is given twice"),
+        ("fp8=--dtype bfloat16", "--dtype is set by the harness on every engine command (set it with --vsnap-dtype)"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError) as info:
+            options.parse_variants(bad)
+        assert said in str(info.value), (bad, str(info.value))
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        options.parse_variants("fp8=--dtype bfloat16")
+    assert str(info.value).endswith("remove it from --vsnap-variant fp8")
+
+
+def test_a_repeated_variant_option_keeps_each_and_the_environment_gives_one_per_line() -> None:
+    given = options.parse_standalone(
+        ["--vsnap-variant=a=--enforce-eager", "--vsnap-variant", "b=--no-enable-prefix-caching"], env={}
+    )
+    assert [v.name for v in given["vsnap_variant"]] == ["a", "b"]
+    from_env = options.parse_standalone([], env={"VSNAP_VARIANT": "c=--enforce-eager\nd=--enable-lora"})
+    assert [v.name for v in from_env["vsnap_variant"]] == ["c", "d"]
+    with pytest.raises(options.OptionError) as info:
+        options.parse_standalone(["--vsnap-variant=x"], env={})
+    assert str(info.value).startswith("--vsnap-variant: ") and "(value from --vsnap-variant)" in str(info.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from vsnap_qual import model
 from vsnap_qual.redact import Redactor
 from vsnap_qual.report.frames import Comparisons, FaultRow, compare_all, rows
@@ -188,6 +190,13 @@ def _configuration(results: model.Results) -> list[str]:
     extra_text = " ".join(str(a) for a in extra) if isinstance(extra, list) else str(extra or "")
     engine.append(f"engine args `{extra_text}`" if extra_text.strip() else "engine args: none beyond the harness's")
     lines.append("Engine: " + " · ".join(engine))
+    variants = option_value(results, "variants")
+    if isinstance(variants, dict) and variants:
+        said = [f"`{name}` (`{shlex.join(str(a) for a in args)}`)" for name, args in variants.items()]
+        lines.append(
+            "Variants: " + ", ".join(said) + " — each a column group of its own (`<runner>+<variant>`), with its own "
+            "ordinary reference"
+        )
     checkout = next((found for _l, env in _lane_environments(results) if (found := env.get("overlay_checkout"))), None)
     if checkout:
         lines.append("Overlay: " + overlay_checkout_text(checkout))

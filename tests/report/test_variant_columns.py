@@ -1,0 +1,47 @@
+"""Engine-feature variants in the report (issue 28): each variant's lanes are a column group of their own, after
+the plain configuration's, and a change on a variant's lane is named with its column."""
+
+from __future__ import annotations
+
+import json
+
+from synthetic_runs import MakeRun, RunSpec
+
+from vsnap_qual.report import write_reports
+
+NOPC = ("nopc", "--no-enable-prefix-caching")
+
+
+def test_each_variant_is_a_column_group_after_the_plain_ones(make_run: MakeRun) -> None:
+    directory = make_run("variants", RunSpec(changed_digests=(), variants=(NOPC,)))
+    summary = write_reports(directory, github_step_summary=False).summary_md.read_text()
+    results = json.loads((directory / "results.json").read_text())
+    assert [(lane["runner"], lane["arm"]) for lane in results["lanes"]] == [
+        ("v1", "head"), ("v1", "base"), ("v2", "head"), ("v2", "base"),
+        ("v1+nopc", "head"), ("v1+nopc", "base"), ("v2+nopc", "head"), ("v2+nopc", "base"),
+    ]  # fmt: skip
+    assert results["verdict"]["status"] == "pass"
+    assert "Variants: `nopc` (`--no-enable-prefix-caching`)" in summary
+    lifecycle = next(line for line in summary.splitlines() if line.startswith("| create, inspect, two restores"))
+    assert "v1+nopc (head, base); v2+nopc (head, base)" in lifecycle
+
+
+def test_a_change_on_a_variants_lane_fails_the_run_and_is_named_with_its_column(make_run: MakeRun) -> None:
+    spec = RunSpec(changed_digests=(("v2+nopc", "restore-2", "model.norm.weight"),), variants=(NOPC,))
+    directory = make_run("changed", spec)
+    summary = write_reports(directory, github_step_summary=False).summary_md.read_text()
+    results = json.loads((directory / "results.json").read_text())
+    assert results["verdict"]["status"] == "fail"
+    digests = next(c for c in results["verdict"]["checks"] if c["id"] == "digests")
+    failed = {item["id"] for item in digests["items"] if item["ok"] is False}
+    assert failed == {"digests.v2+nopc.head.restore-2"}
+    row = next(line for line in summary.splitlines() if line.startswith("| parameter digests"))
+    assert "v2+nopc" in row and "model.norm.weight" in row
+
+
+def test_a_run_without_variants_reads_as_before(make_run: MakeRun) -> None:
+    directory = make_run("plain", RunSpec(changed_digests=()))
+    summary = write_reports(directory, github_step_summary=False).summary_md.read_text()
+    assert "Variants:" not in summary and "+" not in "".join(
+        lane["runner"] for lane in json.loads((directory / "results.json").read_text())["lanes"]
+    )
