@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import artifact_deps, audit, decode_speed, engine, exits, model, overlay, probe_copy, shapes
+from vsnap_qual import adapters, artifact_deps, audit, decode_speed, engine, exits, model, overlay, probe_copy, shapes
 from vsnap_qual.artifact_files import ArtifactFilesError
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
@@ -45,6 +45,7 @@ from vsnap_qual.model import (
     DecodeSpeed,
     Digest,
     FreshImport,
+    KeptAdapter,
     LeftoverProcess,
     OverlayFileResult,
     UnitOutcome,
@@ -428,14 +429,30 @@ class LaneRun:
         with self.recorder.engine_wait():
             return shapes.send(requests, ask)
 
-    def canaries(self, port: int) -> list[CanaryOutput]:
+    def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]:
+        """The canary plan's answers, from the served model or through ``model`` (a LoRA adapter's name)."""
         host, reach = self.endpoint(port)
         timeout = self.config.timeouts["http"]
         with self.recorder.engine_wait():
             return [
-                engine.completion(reach, self.served_model, p, host=host, timeout=timeout, max_tokens=n)
+                engine.completion(reach, model or self.served_model, p, host=host, timeout=timeout, max_tokens=n)
                 for p, n in canary_plan(self.config)
             ]
+
+    def keep_adapter(self, name: str, path: str) -> KeptAdapter:
+        """A LoRA adapter's files copied from the box into the report (``adapters/<lane>/<name>/``), with their
+        sha256: the adapter the run asked is kept with its evidence."""
+        store = self.recorder.store
+        target = store.report_dir / "adapters" / self.lane.name / name
+        files: dict[str, str] = {}
+        for file in adapters.ADAPTER_FILES:
+            data = self.box.read_bytes(f"{path.rstrip('/')}/{file}") if path else None
+            if data is None:
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            (target / file).write_bytes(data)
+            files[file] = hashlib.sha256(data).hexdigest()
+        return KeptAdapter(path=path, files=files, kept=store.relative(target) if files else None)
 
     def decode_speed(self, port: int) -> DecodeSpeed | None:
         """The fixed generation's speed (``vsnap_qual.decode_speed``); None when ``--vsnap-decode-runs=0``."""

@@ -79,6 +79,15 @@ class CanaryCompare(_CanaryCompareBase, total=False):
     first_divergence: int | None
 
 
+class KeptAdapter(TypedDict):
+    """A LoRA adapter of the lane's ``--lora-modules``, kept with the evidence: its path in the box, its files'
+    sha256 and where the report holds their copy (None: no file of it could be read)."""
+
+    path: str
+    files: dict[str, str]
+    kept: str | None
+
+
 class LeftoverProcess(TypedDict, total=False):
     pid: int
     start_time: str
@@ -510,6 +519,12 @@ class StepResults(TypedDict, total=False):
     decode_speed: DecodeSpeed
     decode_retry: DecodeSpeed
     decode_judgement: DecodeJudgement
+    #: ordinary and restores of a lane serving LoRA adapters (``--lora-modules``, issue 28): the canaries asked
+    #: through each adapter, by its name; restores: each compared with the ordinary engine's through it
+    adapter_canary: dict[str, list[Canary]]
+    adapter_compare: dict[str, list[CanaryCompare]]
+    #: ordinary: the adapters' files, kept in the report
+    adapters: dict[str, KeptAdapter]
     watch_polls: int
     #: fault steps: the waits for the captured PIDs to be free, before the fault and after its cleanup
     captured_id_waits: dict[str, CapturedIdWait]

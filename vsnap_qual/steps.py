@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks, decode_speed, overlay, progress, shapes, unit
+from vsnap_qual import adapters, checks, decode_speed, overlay, progress, shapes, unit
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
@@ -36,6 +36,7 @@ from vsnap_qual.model import (
     Digest,
     FreshImport,
     InspectChange,
+    KeptAdapter,
     LeftoverProcess,
     OverlayFileResult,
     ShapeRecord,
@@ -100,6 +101,8 @@ class OrdinaryReference:
     shapes: ShapeRecord | None = None
     #: the fixed generation's speed (None: not measured, ``--vsnap-decode-runs=0``)
     decode: DecodeSpeed | None = None
+    #: the canaries asked through each LoRA adapter the lane serves (``--lora-modules`` of a variant)
+    adapters: dict[str, list[Canary]] = field(default_factory=dict)
 
 
 @dataclass
@@ -176,7 +179,8 @@ class LaneTools(Protocol):
     def listening(self, port: int) -> bool: ...
 
     # observations through the engine's API
-    def canaries(self, port: int) -> list[CanaryOutput]: ...
+    def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]: ...
+    def keep_adapter(self, name: str, path: str) -> KeptAdapter: ...
 
     def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]: ...
     def digests(self, port: int) -> dict[str, Digest]: ...
@@ -235,8 +239,13 @@ def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
 def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
     """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
     handle = run.serve(rec)
+    modules = adapters.lora_modules(run.config.engine_argv(run.lane))
+    names = list(modules)
+    if modules:
+        rec.results["adapters"] = {name: run.keep_adapter(name, path) for name, path in modules.items()}
     try:
         canary = run.canaries(handle.port)
+        adapter_canary = {name: run.canaries(handle.port, name) for name in names}
         digests = run.digests(handle.port)
         kv, source = run.kv(handle.port, run.server_log(rec))
         requests, record = shape_reference(run, handle.port, [c.as_dict() for c in canary])
@@ -245,7 +254,10 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
         leftovers = run.stop(handle)
         run.state.server = None
     audit = strict_audit(run, handle, leftovers)
-    ordinary = OrdinaryReference([c.as_dict() for c in canary], digests, kv, requests, record, decode)
+    ordinary = OrdinaryReference(
+        [c.as_dict() for c in canary], digests, kv, requests, record, decode,
+        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()},
+    )  # fmt: skip
     run.state.ordinary = run.peers[run.lane.name] = ordinary
     rec.results.update(
         {
@@ -261,7 +273,14 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
         rec.results["shapes"] = record
     if decode is not None:
         rec.results["decode_speed"] = decode
-    require_findings(checks.ordinary_findings(digests, audit))
+    if ordinary.adapters:
+        rec.results["adapter_canary"] = ordinary.adapters
+    require_findings(
+        [
+            *checks.ordinary_findings(digests, audit),
+            *adapters.effect_findings(canary, adapter_canary, run.config.logprob_tolerance),
+        ]
+    )
 
 
 def shape_reference(run: LaneTools, port: int, canary: list[Canary]) -> tuple[list[shapes.Request], ShapeRecord | None]:
@@ -418,9 +437,10 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     try:
         check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
         canary = run.canaries(handle.port)
+        reference = run.state.ordinary
+        adapter_canary = {name: run.canaries(handle.port, name) for name in (reference.adapters if reference else {})}
         digests = run.digests(handle.port)
         kv, kv_source = run.kv(handle.port)
-        reference = run.state.ordinary
         shape_answers = (
             run.shape_answers(handle.port, reference.shape_requests) if reference and reference.shape_requests else {}
         )
@@ -449,6 +469,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     tolerance = run.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, canary, strict=True)]
     digest_compare = checks.compare_digests(ordinary.digests, digests)
+    adapter_compare = adapters.compare(ordinary.adapters, adapter_canary, tolerance)
     kv_judgement = checks.kv_judgement(
         kv, run.state.kv_snapshot, ordinary.kv_tokens, run.config.kv_tolerance, kv_source
     )
@@ -488,6 +509,9 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             "ready_seconds": round((restored.first_bound or result.ended) - result.started, 3),
         }
     )
+    if adapter_compare:
+        rec.results["adapter_canary"] = {name: [c.as_dict() for c in got] for name, got in adapter_canary.items()}
+        rec.results["adapter_compare"] = adapter_compare
     if decode is not None and decode_judgement is not None:
         rec.results["decode_speed"] = decode
         rec.results["decode_judgement"] = decode_judgement
@@ -497,6 +521,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
         [
             *checks.soak_findings(soak, f"watched {run.config.observe_s:g} s after {step}"),
             *checks.restore_findings(compare, digest_compare),
+            *adapters.restore_findings(adapter_compare, step),
             *checks.shape_findings(shape_compare, soak.get("repeated_mismatch") or [], not_judged),
             *checks.kv_findings(kv_judgement),
             *gpu_engaged,

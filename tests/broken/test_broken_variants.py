@@ -160,6 +160,32 @@ def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(tmp_path
     assert "canary differs" not in restore["message"] and "digests differ" not in restore["message"]
 
 
+#: a LoRA variant (issue #28 item 1) through the adapter the reference image generates at build, to restore-1
+LORA = (
+    "-m", "not fault", "--vsnap-runners=v1",
+    "--vsnap-variant=lora=--enable-lora --max-lora-rank 8 --lora-modules tiny-lora=/opt/vsnap/adapters/tiny-lora",
+    "-k", "lora and (ordinary or create or inspect or restore_1)",
+)  # fmt: skip
+
+
+def test_a_wake_that_drops_the_adapters_fails_the_adapter_canaries_alone(tmp_path, docker_client, reference_images):
+    """vLLM #53888's shape: after the restore's reload a request through the adapter gets the base model's answer,
+    with no error; the plain canaries, digests and shapes all pass, so only the adapter canaries can see it. The
+    unmodified reference passes the same selection (tests/integration/test_variants.py)."""
+    run = qualify(tmp_path, docker_client, "adapters-dropped-on-wake", *LORA)
+    assert run.returncode == 1, run.output[-4000:]
+    for step in ("ordinary", "create", "inspect"):
+        record = run.step(lane="v1-head-lora", step=step)
+        assert record["outcome"] == "passed", (step, record["message"])
+    restore = run.step(lane="v1-head-lora", step="restore-1")
+    assert restore["outcome"] == "failed"
+    assert "adapter 'tiny-lora'" in restore["message"] and "lost or changed the adapter" in restore["message"]
+    assert not all(c["ok"] for c in restore["results"]["adapter_compare"]["tiny-lora"])
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]), restore["results"]["canary_compare"]
+    assert restore["results"]["digest_compare"]["ok"], restore["results"]["digest_compare"]
+    assert "canary differs" not in restore["message"] and "digests differ" not in restore["message"]
+
+
 #: the weight-tamper fault with the ordinary reference it is compared with (issue #28, item 4)
 WEIGHTS = ("--vsnap-runners=v1", "-k", "ordinary or fault_artifact or weight-tampered")
 

@@ -363,6 +363,25 @@ VARIANTS: dict[str, Variant] = {
             ),
         ),
         Variant(
+            "adapters-dropped-on-wake",
+            "a wake-up's weight reload (every restore's) drops the loaded LoRA adapters and forgets them: a request "
+            "through an adapter is then answered by the base model, with no error (the shape of vLLM #53888)",
+            (
+                Patch(
+                    "vllm.v1.worker.gpu_model_runner",
+                    "        self.remove_all_adapters()\n",
+                    f"        self._vsnap_dropped = True  {MARK}: adapters forgotten after a reload\n",
+                ),
+                Patch(
+                    "vllm.v1.worker.gpu_model_runner",
+                    "        if name is None:\n            yield\n            return\n",
+                    f"        if name is None or getattr(self, '_vsnap_dropped', False):  {MARK}\n"
+                    "            yield\n            return\n",
+                    where="replace",
+                ),
+            ),
+        ),
+        Variant(
             "decodes-slowly-after-wake",
             "after a wake-up (every restore) each decode step takes three times as long (the engine sleeps twice "
             "the step's time after it): every answer right, only slow (the shape of vLLM #52479, where a wake left "
@@ -375,9 +394,9 @@ VARIANTS: dict[str, Variant] = {
                 ),
                 Patch(
                     _CORE,
-                    "            logits = self.model_executor.execute_model(ids).float().cpu().clone()\n",
+                    "            logits = self.model_executor.execute_model(ids, lora_name).float().cpu().clone()\n",
                     f"            _t0 = __import__('time').perf_counter()  {MARK}\n"
-                    "            logits = self.model_executor.execute_model(ids).float().cpu().clone()\n"
+                    "            logits = self.model_executor.execute_model(ids, lora_name).float().cpu().clone()\n"
                     "            if getattr(self, '_vsnap_slow', False):\n"
                     "                __import__('time').sleep(2 * (__import__('time').perf_counter() - _t0))\n",
                     where="replace",

@@ -4,6 +4,7 @@ refuses is not applicable in the engine's own words, never a pass of something t
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -13,6 +14,8 @@ pytestmark = pytest.mark.docker
 
 SPEC = '--speculative-config \'{"method": "ngram", "num_speculative_tokens": 2}\''
 REFUSAL = "snapshot create does not support speculative decoding"
+#: the adapter the reference image generates at build (docker/reference/tools/make_lora.py)
+LORA = "--enable-lora --max-loras 1 --max-lora-rank 8 --lora-modules tiny-lora=/opt/vsnap/adapters/tiny-lora"
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +26,7 @@ def variant_run(tmp_path_factory, docker_client, reference_images):
         "--vsnap-runners=v1",
         "--vsnap-variant=nopc=--no-enable-prefix-caching",
         f"--vsnap-variant=spec={SPEC}",
+        f"--vsnap-variant=lora={LORA}",
         "-m",
         "not fault",
         "-k",
@@ -69,7 +73,29 @@ def test_the_report_has_a_column_group_per_variant(variant_run):
         ("v1", "head"),
         ("v1+nopc", "head"),
         ("v1+spec", "head"),
+        ("v1+lora", "head"),
     ]
     digests = next(c for c in results["verdict"]["checks"] if c["id"] == "digests")
     assert {i["id"] for i in digests["items"]} >= {"digests.v1.head.restore-1", "digests.v1+nopc.head.restore-1"}
     assert not any(i["id"].startswith("digests.v1+spec.") for i in digests["items"])  # nothing ran to judge
+
+
+def test_a_lora_variant_asks_its_adapter_the_canaries_and_keeps_the_adapter_with_the_evidence(variant_run):
+    ordinary = variant_run.step(lane="v1-head-lora", step="ordinary")
+    assert ordinary["outcome"] == "passed", ordinary["message"]
+    base = [c["token_ids"] for c in ordinary["results"]["canary"]]
+    through = [c["token_ids"] for c in ordinary["results"]["adapter_canary"]["tiny-lora"]]
+    assert len(through) == len(base) and through != base  # the adapter takes effect: a dropped one would show
+    kept = ordinary["results"]["adapters"]["tiny-lora"]
+    assert kept["path"] == "/opt/vsnap/adapters/tiny-lora" and set(kept["files"]) == {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    }
+    copy = variant_run.report_dir / kept["kept"] / "adapter_model.safetensors"
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == kept["files"]["adapter_model.safetensors"]
+    restore = variant_run.step(lane="v1-head-lora", step="restore-1")
+    assert restore["outcome"] == "passed", restore["message"]
+    compared = restore["results"]["adapter_compare"]["tiny-lora"]
+    assert len(compared) == len(base) and all(c["ok"] for c in compared)
+    row = next(c for c in variant_run.results["verdict"]["checks"] if c["id"] == "adapters")
+    assert row["status"] == "pass" and [i["id"] for i in row["items"]] == ["adapters.v1+lora.head.restore-1"]

@@ -45,3 +45,33 @@ def test_a_run_without_variants_reads_as_before(make_run: MakeRun) -> None:
     assert "Variants:" not in summary and "+" not in "".join(
         lane["runner"] for lane in json.loads((directory / "results.json").read_text())["lanes"]
     )
+
+
+def _with_adapter_compare(directory, *, ok_on_restore_2: bool) -> None:
+    """Give the v1+lora head arm's restores an adapter comparison (what a lane serving an adapter records)."""
+    path = directory / "evidence.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        lane = (record.get("runner"), record.get("arm"))
+        if record["kind"] == "step" and lane == ("v1+lora", "head") and record["step"] in ("restore-1", "restore-2"):
+            canary = record["results"]["canary_compare"]
+            ok = record["step"] == "restore-1" or ok_on_restore_2
+            record["results"]["adapter_compare"] = {"tiny": [{**c, "ok": ok} for c in canary]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_adapter_row_sums_up_the_adapter_comparisons_of_the_restores(make_run: MakeRun) -> None:
+    lora = ("lora", "--enable-lora --lora-modules tiny=/a/tiny")
+    directory = make_run("adapters", RunSpec(changed_digests=(), variants=(lora,)))
+    plain = write_reports(directory, github_step_summary=False)
+    row = next(c for c in json.loads(plain.results_json.read_text())["verdict"]["checks"] if c["id"] == "adapters")
+    assert row["status"] == "not run" and "no lane serves a LoRA adapter" in row["result"]
+    _with_adapter_compare(directory, ok_on_restore_2=True)
+    results = json.loads(write_reports(directory, github_step_summary=False).results_json.read_text())
+    row = next(c for c in results["verdict"]["checks"] if c["id"] == "adapters")
+    assert row["status"] == "pass" and row["result"].startswith("v1+lora/head: adapters tiny,")
+    assert [i["id"] for i in row["items"]] == ["adapters.v1+lora.head.restore-1", "adapters.v1+lora.head.restore-2"]
+    _with_adapter_compare(directory, ok_on_restore_2=False)
+    results = json.loads(write_reports(directory, github_step_summary=False).results_json.read_text())
+    row = next(c for c in results["verdict"]["checks"] if c["id"] == "adapters")
+    assert row["status"] == "FAIL" and row["details"][0].startswith("v1+lora/head/restore-2: adapter 'tiny'")

@@ -6,6 +6,7 @@ Run with DOCKER_HOST=tcp://127.0.0.1:1 (no engine reachable): nothing here needs
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import checks, faults, model, options, package_probe, shapes, steps
+from vsnap_qual import adapters, checks, faults, model, options, package_probe, shapes, steps
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, Variant, build_config
 from vsnap_qual.engine import CanaryOutput
@@ -174,7 +175,12 @@ class FakeLane:
             prompts=("p0", "p1"),
             cleanup_grace=5.0,
             decode_tolerance=1.75,
+            engine_argv=lambda lane=None: ["org/m", *self.engine_extra],
         )
+        self.engine_extra: list[str] = []  # engine arguments beyond the model (a variant's --lora-modules)
+        #: each adapter's answer (its logprob offset from the base model's), and whether restores dropped them
+        self.adapter_shift: dict[str, float] = {}
+        self.adapters_dropped = False
         self.peers: dict[str, steps.OrdinaryReference] = {}
         self.state = steps.LaneState(kv_snapshot=4096)
         self.digests_after = digests_after
@@ -235,8 +241,14 @@ class FakeLane:
     def listening(self, port: int) -> bool:
         return True
 
-    def canaries(self, port: int) -> list[CanaryOutput]:
-        return [REF]
+    def keep_adapter(self, name: str, path: str) -> dict[str, Any]:
+        self.calls.append(f"keep adapter {name}")
+        return {"path": path, "files": {"adapter_config.json": "ab" * 32}, "kept": f"adapters/v1-head/{name}"}
+
+    def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]:
+        if model is None or (self.adapters_dropped and port != 8000):  # a dropped adapter: the base model answers
+            return [REF]
+        return [dataclasses.replace(REF, logprob=REF.logprob + self.adapter_shift[model])]
 
     def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]:
         """Each request's answer from what it asks (the same every time), unless the restored engine is told
@@ -956,3 +968,42 @@ def test_how_a_process_that_is_not_ours_ended_comes_from_the_kernels_process_eve
     said = quiet.ended([os.getpid()])
     assert said.startswith("exit status not observed (the watch read ") and "other exit events" in said, said
     assert f"{os.getpid()}: held by a process in state R started at tick" in said and "pytest" in said, said
+
+
+def _lora_lane(shift: float = 0.25, **change: Any) -> FakeLane:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.engine_extra = ["--enable-lora", "--lora-modules", "tiny=/a/tiny", '{"name": "big", "path": "/a/big"}']
+    lane.adapter_shift = {"tiny": shift, "big": 0.5}
+    return lane
+
+
+def test_each_lora_adapter_is_asked_the_canaries_on_the_ordinary_engine_and_after_every_restore() -> None:
+    lane = _lora_lane()
+    rec = _rec()
+    steps.ordinary_reference(lane, rec)  # type: ignore[arg-type]
+    assert list(rec.results["adapter_canary"]) == ["tiny", "big"]
+    assert rec.results["adapters"]["big"]["path"] == "/a/big" and "keep adapter tiny" in lane.calls
+    assert rec.results["adapter_canary"]["tiny"][0]["logprob"] == pytest.approx(REF.logprob + 0.25)
+    steps.inspect(lane, _rec(), None)  # type: ignore[arg-type]
+    rec = _rec()
+    steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
+    assert all(c["ok"] for group in rec.results["adapter_compare"].values() for c in group)
+    lane.adapters_dropped = True  # a wake that dropped the adapters: requests through them get the base model
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"adapter 'tiny': 1 of 1 canaries differ .* lost or changed"):
+        steps.restore(lane, rec, "restore-2")  # type: ignore[arg-type]
+    assert rec.results["adapter_compare"]["big"][0]["ok"] is False
+
+
+def test_an_adapter_that_changes_no_canary_fails_the_ordinary_reference_as_an_ineffective_check() -> None:
+    lane = _lora_lane(shift=0.0)
+    with pytest.raises(steps.StepFailed, match=r"adapter 'tiny' answers every one of the 1 canaries as the base"):
+        steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
+
+
+def test_lora_names_read_every_form_of_lora_modules() -> None:
+    argv = ["m", "--lora-modules", "a=/x", '{"name": "b", "path": "/y"}', "--max-loras", "2", "--lora-modules=c=/z"]
+    assert adapters.lora_names(argv) == ["a", "b", "c"]
+    assert adapters.lora_names(["m", "--enable-lora"]) == []
+    with pytest.raises(ValueError, match="a JSON adapter needs a 'name'"):
+        adapters.lora_names(["--lora-modules", '{"path": "/y"}'])

@@ -89,6 +89,7 @@ CHECK_IDS: dict[str, str] = {
     "digests": "digests",
     "canary.single-token": "canary",
     "canary.multi-token": "multi-token",
+    "adapters": "adapters",
     "shapes": "shapes",
     "faults": "faults",
     "kv": "KV",
@@ -109,6 +110,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "digests": lambda: _digests(comparisons),
         "canary.single-token": lambda: _canary(comparisons),
         "canary.multi-token": lambda: _multi_token(comparisons),
+        "adapters": lambda: _adapters(run),
         "shapes": lambda: _shapes(run),
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
@@ -163,6 +165,9 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
                 items.append(_item(*where, step, "soak-rounds", ok=False))
         elif check_id == "kv" and step in procedure.RESTORES and "kv_judgement" in res:
             items.append(_item(*where, step, ok=res["kv_judgement"].get("ok")))
+        elif check_id == "adapters" and step in procedure.RESTORES and res.get("adapter_compare"):
+            groups = res["adapter_compare"].values()
+            items.append(_item(*where, step, ok=all(group and all(c["ok"] for c in group) for group in groups)))
         elif check_id == "decode" and step in procedure.RESTORES and "decode_judgement" in res:
             items.append(_item(*where, step, ok=res["decode_judgement"].get("ok")))
         elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
@@ -522,6 +527,32 @@ def _kv(run: model.RunEvidence, comparisons: Comparisons) -> model.Check:
     problems = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in judged for p in j.get("problems", [])]
     ok = None if not judged else not problems
     return _row(name, ok, " · ".join(parts) or "not measured", problems[:10])
+
+
+def _adapters(run: model.RunEvidence) -> model.Check:
+    """Judged by the restores of lanes serving LoRA adapters (a variant's ``--lora-modules``): every adapter answers
+    its canaries as the ordinary engine did through it (a wake that drops adapters, vLLM #53888)."""
+    name = "LoRA adapter canaries equal to the ordinary reference through each adapter"
+    judged = [
+        (key, compared)
+        for key, step in latest_steps(run).items()
+        if key[2] in procedure.RESTORES and (compared := step["results"].get("adapter_compare"))
+    ]
+    if not judged:
+        return _row(name, None, "not run: no lane serves a LoRA adapter (a variant with --lora-modules)")
+    parts, problems = [], []
+    for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _c in judged):
+        mine = [(s, c) for (r, a, s), c in judged if (r, a) == (runner, arm)]
+        names = list(dict.fromkeys(n for _s, c in mine for n in c))
+        equal = sum(1 for _s, c in mine for g in c.values() for x in g if x["ok"])
+        total = sum(len(g) for _s, c in mine for g in c.values())
+        parts.append(f"{runner}/{arm}: adapters {', '.join(names)}, {equal}/{total} equal over {len(mine)} restores")
+        problems += [
+            f"{runner}/{arm}/{s}: adapter {n!r} {sum(not x['ok'] for x in g)}/{len(g)} differ" if g else
+            f"{runner}/{arm}/{s}: adapter {n!r} did not answer every canary"
+            for s, c in mine for n, g in c.items() if not g or not all(x["ok"] for x in g)
+        ]  # fmt: skip
+    return _row(name, not problems, " · ".join(parts), problems[:10])
 
 
 def _decode(run: model.RunEvidence) -> model.Check:

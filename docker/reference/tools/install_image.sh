@@ -18,4 +18,7 @@ install -m 0644 "$src/config/gpu.json" /etc/vsnap-reference/gpu.json
 # A fixed machine-id: the snapshot identity's host_id (the image, not the Docker host, is the "host" here).
 printf '7673617072656600766e736170726566\n' > /etc/machine-id
 python3 "$src/tools/make_model.py" "$hf_home" "$model_id" "$revision"
+# A LoRA adapter for the model, generated here (never downloaded): --lora-modules tiny-lora=/opt/vsnap/adapters/tiny-lora
+snapshot="$hf_home/hub/models--$(echo "$model_id" | sed 's|/|--|g')/snapshots/$revision"
+python3 "$src/tools/make_lora.py" "$snapshot/config.json" /opt/vsnap/adapters/tiny-lora "$model_id"
 python3 -m compileall -q "$site/vllm"

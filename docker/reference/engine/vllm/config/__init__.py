@@ -42,6 +42,9 @@ class VllmConfig:
     logprobs_mode: str
     max_logprobs: int
     hf_config: dict[str, Any] = field(default_factory=dict)
+    #: LoRA adapters served by name (``--lora-modules name=path``), loaded on their first request
+    lora_modules: dict[str, str] = field(default_factory=dict)
+    max_lora_rank: int = 16
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +75,9 @@ def create_engine_config(args: argparse.Namespace) -> VllmConfig:
     if args.tensor_parallel_size != 1 or args.pipeline_parallel_size != 1:
         raise ValueError("the vsnap reference engine runs one worker (tensor and pipeline parallel size 1)")
     max_num_seqs = args.max_num_seqs or 256
+    lora_modules = parse_lora_modules(args.lora_modules or [])
+    if lora_modules and not args.enable_lora:
+        raise ValueError("--lora-modules requires --enable-lora")
     return VllmConfig(
         model=model,
         served_model_name=get_served_model_name(model, args.served_model_name),
@@ -93,4 +99,21 @@ def create_engine_config(args: argparse.Namespace) -> VllmConfig:
         logprobs_mode=args.logprobs_mode,
         max_logprobs=args.max_logprobs,
         hf_config=hf_config,
+        lora_modules=lora_modules,
+        max_lora_rank=int(args.max_lora_rank),
     )
+
+
+def parse_lora_modules(values: list[str]) -> dict[str, str]:
+    """``name=path`` or ``{"name": ..., "path": ...}`` per value, as vLLM's ``--lora-modules`` takes them."""
+    modules: dict[str, str] = {}
+    for value in values:
+        if value.strip().startswith("{"):
+            entry = json.loads(value)
+            name, path = str(entry["name"]), str(entry["path"])
+        else:
+            name, sep, path = value.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"Invalid LoRA module format: {value!r} (expected name=path)")
+        modules[name] = path
+    return modules

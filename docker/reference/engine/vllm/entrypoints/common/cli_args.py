@@ -94,6 +94,12 @@ def make_arg_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     scheduler.add_argument("--max-num-seqs", type=int, default=None)
     scheduler.add_argument("--max-num-batched-tokens", type=int, default=None)
 
+    lora = parser.add_argument_group("LoRAConfig")
+    lora.add_argument("--enable-lora", action="store_true", default=False)
+    lora.add_argument("--max-loras", type=int, default=1)
+    lora.add_argument("--max-lora-rank", type=int, default=16)
+    lora.add_argument("--lora-modules", type=str, nargs="+", default=None)
+
     spec = parser.add_argument_group("SpeculativeConfig")
     spec.add_argument("--speculative-config", "-sc", type=_json_object, default=None)
 

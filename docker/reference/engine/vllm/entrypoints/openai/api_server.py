@@ -101,8 +101,9 @@ def _metrics(engine: LLMEngine) -> str:
 def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
     config = engine.vllm_config
     model = body.get("model")
-    if model is not None and model != config.served_model_name:
+    if model is not None and model != config.served_model_name and model not in config.lora_modules:
         raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    lora_name = model if model in config.lora_modules else None
     prompt = body.get("prompt")
     prompts: list[str | list[int]]
     token_prompt = isinstance(prompt, list) and bool(prompt) and all(isinstance(item, int) for item in prompt)
@@ -150,7 +151,7 @@ def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
             seed=body.get("seed"),
             logprobs=logprobs,
         )
-        output = engine.complete(item, params, f"{request_id}-{index}").outputs[0]
+        output = engine.complete(item, params, f"{request_id}-{index}", lora_name).outputs[0]
         logprob_block = None
         if output.logprobs is not None:
             tokens = [engine.tokenizer.decode([token]) for token in output.token_ids]
@@ -186,7 +187,7 @@ def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
         "id": request_id,
         "object": "text_completion",
         "created": int(time.time()),
-        "model": config.served_model_name,
+        "model": lora_name or config.served_model_name,
         "choices": choices,
         "service_tier": None,
         "system_fingerprint": None,
@@ -324,6 +325,18 @@ class Handler(BaseHTTPRequestHandler):
                         }
                     ],
                 }
+            ]
+            + [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "vllm",
+                    "root": path,
+                    "parent": config.served_model_name,
+                    "max_model_len": None,
+                }
+                for name, path in config.lora_modules.items()
             ],
         }
 

@@ -29,9 +29,15 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(out_features, in_features, dtype=dtype), requires_grad=False)
         self.input_size = in_features
+        #: the active LoRA adapter's (A, B, scale) for this projection while a request through it runs
+        self.lora: tuple[torch.Tensor, torch.Tensor, float] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight.float())
+        out = F.linear(x, self.weight.float())
+        if self.lora is not None:
+            lora_a, lora_b, scale = self.lora
+            out = out + F.linear(F.linear(x, lora_a), lora_b) * scale
+        return out
 
 
 class RotaryEmbedding(nn.Module):

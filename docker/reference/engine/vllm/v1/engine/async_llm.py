@@ -54,7 +54,9 @@ class LLMEngine:
         self._unfinished = 0
 
     # -- sync (HTTP) -------------------------------------------------------------------------------------
-    def complete(self, prompt: str | list[int], params: SamplingParams, request_id: str) -> RequestOutput:
+    def complete(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str, lora_name: str | None = None
+    ) -> RequestOutput:
         prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         with self._gate:
             self._gate.wait_for(lambda: not self._paused)
@@ -69,6 +71,7 @@ class LLMEngine:
                     "temperature": params.temperature,
                     "seed": params.seed,
                     "logprobs": params.logprobs,
+                    "lora_name": lora_name,
                 },
             )
         finally:

@@ -63,6 +63,7 @@ class EngineCore:
         temperature = float(params.get("temperature", 1.0) or 0.0)
         top_n = params.get("logprobs")
         seed = params.get("seed")
+        lora_name = params.get("lora_name")
         generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         tokens: list[int] = []
         logprobs: list[float] = []
@@ -72,7 +73,7 @@ class EngineCore:
         self.num_prompt_tokens += len(ids)
         for step in range(max_tokens):
             # Sampling runs on the host (a CPU generator for seeded requests), whatever the device.
-            logits = self.model_executor.execute_model(ids).float().cpu().clone()
+            logits = self.model_executor.execute_model(ids, lora_name).float().cpu().clone()
             raw_logprobs = logits.log_softmax(-1)
             if step < min_tokens:
                 logits[self.eos_token_id] = float("-inf")

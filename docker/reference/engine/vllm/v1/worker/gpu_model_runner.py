@@ -3,7 +3,10 @@ owns the paged KV cache and runs the forward pass."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from vllm._vsnapref.device import Device
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.model_executor.model_loader.safetensors_io import load_file
-from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
+from vllm.model_executor.models.qwen3 import Linear, Qwen3ForCausalLM
 from vllm.utils.mem_utils import GiB_bytes
 from vllm.v1.core.kv_cache_utils import KVCacheConfig, KVCacheSpec
 
@@ -38,6 +41,8 @@ class GPUModelRunner:
         self.model: nn.Module = nn.Module()
         self.kv_caches: list[torch.Tensor] = []
         self.kv_cache_config: KVCacheConfig | None = None
+        #: the LoRA adapters loaded so far, by name: per projection (A, B, scale), on the engine's device
+        self.loras: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor, float]]] = {}
 
     # -- model -------------------------------------------------------------------------------------------
     def _checkpoint(self) -> dict[str, torch.Tensor]:
@@ -69,7 +74,52 @@ class GPUModelRunner:
         if any(param.numel() == 0 for _, param in params):
             raise RuntimeError("cannot reload weights into released parameters; call wake_up(tags=['weights']) first")
         self.model.load_weights(self._checkpoint())  # type: ignore[operator]
+        # as vLLM does: a reload drops every loaded adapter; the next request through one loads it again
+        self.remove_all_adapters()
         logger.info("Reloading weights took %.6f seconds", time.perf_counter() - started)
+
+    # -- LoRA --------------------------------------------------------------------------------------------
+    def load_adapter(self, name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
+        """A PEFT LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``) of ``--lora-modules``."""
+        path = Path(self.vllm_config.lora_modules[name])
+        config = json.loads((path / "adapter_config.json").read_text())
+        rank = int(config["r"])
+        if rank > self.vllm_config.max_lora_rank:
+            raise ValueError(f"LoRA rank {rank} is greater than max_lora_rank {self.vllm_config.max_lora_rank}.")
+        scale = float(config.get("lora_alpha", rank)) / rank
+        tensors = load_file(path / "adapter_model.safetensors")
+        projections = {n for n, m in self.model.named_modules() if isinstance(m, Linear)}
+        adapter = {}
+        for key, tensor in tensors.items():
+            if not key.endswith(".lora_A.weight"):
+                continue
+            module = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+            if module not in projections:
+                raise ValueError(f"LoRA adapter {name!r} targets {module}, which this model does not have")
+            lora_b = tensors[key.replace(".lora_A.", ".lora_B.")]
+            adapter[module] = (tensor.float().to(self.torch_device), lora_b.float().to(self.torch_device), scale)
+        self.loras[name] = adapter
+        logger.info("Loaded new LoRA adapter: name '%s', path '%s'", name, path)
+        return adapter
+
+    def remove_all_adapters(self) -> None:
+        self.loras.clear()
+
+    @contextlib.contextmanager
+    def active_adapter(self, name: str | None) -> Iterator[None]:
+        """Run the enclosed forward pass through adapter ``name`` (None: the base model)."""
+        if name is None:
+            yield
+            return
+        adapter = self.loras.get(name) or self.load_adapter(name)
+        modules = dict(self.model.named_modules())
+        for module, weights in adapter.items():
+            modules[module].lora = weights  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            for module in adapter:
+                modules[module].lora = None  # type: ignore[assignment]
 
     # -- memory ------------------------------------------------------------------------------------------
     def kv_cache_spec(self) -> KVCacheSpec:
@@ -118,11 +168,12 @@ class GPUModelRunner:
         return self.device.release("kv_cache")
 
     # -- execution ---------------------------------------------------------------------------------------
-    def execute(self, token_ids: list[int]) -> torch.Tensor:
+    def execute(self, token_ids: list[int], lora_name: str | None = None) -> torch.Tensor:
         """Logits (float32) for the next token after ``token_ids``; K/V land in blocks 0.. of the cache."""
         if len(token_ids) > self.vllm_config.max_model_len:
             raise ValueError(f"sequence of {len(token_ids)} tokens exceeds max_model_len")
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.torch_device)
         positions = torch.arange(len(token_ids), dtype=torch.long, device=self.torch_device)
         caches = self.kv_caches if all(cache.numel() for cache in self.kv_caches) else []
-        return self.model(ids, positions, caches, positions)  # type: ignore[no-any-return]
+        with self.active_adapter(lora_name):
+            return self.model(ids, positions, caches, positions)  # type: ignore[no-any-return]

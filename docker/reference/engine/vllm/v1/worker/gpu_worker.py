@@ -113,10 +113,10 @@ class Worker(WorkerBase):
         return time.perf_counter() - started
 
     # -- execution ---------------------------------------------------------------------------------------
-    def execute_model(self, token_ids: list[int]) -> torch.Tensor:
+    def execute_model(self, token_ids: list[int], lora_name: str | None = None) -> torch.Tensor:
         if self._released_shapes:
             raise RuntimeError("model weights are released (the engine is sleeping)")
-        return self.model_runner.execute(token_ids)
+        return self.model_runner.execute(token_ids, lora_name)
 
     # -- sleep mode --------------------------------------------------------------------------------------
     def sleep(self, level: int = 1) -> None:
