@@ -75,3 +75,14 @@ def test_the_adapter_row_sums_up_the_adapter_comparisons_of_the_restores(make_ru
     results = json.loads(write_reports(directory, github_step_summary=False).results_json.read_text())
     row = next(c for c in results["verdict"]["checks"] if c["id"] == "adapters")
     assert row["status"] == "FAIL" and row["details"][0].startswith("v1+lora/head/restore-2: adapter 'tiny'")
+
+
+def test_a_variant_vllm_refuses_reads_not_applicable_in_the_lifecycle_row(make_run: MakeRun) -> None:
+    refusal = "not applicable: vLLM refuses variant spec: ValueError: snapshot create does not support speculative"
+    steps = ("create", "inspect", "restore-1", "restart", "restore-2", "restore-after-stop", "fresh-box")
+    skipped = tuple((f"{r}+spec/{a}/{s}", refusal) for r in ("v1", "v2") for a in ("head", "base") for s in steps)
+    spec = RunSpec(changed_digests=(), variants=(("spec", "--speculative-config {}"),), skipped_steps=skipped)
+    summary = write_reports(make_run("refused", spec), github_step_summary=False).summary_md.read_text()
+    row = next(line for line in summary.splitlines() if line.startswith("| create, inspect, two restores"))
+    assert "v1+spec not applicable (head, base); v2+spec not applicable (head, base)" in row, row
+    assert "v1 (head, base)" in row
