@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu unit test test-real lint bench doctor screenshot
+.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants unit test test-real lint bench doctor screenshot
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -54,6 +54,12 @@ VLLM_OVERLAY ?= build/vllm-overlay-0.32.0
 
 $(VLLM_OVERLAY):
 	bash docker/vllm-cpu/overlay-checkout.sh 0.32.0
+
+qualify-vllm-cpu-variants: install vllm-cpu  ## real vLLM 0.32.0 vs 0.31.0 (CPU): the LoRA, prefix-caching-off and n-gram variants' lifecycles → reports/vllm-cpu-variants
+	rm -rf reports/vllm-cpu-variants
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh suites/ @suites/profiles/vllm-cpu.args \
+	  @suites/profiles/variants-vllm-cpu.args -m "not fault" -k "lora or nopc or ngram" \
+	  --vsnap-report-dir=reports/vllm-cpu-variants $(PYTEST_ARGS)
 
 qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.0 (CPU builds), CPU smoke mode, a real overlay → reports/vllm-cpu
 	rm -rf reports/vllm-cpu

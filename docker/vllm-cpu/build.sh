@@ -44,10 +44,13 @@ env -u VSNAP_FORCE -u VSNAP_NO_CACHE bash "$here/../criu/build.sh" >&2
 kit_id="$(docker image inspect --format '{{.Id}}' "$kit")" || { log "criu kit image $kit missing after docker/criu/build.sh"; exit 1; }
 
 files=(Dockerfile build.sh make_model.py vllm nvidia-smi)
+# The LoRA adapter generator is the reference image's (one copy in the repository), brought into the context.
+shared=("$here/../reference/tools/make_lora.py")
 content_hash="$(
   { printf 'base=%s\nkit=%s\nimage=%s\nversion=%s\nmodel=%s@%s\n' "$base_id" "$kit_id" "$image" "$version" \
       "$model_repo_id" "$model_revision";
-    for f in "${files[@]}" "$(basename "$lock")"; do printf '== %s\n' "$f"; cat "$here/$f"; done; } \
+    for f in "${files[@]}" "$(basename "$lock")"; do printf '== %s\n' "$f"; cat "$here/$f"; done;
+    for f in "${shared[@]}"; do printf '== %s\n' "$(basename "$f")"; cat "$f"; done; } \
     | sha256sum | cut -d' ' -f1
 )"
 
@@ -65,6 +68,7 @@ ctx="$(mktemp -d "${TMPDIR:-/var/tmp}/vsnap-vllm-cpu-ctx.XXXXXX")"
 trap 'rm -rf "$ctx"' EXIT
 mkdir "$ctx/wheels"
 for f in "${files[@]}"; do cp -p "$here/$f" "$ctx/"; done
+for f in "${shared[@]}"; do cp -p "$f" "$ctx/"; done
 cp -p "$lock" "$ctx/requirements.lock"
 # link_wheels: link every pinned wheel found in the cache (by sha256) into the context; the lock lines still missing
 # go to $ctx/missing.lock (the releases share most of their closure, so one cache serves both).

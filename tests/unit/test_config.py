@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,23 @@ def test_a_port_base_too_high_for_every_lane_is_refused_naming_the_fix(tmp_path)
 def test_a_variants_secret_is_redacted_like_an_engine_args_one(tmp_path):
     config = _config(tmp_path, "--vsnap-image=img:1", "--vsnap-variant=auth=--api-key sk-variant-1234")
     assert "sk-variant-1234" in config.secret_values()
+
+
+@pytest.mark.parametrize(
+    ("profile", "adapter"),
+    [
+        ("variants-reference.args", {"tiny-lora": "/opt/vsnap/adapters/tiny-lora"}),
+        ("variants-vllm-cpu.args", {"vsnap-lora": "/opt/vsnap/adapters/vsnap-lora"}),
+    ],
+)
+def test_the_variant_profiles_parse_into_lanes_and_each_lora_variant_names_its_adapter(tmp_path, profile, adapter):
+    """The documented variant profiles (pytest @file: one argument per line, no shell) are valid options."""
+    from vsnap_qual import adapters
+
+    lines = (Path(__file__).parents[2] / "suites" / "profiles" / profile).read_text().splitlines()
+    config = _config(tmp_path, "--vsnap-image=img:1", "--vsnap-runners=v1", *[line for line in lines if line])
+    assert [lane.name for lane in config.lanes] == ["v1-head", "v1-head-lora", "v1-head-nopc", "v1-head-ngram"]
+    lora = config.lanes[1]
+    assert adapters.lora_modules(config.engine_argv(lora)) == adapter  # the adapter its image generates at build
+    ngram = config.lanes[3].variant_args
+    assert ngram[0] == "--speculative-config" and json.loads(ngram[1])["method"] == "ngram"
