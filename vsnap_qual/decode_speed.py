@@ -5,7 +5,9 @@ generates them all) is timed ``--vsnap-decode-runs`` times after one unrecorded 
 on every restored one: tokens per second per run and their median. A restore is judged by its slowdown, the
 ordinary median over the restored median, against ``--vsnap-decode-tolerance`` (default 1.75: a 2× slowdown fails).
 A shared CPU slows a single set of runs now and then; a real slowdown stays: a set over the tolerance is measured
-once more and the faster of the two medians judged (both recorded).
+once more and the faster of the two medians judged (both recorded). A run lasts at least ``MIN_RUN_S``: an engine
+that generates the tokens faster than that (the warm-up says how fast) repeats the generation within each run, so
+that one scheduler slice of a shared CPU cannot double a run (a 2 ms generation was once timed 2× slower so).
 
 Where the engine decodes speculatively, vLLM's ``/metrics`` counters ``vllm:spec_decode_num_draft_tokens_total``
 and ``vllm:spec_decode_num_accepted_tokens_total`` are read around the runs: the acceptance rate is recorded, and a
@@ -15,6 +17,7 @@ weights, output correct, acceptance 0, decoding about 2× slower).
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import time
@@ -28,6 +31,9 @@ from vsnap_qual.model import DecodeJudgement, DecodeSpeed
 TOKENS = DECODE_TOKENS
 #: a restored acceptance rate below this fraction of the ordinary one fails
 ACCEPTANCE_FLOOR = 0.5
+#: the shortest timed run, and the most generations one run may repeat to last that long
+MIN_RUN_S = 0.1
+MAX_PER_RUN = 100
 
 _SPEC = {
     "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -52,18 +58,25 @@ def measure(
     metrics: Callable[[], str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> DecodeSpeed:
-    """``runs`` timed generations after one warm-up (``generate`` returns the tokens it produced), with the
-    speculative-decoding counters read around them when ``metrics`` gives the engine's ``/metrics`` text."""
+    """``runs`` timed runs after one timed warm-up (``generate`` returns the tokens it produced), each repeating
+    the generation as often as it takes to last ``MIN_RUN_S`` at the warm-up's pace, with the speculative-decoding
+    counters read around them when ``metrics`` gives the engine's ``/metrics`` text."""
+    started = clock()
     generate()
+    warm = clock() - started
+    per_run = MAX_PER_RUN if warm <= 0 else max(1, min(MAX_PER_RUN, math.ceil(MIN_RUN_S / warm)))
     before = spec_counters(metrics()) if metrics is not None else {}
     rates: list[float] = []
     tokens = 0
     for _ in range(runs):
         started = clock()
-        tokens = generate()
+        produced = sum(generate() for _ in range(per_run))
         elapsed = clock() - started
-        rates.append(round(tokens / elapsed, 3) if elapsed > 0 else float("inf"))
+        tokens = produced // per_run
+        rates.append(round(produced / elapsed, 3) if elapsed > 0 else float("inf"))
     speed = DecodeSpeed(tokens=tokens, runs_tps=rates, median_tps=round(statistics.median(rates), 3))
+    if per_run > 1:
+        speed["generations_per_run"] = per_run
     after = spec_counters(metrics()) if metrics is not None else {}
     if before and after and "draft_tokens" in after:
         drafted = after["draft_tokens"] - before.get("draft_tokens", 0.0)

@@ -373,6 +373,8 @@ class DecodeSpeed(TypedDict):
     tokens: int
     runs_tps: list[float]
     median_tps: float
+    #: how many generations each timed run repeated to last ``decode_speed.MIN_RUN_S`` (absent: one)
+    generations_per_run: NotRequired[int]
     spec_draft_tokens: NotRequired[float]
     spec_accepted_tokens: NotRequired[float]
     spec_acceptance: NotRequired[float]

@@ -33,14 +33,31 @@ def test_each_run_is_timed_after_one_warm_up_and_the_median_kept() -> None:
 
     def generate() -> int:
         calls.append(1)
-        if len(calls) > 1:  # the warm-up takes no time here; each timed run advances the clock by its duration
-            now[0] += next(durations)
+        # the warm-up takes 0.2 s (one generation a run is enough); each timed run advances the clock by its duration
+        now[0] += 0.2 if len(calls) == 1 else next(durations)
         return 64
 
     speed = decode_speed.measure(generate, 3, clock=clock)
     assert len(calls) == 4  # one warm-up, three timed
     assert speed["runs_tps"] == [128.0, 256.0, 64.0] and speed["median_tps"] == 128.0 and speed["tokens"] == 64
-    assert "spec_acceptance" not in speed
+    assert "spec_acceptance" not in speed and "generations_per_run" not in speed
+
+
+def test_an_engine_faster_than_a_run_repeats_the_generation_so_each_run_lasts_long_enough() -> None:
+    """A 2 ms generation (an in-process engine) timed alone is a scheduler slice's noise: each run repeats it."""
+    now = [0.0]
+    calls = []
+
+    def generate() -> int:
+        calls.append(1)
+        now[0] += 0.002
+        return 64
+
+    speed = decode_speed.measure(generate, 5, clock=lambda: now[0])
+    assert speed["generations_per_run"] == 50 and len(calls) == 1 + 5 * 50  # 50 x 2 ms = the 0.1 s a run lasts
+    assert speed["tokens"] == 64 and speed["median_tps"] == pytest.approx(32000.0)
+    instant = decode_speed.measure(lambda: 64, 2, clock=lambda: 0.0)  # no measurable warm-up: the most repeats
+    assert instant["generations_per_run"] == decode_speed.MAX_PER_RUN
 
 
 def test_speculative_counters_are_read_around_the_runs_summed_over_label_sets() -> None:
