@@ -7,7 +7,9 @@ ordinary median over the restored median, against ``--vsnap-decode-tolerance`` (
 A shared CPU slows a single set of runs now and then; a real slowdown stays: a set over the tolerance is measured
 once more and the faster of the two medians judged (both recorded). A run lasts at least ``MIN_RUN_S``: an engine
 that generates the tokens faster than that (the warm-up says how fast) repeats the generation within each run, so
-that one scheduler slice of a shared CPU cannot double a run (a 2 ms generation was once timed 2× slower so).
+that one scheduler slice of a shared CPU cannot double a run. An engine that does not decode at all (the seam
+tests' in-memory engine answers from a formula) has no speed to time: its figure would be an HTTP round trip's,
+which varied 2× between steps on a busy 2-core machine; such a run sets ``--vsnap-decode-runs=0``.
 
 Where the engine decodes speculatively, vLLM's ``/metrics`` counters ``vllm:spec_decode_num_draft_tokens_total``
 and ``vllm:spec_decode_num_accepted_tokens_total`` are read around the runs: the acceptance rate is recorded, and a
