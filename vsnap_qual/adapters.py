@@ -35,10 +35,6 @@ def lora_modules(argv: Sequence[str]) -> dict[str, str]:
     return dict(_module(v) for v in values)
 
 
-def lora_names(argv: Sequence[str]) -> list[str]:
-    return list(lora_modules(argv))
-
-
 def _module(value: str) -> tuple[str, str]:
     text = value.strip()
     if text.startswith("{"):
@@ -64,9 +60,10 @@ def compare(
     out: dict[str, list[model.CanaryCompare]] = {}
     for name, reference in expected.items():
         got = list(actual.get(name) or [])
-        out[name] = [compare_canary(CanaryOutput.of(e), a, tolerance) for e, a in zip(reference, got, strict=False)]
         if len(got) != len(reference):
             out[name] = []  # not every canary answered: nothing to judge, said by the finding
+            continue
+        out[name] = [compare_canary(CanaryOutput.of(e), a, tolerance) for e, a in zip(reference, got, strict=True)]
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from vsnap_qual import runtimes
+from vsnap_qual import procedure, runtimes
 from vsnap_qual.contract import (
     DECODE_TOKENS,
     DEFAULT_PROMPTS,
@@ -55,13 +55,13 @@ class Lane:
     @property
     def name(self) -> str:
         """``v1-head``; ``v1-head-lora`` for a variant's lane (the lane's test id, box and log names)."""
-        return f"{self.runner}-{self.arm}" + (f"-{self.variant.name}" if self.variant else "")
+        return self.peer(self.arm)
 
     @property
     def column(self) -> str:
-        """The lane's column in the evidence and every view (its records' ``runner``): the model runner, and
-        ``+<variant>`` for a variant's lane (``v1+lora``), so that each variant is a column group of its own."""
-        return self.runner + (f"+{self.variant.name}" if self.variant else "")
+        """The lane's column in the evidence and every view (its records' ``runner``, ``procedure.column``):
+        ``v1``, ``v1+lora`` for a variant's lane, so that each variant is a column group of its own."""
+        return procedure.column(self.runner, self.variant.name if self.variant else None)
 
     @property
     def variant_args(self) -> tuple[str, ...]:

@@ -263,6 +263,11 @@ def title(name: str) -> str:
     return STEPS[name].title if name in STEPS else name
 
 
+def column(runner: str, variant: str | None) -> str:
+    """A lane's column in the evidence and every view: its model runner, ``+<variant>`` for a variant's lane."""
+    return runner + (f"+{variant}" if variant else "")
+
+
 def label(runner: str, arm: str, name: str) -> str:
     """``runner/arm/step``, the name a step goes by in the evidence's coverage and in every view."""
     return f"{runner}/{arm}/{name}"

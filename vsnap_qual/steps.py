@@ -240,12 +240,11 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
     """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
     handle = run.serve(rec)
     modules = adapters.lora_modules(run.config.engine_argv(run.lane))
-    names = list(modules)
     if modules:
         rec.results["adapters"] = {name: run.keep_adapter(name, path) for name, path in modules.items()}
     try:
         canary = run.canaries(handle.port)
-        adapter_canary = {name: run.canaries(handle.port, name) for name in names}
+        adapter_canary = {name: run.canaries(handle.port, name) for name in modules}
         digests = run.digests(handle.port)
         kv, source = run.kv(handle.port, run.server_log(rec))
         requests, record = shape_reference(run, handle.port, [c.as_dict() for c in canary])

@@ -1003,7 +1003,7 @@ def test_an_adapter_that_changes_no_canary_fails_the_ordinary_reference_as_an_in
 
 def test_lora_names_read_every_form_of_lora_modules() -> None:
     argv = ["m", "--lora-modules", "a=/x", '{"name": "b", "path": "/y"}', "--max-loras", "2", "--lora-modules=c=/z"]
-    assert adapters.lora_names(argv) == ["a", "b", "c"]
-    assert adapters.lora_names(["m", "--enable-lora"]) == []
+    assert adapters.lora_modules(argv) == {"a": "/x", "b": "/y", "c": "/z"}
+    assert adapters.lora_modules(["m", "--enable-lora"]) == {}
     with pytest.raises(ValueError, match="a JSON adapter needs a 'name'"):
-        adapters.lora_names(["--lora-modules", '{"path": "/y"}'])
+        adapters.lora_modules(["--lora-modules", '{"path": "/y"}'])

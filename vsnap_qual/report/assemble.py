@@ -103,7 +103,7 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
     )
     # a variant's lanes are columns of their own after the plain ones, in the variants' order (config.Lane.column)
     variants = options.get("variants") or {}
-    configured_runners += [f"{r}+{v}" for v in variants for r in list(configured_runners)]
+    configured_runners += [procedure.column(r, v) for v in variants for r in list(configured_runners)]
     lane_keys = [(s["runner"], s["arm"]) for s in steps] + [(e["runner"], e["arm"]) for e in environments.values()]
     runners = _ordered([r for r, _ in lane_keys], configured_runners)
     arms = _ordered([a for _, a in lane_keys], _ARM_ORDER)

@@ -205,18 +205,14 @@ def _lifecycle(run: model.RunEvidence) -> model.Check:
         ok: bool | None = False if failed else (True if len(passed) == len(steps) else None)
         oks.append(ok)
         arms = [a for a in run["arms"] if any(s["arm"] == a for s in steps)]
-        not_applicable = all(
-            s["outcome"] == "skipped" and s["message"].startswith(model.NOT_APPLICABLE_PREFIX) for s in steps
-        )
-        text = (
-            " FAIL"
-            if failed
-            else ""
-            if ok
-            else " not applicable"
-            if not_applicable
-            else f" {len(passed)}/{len(steps)} passed"
-        )
+        if failed:
+            text = " FAIL"
+        elif ok:
+            text = ""
+        elif all(s["outcome"] == "skipped" and s["message"].startswith(model.NOT_APPLICABLE_PREFIX) for s in steps):
+            text = " not applicable"
+        else:
+            text = f" {len(passed)}/{len(steps)} passed"
         per_runner.append(f"{runner}{text} ({', '.join(arms)})")
     details = (f"failed: {_names(bad)}",) if bad else ()
     return _row(
