@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol, TypedDict
 
 from vsnap_qual.contract import Purpose
+from vsnap_qual.model import CpuSample
 
 LABEL_SESSION = "ai.vsnap.session"
 LABEL_LANE = "ai.vsnap.lane"
@@ -295,6 +296,11 @@ class Box(Protocol):
 
     def shm(self) -> list[ShmEntry]:
         """The box's ``/dev/shm`` (fails with :class:`RuntimeFailure` when it cannot be listed)."""
+        ...
+
+    def cpu_sample(self) -> CpuSample | None:
+        """The box's processes' CPU time and run-queue wait per task, and the machine's busy time, at this moment
+        (``vsnap_qual.decode_speed``); None where the box cannot tell."""
         ...
 
     def gpu_apps(self) -> set[int] | None:

@@ -464,13 +464,18 @@ class LaneRun:
         prompt = self.config.prompts[0] if self.config.prompts else VLLM_CANARY_PROMPT
 
         def generate() -> int:
-            answer = engine.completion(
-                reach, self.served_model, prompt, host=host, timeout=timeout, max_tokens=decode_speed.TOKENS
-            )
+            with self.recorder.engine_wait():
+                answer = engine.completion(
+                    reach, self.served_model, prompt, host=host, timeout=timeout, max_tokens=decode_speed.TOKENS
+                )
             return len(answer.token_ids)
 
-        with self.recorder.engine_wait():
-            return decode_speed.measure(generate, runs, lambda: engine.metrics_text(reach, host, timeout))
+        def metrics() -> str:
+            with self.recorder.engine_wait():
+                return engine.metrics_text(reach, host, timeout)
+
+        # the CPU samples are the harness's own work (a probe of the box), not the engine's time
+        return decode_speed.measure(generate, runs, metrics, sample=self.box.cpu_sample)
 
     def digests(self, port: int) -> dict[str, Digest]:
         host, reach = self.endpoint(port)

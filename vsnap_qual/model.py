@@ -366,6 +366,30 @@ class FreshArtifact(TypedDict):
     seconds: float
 
 
+class CpuSample(TypedDict):
+    """At one moment (``Box.cpu_sample``): each engine task's CPU time and run-queue wait in ns
+    (``/proc/<tid>/schedstat``: time run, time runnable but waiting for a CPU), keyed by TID, and the seconds
+    every CPU of the machine has spent busy (``/proc/stat``) and how many CPUs it has."""
+
+    tasks: dict[str, list[int]]
+    machine_busy_s: float
+    cpus: int
+
+
+class CpuShare(TypedDict):
+    """Between two :class:`CpuSample` around a set of timed runs: how much CPU the engine used and how long its
+    tasks waited for one, and how much the machine's other work used (``vsnap_qual.decode_speed.cpu_share``)."""
+
+    wall_s: float
+    engine_cpu_s: float
+    engine_wait_s: float
+    #: (engine CPU + run-queue wait) / engine CPU: how much longer the engine's work took than the CPU it used
+    stretch: float
+    #: CPUs' worth of other work on the machine over the set (busy seconds not the engine's / wall seconds)
+    others_load: float
+    cpus: int
+
+
 class DecodeSpeed(TypedDict):
     """A fixed greedy generation timed after a warm-up (``vsnap_qual.decode_speed``): tokens per second of each
     run and their median; vLLM's speculative-decoding counters over the runs where it decodes speculatively."""
@@ -378,14 +402,23 @@ class DecodeSpeed(TypedDict):
     spec_draft_tokens: NotRequired[float]
     spec_accepted_tokens: NotRequired[float]
     spec_acceptance: NotRequired[float]
+    #: the engine's CPU and the machine's other work over the timed runs (absent where the runtime cannot tell)
+    cpu: NotRequired[CpuShare]
 
 
 class DecodeJudgement(TypedDict, total=False):
-    """A restore's decode speed against the ordinary engine's: the slowdown (ordinary median / restored median,
-    the faster of two sets where the first was over the tolerance) and the speculative acceptance rates."""
+    """A restore's decode speed against the ordinary engine's: the slowdown (ordinary median / restored median
+    over the machine's own slowdown, the better of two sets where the first was over the tolerance) and the
+    speculative acceptance rates."""
 
     ordinary_tps: float
     restored_tps: float
+    #: ordinary tokens/s over restored tokens/s, as measured
+    measured_slowdown: float
+    #: how much more the restored engine's work was stretched by waiting for a CPU than the ordinary engine's,
+    #: where the machine's other work explains it (1: not so, or not known); see ``decode_speed.machine_slowdown``
+    machine_slowdown: float
+    #: the judged figure: the measured slowdown over the machine's
     slowdown: float
     tolerance: float
     retried: bool

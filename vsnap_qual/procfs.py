@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from vsnap_qual.model import CpuSample
+
 PROC = Path("/proc")
 
 
@@ -74,3 +76,51 @@ def innermost_ids(pid: int, proc: Path = PROC) -> tuple[int, int] | None:
     ns_pid = int(fields["NSpid"].split()[-1])
     ns_sid = int(fields["NSsid"].split()[-1]) if "NSsid" in fields else ns_pid
     return ns_pid, ns_sid
+
+
+#: the fields of /proc/stat's ``cpu`` line that are busy time (user, nice, system, irq, softirq, steal; guest
+#: time is counted inside user and nice already)
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def busy_seconds(stat_cpu_fields: list[str], clock_ticks: int) -> float:
+    """Seconds every CPU has spent busy, from the fields after ``cpu`` on /proc/stat's first line."""
+    values = [int(v) for v in stat_cpu_fields]
+    return sum(values[i] for i in _BUSY_FIELDS if i < len(values)) / clock_ticks
+
+
+def parse_cpu_sample(text: str) -> CpuSample:
+    """A :class:`~vsnap_qual.model.CpuSample` from the lines of ``ShellBox.cpu_sample``'s script:
+    ``stat <fields of /proc/stat's cpu line>``, ``cpus <n>``, ``ticks <USER_HZ>`` (100 where not said) and
+    ``task <tid> <schedstat>`` per engine task."""
+    tasks: dict[str, list[int]] = {}
+    stat: list[str] = []
+    cpus, ticks = 0, 100
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        fields = rest.split()
+        if kind == "stat" and fields:
+            stat = fields
+        elif kind == "cpus" and fields and fields[0].isdigit():
+            cpus = int(fields[0])
+        elif kind == "ticks" and fields and fields[0].isdigit() and int(fields[0]) > 0:
+            ticks = int(fields[0])
+        elif kind == "task" and len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
+            tasks[fields[0]] = [int(fields[1]), int(fields[2])]
+    return CpuSample(tasks=tasks, machine_busy_s=busy_seconds(stat, ticks) if stat else 0.0, cpus=cpus)
+
+
+def cpu_sample(pids: list[int], proc: Path = PROC) -> CpuSample:
+    """The same sample read here: the tasks of ``pids`` and this machine's /proc/stat."""
+    lines = []
+    with contextlib.suppress(OSError):
+        stat = (proc / "stat").read_text().splitlines()
+        lines.append("stat " + stat[0].partition(" ")[2])
+        lines.append(f"cpus {sum(1 for line in stat if line.startswith('cpu') and line[3:4].isdigit())}")
+        lines.append(f"ticks {os.sysconf('SC_CLK_TCK')}")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in (proc / str(pid) / "task").iterdir():
+                with contextlib.suppress(OSError):
+                    lines.append(f"task {task.name} {(task / 'schedstat').read_text().strip()}")
+    return parse_cpu_sample("\n".join(lines))

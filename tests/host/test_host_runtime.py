@@ -110,6 +110,33 @@ def test_processes_are_the_lanes_own(lane_factory):
         other.wait()
 
 
+def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory):
+    """The decode-speed check's CPU figures (vsnap_qual.decode_speed): the lane shares the host's PID namespace
+    and cgroup; only its members' tasks count as the engine's."""
+    lane = lane_factory()
+    outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
+    inside = lane.spawn(["sh", "-c", "while :; do :; done"], "/vsnap/control/spinner.log")
+    try:
+        first = lane.cpu_sample()
+        deadline = time.monotonic() + 30
+        later = first
+        while time.monotonic() < deadline and not (
+            later
+            and first
+            and str(inside) in later["tasks"]
+            and later["tasks"][str(inside)][0] > first["tasks"][str(inside)][0]
+        ):
+            time.sleep(0.05)
+            later = lane.cpu_sample()
+        assert first is not None and later is not None and str(inside) in later["tasks"]
+        assert later["tasks"][str(inside)][0] > first["tasks"][str(inside)][0], "the spinner never ran"
+        assert str(outside.pid) not in later["tasks"] and later["cpus"] == os.cpu_count()
+    finally:
+        outside.kill()
+        outside.wait()
+        lane.exec(["kill", str(inside)], 10)
+
+
 def test_a_lane_owns_every_process_in_its_namespace_whatever_its_environment_says(lane_factory):
     """A tree CRIU restores carries, in its restored environment, the token of the lane it was created in, and a
     process may clear its environment: either is still the lane's, stopped and audited with it (a restored tree

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import docker.errors
 import pytest
 
 from vsnap_qual import box as vbox
+from vsnap_qual import decode_speed
 from vsnap_qual.box import BoxSpec
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes.docker import EngineContainer
@@ -152,3 +156,37 @@ def test_a_one_shot_probe_that_hangs_is_killed_at_its_time_limit(docker_client):
         docker_client, image.id, ["sh", "-c", "echo out; echo err >&2; exit 3"], labels, 30
     )
     assert (done.exit_code, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)
+
+
+def _until_it_ran(box, tid: str, deadline_s: float = 30.0):
+    """Samples until the task ``tid`` has run since the first one (it is busy: it runs as soon as a CPU is free)."""
+    first = box.cpu_sample()
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        later = box.cpu_sample()
+        if (
+            later
+            and tid in later["tasks"]
+            and tid in first["tasks"]
+            and later["tasks"][tid][0] > first["tasks"][tid][0]
+        ):
+            return first, later
+        time.sleep(0.05)
+    raise AssertionError(f"task {tid} never ran")
+
+
+def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace(box):
+    """The decode-speed check's CPU figures (vsnap_qual.decode_speed): this box shares the host's PID namespace,
+    so /proc lists the host's processes too; only the container's own count as the engine's."""
+    outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
+    inside = box.spawn(["sh", "-c", "while :; do :; done"], "/tmp/spinner.log")
+    try:
+        first, later = _until_it_ran(box, str(inside))
+        assert str(outside.pid) not in later["tasks"] and later["cpus"] == os.cpu_count()
+        assert later["machine_busy_s"] > first["machine_busy_s"]
+        share = decode_speed.cpu_share(first, later, 1.0)
+        assert share is not None and share["engine_cpu_s"] > 0
+    finally:
+        outside.kill()
+        outside.wait()
+        box.exec(["kill", str(inside)], 10)

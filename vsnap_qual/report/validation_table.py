@@ -562,6 +562,17 @@ def _adapters(run: model.RunEvidence) -> model.Check:
     return _row(name, not problems, " · ".join(parts), problems[:10])
 
 
+def _slowdown(step: str, judgement: model.DecodeJudgement) -> str:
+    """``restore-1 1.02×``, with the measured figure and the machine's where other work on the CPUs was counted."""
+    if judgement.get("slowdown") is None:
+        return f"{step} –"
+    said = f"{step} {judgement['slowdown']:.2f}×"
+    machine = judgement.get("machine_slowdown", 1.0)
+    if machine != 1.0:
+        said += f" ({judgement.get('measured_slowdown', 0.0):.2f}× measured, {machine:.2f}× the machine's)"
+    return said
+
+
 def _decode(run: model.RunEvidence) -> model.Check:
     """Judged by the restores: the fixed generation's median tokens/s within ``--vsnap-decode-tolerance`` of the
     ordinary engine's (and the speculative acceptance, where the engine decodes speculatively)."""
@@ -578,9 +589,7 @@ def _decode(run: model.RunEvidence) -> model.Check:
     for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _j in judged):
         mine = [(s, j) for (r, a, s), j in judged if (r, a) == (runner, arm)]
         ordinary = next((j.get("ordinary_tps") for _s, j in mine if j.get("ordinary_tps")), None)
-        slowdowns = ", ".join(
-            f"{s} {j['slowdown']:.2f}×" if j.get("slowdown") is not None else f"{s} –" for s, j in mine
-        )
+        slowdowns = ", ".join(_slowdown(s, j) for s, j in mine)
         said = f"{ordinary:.1f} tokens/s ordinary" if ordinary else "no ordinary figure"
         parts.append(f"{runner}/{arm} {said}; {slowdowns}")
     tolerance = judged[0][1].get("tolerance")

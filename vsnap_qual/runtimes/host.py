@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import package_probe
+from vsnap_qual import package_probe, procfs
 from vsnap_qual.box import (
     HOST_GRACE_S,
     Bind,
@@ -62,6 +62,7 @@ from vsnap_qual.config import QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.diagnostics import CheckResult
+from vsnap_qual.model import CpuSample
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.preflight_result import PreflightError, PreflightResult, lane_gpu_result
 from vsnap_qual.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
@@ -336,6 +337,12 @@ class HostLane(ShellBox):
         if self.namespace is None:
             return []
         return processes_in_mount_namespace(self.namespace)
+
+    def cpu_sample(self) -> CpuSample | None:
+        """Read here, from the lane's members (its mount namespace): the host's other processes are not the
+        engine's, though they share its cgroup."""
+        sample = procfs.cpu_sample([m.pid for m in self._members()])
+        return sample if sample["tasks"] and sample["cpus"] else None
 
     def restart(self, stop_timeout: int = 20) -> None:
         """The environment restart: every lane process gone, its /dev/shm emptied, a fresh namespace holder."""

@@ -22,6 +22,8 @@ from vsnap_qual.box import (
     TreeEntry,
     listening_ports,
 )
+from vsnap_qual.model import CpuSample
+from vsnap_qual.procfs import parse_cpu_sample
 
 #: state and start time of process $p (after the comm field, which may hold spaces and parentheses)
 _IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"
@@ -33,6 +35,25 @@ _SHM_HELD = (
     "for p in {pids}; do ls -l /proc/$p/fd 2>/dev/null | sed -n 's|.* -> \\(/dev/shm/[^ ]*\\)$|\\1|p'; "
     "awk 'NF == 6 && $6 ~ /^\\/dev\\/shm\\// {{print $6}}' /proc/$p/maps 2>/dev/null; done | sort -u | sed 's/^/shm /'"
 )
+#: the box's processes' tasks' schedstat (those in this shell's own cgroup: the box's, even with pid=host) and the
+#: machine's /proc/stat, read with shell builtins only (a fork per process would cost a second on a busy host)
+_CPU_SAMPLE = r"""
+me=; read -r me < /proc/self/cgroup
+n=0
+while read -r name rest; do
+  case $name in cpu) echo "stat $rest" ;; cpu[0-9]*) n=$((n+1)) ;; esac
+done < /proc/stat
+echo "cpus $n"
+echo "ticks $(getconf CLK_TCK 2>/dev/null)"
+for d in /proc/[0-9]*; do
+  c=; { read -r c < "$d/cgroup"; } 2>/dev/null || continue
+  [ "$c" = "$me" ] || continue
+  for t in "$d"/task/*; do
+    s=; { read -r s < "$t/schedstat"; } 2>/dev/null && echo "task ${t##*/} $s"
+  done
+done
+true
+"""
 _SHM = "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f|%D|%i|%m|%s\\n' | sort"
 
 
@@ -194,6 +215,11 @@ class ShellBox:
         if listing.exit_code != 0:
             raise RuntimeFailure(f"cannot list /dev/shm in {self.name}: exit {listing.exit_code} {listing.tail()}")
         return parse_shm(listing.stdout)
+
+    def cpu_sample(self) -> CpuSample | None:
+        result = self.sh(_CPU_SAMPLE, 30)
+        sample = parse_cpu_sample(result.stdout) if result.exit_code == 0 else None
+        return sample if sample and sample["tasks"] and sample["cpus"] else None
 
     def gpu_apps(self) -> set[int] | None:
         listing = self.sh(f"command -v nvidia-smi >/dev/null || exit 127; {_GPU_APPS}", 30)
