@@ -5,6 +5,7 @@ from __future__ import annotations
 from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual import procedure
+from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file
 
 LIMITATION = "environment limitation: Sleep mode is not supported on current platform"
@@ -17,9 +18,13 @@ def _faults_check(verdict: dict) -> dict:
 def test_every_fault_step_skipped_is_partial_not_fail(make_run: MakeRun) -> None:
     labels = [procedure.label(r, a, f.step) for r in ("v1", "v2") for a in ("head", "base") for f in procedure.FAULTS]
     spec = RunSpec(changed_digests=(), skipped_steps=tuple((label, LIMITATION) for label in labels))
-    verdict = assemble_file(make_run("skipped", spec) / "evidence.jsonl")["verdict"]
+    directory = make_run("skipped", spec)
+    verdict = assemble_file(directory / "evidence.jsonl")["verdict"]
     check = _faults_check(verdict)
-    assert check["status"] == "not run" and check["result"] == f"not run: {len(labels)} fault step(s) skipped"
+    assert check["status"] == "not run" and check["result"] == f"{len(labels)} fault step(s) skipped"
+    summary = write_reports(directory, github_step_summary=False).summary_md.read_text()
+    row = next(line for line in summary.splitlines() if line.startswith("| injected failures"))
+    assert f"| not run: {len(labels)} fault step(s) skipped |" in row, row  # said once, by the status
     assert verdict["status"] == "partial"
     assert not any("check failed" in reason for reason in verdict["reasons"])
     said = f"{len(labels)} required step(s) skipped"

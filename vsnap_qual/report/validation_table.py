@@ -483,7 +483,7 @@ def _faults(comparisons: Comparisons) -> model.Check:
     skipped = len(found) - len(ran) - not_applicable
     if not ran:
         said = f"{skipped} fault step(s) skipped" if skipped else f"{not_applicable} not applicable"
-        return _row("injected failures", None, f"not run: {said}")
+        return _row("injected failures", None, said)
     passed = [r for r in ran if r["outcome"] == "passed"]
     bad = [
         f"{r['runner']}/{r['arm']}/{r['fault']}" + (f" ({r['mismatches']})" if r["mismatches"] else "")
@@ -546,7 +546,7 @@ def _adapters(run: model.RunEvidence) -> model.Check:
         if key[2] in procedure.RESTORES and (compared := step["results"].get("adapter_compare"))
     ]
     if not judged:
-        return _row(name, None, "not run: no lane serves a LoRA adapter (a variant with --lora-modules)")
+        return _row(name, None, "no lane serves a LoRA adapter (a variant with --lora-modules)")
     parts, problems = [], []
     for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _c in judged):
         mine = [(s, c) for (r, a, s), c in judged if (r, a) == (runner, arm)]
