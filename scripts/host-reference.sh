@@ -3,7 +3,8 @@
 # PREFIX/head and PREFIX/base are Python environments of PYTHON (a venv each, seeing PYTHON's own packages
 # such as torch through a .pth file) with the head / base flavour of the reference `vllm` installed, and
 # PREFIX/hf holds the tiny model at its pinned revision. Where the host has no nvidia-smi, the simulated one
-# (the only simulated part, as in the reference image) goes to PREFIX/sim/bin: put it LAST on PATH.
+# (the only simulated part, as in the reference image) goes to PREFIX/sim/bin: put it LAST on PATH. PREFIX/adapters/tiny-lora
+# is the LoRA adapter the reference image generates at build (docker/reference/tools/make_lora.py).
 # Usage: scripts/host-reference.sh PYTHON PREFIX        Prints the harness options to use.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +31,10 @@ for flavour in head base; do
 done
 PYTHONPATH="" "$prefix/head/bin/python" "$here/docker/reference/tools/make_model.py" "$prefix/hf" "$model" "$revision" \
   >/dev/null
+# the LoRA adapter of issue 28's variant, as the reference image has it (--lora-modules tiny-lora=PREFIX/adapters/tiny-lora)
+PYTHONPATH="" "$prefix/head/bin/python" "$here/docker/reference/tools/make_lora.py" \
+  "$prefix/hf/hub/models--${model/\//--}/snapshots/$revision/config.json" "$prefix/adapters/tiny-lora" "$model" >/dev/null
+log "LoRA adapter: --lora-modules tiny-lora=$prefix/adapters/tiny-lora"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   log "real nvidia-smi found: $(nvidia-smi -L | head -1)"
 else

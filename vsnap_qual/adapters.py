@@ -105,3 +105,16 @@ def restore_findings(compared: Mapping[str, Sequence[model.CanaryCompare]], step
             )
         findings.append(Finding("adapter canaries", bool(group) and not bad, detail))
     return findings
+
+
+def arms_findings(compared: Mapping[str, Sequence[model.CanaryCompare]]) -> list[Finding]:
+    """The base image's ordinary engine answers through every adapter as the image under test's does."""
+    findings = []
+    for name, group in compared.items():
+        bad = [c for c in group if not c["ok"]]
+        said = f" (first: {bad[0]['prompt']!r})" if bad else ""
+        detail = f"the image under test and the base image disagree through adapter {name!r}: " + (
+            f"{len(bad)} of {len(group)} canaries differ{said}" if group else "not every canary answered"
+        )
+        findings.append(Finding("adapter canaries", bool(group) and not bad, detail))
+    return findings

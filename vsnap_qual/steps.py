@@ -816,7 +816,12 @@ def compare_arms(run: LaneTools, rec: StepEvidence) -> None:
     tolerance = run.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, actual, strict=True)]
     digests = checks.compare_digests(head.digests, ordinary.digests)
+    # each adapter's canaries through the base image's engine against the head's (the same variant lane's)
+    answered = {name: [CanaryOutput.of(c) for c in answers] for name, answers in ordinary.adapters.items()}
+    adapter_compare = adapters.compare(head.adapters, answered, tolerance)
     rec.results.update(
         {"canary_compare": compare, "digest_compare": digests, "kv_head": head.kv_tokens, "kv_base": ordinary.kv_tokens}
     )
-    require_findings(checks.arms_findings(compare, digests))
+    if adapter_compare:
+        rec.results["adapter_compare"] = adapter_compare
+    require_findings([*checks.arms_findings(compare, digests), *adapters.arms_findings(adapter_compare)])

@@ -75,6 +75,22 @@ def test_host_runtime_lifecycle_with_real_criu_passes(host_target, tmp_path):
     assert not list(Path("/var/tmp/vsnap-lanes").glob("vsnap-*-v1-head-*")), "the lane was removed"
 
 
+def test_a_lora_variant_restores_its_adapter_on_the_host_runtime(host_target, tmp_path):
+    """Issue 28's LoRA variant with the adapter scripts/host-reference.sh generates, as the GPU tier runs it."""
+    adapter = Path(host_target["base"]) / "ref" / "adapters" / "tiny-lora"  # type: ignore[arg-type]
+    lora = f"lora=--enable-lora --max-lora-rank 8 --lora-modules tiny-lora={adapter}"
+    report = tmp_path / "report"
+    done = _qualify(
+        host_target, report, "--vsnap-runners=v1", f"--vsnap-variant={lora}", "-m", "not fault",
+        "-k", "v1-head-lora and (ordinary or create or inspect or restore_1)",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    steps = {r["step"]: r for r in _records(report) if r["kind"] == "step" and r.get("lane") == "v1-head-lora"}
+    assert steps["ordinary"]["results"]["adapters"]["tiny-lora"]["path"] == str(adapter)  # type: ignore[index]
+    compared = steps["restore-1"]["results"]["adapter_compare"]["tiny-lora"]  # type: ignore[index]
+    assert compared and all(c["ok"] for c in compared)  # type: ignore[union-attr]
+
+
 def test_host_runtime_judges_injected_failures(host_target, tmp_path):
     report = tmp_path / "report"
     # cancel-sigterm before pid-occupied: the base behaviour leaves the released restored tree alive after

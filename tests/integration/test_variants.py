@@ -27,10 +27,11 @@ def variant_run(tmp_path_factory, docker_client, reference_images):
         "--vsnap-variant=nopc=--no-enable-prefix-caching",
         f"--vsnap-variant=spec={SPEC}",
         f"--vsnap-variant=lora={LORA}",
+        "--vsnap-base-image=vsnap-reference:base",
         "-m",
         "not fault",
-        "-k",
-        "ordinary or create or inspect or restore_1",
+        "-k",  # the head arms' first steps; of the base arms only the lora lane's reference and its vs-head
+        "((ordinary or create or inspect or restore_1) and not base) or (v1-base-lora and (ordinary or agrees))",
     )
 
 
@@ -74,6 +75,7 @@ def test_the_report_has_a_column_group_per_variant(variant_run):
         ("v1+nopc", "head"),
         ("v1+spec", "head"),
         ("v1+lora", "head"),
+        ("v1+lora", "base"),
     ]
     digests = next(c for c in results["verdict"]["checks"] if c["id"] == "digests")
     assert {i["id"] for i in digests["items"]} >= {"digests.v1.head.restore-1", "digests.v1+nopc.head.restore-1"}
@@ -99,3 +101,7 @@ def test_a_lora_variant_asks_its_adapter_the_canaries_and_keeps_the_adapter_with
     assert len(compared) == len(base) and all(c["ok"] for c in compared)
     row = next(c for c in variant_run.results["verdict"]["checks"] if c["id"] == "adapters")
     assert row["status"] == "pass" and [i["id"] for i in row["items"]] == ["adapters.v1+lora.head.restore-1"]
+    # the base image's engine answers through the adapter as the image under test's (the vs-head step)
+    versus = variant_run.step(lane="v1-base-lora", step="vs-head")
+    assert versus["outcome"] == "passed", versus["message"]
+    assert [c["ok"] for c in versus["results"]["adapter_compare"]["tiny-lora"]] == [True] * len(base)

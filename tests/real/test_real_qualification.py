@@ -7,6 +7,11 @@ that fails only with real vLLM's own finding, "the artifact is not self-containe
 stop and in a fresh box, quoting vLLM's and CRIU's words); every other V1 step passed on both arms; V2 not
 applicable in vLLM's words; every fault that ran judged as expected; the overlay in three real processes.
 
+A second real-vLLM finding shows in some runs: a restored engine decoding more slowly than the ordinary one, its
+own CPU time per token up 1.5–2.6× with no other work on the machine (``docs/real-vllm-differences.md`` §8). A
+restore may fail by the decode-speed check alone (nothing else in its message or results), and the step after it
+that needs it is then skipped naming it; the not-self-contained finding must still show on an arm.
+
 CI's scope (``VSNAP_REAL_QUAL_SCOPE=ci``, the default): the lifecycle of both arms and three of the head arm's faults,
 one of each kind that matters on real vLLM (a hook after memory wake, whose graceful exit consumes the artifact;
 an identity drift, which must then start from a fresh one; a truncated image), the rest left out with ``-k`` and
@@ -37,6 +42,30 @@ NOT_SELF_CONTAINED = "the artifact is not self-contained"
 V2_WORDS = "Model Runner V2 requires Triton"
 LIFECYCLE_PASSED = ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2", "overlay", "unit")
 ALONE = ("restore-after-stop", "fresh-box")
+SLOW = "decodes "  # how the decode-speed finding begins (vsnap_qual/decode_speed.py)
+
+
+def _slow_only(record: dict[str, Any]) -> bool:
+    """A restore failed by the decode-speed check alone: real vLLM's second finding (the module docstring)."""
+    results = record.get("results") or {}
+    return (
+        record["outcome"] == "failed"
+        and (results.get("decode_judgement") or {}).get("ok") is False
+        and " | " not in record["message"]
+        and record["message"].startswith(f"StepFailed: {record['step']}: {SLOW}")
+        and bool(results.get("digest_compare", {}).get("ok"))
+        and all(c["ok"] for c in results.get("canary_compare") or [{"ok": False}])
+    )
+
+
+def _slow_restores(run: dict[str, Any]) -> set[str]:
+    return {
+        f"v1/{arm}/{step}"
+        for arm in ("head", "base")
+        for step in procedure.RESTORES
+        if (f"v1-{arm}", "lifecycle", step) in run["steps"]
+        and _slow_only(run["steps"][(f"v1-{arm}", "lifecycle", step)])
+    }
 
 
 def _selection() -> list[str]:
@@ -78,17 +107,33 @@ def _step(run: dict[str, Any], lane: str, step: str, purpose: str = "lifecycle")
 def test_the_verdict_is_a_cpu_smoke_fail_by_real_vllms_one_finding(qualification: dict[str, Any]) -> None:
     verdict = qualification["results"]["verdict"]
     assert verdict["status"] == "fail" and verdict["headline"] == "FAIL (CPU smoke)", verdict["headline"]
-    alone = sorted(f"v1/{arm}/{step}" for arm in ("head", "base") for step in ALONE)
-    # every failed step is the one finding, on both arms, in vLLM's and CRIU's words
-    assert sorted(verdict["failed"]) == alone
+    slow = _slow_restores(qualification)
+    # a step the slow restore's failure skipped (its prerequisite) is not among the failed
+    skipped = {
+        f"v1/{arm}/{step}"
+        for arm in ("head", "base")
+        for step in ALONE
+        if _step(qualification, f"v1-{arm}", step)["outcome"] == "skipped"
+        and any(f"prerequisite {s.split('/')[-1]} did not pass" in _step(qualification, f"v1-{arm}", step)["message"]
+                for s in slow if s.startswith(f"v1/{arm}/"))
+    }  # fmt: skip
+    alone = sorted(
+        f"v1/{arm}/{step}" for arm in ("head", "base") for step in ALONE if f"v1/{arm}/{step}" not in skipped
+    )
+    # every failed step is the one finding, on both arms, in vLLM's and CRIU's words, or the decode-speed one
+    assert sorted(verdict["failed"]) == sorted([*alone, *slow]), (verdict["failed"], alone, sorted(slow))
+    assert alone, "the not-self-contained finding shows on no arm"
     for reason in verdict["reasons"]:
         if reason.startswith("check failed: create, inspect, two restores"):  # the lifecycle row: only those steps
-            assert (
-                reason.split("failed: ")[-1].split(", ") == alone
-                or sorted(reason.split("failed: ")[-1].split(", ")) == alone
-            ), reason
-        elif reason.startswith(("check failed: the artifact restores alone", "4 step(s) failed: ")):
+            assert sorted(reason.split("failed: ")[-1].split(", ")) == sorted([*alone, *slow]), reason
+        elif reason.startswith(
+            ("check failed: the artifact restores alone", f"{len(alone) + len(slow)} step(s) failed: ")
+        ):
             assert "psm_" in reason or all(label in reason for label in alone), reason
+        elif reason.startswith("check failed: decode speed after restore"):
+            assert slow, reason
+        elif any(reason.startswith(f"{label}: ") for label in slow):  # the slow restore, in its own words
+            assert f": {SLOW}" in reason and " | " not in reason, reason
         else:  # a failed step, in its own words
             assert NOT_SELF_CONTAINED in reason and "SnapshotRestoreError" in reason, reason
             assert "Can't open file dev/shm/psm_" in reason, reason
@@ -114,6 +159,8 @@ def test_the_report_says_what_was_qualified_and_never_a_gpu(qualification: dict[
 def test_every_other_v1_lifecycle_step_passed(qualification: dict[str, Any], arm: str) -> None:
     for step in LIFECYCLE_PASSED if arm == "head" else [s for s in LIFECYCLE_PASSED if s != "overlay"]:
         record = _step(qualification, f"v1-{arm}", step)
+        if step in procedure.RESTORES and _slow_only(record):
+            continue  # real vLLM's second finding: everything else of the restore held (_slow_only)
         assert record["outcome"] == "passed", (arm, step, record["message"][:500])
     assert _step(qualification, "v1-base", "vs-head")["outcome"] == "passed"
     restored = _step(qualification, f"v1-{arm}", "restore-1")["results"]
@@ -125,9 +172,14 @@ def test_every_other_v1_lifecycle_step_passed(qualification: dict[str, Any], arm
 def test_the_artifact_not_self_contained_is_said_once_with_vllms_and_criu_s_words(
     qualification: dict[str, Any], arm: str
 ) -> None:
+    slow = _slow_restores(qualification)
     for step in ALONE:
         record = _step(qualification, f"v1-{arm}", step)
         first = record["message"].splitlines()[0]
+        if record["outcome"] == "skipped" and any(
+            s.startswith(f"v1/{arm}/") and f"prerequisite {s.split('/')[-1]} did not pass" in first for s in slow
+        ):
+            continue  # skipped after a restore failed by the second finding alone; one arm must show this one
         assert record["outcome"] == "failed" and NOT_SELF_CONTAINED in first, first
         assert all(p.startswith("/dev/shm/psm_") for p in record["results"]["consumed"]), record["results"]
         assert "SnapshotRestoreError" in record["results"]["vllm_reason"]
