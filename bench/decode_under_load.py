@@ -21,12 +21,14 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_reference import wait_health  # noqa: E402
 
 from vsnap_qual import decode_speed, engine  # noqa: E402
 from vsnap_qual.contract import VLLM_CANARY_PROMPT  # noqa: E402
@@ -45,18 +47,6 @@ def _hog(stop: Any) -> None:
             pass
 
 
-def _wait_health(port: int, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"the engine on port {port} never answered /health")
-
-
 def _sample(name: str) -> CpuSample | None:
     out = subprocess.run(["docker", "exec", name, "sh", "-c", _CPU_SAMPLE], capture_output=True, text=True)
     return parse_cpu_sample(out.stdout) if out.returncode == 0 else None
@@ -70,7 +60,7 @@ def _serve(name: str, port: int) -> None:
          "--max-model-len", "512", "--host", "127.0.0.1", "--port", str(port)],
         check=True, capture_output=True,
     )  # fmt: skip
-    _wait_health(port)
+    wait_health(port)
 
 
 def _measure(name: str, port: int, runs: int) -> DecodeSpeed:
