@@ -12,6 +12,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import harness_child
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def _qualify(target: dict[str, object], report: Path, *args: str) -> subprocess.
         f"--rootdir={ROOT}", f"--confcutdir={ROOT}", str(ROOT / "suites"), *target["options"],  # type: ignore[misc]
         f"--vsnap-report-dir={report}", "--vsnap-fault-timeout=20", "-q", *args,
     ]  # fmt: skip
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, env=target["env"])  # type: ignore[arg-type]
+    return harness_child.run(cmd, cwd=ROOT, timeout=1500, env=target["env"])
 
 
 def _records(report: Path) -> list[dict[str, object]]:
@@ -154,7 +155,7 @@ def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
         "bash", str(checkout / "scripts" / "gpu-tier.sh"), str(carry), str(out),
         "-p", "tier_chaos", "-k", "head and ordinary",
     ]  # fmt: skip
-    done = subprocess.run(tier, cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=env)
+    done = harness_child.run(tier, cwd=tmp_path, timeout=1200, env=env)
     assert not checkout.exists(), "the session started: its checkout was removed"
     assert (out / "report" / "results.json").exists(), done.stdout[-4000:] + done.stderr[-3000:]
     records = _records(out / "report")

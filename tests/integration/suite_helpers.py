@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import harness_child
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_HEAD = "vsnap-reference:head"
@@ -72,9 +73,7 @@ def run_suite(
         *([] if observe is None else [f"--vsnap-observe={observe:g}"]),
         *args,
     ]
-    done = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
+    done = harness_child.run(cmd, cwd=ROOT, timeout=timeout, env={**os.environ, **(env or {})})
     return SuiteRun(done.returncode, done.stdout + done.stderr, report_dir)
 
 

@@ -7,11 +7,11 @@ One run (both runners, lifecycle only, with one overlaid real ``vllm/snapshot`` 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import harness_child
 import pytest
 from realtier import IMAGE, OVERLAY_COMMENT, OVERLAY_IMAGE_PATH, REPO, RealContainer, Served, connect_docker, sha256_hex
 
@@ -51,7 +51,7 @@ def harness_run(
         "--vsnap-overlay-files=vllm/snapshot/runtime.py",
         f"--vsnap-report-dir={report}",
     ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    proc = harness_child.run(argv, cwd=REPO, timeout=1800)
     evidence_path = report / "evidence.jsonl"
     assert evidence_path.exists(), proc.stdout[-4000:] + proc.stderr[-4000:]
     records = [json.loads(line) for line in evidence_path.read_text().splitlines() if line.strip()]

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import harness_child
 import pytest
 from realtier import REPO
 
@@ -89,7 +90,7 @@ def qualification(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             f"--vsnap-overlay={OVERLAY}", "--vsnap-overlay-ref=HEAD~1", f"--vsnap-unit-command={UNIT}",
             f"--vsnap-report-dir={report}", *_selection(),
         ]  # fmt: skip
-        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=5400)
+        done = harness_child.run(argv, cwd=REPO, timeout=5400)
         assert (report / "results.json").exists(), done.stdout[-6000:] + done.stderr[-3000:]
         # the run's own finding makes it a FAIL: pytest exits 1, never 0, never 5 (nothing collected)
         assert done.returncode == 1, done.stdout[-6000:]
