@@ -99,11 +99,8 @@ def machine_slowdown(ordinary: DecodeSpeed, restored: DecodeSpeed) -> float:
     if a is None or b is None:
         return 1.0
     ratio = b["stretch"] / a["stretch"]
-    if ratio > 1 and b["others_load"] >= a["others_load"] + OTHERS_MARGIN:
-        return round(ratio, 3)
-    if ratio < 1 and a["others_load"] >= b["others_load"] + OTHERS_MARGIN:
-        return round(ratio, 3)
-    return 1.0
+    stretched, other = (b, a) if ratio > 1 else (a, b)
+    return round(ratio, 3) if stretched["others_load"] >= other["others_load"] + OTHERS_MARGIN else 1.0
 
 
 def measure(

@@ -59,6 +59,15 @@ def _slow_only(record: dict[str, Any]) -> bool:
     )
 
 
+def _after_slow(run: dict[str, Any], arm: str, step: str, slow: set[str]) -> bool:
+    """The step was skipped because a restore before it on its arm failed by the decode-speed check alone."""
+    record = _step(run, f"v1-{arm}", step)
+    first = record["message"].splitlines()[0] if record["message"] else ""
+    return record["outcome"] == "skipped" and any(
+        s.startswith(f"v1/{arm}/") and f"prerequisite {s.split('/')[-1]} did not pass" in first for s in slow
+    )
+
+
 def _slow_restores(run: dict[str, Any]) -> set[str]:
     return {
         f"v1/{arm}/{step}"
@@ -110,14 +119,7 @@ def test_the_verdict_is_a_cpu_smoke_fail_by_real_vllms_one_finding(qualification
     assert verdict["status"] == "fail" and verdict["headline"] == "FAIL (CPU smoke)", verdict["headline"]
     slow = _slow_restores(qualification)
     # a step the slow restore's failure skipped (its prerequisite) is not among the failed
-    skipped = {
-        f"v1/{arm}/{step}"
-        for arm in ("head", "base")
-        for step in ALONE
-        if _step(qualification, f"v1-{arm}", step)["outcome"] == "skipped"
-        and any(f"prerequisite {s.split('/')[-1]} did not pass" in _step(qualification, f"v1-{arm}", step)["message"]
-                for s in slow if s.startswith(f"v1/{arm}/"))
-    }  # fmt: skip
+    skipped = {f"v1/{a}/{s}" for a in ("head", "base") for s in ALONE if _after_slow(qualification, a, s, slow)}
     alone = sorted(
         f"v1/{arm}/{step}" for arm in ("head", "base") for step in ALONE if f"v1/{arm}/{step}" not in skipped
     )
@@ -177,9 +179,7 @@ def test_the_artifact_not_self_contained_is_said_once_with_vllms_and_criu_s_word
     for step in ALONE:
         record = _step(qualification, f"v1-{arm}", step)
         first = record["message"].splitlines()[0]
-        if record["outcome"] == "skipped" and any(
-            s.startswith(f"v1/{arm}/") and f"prerequisite {s.split('/')[-1]} did not pass" in first for s in slow
-        ):
+        if _after_slow(qualification, arm, step, slow):
             continue  # skipped after a restore failed by the second finding alone; one arm must show this one
         assert record["outcome"] == "failed" and NOT_SELF_CONTAINED in first, first
         assert all(p.startswith("/dev/shm/psm_") for p in record["results"]["consumed"]), record["results"]

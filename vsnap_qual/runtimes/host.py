@@ -341,8 +341,7 @@ class HostLane(ShellBox):
     def cpu_sample(self) -> CpuSample | None:
         """Read here, from the lane's members (its mount namespace): the host's other processes are not the
         engine's, though they share its cgroup."""
-        sample = procfs.cpu_sample([m.pid for m in self._members()])
-        return sample if sample["tasks"] and sample["cpus"] else None
+        return procfs.cpu_sample([m.pid for m in self._members()])
 
     def restart(self, stop_timeout: int = 20) -> None:
         """The environment restart: every lane process gone, its /dev/shm emptied, a fresh namespace holder."""

@@ -218,8 +218,7 @@ class ShellBox:
 
     def cpu_sample(self) -> CpuSample | None:
         result = self.sh(_CPU_SAMPLE, 30)
-        sample = parse_cpu_sample(result.stdout) if result.exit_code == 0 else None
-        return sample if sample and sample["tasks"] and sample["cpus"] else None
+        return parse_cpu_sample(result.stdout) if result.exit_code == 0 else None
 
     def gpu_apps(self) -> set[int] | None:
         listing = self.sh(f"command -v nvidia-smi >/dev/null || exit 127; {_GPU_APPS}", 30)
