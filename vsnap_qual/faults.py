@@ -48,7 +48,7 @@ from vsnap_qual.injection import (
     settle,
     signal_when_fired,
     truncate_image,
-    wait_ids_free,
+    wait_engine_gone,
 )
 from vsnap_qual.model import (
     Behaviour,
@@ -905,7 +905,7 @@ def run_fault(
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     with phase("captured-id wait before"):
-        before_fault = wait_ids_free(run.box, captured_ids(run), timeouts["stop"])
+        before_fault = wait_engine_gone(run, captured_ids(run), timeouts["stop"])
     gone = consumed(run)
     if gone:  # the fault starts from an artifact that restores: one engine defect is one finding, not one a fault
         by = f"the faulted restore of {run.state.consumed_by}" if run.state.consumed_by else "an earlier step"
@@ -913,7 +913,7 @@ def run_fault(
             why = f"the previous fault artifact was consumed ({', '.join(gone)} gone after {by})"
             fresh_artifact(run, rec, gone, why)
             run.state.consumed_by = None
-            wait_ids_free(run.box, captured_ids(run), timeouts["stop"])  # the new artifact's dumped tree gone too
+            wait_engine_gone(run, captured_ids(run), timeouts["stop"])  # the new artifact's dumped tree gone too
     with phase("reset"):
         captured = captured_ids(run)
         clear_fired(run.control)  # a fired record is evidence of this fault only, whatever kind it is
@@ -971,7 +971,7 @@ def run_fault(
     with phase("captured-id wait after"):
         # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
         # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
-        after_fault = wait_ids_free(run.box, captured | set(killed), timeouts["stop"])
+        after_fault = wait_engine_gone(run, captured | set(killed), timeouts["stop"])
         # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
         # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
         with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
@@ -1066,7 +1066,7 @@ def followup_restore(run: FaultLane, undo_injection: bool, ids_free: bool = Fals
     gone = consumed(run)
     if gone:  # the faulted restore's exit unlinked what the artifact needs: it is tried all the same, for CRIU's words
         outcome["consumed"] = gone
-    waited = CapturedIdWait() if ids_free else wait_ids_free(run.box, captured, run.config.timeouts["stop"])
+    waited = CapturedIdWait() if ids_free else wait_engine_gone(run, captured, run.config.timeouts["stop"])
     if waited:
         outcome["captured_ids_wait"] = waited
     # another host process took a captured PID/TID for a moment (the host's doing): once more

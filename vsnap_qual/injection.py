@@ -200,21 +200,40 @@ def ids_held(box: Box, ids: set[int]) -> list[str]:
 
 
 def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
-    """Wait (up to ``limit`` s) until none of ``ids`` names a task any more; what was waited for is evidence."""
+    """Wait (up to ``limit`` s) until none of ``ids`` names a task any more; what was waited for is evidence.
+    ``held_s``: until the last look that still found one held (its start), the least time the tasks' own
+    teardown took; the rest of ``waited_s`` is the looks' (:func:`wait_engine_gone` credits it to the engine)."""
     started = time.monotonic()
     held = ids_held(box, ids)
-    first = held
-    pause = 0.02  # a task exits in milliseconds, a GPU context's teardown in seconds: short looks first
+    first, last_held = held, started if held else None
+    pause = 0.02  # a task exits in milliseconds, a GPU context's teardown in seconds: short looks throughout
     while held and time.monotonic() - started < limit:
         time.sleep(pause)
-        pause = min(pause * 2, 0.2)
+        pause = min(pause * 2, HELD_LOOK_PAUSE)
+        looked = time.monotonic()
         held = ids_held(box, ids)
+        if held:
+            last_held = looked
     outcome = CapturedIdWait()
     if first:
         outcome.update({"held_at_first": first, "waited_s": round(time.monotonic() - started, 2)})
+        outcome["held_s"] = round((last_held or started) - started, 3)
     if held:
         outcome["still_held"] = held
     return outcome
+
+
+def wait_engine_gone(run: FaultLane, ids: set[int], limit: float) -> CapturedIdWait:
+    """:func:`wait_ids_free` where the IDs are held by the engine's own tree going away (stopped or killed a
+    moment ago, its GPU context tearing down): that teardown is the engine's time, as a stop's wait for its
+    processes is (``LaneTools.stop``); only the looks' overrun past it is the harness's."""
+    waited = wait_ids_free(run.box, ids, limit)
+    run.recorder.engine_time += waited.get("held_s", 0.0)
+    return waited
+
+
+#: the longest pause between two looks at held IDs: what a wait may overrun the teardown it waits for by
+HELD_LOOK_PAUSE = 0.05
 
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
@@ -235,7 +254,7 @@ def restore_retrying_taken(
         return result, {}
     said: dict[str, object] = {"retried_after": taken, "held_at_retry": ids_held(run.box, captured)}
     kill_leftovers(run.box, baseline, set())
-    wait_ids_free(run.box, captured, run.config.cleanup_grace)
+    wait_engine_gone(run, captured, run.config.cleanup_grace)
     with run.recorder.engine_wait():
         result = run.box.exec(argv, run.config.timeouts["restore"])
     again = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None

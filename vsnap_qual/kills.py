@@ -29,7 +29,7 @@ from vsnap_qual import checks, engine
 from vsnap_qual.box import ProcessRow
 from vsnap_qual.contract import VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.injection import kill_leftovers, restore_retrying_taken, settle, wait_ids_free
+from vsnap_qual.injection import kill_leftovers, restore_retrying_taken, settle, wait_engine_gone
 from vsnap_qual.steps import vllm_reason
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def stop_restored(run: FaultLane, baseline: set[int], ids: set[int]) -> None:
     captured ``ids`` are free again, as the next restore needs them."""
     kill_leftovers(run.box, baseline, set())
     settle(run.box, baseline, set(), limit=run.config.cleanup_grace)
-    wait_ids_free(run.box, ids, run.config.timeouts["stop"])
+    wait_engine_gone(run, ids, run.config.timeouts["stop"])
 
 
 def measure_restore(run: FaultLane) -> float | None:

@@ -305,6 +305,7 @@ class CapturedIdWait(TypedDict, total=False):
 
     held_at_first: list[str]
     waited_s: float
+    held_s: float  # until the last look that still found one held: the tasks' own teardown, at least
     still_held: list[str]
 
 

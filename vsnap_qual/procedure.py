@@ -40,6 +40,9 @@ class Step:
     overlay_only: bool = False
     #: Runs only when the user gave a unit command (``--vsnap-unit-command``).
     unit_only: bool = False
+    #: Prerequisites that need only have restored a server and stopped it cleanly, whatever their checks found
+    #: (a slow or wrong answer is that step's finding; the artifact and the stop it needs are still there).
+    served: tuple[str, ...] = ()
 
     def applies(self, arm: str, overlaid: bool, unit: bool = False) -> bool:
         """Whether a lane of this arm (with or without an overlay; with or without a unit command) runs this step."""
@@ -108,7 +111,8 @@ LIFECYCLE: tuple[Step, ...] = (
     Step(
         RESTORE_AFTER_STOP,
         "restore again after the restored server's graceful stop (SIGTERM, its own cleanup): the same checks",
-        (ORDINARY, RESTORE_2),
+        (ORDINARY,),
+        served=(RESTORE_2,),
     ),
     Step(
         FRESH_BOX,

@@ -688,11 +688,12 @@ def restart(run: LaneTools, rec: StepEvidence) -> None:
     require_findings([*findings, *found])
 
 
-def stop_restored(run: LaneTools, rec: StepEvidence) -> None:
-    """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left."""
+def stop_restored(run: LaneTools, rec: StepEvidence) -> bool:
+    """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left.
+    Whether there was one to stop (it raises on what the stop or its audit found)."""
     handle = run.state.server
     if handle is None:
-        return
+        return False
     look = probe_liveness(run, handle, time.time())
     rec.results["alive_at_stop"] = look["alive"]
     leftovers = run.stop(handle)
@@ -707,23 +708,26 @@ def stop_restored(run: LaneTools, rec: StepEvidence) -> None:
             )
         )
     require_findings(findings)
+    return True
 
 
 def restore_then_stop(run: LaneTools, rec: StepEvidence, step: str) -> None:
     """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
-    failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place)."""
+    failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place).
+    A restored server stopped cleanly marks the step ``served``, passed or failed on its checks (a later step that
+    needs only a stopped restored instance runs after it: ``procedure.Step.served``)."""
     try:
         restore(run, rec, step)
     except BaseException:
         try:
-            stop_restored(run, rec)
+            rec.served = stop_restored(run, rec)
         except Exception as cleanup:
             error = f"{type(cleanup).__name__}: {cleanup}"
             rec.results["cleanup_error"] = error
             audit = rec.results.setdefault("cleanup", CleanupAudit(ok=False))
             audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
         raise
-    stop_restored(run, rec)
+    rec.served = stop_restored(run, rec)
 
 
 def restore_after_stop(run: LaneTools, rec: StepEvidence) -> None:

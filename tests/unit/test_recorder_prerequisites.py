@@ -1,0 +1,73 @@
+"""The step recorder's prerequisites: a step that needs only a restored server stopped cleanly (restore-after-stop
+after restore-2) runs after a restore that failed on its checks alone, and is skipped, naming the prerequisite,
+after one that never served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vsnap_qual import procedure
+from vsnap_qual.config import Lane
+from vsnap_qual.evidence import EvidenceStore
+from vsnap_qual.recorder import StepRecorder
+from vsnap_qual.steps import StepFailed
+
+
+def _recorder(tmp_path: Path) -> StepRecorder:
+    lane = Lane(runner="v1", arm="head", image="img", expect="head", overlaid=False)
+    return StepRecorder(lane=lane, store=EvidenceStore(tmp_path))
+
+
+def _fail(recorder: StepRecorder, step: str, served: bool) -> None:
+    with pytest.raises(StepFailed), recorder.step(step) as rec:
+        rec.served = served
+        raise StepFailed(f"{step}: decode speed: 2.4x slower than the ordinary engine")
+
+
+def _records(tmp_path: Path) -> dict[str, dict]:
+    lines = (tmp_path / "evidence.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if r.get("kind") == "step"}
+
+
+def _prepared(recorder: StepRecorder) -> None:
+    for step in (procedure.ORDINARY, procedure.CREATE, procedure.INSPECT, procedure.RESTART):
+        with recorder.step(step):
+            pass
+
+
+def test_a_step_that_needs_a_stopped_restored_server_runs_after_a_restore_failed_on_its_checks(tmp_path):
+    recorder = _recorder(tmp_path)
+    _prepared(recorder)
+    _fail(recorder, procedure.RESTORE_2, served=True)
+    try:
+        with recorder.step(procedure.RESTORE_AFTER_STOP):
+            pass
+    except pytest.skip.Exception as exc:  # a skip would otherwise pass as a skipped test
+        pytest.fail(f"restore-after-stop was skipped: {exc}")
+    records = _records(tmp_path)
+    assert records[procedure.RESTORE_2]["outcome"] == "failed"
+    assert records[procedure.RESTORE_AFTER_STOP]["outcome"] == "passed"
+
+
+def test_it_is_skipped_naming_the_prerequisite_after_a_restore_that_never_served(tmp_path):
+    recorder = _recorder(tmp_path)
+    _prepared(recorder)
+    _fail(recorder, procedure.RESTORE_2, served=False)
+    with pytest.raises(pytest.skip.Exception), recorder.step(procedure.RESTORE_AFTER_STOP):
+        pass
+    record = _records(tmp_path)[procedure.RESTORE_AFTER_STOP]
+    assert record["outcome"] == "skipped"
+    assert "prerequisite restore-2 did not pass" in record["message"] and "slower" in record["message"]
+
+
+def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_path):
+    """restore-1 failing on its checks still skips nothing it never served for: a plain prerequisite must pass."""
+    recorder = _recorder(tmp_path)
+    _prepared(recorder)
+    _fail(recorder, procedure.ORDINARY, served=True)
+    with pytest.raises(pytest.skip.Exception), recorder.step(procedure.RESTORE_2):
+        pass
+    assert "prerequisite ordinary did not pass" in _records(tmp_path)[procedure.RESTORE_2]["message"]
