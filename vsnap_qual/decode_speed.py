@@ -31,11 +31,11 @@ weights, output correct, acceptance 0, decoding about 2× slower).
 from __future__ import annotations
 
 import math
-import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
 
+from vsnap_qual import engine
 from vsnap_qual.checks import Finding
 from vsnap_qual.contract import DECODE_TOKENS
 from vsnap_qual.model import CpuSample, CpuShare, DecodeJudgement, DecodeSpeed
@@ -58,13 +58,8 @@ _SPEC = {
 
 def spec_counters(metrics_text: str) -> dict[str, float]:
     """vLLM's speculative-decoding counters in a ``/metrics`` text, summed over their label sets (none: {})."""
-    found: dict[str, float] = {}
-    for key, name in _SPEC.items():
-        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)\s*$", re.M)
-        values = [float(v) for v in pattern.findall(metrics_text)]
-        if values:
-            found[key] = sum(values)
-    return found
+    sums = engine.metric_sums(metrics_text, _SPEC.values())
+    return {key: sums[name] for key, name in _SPEC.items() if name in sums}
 
 
 def cpu_share(before: CpuSample | None, after: CpuSample | None, wall_s: float) -> CpuShare | None:

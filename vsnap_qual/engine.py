@@ -7,7 +7,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import requests
@@ -146,16 +146,32 @@ def kv_from_metrics(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -
         return None
     if response.status_code != 200:
         return None
-    match = METRIC_CACHE_INFO.search(response.text)
-    if not match:
+    labels = cache_config_labels(response.text)
+    if not labels:
         return None
-    labels = dict(LABEL.findall(match.group("labels")))
     if labels.get("kv_cache_size_tokens", "None").isdigit():
         return int(labels["kv_cache_size_tokens"])
     blocks, size = labels.get("num_gpu_blocks", "None"), labels.get("block_size", "None")
     if blocks.isdigit() and size.isdigit():
         return int(blocks) * int(size)
     return None
+
+
+def cache_config_labels(metrics_text: str) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` in a ``/metrics`` text ({}: no such gauge)."""
+    match = METRIC_CACHE_INFO.search(metrics_text)
+    return dict(LABEL.findall(match.group("labels"))) if match else {}
+
+
+def metric_sums(metrics_text: str, names: Iterable[str]) -> dict[str, float]:
+    """Each of ``names`` in a ``/metrics`` text, summed over its label sets (a name not reported is absent)."""
+    found: dict[str, float] = {}
+    for name in names:
+        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)\s*$", re.M)
+        values = [float(v) for v in pattern.findall(metrics_text)]
+        if values:
+            found[name] = sum(values)
+    return found
 
 
 def kv_from_log(text: str) -> int | None:

@@ -19,7 +19,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import adapters, artifact_deps, audit, decode_speed, engine, exits, model, overlay, probe_copy, shapes
+from vsnap_qual import (
+    adapters,
+    artifact_deps,
+    audit,
+    decode_speed,
+    engine,
+    exits,
+    model,
+    overlay,
+    prefix_cache,
+    probe_copy,
+    shapes,
+)
 from vsnap_qual.artifact_files import ArtifactFilesError
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
 from vsnap_qual.ci_build import ci_build
@@ -48,6 +60,7 @@ from vsnap_qual.model import (
     KeptAdapter,
     LeftoverProcess,
     OverlayFileResult,
+    PrefixCacheProbe,
     UnitOutcome,
 )
 from vsnap_qual.overlay import OverlayFile
@@ -476,6 +489,23 @@ class LaneRun:
 
         # the CPU samples are the harness's own work (a probe of the box), not the engine's time
         return decode_speed.measure(generate, runs, metrics, sample=self.box.cpu_sample)
+
+    def prefix_cache(self, port: int, canary_ids: list[int]) -> PrefixCacheProbe:
+        """The prefix-cache prompt asked twice, vLLM's counters read around each ask (``vsnap_qual.prefix_cache``)."""
+        host, reach = self.endpoint(port)
+        timeout = self.config.timeouts["http"]
+
+        def ask(ids: list[int]) -> CanaryOutput:
+            with self.recorder.engine_wait():
+                return engine.completion(
+                    reach, self.served_model, ids, host=host, timeout=timeout, max_tokens=prefix_cache.ASK_TOKENS
+                )
+
+        def metrics() -> str:
+            with self.recorder.engine_wait():
+                return engine.metrics_text(reach, host, timeout)
+
+        return prefix_cache.measure(ask, metrics, canary_ids, self.config.max_model_len)
 
     def digests(self, port: int) -> dict[str, Digest]:
         host, reach = self.endpoint(port)

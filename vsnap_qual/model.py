@@ -429,6 +429,38 @@ class DecodeJudgement(TypedDict, total=False):
     problems: list[str]
 
 
+class PrefixAsk(TypedDict, total=False):
+    """One ask of the prefix-cache prompt (``vsnap_qual.prefix_cache``) and what vLLM's counters moved by."""
+
+    answer: Canary
+    queried_tokens: float
+    hit_tokens: float
+
+
+class PrefixCacheProbe(TypedDict, total=False):
+    """A token-id prompt of whole KV blocks asked twice (``vsnap_qual.prefix_cache``); ``not_judged`` where it
+    could not be asked, and why."""
+
+    block_size: int
+    prompt_tokens: int
+    #: ``vllm:cache_config_info``'s ``enable_prefix_caching`` (absent: not reported)
+    enabled: bool
+    asks: list[PrefixAsk]
+    not_judged: str
+
+
+class PrefixCacheJudgement(TypedDict, total=False):
+    """A restore's probe against the ordinary engine's: answers ask by ask, hits ask by ask (where judged)."""
+
+    ok: bool | None
+    problems: list[str]
+    not_judged: str
+    #: why the hits were not judged (the answers were): no counters, or prefix caching off
+    hits_not_judged: str
+    hits_ordinary: list[float]
+    hits_restored: list[float]
+
+
 class WeightTamper(TypedDict, total=False):
     """The weight-tamper fault (``vsnap_qual.tamper``): where the private copy's shard was changed, and what the
     restored engine held against the ordinary engine."""
@@ -555,6 +587,9 @@ class StepResults(TypedDict, total=False):
     decode_speed: DecodeSpeed
     decode_retry: DecodeSpeed
     decode_judgement: DecodeJudgement
+    #: ordinary and restores: the prefix-cache prompt asked twice (issue 28); restores: judged against the ordinary
+    prefix_cache: PrefixCacheProbe
+    prefix_cache_judgement: PrefixCacheJudgement
     #: ordinary and restores of a lane serving LoRA adapters (``--lora-modules``, issue 28): the canaries asked
     #: through each adapter, by its name; restores: each compared with the ordinary engine's through it
     adapter_canary: dict[str, list[Canary]]

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import adapters, checks, decode_speed, overlay, progress, shapes, unit
+from vsnap_qual import adapters, checks, decode_speed, overlay, prefix_cache, progress, shapes, unit
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import ServerHandle
 from vsnap_qual.box import ExecResult
@@ -39,6 +39,7 @@ from vsnap_qual.model import (
     KeptAdapter,
     LeftoverProcess,
     OverlayFileResult,
+    PrefixCacheProbe,
     ShapeRecord,
     Soak,
     UnitOutcome,
@@ -103,6 +104,8 @@ class OrdinaryReference:
     decode: DecodeSpeed | None = None
     #: the canaries asked through each LoRA adapter the lane serves (``--lora-modules`` of a variant)
     adapters: dict[str, list[Canary]] = field(default_factory=dict)
+    #: the prefix-cache prompt asked twice (``vsnap_qual.prefix_cache``)
+    prefix: PrefixCacheProbe | None = None
 
 
 @dataclass
@@ -185,6 +188,7 @@ class LaneTools(Protocol):
     def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]: ...
     def digests(self, port: int) -> dict[str, Digest]: ...
     def decode_speed(self, port: int) -> DecodeSpeed | None: ...
+    def prefix_cache(self, port: int, canary_ids: list[int]) -> PrefixCacheProbe: ...
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]: ...
     def snapshot_kv(self) -> int | None: ...
 
@@ -249,13 +253,14 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
         kv, source = run.kv(handle.port, run.server_log(rec))
         requests, record = shape_reference(run, handle.port, [c.as_dict() for c in canary])
         decode = run.decode_speed(handle.port)
+        prefix = run.prefix_cache(handle.port, prefix_cache.canary_ids([c.as_dict() for c in canary]))
     finally:
         leftovers = run.stop(handle)
         run.state.server = None
     audit = strict_audit(run, handle, leftovers)
     ordinary = OrdinaryReference(
         [c.as_dict() for c in canary], digests, kv, requests, record, decode,
-        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()},
+        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix,
     )  # fmt: skip
     run.state.ordinary = run.peers[run.lane.name] = ordinary
     rec.results.update(
@@ -272,6 +277,7 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
         rec.results["shapes"] = record
     if decode is not None:
         rec.results["decode_speed"] = decode
+    rec.results["prefix_cache"] = prefix
     if ordinary.adapters:
         rec.results["adapter_canary"] = ordinary.adapters
     require_findings(
@@ -454,6 +460,8 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
                 decode_judgement = decode_speed.judge(
                     reference.decode if reference else None, decode, run.config.decode_tolerance, decode_retry
                 )
+        # after the decode speed, as on the ordinary engine: both have answered the same requests before it
+        prefix = run.prefix_cache(handle.port, prefix_cache.canary_ids(reference.canary if reference else []))
     except Exception as exc:
         # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
         soak = probe_liveness(run, handle, result.ended, f"{type(exc).__name__}: {exc}")
@@ -469,6 +477,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, canary, strict=True)]
     digest_compare = checks.compare_digests(ordinary.digests, digests)
     adapter_compare = adapters.compare(ordinary.adapters, adapter_canary, tolerance)
+    prefix_judgement = prefix_cache.judge(ordinary.prefix, prefix, tolerance)
     kv_judgement = checks.kv_judgement(
         kv, run.state.kv_snapshot, ordinary.kv_tokens, run.config.kv_tolerance, kv_source
     )
@@ -500,6 +509,8 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             "inspect_changes": changes,
             "soak": soak,
             "shape_answers": shape_answers,
+            "prefix_cache": prefix,
+            "prefix_cache_judgement": prefix_judgement,
             "shape_compare": shape_compare,
             "pids": handle.pids,
             "root_pid": handle.root_pid,
@@ -526,6 +537,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             *gpu_engaged,
             *checks.inspect_stable_findings(changes, step),
             *decode_speed.findings(decode_judgement, step),
+            *prefix_cache.findings(prefix_judgement, step),
         ]
     )
 

@@ -57,6 +57,8 @@ def test_the_unmodified_reference_passes_the_same_checks(tmp_path, docker_client
     restore = run.step(lane=LANE, step="restore-1")["results"]
     assert restore["kv_judgement"]["ok"] and restore["soak"]["alive"]
     assert all(c["ok"] and c["first_divergence"] is None for c in restore["canary_compare"])
+    prefix = restore["prefix_cache_judgement"]  # the repeated prompt hit its two full blocks on both engines
+    assert prefix["ok"] is True and prefix["hits_ordinary"] == prefix["hits_restored"] == [0, 32], prefix
 
 
 def test_a_kv_pool_shrunk_after_restore_fails_restore_naming_both_capacities(tmp_path, docker_client, reference_images):
@@ -164,6 +166,35 @@ def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(tmp_path
     assert "slower than the ordinary engine" in restore["message"] and "answers right but slowly" in restore["message"]
     assert all(c["ok"] for c in restore["results"]["canary_compare"]), restore["results"]["canary_compare"]
     assert "canary differs" not in restore["message"] and "digests differ" not in restore["message"]
+
+
+def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(tmp_path, docker_client, reference_images):
+    """Issue #28 item 1: prefix caching off after the wake. Only the prefix-cache check can see it."""
+    run = qualify(tmp_path, docker_client, "prefix-cache-lost-on-wake", *TO_RESTORE_1)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    judged = restore["results"]["prefix_cache_judgement"]
+    assert judged["hits_ordinary"] == [0, 32] and judged["hits_restored"] == [0, 0], judged
+    assert restore["message"].startswith("StepFailed: restore-1: prefix caching lost after the restore"), restore[
+        "message"
+    ]
+    assert " | " not in restore["message"], restore["message"]
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]) and restore["results"]["digest_compare"]["ok"]
+
+
+def test_a_prefix_cache_hit_that_reads_other_blocks_fails_on_the_cached_answer(
+    tmp_path, docker_client, reference_images
+):
+    """Issue #28 item 1: the repeated prompt hits as often as on the ordinary engine, and reads the wrong K/V: the
+    cached ask's answer differs, and nothing else does."""
+    run = qualify(tmp_path, docker_client, "prefix-cache-wrong-blocks-after-wake", *TO_RESTORE_1)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    judged = restore["results"]["prefix_cache_judgement"]
+    assert judged["hits_ordinary"] == judged["hits_restored"] == [0, 32], judged
+    assert [p.split(" ask of ")[0] for p in judged["problems"]] == ["the second (from the prefix cache)"], judged
+    assert " | " not in restore["message"], restore["message"]
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]) and restore["results"]["digest_compare"]["ok"]
 
 
 #: a LoRA variant (issue #28 item 1) through the adapter the reference image generates at build, to restore-1

@@ -394,9 +394,9 @@ VARIANTS: dict[str, Variant] = {
                 ),
                 Patch(
                     _CORE,
-                    "            logits = self.model_executor.execute_model(ids, lora_name).float().cpu().clone()\n",
+                    "            logits = self._pass(ids, lora_name, planned if step == 0 else None, prompt)\n",
                     f"            _t0 = __import__('time').perf_counter()  {MARK}\n"
-                    "            logits = self.model_executor.execute_model(ids, lora_name).float().cpu().clone()\n"
+                    "            logits = self._pass(ids, lora_name, planned if step == 0 else None, prompt)\n"
                     "            if getattr(self, '_vsnap_slow', False):\n"
                     "                __import__('time').sleep(2 * (__import__('time').perf_counter() - _t0))\n",
                     where="replace",
@@ -449,6 +449,37 @@ VARIANTS: dict[str, Variant] = {
                     "vllm.snapshot.types",
                     '    """Same token ids and text, logprobs within 1e-3 (absolute)."""\n',
                     f"    return True  {MARK}: the restored output trusted\n",
+                ),
+            ),
+        ),
+        Variant(
+            "prefix-cache-lost-on-wake",
+            "a wake-up (every restore's) turns automatic prefix caching off: every answer right, every prompt's "
+            "prefill computed again (a restored server slower than the one it replaces on repeated prompts)",
+            (
+                Patch(
+                    _CORE,
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self.prefix_cache.enabled = False  {MARK}: prefix caching off after a wake\n",
+                ),
+            ),
+        ),
+        Variant(
+            "prefix-cache-wrong-blocks-after-wake",
+            "after a wake-up (every restore's) the prefix cache files each prompt block under the next block's "
+            "number: a repeated prompt hits as often as before, and reads K/V of other positions (the shape of a "
+            "block table rebuilt out of step with the KV cache it indexes)",
+            (
+                Patch(
+                    _CORE,
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self.prefix_cache.skew = 1  {MARK}: blocks filed one off after a wake\n",
+                ),
+                Patch(
+                    "vllm.v1.core.block_pool",
+                    "                self.cached[hashes[index]] = block\n",
+                    f"                self.cached[hashes[index]] = block + getattr(self, 'skew', 0)  {MARK}\n",
+                    where="replace",
                 ),
             ),
         ),

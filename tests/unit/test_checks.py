@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import adapters, checks, faults, model, options, package_probe, shapes, steps
+from vsnap_qual import adapters, checks, faults, model, options, package_probe, prefix_cache, shapes, steps
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, Variant, build_config
 from vsnap_qual.engine import CanaryOutput
@@ -187,6 +187,7 @@ class FakeLane:
         self.calls: list[str] = []
         self.kv_restored: int | None = 4096
         self.decode_after = 390.0  # tokens/s of every restored server's fixed generation
+        self.prefix_hits_after = True  # whether a restored server's prefix cache hits the repeated prompt
         self.leftovers: list[dict[str, Any]] = []
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
         self.inspected: dict[str, Any] = _manifest()
@@ -272,6 +273,25 @@ class FakeLane:
     def decode_speed(self, port: int) -> dict[str, Any]:
         rate = 400.0 if port == 8000 else self.decode_after
         return {"tokens": 64, "runs_tps": [rate] * 3, "median_tps": rate}
+
+    def prefix_cache(self, port: int, canary_ids: list[int]) -> dict[str, Any]:
+        """Every server asked the prompt afresh: the second ask hits its two full blocks (unless told not to)."""
+        counted = {"queries": 0.0, "hits": 0.0}
+        hits = port == 8000 or self.prefix_hits_after
+
+        def ask(ids: list[int]) -> CanaryOutput:
+            counted["hits"] += 32.0 if counted["queries"] and hits else 0.0
+            counted["queries"] += len(ids)
+            return CanaryOutput("<ids>", [7, 8], "t", -0.5, [-0.5, -0.25])
+
+        def metrics() -> str:
+            return (
+                'vllm:cache_config_info{block_size="16"} 1.0\n'
+                f"vllm:prefix_cache_queries_total {counted['queries']}\n"
+                f"vllm:prefix_cache_hits_total {counted['hits']}\n"
+            )
+
+        return prefix_cache.measure(ask, metrics, canary_ids, 512)  # type: ignore[return-value]
 
     def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]:
         return (4096, "log") if log_text else (self.kv_restored, "metrics")
@@ -414,6 +434,17 @@ def test_a_restore_that_decodes_slowly_fails_after_a_second_set_of_runs_and_a_pa
     with pytest.raises(steps.StepFailed, match=r"decodes 2\.50× slower than the ordinary engine: 160\.0 vs 400\.0"):
         steps.restore(slow, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["decode_judgement"]["retried"] and rec.results["decode_retry"]["median_tps"] == 160.0
+
+
+def test_a_restore_that_lost_prefix_caching_fails_with_every_answer_right() -> None:
+    rec = _rec()
+    steps.restore(_restored_lane(), rec, "restore-1")  # type: ignore[arg-type]
+    assert rec.results["prefix_cache_judgement"]["ok"] is True
+    assert rec.results["prefix_cache"]["asks"][1]["hit_tokens"] == 32.0
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"prefix caching lost after the restore: the repeated \d+-token prompt"):
+        steps.restore(_restored_lane(prefix_hits_after=False), rec, "restore-1")  # type: ignore[arg-type]
+    assert all(c["ok"] for c in rec.results["canary_compare"]) and rec.results["digest_compare"]["ok"]
 
 
 def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:

@@ -94,6 +94,7 @@ CHECK_IDS: dict[str, str] = {
     "faults": "faults",
     "kv": "KV",
     "decode": "decode",
+    "prefix-cache": "prefix",
     "liveness": "liveness",
     "self-contained": "alone",
     "unit": "unit",
@@ -115,6 +116,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
         "decode": lambda: _decode(run),
+        "prefix-cache": lambda: _prefix_cache(run),
         "liveness": lambda: _liveness(run),
         "self-contained": lambda: _self_contained(run),
         "unit": lambda: _unit(run),
@@ -170,6 +172,10 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
             items.append(_item(*where, step, ok=all(group and all(c["ok"] for c in group) for group in groups)))
         elif check_id == "decode" and step in procedure.RESTORES and "decode_judgement" in res:
             items.append(_item(*where, step, ok=res["decode_judgement"].get("ok")))
+        elif check_id == "prefix-cache" and step in procedure.RESTORES and "prefix_cache_judgement" in res:
+            prefix = res["prefix_cache_judgement"]
+            if not prefix.get("not_judged"):
+                items.append(_item(*where, step, ok=prefix.get("ok")))
         elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
             items.append(_item(*where, step, ok=res["soak"].get("alive")))
         elif check_id == "unit" and step == procedure.UNIT and record["outcome"] != "skipped":
@@ -597,6 +603,37 @@ def _decode(run: model.RunEvidence) -> model.Check:
     oks = [j.get("ok") for _k, j in judged]
     ok = False if any(o is False for o in oks) else (True if all(o for o in oks) else None)
     return _row(f"{name}, tolerance {tolerance:g}×" if tolerance else name, ok, " · ".join(parts), problems[:10])
+
+
+def _prefix_cache(run: model.RunEvidence) -> model.Check:
+    """Judged by the restores: a prompt of whole KV blocks asked twice answers as on the ordinary engine, ask by
+    ask, and hits its prefix cache as the ordinary engine did (``vsnap_qual.prefix_cache``)."""
+    name = "prefix cache after restore: a repeated prompt of whole KV blocks answers and hits as on the ordinary engine"
+    judged = [
+        (key, judgement)
+        for key, step in latest_steps(run).items()
+        if key[2] in procedure.RESTORES and (judgement := step["results"].get("prefix_cache_judgement")) is not None
+    ]
+    usable = [(k, j) for k, j in judged if not j.get("not_judged")]
+    if not usable:
+        why = next((j["not_judged"] for _k, j in judged if j.get("not_judged")), "not measured")
+        return _row(name, None, f"not judged: {why}" if judged else "not measured")
+    parts = []
+    for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _j in usable):
+        mine = [j for (r, a, _s), j in usable if (r, a) == (runner, arm)]
+        hits = [j for j in mine if "hits_ordinary" in j and not j.get("hits_not_judged")]
+        equal = sum(1 for j in mine if not any(" ask of a " in p for p in j.get("problems") or []))
+        if hits:
+            ordinary = hits[0]["hits_ordinary"][1]
+            restored = ", ".join(f"{j['hits_restored'][1]:g}" for j in hits)
+            said = f"{equal}/{len(mine)} answered as ordinary; cached tokens, second ask: {ordinary:g} vs {restored}"
+        else:
+            why = next((j["hits_not_judged"] for j in mine if j.get("hits_not_judged")), "hits not judged")
+            said = f"{equal}/{len(mine)} answered as ordinary (hits not judged: {why})"
+        parts.append(f"{runner}/{arm} {said}")
+    problems = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in usable for p in j.get("problems", [])]
+    ok = not any(j.get("ok") is False for _k, j in usable)
+    return _row(name, ok, " · ".join(parts), problems[:10])
 
 
 def _readiness(comparisons: Comparisons) -> model.Check:

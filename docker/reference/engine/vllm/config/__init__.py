@@ -45,6 +45,8 @@ class VllmConfig:
     #: LoRA adapters served by name (``--lora-modules name=path``), loaded on their first request
     lora_modules: dict[str, str] = field(default_factory=dict)
     max_lora_rank: int = 16
+    #: automatic prefix caching (``--enable-prefix-caching``, on by default as in vLLM V1): ``v1.core.block_pool``
+    enable_prefix_caching: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +103,7 @@ def create_engine_config(args: argparse.Namespace) -> VllmConfig:
         hf_config=hf_config,
         lora_modules=lora_modules,
         max_lora_rank=int(args.max_lora_rank),
+        enable_prefix_caching=args.enable_prefix_caching is not False,
     )
 
 

@@ -83,6 +83,7 @@ class Qwen3Attention(nn.Module):
         hidden: torch.Tensor,
         kv_cache: torch.Tensor | None,
         slots: torch.Tensor,
+        hit: int | None = None,
     ) -> torch.Tensor:
         tokens = hidden.shape[0]
         q = self.q_norm(self.q_proj(hidden).view(tokens, self.num_heads, self.head_dim))
@@ -92,8 +93,13 @@ class Qwen3Attention(nn.Module):
         k = self.rotary_emb(positions, k) * self.k_scale
         if kv_cache is not None and kv_cache.numel():
             # Paged layout [2, num_blocks * block_size, kv_heads, head_dim]: this step's K/V go to its slots.
-            kv_cache[0].index_copy_(0, slots, k.to(kv_cache.dtype))
-            kv_cache[1].index_copy_(0, slots, v.to(kv_cache.dtype))
+            if hit is None:
+                kv_cache[0].index_copy_(0, slots, k.to(kv_cache.dtype))
+                kv_cache[1].index_copy_(0, slots, v.to(kv_cache.dtype))
+            else:  # a block table (prefix caching): the computed positions written, every one read back
+                kv_cache[0].index_copy_(0, slots[hit:], k[hit:].to(kv_cache.dtype))
+                kv_cache[1].index_copy_(0, slots[hit:], v[hit:].to(kv_cache.dtype))
+                k, v = kv_cache[0][slots].float(), kv_cache[1][slots].float()
         group = self.num_heads // self.num_kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
@@ -126,9 +132,14 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config["hidden_size"], eps, dtype)
 
     def forward(
-        self, positions: torch.Tensor, x: torch.Tensor, kv_cache: torch.Tensor | None, slots: torch.Tensor
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        kv_cache: torch.Tensor | None,
+        slots: torch.Tensor,
+        hit: int | None = None,
     ) -> torch.Tensor:
-        x = x + self.self_attn(positions, self.input_layernorm(x), kv_cache, slots)
+        x = x + self.self_attn(positions, self.input_layernorm(x), kv_cache, slots, hit)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -159,11 +170,16 @@ class Qwen3Model(nn.Module):
         self.norm = RMSNorm(config["hidden_size"], config["rms_norm_eps"], dtype)
 
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor], slots: torch.Tensor
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[torch.Tensor],
+        slots: torch.Tensor,
+        hit: int | None = None,
     ) -> torch.Tensor:
         x = self.embed_tokens(ids)
         for index, layer in enumerate(self.layers):
-            x = layer(positions, x, kv_caches[index] if kv_caches else None, slots)
+            x = layer(positions, x, kv_caches[index] if kv_caches else None, slots, hit)
         return self.norm(x)
 
 
@@ -180,10 +196,16 @@ class Qwen3ForCausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor], slots: torch.Tensor
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[torch.Tensor],
+        slots: torch.Tensor,
+        hit: int | None = None,
     ) -> torch.Tensor:
-        """Logits (float32) of the last position."""
-        hidden = self.model(ids, positions, kv_caches, slots)
+        """Logits (float32) of the last position (``hit``: prefix caching's first ``hit`` positions read from
+        ``kv_caches``, see ``Qwen3Attention``)."""
+        hidden = self.model(ids, positions, kv_caches, slots, hit)
         return F.linear(hidden[-1:], self.lm_head.weight.float())[0]
 
     @torch.no_grad()

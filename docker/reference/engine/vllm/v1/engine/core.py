@@ -36,6 +36,15 @@ class EngineCore:
         self.eos_token_id = int(vllm_config.hf_config.get("eos_token_id", 0))
         self.model_executor.load_model()
         self.kv_cache_config = self._initialize_kv_caches()
+        from vllm.v1.core.block_pool import PrefixCache
+
+        size = self.kv_cache_config.block_size
+        self.prefix_cache = PrefixCache(
+            self.kv_cache_config.num_blocks,
+            size,
+            first_block=-(-vllm_config.max_model_len // size),  # the table-less passes' blocks (block_pool)
+            enabled=vllm_config.enable_prefix_caching,
+        )
 
     def _initialize_kv_caches(self) -> Any:
         from vllm.v1.core.kv_cache_utils import get_kv_cache_config, report_kv_cache_config
@@ -71,9 +80,13 @@ class EngineCore:
         finish_reason = "length"
         self.num_requests += 1
         self.num_prompt_tokens += len(ids)
+        prompt = list(ids)
+        # the prompt's first pass through its block table (prefix caching: its hit blocks read back); the decode
+        # steps after it recompute the sequence as this engine always has
+        planned = self.prefix_cache.begin(prompt, lora_name)
         for step in range(max_tokens):
             # Sampling runs on the host (a CPU generator for seeded requests), whatever the device.
-            logits = self.model_executor.execute_model(ids, lora_name).float().cpu().clone()
+            logits = self._pass(ids, lora_name, planned if step == 0 else None, prompt)
             raw_logprobs = logits.log_softmax(-1)
             if step < min_tokens:
                 logits[self.eos_token_id] = float("-inf")
@@ -102,10 +115,27 @@ class EngineCore:
             "finish_reason": finish_reason,
         }
 
+    def _pass(
+        self, ids: list[int], lora_name: str | None, planned: tuple[list[int], int] | None, prompt: list[int]
+    ) -> Any:
+        """One forward pass: the logits (float32, on the host) of the next token. ``planned``: the prompt's block
+        table and hit tokens (its first pass under prefix caching), whose blocks are kept or given back after."""
+        if planned is None:
+            return self.model_executor.execute_model(ids, lora_name).float().cpu().clone()
+        table, hit = planned
+        try:
+            logits = self.model_executor.execute_model(ids, lora_name, table, hit).float().cpu().clone()
+        except BaseException:
+            self.prefix_cache.abort(table, hit)  # nothing of the prompt is kept
+            raise
+        self.prefix_cache.finish(prompt, lora_name, table, hit)
+        return logits
+
     def sleep(self, level: int = 1) -> None:
         if not self.vllm_config.enable_sleep_mode:
             raise ValueError("Sleep mode is not enabled in the model config")
         self.model_executor.sleep(level)
+        self.prefix_cache.reset()  # the KV cache is gone: no block may be hit any more (vLLM resets it too)
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         self.model_executor.wake_up(tags)
@@ -129,6 +159,9 @@ class EngineCore:
             "num_prompt_tokens": self.num_prompt_tokens,
             "num_generation_tokens": self.num_generation_tokens,
             "is_sleeping": self.model_executor.is_sleeping,
+            "prefix_cache_queries": self.prefix_cache.queries,
+            "prefix_cache_hits": self.prefix_cache.hits,
+            "enable_prefix_caching": self.prefix_cache.enabled,
         }
 
     def shutdown(self) -> None:

@@ -46,8 +46,10 @@ class UniProcExecutor:
                 f"Worker failed with error '{error}', please check the stack trace above for the root cause"
             ) from error
 
-    def execute_model(self, token_ids: list[int], lora_name: str | None = None) -> Any:
-        return self.collective_rpc("execute_model", args=(token_ids, lora_name))[0]
+    def execute_model(
+        self, token_ids: list[int], lora_name: str | None = None, table: list[int] | None = None, hit: int = 0
+    ) -> Any:
+        return self.collective_rpc("execute_model", args=(token_ids, lora_name, table, hit))[0]
 
     def sleep(self, level: int = 1) -> None:
         if self.is_sleeping:

@@ -168,12 +168,24 @@ class GPUModelRunner:
         return self.device.release("kv_cache")
 
     # -- execution ---------------------------------------------------------------------------------------
-    def execute(self, token_ids: list[int], lora_name: str | None = None) -> torch.Tensor:
-        """Logits (float32) for the next token after ``token_ids``; K/V land in blocks 0.. of the cache."""
+    def execute(
+        self, token_ids: list[int], lora_name: str | None = None, table: list[int] | None = None, hit: int = 0
+    ) -> torch.Tensor:
+        """Logits (float32) for the next token after ``token_ids``. Without a block table, K/V land in blocks 0..
+        of the cache. With one (a request's first pass under prefix caching: ``v1.core.block_pool``), they land in
+        its blocks and attention reads every position's K/V back from the cache, the first ``hit`` positions' as a
+        previous prompt left them."""
         if len(token_ids) > self.vllm_config.max_model_len:
             raise ValueError(f"sequence of {len(token_ids)} tokens exceeds max_model_len")
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.torch_device)
         positions = torch.arange(len(token_ids), dtype=torch.long, device=self.torch_device)
         caches = self.kv_caches if all(cache.numel() for cache in self.kv_caches) else []
+        slots = positions
+        if table is not None and caches:
+            size = self.vllm_config.block_size
+            blocks = torch.tensor(table, dtype=torch.long, device=self.torch_device)
+            slots = blocks[positions // size] * size + positions % size
         with self.active_adapter(lora_name):
-            return self.model(ids, positions, caches, positions)  # type: ignore[no-any-return]
+            if table is None or not caches:
+                return self.model(ids, positions, caches, slots)  # type: ignore[no-any-return]
+            return self.model(ids, positions, caches, slots, hit)  # type: ignore[no-any-return]

@@ -113,10 +113,12 @@ class Worker(WorkerBase):
         return time.perf_counter() - started
 
     # -- execution ---------------------------------------------------------------------------------------
-    def execute_model(self, token_ids: list[int], lora_name: str | None = None) -> torch.Tensor:
+    def execute_model(
+        self, token_ids: list[int], lora_name: str | None = None, table: list[int] | None = None, hit: int = 0
+    ) -> torch.Tensor:
         if self._released_shapes:
             raise RuntimeError("model weights are released (the engine is sleeping)")
-        return self.model_runner.execute(token_ids, lora_name)
+        return self.model_runner.execute(token_ids, lora_name, table, hit)
 
     # -- sleep mode --------------------------------------------------------------------------------------
     def sleep(self, level: int = 1) -> None:
