@@ -216,3 +216,20 @@ def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
     assert str(fig["seeds"][0]) in (GPU_RUN / "README.md").read_text()
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
     assert "32 kills, PASS 32/32" in (ROOT / "README.md").read_text()
+
+
+def test_the_prefix_cache_runs_words_in_the_docs_are_its_evidence() -> None:
+    """Issue 28's prefix-cache check on the H200: the prompt, the hits ask by ask and the not-judged variant the
+    docs state are what its results.json recorded."""
+    name = "2026-12-03-prefix-cache"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    assert results["verdict"]["status"] == "pass" and "PASS, 34 of 34" in section
+    restores = [s for s in results["steps"] if "prefix_cache_judgement" in (s.get("results") or {})]
+    plain = [s["results"]["prefix_cache_judgement"] for s in restores if "nopc" not in s["lane"]]
+    off = [s["results"]["prefix_cache_judgement"] for s in restores if "nopc" in s["lane"]]
+    assert len(plain) == len(off) == 8 and "after each of the 8 restores" in section
+    assert all(j["ok"] and j["hits_ordinary"] == j["hits_restored"] == [0, 32] for j in plain)
+    assert all(j["ok"] and j["hits_not_judged"].startswith("prefix caching off") for j in off)
+    ordinary = next(s for s in results["steps"] if s["step"] == "ordinary")["results"]["prefix_cache"]
+    assert (ordinary["prompt_tokens"], ordinary["block_size"]) == (40, 16) and "40 token ids, block size 16" in section
