@@ -76,7 +76,7 @@ def cpu_share(before: CpuSample | None, after: CpuSample | None, wall_s: float) 
         return None
     engine_cpu, engine_wait = cpu_ns / 1e9, wait_ns / 1e9
     others = max(0.0, after["machine_busy_s"] - before["machine_busy_s"] - engine_cpu)
-    return CpuShare(
+    share = CpuShare(
         wall_s=round(wall_s, 4),
         engine_cpu_s=round(engine_cpu, 4),
         engine_wait_s=round(engine_wait, 4),
@@ -84,6 +84,18 @@ def cpu_share(before: CpuSample | None, after: CpuSample | None, wall_s: float) 
         others_load=round(others / wall_s, 3),
         cpus=after["cpus"],
     )
+    if "rss_kb" in after and "anon_huge_kb" in after:
+        share["rss_kb"], share["anon_huge_kb"] = after["rss_kb"], after["anon_huge_kb"]
+    return share
+
+
+def huge_pages(speed: DecodeSpeed) -> str | None:
+    """The engine's anonymous memory in transparent huge pages over its resident memory, as words (None: not
+    read)."""
+    cpu = speed.get("cpu")
+    if cpu is None or "anon_huge_kb" not in cpu or not cpu.get("rss_kb"):
+        return None
+    return f"{cpu['anon_huge_kb'] / 1024:.0f} of {cpu['rss_kb'] / 1024:.0f} MiB resident in huge pages"
 
 
 def machine_slowdown(ordinary: DecodeSpeed, restored: DecodeSpeed) -> float:
@@ -182,11 +194,13 @@ def judge(
             if machine != 1.0
             else ""
         )
+        pages = (huge_pages(best), huge_pages(ordinary))
+        memory = f"; the restored engine {pages[0]}, the ordinary {pages[1]}" if None not in pages else ""
         problems.append(
             f"decodes {slowdown:.2f}× slower than the ordinary engine: {best['median_tps']:.1f} vs "
             f"{ordinary['median_tps']:.1f} tokens/s (median of {len(best['runs_tps'])} runs of {best['tokens']} "
-            f"tokens{', measured twice' if retried is not None else ''}{busy}; tolerance {tolerance:g}×): a "
-            "restore that answers right but slowly"
+            f"tokens{', measured twice' if retried is not None else ''}{busy}{memory}; tolerance {tolerance:g}×): "
+            "a restore that answers right but slowly"
         )
     ordinary_rate, restored_rate = ordinary.get("spec_acceptance"), best.get("spec_acceptance")
     if ordinary_rate is not None:

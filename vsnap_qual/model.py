@@ -375,6 +375,11 @@ class CpuSample(TypedDict):
     tasks: dict[str, list[int]]
     machine_busy_s: float
     cpus: int
+    #: the engine processes' resident memory and, of it, anonymous memory in transparent huge pages
+    #: (``/proc/<pid>/smaps_rollup``: ``Rss``, ``AnonHugePages``; absent where it cannot be read). CRIU restores
+    #: memory without huge pages (checkpoint-restore/criu#2081), which slows what walks it
+    rss_kb: NotRequired[int]
+    anon_huge_kb: NotRequired[int]
 
 
 class CpuShare(TypedDict):
@@ -388,6 +393,9 @@ class CpuShare(TypedDict):
     stretch: float
     #: CPUs' worth of other work on the machine over the set (busy seconds not the engine's / wall seconds)
     others_load: float
+    #: the engine's memory after the set (:class:`CpuSample`)
+    rss_kb: NotRequired[int]
+    anon_huge_kb: NotRequired[int]
     cpus: int
 
 

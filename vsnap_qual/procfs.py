@@ -94,6 +94,7 @@ def parse_cpu_sample(text: str) -> CpuSample:
     ``stat <fields of /proc/stat's cpu line>``, ``cpus <n>``, ``ticks <USER_HZ>`` (100 where not said) and
     ``task <tid> <schedstat>`` per engine task."""
     tasks: dict[str, list[int]] = {}
+    memory: dict[str, tuple[int, int]] = {}
     stat: list[str] = []
     cpus, ticks = 0, 100
     for line in text.splitlines():
@@ -107,7 +108,13 @@ def parse_cpu_sample(text: str) -> CpuSample:
             ticks = int(fields[0])
         elif kind == "task" and len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
             tasks[fields[0]] = [int(fields[1]), int(fields[2])]
-    return CpuSample(tasks=tasks, machine_busy_s=busy_seconds(stat, ticks) if stat else 0.0, cpus=cpus)
+        elif kind == "mem" and len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+            memory[fields[0]] = (int(fields[1]), int(fields[2]))
+    sample = CpuSample(tasks=tasks, machine_busy_s=busy_seconds(stat, ticks) if stat else 0.0, cpus=cpus)
+    if memory:
+        sample["rss_kb"] = sum(rss for rss, _ in memory.values())
+        sample["anon_huge_kb"] = sum(huge for _, huge in memory.values())
+    return sample
 
 
 def cpu_sample(pids: list[int], proc: Path = PROC) -> CpuSample:
@@ -123,4 +130,7 @@ def cpu_sample(pids: list[int], proc: Path = PROC) -> CpuSample:
             for task in (proc / str(pid) / "task").iterdir():
                 with contextlib.suppress(OSError):
                     lines.append(f"task {task.name} {(task / 'schedstat').read_text().strip()}")
+        with contextlib.suppress(OSError):
+            rollup = dict(line.split()[:2] for line in (proc / str(pid) / "smaps_rollup").read_text().splitlines()[1:])
+            lines.append(f"mem {pid} {rollup.get('Rss:', '')} {rollup.get('AnonHugePages:', '0')}")
     return parse_cpu_sample("\n".join(lines))

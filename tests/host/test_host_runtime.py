@@ -131,6 +131,7 @@ def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory):
         assert first is not None and later is not None and str(inside) in later["tasks"]
         assert later["tasks"][str(inside)][0] > first["tasks"][str(inside)][0], "the spinner never ran"
         assert str(outside.pid) not in later["tasks"] and later["cpus"] == os.cpu_count()
+        assert later["rss_kb"] > 0 and 0 <= later["anon_huge_kb"] <= later["rss_kb"], later
     finally:
         outside.kill()
         outside.wait()

@@ -186,6 +186,8 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
         assert later["machine_busy_s"] > first["machine_busy_s"]
         share = decode_speed.cpu_share(first, later, 1.0)
         assert share is not None and share["engine_cpu_s"] > 0
+        # the box's processes' memory (smaps_rollup), the spinner's among them; huge pages counted, maybe none
+        assert later["rss_kb"] > 0 and 0 <= later["anon_huge_kb"] <= later["rss_kb"], later
     finally:
         outside.kill()
         outside.wait()

@@ -207,3 +207,29 @@ def test_of_two_sets_the_one_with_the_smaller_judged_slowdown_is_kept() -> None:
     second = _speed(210.0, cpu=_cpu(1.8, 1.3))  # slower as measured, but on a machine 1.8x busier: 1.06x
     judged = decode_speed.judge(quiet, first, DEFAULT, retried=second)
     assert judged["restored_tps"] == 210.0 and judged["slowdown"] == pytest.approx(1.058, abs=0.001)
+
+
+def test_the_engines_memory_and_its_huge_pages_come_with_the_sample_and_name_themselves_in_a_slow_restore() -> None:
+    """CRIU restores memory without transparent huge pages (checkpoint-restore/criu#2081): each sample sums the
+    engine processes' ``Rss`` and ``AnonHugePages``, the set's share keeps them, and a slow restore's message sets
+    the two engines' side by side (a lead, not a judgement)."""
+    text = "stat 1000 0 500 9000\ncpus 2\ntask 7 1000 0\nmem 7 2048000 1024000\nmem 8 4096 0\nmem 9 x 0\n"
+    sample = parse_cpu_sample(text)
+    assert (sample["rss_kb"], sample["anon_huge_kb"]) == (2052096, 1024000)
+    assert "rss_kb" not in parse_cpu_sample("cpus 2\ntask 7 1000 0\n")  # not read: absent, never 0
+    later = CpuSample(tasks={"7": [2000000000, 0]}, machine_busy_s=20.0, cpus=2, rss_kb=2052096, anon_huge_kb=0)
+    share = decode_speed.cpu_share(sample, later, 1.0)
+    assert share is not None and (share["rss_kb"], share["anon_huge_kb"]) == (2052096, 0)
+
+    def speed(tps: float, huge_kb: int) -> DecodeSpeed:
+        cpu = CpuShare(wall_s=1.0, engine_cpu_s=1.0, engine_wait_s=0.0, stretch=1.0, others_load=0.0, cpus=2)
+        cpu.update(rss_kb=2048000, anon_huge_kb=huge_kb)
+        return DecodeSpeed(tokens=64, runs_tps=[tps] * 3, median_tps=tps, cpu=cpu)
+
+    judged = decode_speed.judge(speed(400.0, 1024000), speed(160.0, 0), 1.75)
+    assert judged["ok"] is False
+    assert (
+        "the restored engine 0 of 2000 MiB resident in huge pages, the ordinary 1000 of 2000 MiB"
+        in (judged["problems"][0])
+    )
+    assert decode_speed.huge_pages(DecodeSpeed(tokens=64, runs_tps=[1.0], median_tps=1.0)) is None

@@ -32,6 +32,14 @@ def _records(tmp_path: Path) -> dict[str, dict]:
     return {r["step"]: r for r in map(json.loads, lines) if r.get("kind") == "step"}
 
 
+def _skipped(recorder: StepRecorder, step: str, tmp_path: Path) -> dict:
+    with pytest.raises(pytest.skip.Exception), recorder.step(step):
+        pass
+    record = _records(tmp_path)[step]
+    assert record["outcome"] == "skipped"
+    return record
+
+
 def _prepared(recorder: StepRecorder) -> None:
     for step in (procedure.ORDINARY, procedure.CREATE, procedure.INSPECT, procedure.RESTART):
         with recorder.step(step):
@@ -56,10 +64,7 @@ def test_it_is_skipped_naming_the_prerequisite_after_a_restore_that_never_served
     recorder = _recorder(tmp_path)
     _prepared(recorder)
     _fail(recorder, procedure.RESTORE_2, served=False)
-    with pytest.raises(pytest.skip.Exception), recorder.step(procedure.RESTORE_AFTER_STOP):
-        pass
-    record = _records(tmp_path)[procedure.RESTORE_AFTER_STOP]
-    assert record["outcome"] == "skipped"
+    record = _skipped(recorder, procedure.RESTORE_AFTER_STOP, tmp_path)
     assert "prerequisite restore-2 did not pass" in record["message"] and "slower" in record["message"]
 
 
@@ -68,6 +73,5 @@ def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_pa
     recorder = _recorder(tmp_path)
     _prepared(recorder)
     _fail(recorder, procedure.ORDINARY, served=True)
-    with pytest.raises(pytest.skip.Exception), recorder.step(procedure.RESTORE_2):
-        pass
-    assert "prerequisite ordinary did not pass" in _records(tmp_path)[procedure.RESTORE_2]["message"]
+    record = _skipped(recorder, procedure.RESTORE_2, tmp_path)
+    assert "prerequisite ordinary did not pass" in record["message"]

@@ -51,6 +51,11 @@ for d in /proc/[0-9]*; do
   for t in "$d"/task/*; do
     s=; { read -r s < "$t/schedstat"; } 2>/dev/null && echo "task ${t##*/} $s"
   done
+  r=; h=
+  { while read -r k v u; do
+      case $k in Rss:) r=$v ;; AnonHugePages:) h=$v ;; esac
+    done < "$d/smaps_rollup"; } 2>/dev/null
+  [ -n "$r" ] && echo "mem ${d##*/} $r ${h:-0}"
 done
 true
 """
