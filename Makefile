@@ -55,10 +55,10 @@ VLLM_OVERLAY ?= build/vllm-overlay-0.32.0
 $(VLLM_OVERLAY):
 	bash docker/vllm-cpu/overlay-checkout.sh 0.32.0
 
-qualify-vllm-cpu-variants: install vllm-cpu  ## real vLLM 0.32.0 vs 0.31.0 (CPU): the LoRA, prefix-caching-off and n-gram variants' lifecycles → reports/vllm-cpu-variants
+qualify-vllm-cpu-variants: install vllm-cpu  ## real vLLM 0.32.0 vs 0.31.0 (CPU): the LoRA, prefix-caching-off, n-gram and fp8 KV cache variants' lifecycles → reports/vllm-cpu-variants
 	rm -rf reports/vllm-cpu-variants
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh suites/ @suites/profiles/vllm-cpu.args \
-	  @suites/profiles/variants-vllm-cpu.args -m "not fault" -k "lora or nopc or ngram" \
+	  @suites/profiles/variants-vllm-cpu.args -m "not fault" -k "lora or nopc or ngram or fp8kv" \
 	  --vsnap-report-dir=reports/vllm-cpu-variants $(PYTEST_ARGS)
 
 qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.0 (CPU builds), CPU smoke mode, a real overlay → reports/vllm-cpu

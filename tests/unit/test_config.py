@@ -126,19 +126,21 @@ def test_a_variants_secret_is_redacted_like_an_engine_args_one(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("profile", "adapter"),
+    ("profile", "adapter", "more"),
     [
-        ("variants-reference.args", {"tiny-lora": "/opt/vsnap/adapters/tiny-lora"}),
-        ("variants-vllm-cpu.args", {"vsnap-lora": "/opt/vsnap/adapters/vsnap-lora"}),
+        ("variants-reference.args", {"tiny-lora": "/opt/vsnap/adapters/tiny-lora"}, []),
+        ("variants-vllm-cpu.args", {"vsnap-lora": "/opt/vsnap/adapters/vsnap-lora"}, ["v1-head-fp8kv"]),
     ],
 )
-def test_the_variant_profiles_parse_into_lanes_and_each_lora_variant_names_its_adapter(tmp_path, profile, adapter):
+def test_the_variant_profiles_parse_into_lanes_and_each_lora_variant_names_its_adapter(
+    tmp_path, profile, adapter, more
+):
     """The documented variant profiles (pytest @file: one argument per line, no shell) are valid options."""
     from vsnap_qual import adapters
 
     lines = (Path(__file__).parents[2] / "suites" / "profiles" / profile).read_text().splitlines()
     config = _config(tmp_path, "--vsnap-image=img:1", "--vsnap-runners=v1", *[line for line in lines if line])
-    assert [lane.name for lane in config.lanes] == ["v1-head", "v1-head-lora", "v1-head-nopc", "v1-head-ngram"]
+    assert [lane.name for lane in config.lanes] == ["v1-head", "v1-head-lora", "v1-head-nopc", "v1-head-ngram", *more]
     lora = config.lanes[1]
     assert adapters.lora_modules(config.engine_argv(lora)) == adapter  # the adapter its image generates at build
     ngram = config.lanes[3].variant_args

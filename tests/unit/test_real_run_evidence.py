@@ -44,3 +44,19 @@ def test_the_figures_the_docs_state_are_the_runs() -> None:
         if s["step"] == "create" and s["outcome"] == "passed"
     }
     assert f"{sizes['v1-head']:,} B" in (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+
+
+def test_the_fp8_and_prefix_cache_runs_are_what_the_docs_say() -> None:
+    """Issue 28 on real vLLM's CPU build: the fp8 KV cache's capacity and scale buffers, and prefix caching across a
+    restore (0 then 256 cached tokens of a 320-token prompt), as docs/real-vllm-run/README.md states them."""
+    said = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    fp8 = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-03-fp8-kv" / "results.json").read_text())
+    ordinary = next(s for s in fp8["steps"] if s["step"] == "ordinary")["results"]
+    restored = next(s for s in fp8["steps"] if s["step"] == "restore-1")["results"]
+    assert ordinary["kv_tokens"] == restored["kv_tokens"] == 4194304 and "4,194,304 tokens" in said
+    scales = [n for n in ordinary["digests"] if n.rsplit(".", 1)[-1] in ("_k_scale", "_v_scale")]
+    assert len(scales) == 4 and restored["digest_compare"]["ok"] and restored["digest_compare"]["buffers"] == 9
+    prefix = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-03-prefix-cache" / "results.json").read_text())
+    judged = [s["results"]["prefix_cache_judgement"] for s in prefix["steps"] if s["step"] == "restore-1"]
+    assert len(judged) == 2 and all(j["ok"] and j["hits_restored"] == j["hits_ordinary"] == [0, 256] for j in judged)
+    assert "0 then 256" in said and "320 token ids" in said
