@@ -233,3 +233,19 @@ def test_the_prefix_cache_runs_words_in_the_docs_are_its_evidence() -> None:
     assert all(j["ok"] and j["hits_not_judged"].startswith("prefix caching off") for j in off)
     ordinary = next(s for s in results["steps"] if s["step"] == "ordinary")["results"]["prefix_cache"]
     assert (ordinary["prompt_tokens"], ordinary["block_size"]) == (40, 16) and "40 token ids, block size 16" in section
+
+
+def test_the_final_runs_ratio_and_its_outlier_are_its_evidence() -> None:
+    """The stop's last H200 run: the ratio the docs give, and the one fault whose audit made it miss 1.15."""
+    name = "2026-12-03-final"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    found = run_figures.figures(results)
+    wall, engine = found["wall_s"], found["engine_s"]
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    assert (
+        found["verdict"] == "pass"
+        and f"**`wall / engine` {wall / engine:.2f}** ({wall:.0f} s / {engine:.0f} s)" in section
+    )
+    term = next(s for s in results["steps"] if s["step"] == "fault:term-restore" and s["lane"] == "v2-head")
+    assert term["results"]["phases"]["audit"] > 10 and term["results"]["cleanup"]["judged"] is False
+    assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
