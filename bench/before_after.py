@@ -5,7 +5,8 @@ that both meet the same machine load; medians over ``--runs`` each, from each ru
 
 The "before" tree is a ``git worktree`` of ``--before`` (a commit); both run with this Python and its installed
 dependencies, each importing its own ``vsnap_qual`` (``PYTHONPATH``). Default selection: one runner (V1), head and
-base arms, ``-n 2`` (about 4 minutes a run on 2 cores); pass pytest arguments after ``--`` to change it.
+base arms, ``-n 2`` (8–9 minutes a run on 2 cores at 6a0923b: six runs, about 50 minutes); pass pytest
+arguments after ``--`` to change it.
 
 Run: ``python bench/before_after.py --before <commit> [--runs 3] [--out reports/before-after] [-- pytest args]``.
 Not part of ``make bench`` (it takes 2 × runs qualifications).
