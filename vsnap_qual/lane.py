@@ -15,7 +15,7 @@ import os
 import shlex
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -467,6 +467,16 @@ class LaneRun:
             files[file] = hashlib.sha256(data).hexdigest()
         return KeptAdapter(path=path, files=files, kept=store.relative(target) if files else None)
 
+    def _metrics(self, port: int) -> Callable[[], str]:
+        """A reader of the engine's ``/metrics`` text (an answer of the engine's: its time is the engine's)."""
+        host, reach = self.endpoint(port)
+
+        def metrics() -> str:
+            with self.recorder.engine_wait():
+                return engine.metrics_text(reach, host, self.config.timeouts["http"])
+
+        return metrics
+
     def decode_speed(self, port: int) -> DecodeSpeed | None:
         """The fixed generation's speed (``vsnap_qual.decode_speed``); None when ``--vsnap-decode-runs=0``."""
         runs = self.config.decode_runs
@@ -483,12 +493,8 @@ class LaneRun:
                 )
             return len(answer.token_ids)
 
-        def metrics() -> str:
-            with self.recorder.engine_wait():
-                return engine.metrics_text(reach, host, timeout)
-
         # the CPU samples are the harness's own work (a probe of the box), not the engine's time
-        return decode_speed.measure(generate, runs, metrics, sample=self.box.cpu_sample)
+        return decode_speed.measure(generate, runs, self._metrics(port), sample=self.box.cpu_sample)
 
     def prefix_cache(self, port: int, canary_ids: list[int]) -> PrefixCacheProbe:
         """The prefix-cache prompt asked twice, vLLM's counters read around each ask (``vsnap_qual.prefix_cache``)."""
@@ -501,11 +507,7 @@ class LaneRun:
                     reach, self.served_model, ids, host=host, timeout=timeout, max_tokens=prefix_cache.ASK_TOKENS
                 )
 
-        def metrics() -> str:
-            with self.recorder.engine_wait():
-                return engine.metrics_text(reach, host, timeout)
-
-        return prefix_cache.measure(ask, metrics, canary_ids, self.config.max_model_len)
+        return prefix_cache.measure(ask, self._metrics(port), canary_ids, self.config.max_model_len)
 
     def digests(self, port: int) -> dict[str, Digest]:
         host, reach = self.endpoint(port)

@@ -463,6 +463,8 @@ class PrefixCacheJudgement(TypedDict, total=False):
     ok: bool | None
     problems: list[str]
     not_judged: str
+    #: both asks answered as on the ordinary engine
+    answers_equal: bool
     #: why the hits were not judged (the answers were): no counters, or prefix caching off
     hits_not_judged: str
     hits_ordinary: list[float]

@@ -127,7 +127,7 @@ def judge(ordinary: PrefixCacheProbe | None, restored: PrefixCacheProbe, toleran
                 f"the {name} ask of a {tokens}-token prompt answered {got['token_ids']} "
                 f"(the ordinary engine: {expected['token_ids']}; |Δ logprob| up to {delta:.3g})"
             )
-    judgement = PrefixCacheJudgement(ok=not problems, problems=problems)
+    judgement = PrefixCacheJudgement(ok=not problems, problems=problems, answers_equal=not problems)
     first, second = (_hits(ordinary, 0), _hits(restored, 0)), (_hits(ordinary, 1), _hits(restored, 1))
     if None in (*first, *second):
         judgement["hits_not_judged"] = "the engine reports no prefix-cache counters: the answers alone judged"

@@ -87,6 +87,7 @@ def test_a_restore_that_answers_and_hits_as_the_ordinary_engine_passes():
     assert judged == {
         "ok": True,
         "problems": [],
+        "answers_equal": True,
         "hits_ordinary": [0.0, 32.0],
         "hits_restored": [0.0, 32.0],
     }

@@ -622,7 +622,7 @@ def _prefix_cache(run: model.RunEvidence) -> model.Check:
     for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _j in usable):
         mine = [j for (r, a, _s), j in usable if (r, a) == (runner, arm)]
         hits = [j for j in mine if "hits_ordinary" in j and not j.get("hits_not_judged")]
-        equal = sum(1 for j in mine if not any(" ask of a " in p for p in j.get("problems") or []))
+        equal = sum(1 for j in mine if j.get("answers_equal"))
         if hits:
             ordinary = hits[0]["hits_ordinary"][1]
             restored = ", ".join(f"{j['hits_restored'][1]:g}" for j in hits)
