@@ -60,6 +60,7 @@ from vsnap_qual.model import (
     FiredRecord,
     FollowupRestore,
 )
+from vsnap_qual.parked import ParkedWatch
 from vsnap_qual.procedure import ANY, Expect, Fault
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.steps import EXCEPTION_LINE, LaneState, OrdinaryReference, StepFailed
@@ -950,17 +951,35 @@ def run_fault(
             kill_leftovers(run.box, baseline, ignore)
         # the grace (a maximum: a clean state ends it) where vLLM's cleanup is judged, and where what vLLM left
         # is itself the measure (a kind audited after the sweep: the chaos figures' "left by the command"); an
-        # arm's record alone is looked at once
+        # arm's record alone is looked at once. A tree parked for good in CRIU's restorer ends the wait where this
+        # kind then records what was left without judging it: no more time could change what it left
         grace = run.config.cleanup_grace if cleanup_judged or injector.audits_after_sweep else 0.0
-        left = settle(run.box, baseline, ignore, limit=grace)
-        wchan = leftover_wchan(run.box, [p["pid"] for p in left]) if left else {}
+        parked = ParkedWatch(run.box)
+        ended: dict[str, float] = {}
+
+        def hopeless(left: list[ProcessRow]) -> bool:
+            if not parked(left) or injector.own_cleanup_judged(at, cleanup_judged, left, wchan_of(left)):
+                return False
+            ended["parked_for_good_after_s"] = round(time.monotonic() - waited_from, 2)
+            return True
+
+        def wchan_of(left: list[ProcessRow]) -> dict[str, str]:
+            return leftover_wchan(run.box, [p["pid"] for p in left]) if left else {}
+
+        waited_from = time.monotonic()
+        left = settle(run.box, baseline, ignore, limit=grace, hopeless=hopeless)
+        wchan = wchan_of(left)
         judged = injector.own_cleanup_judged(at, cleanup_judged, left, wchan)
-        audit = run.cleanup_audit([p["pid"] for p in left], [at.port] if injector.watches_port else [], grace)
+        # the audit of what was left: waited for (again up to the grace) only where its outcome is judged
+        pids_left = [p["pid"] for p in left]
+        audit = run.cleanup_audit(pids_left, [at.port] if injector.watches_port else [], grace if judged else 0.0)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
         if left:
             audit["leftover_states"] = {str(p["pid"]): p.get("stat", "") for p in left}
             audit["leftover_wchan"] = wchan
         audit["grace_s"] = grace
+        if ended:
+            audit["parked_for_good_after_s"] = ended["parked_for_good_after_s"]
         audit["judged"] = judged
         killed = kill_leftovers(run.box, baseline, set())
         settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up

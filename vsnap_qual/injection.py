@@ -10,6 +10,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -172,12 +173,19 @@ def new_processes(box: Box, baseline: set[int], ignore: set[int]) -> list[Proces
     return [p for p in box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
 
 
-def settle(box: Box, baseline: set[int], ignore: set[int], limit: float = 5.0) -> list[ProcessRow]:
-    """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish)."""
+def settle(
+    box: Box,
+    baseline: set[int],
+    ignore: set[int],
+    limit: float = 5.0,
+    hopeless: Callable[[list[ProcessRow]], bool] | None = None,
+) -> list[ProcessRow]:
+    """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish), or as soon as
+    ``hopeless`` says of what is left that no more time could end it (:class:`vsnap_qual.parked.ParkedWatch`)."""
     deadline = time.monotonic() + limit
     left = new_processes(box, baseline, ignore)
     pause = 0.02
-    while left and time.monotonic() < deadline:
+    while left and time.monotonic() < deadline and not (hopeless and hopeless(left)):
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
         left = new_processes(box, baseline, ignore)

@@ -212,6 +212,9 @@ class CleanupAudit(TypedDict, total=False):
     leftover_states: dict[str, str]
     #: Fault steps: where in the kernel each leftover waited (``/proc/<pid>/wchan``), as evidence
     leftover_wchan: dict[str, str]
+    #: Fault steps: the wait for what was left ended this long after it began, the leftovers parked for good in
+    #: CRIU's restorer and their cleanup not judged (``vsnap_qual.parked``); absent where the wait ran its course
+    parked_for_good_after_s: float
     #: the kill kind (issue 29): the audit once more after the harness's sweep, and the PIDs that sweep killed
     after_sweep: "CleanupAudit"
     swept: list[int]

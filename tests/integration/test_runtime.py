@@ -11,7 +11,7 @@ import docker.errors
 import pytest
 
 from vsnap_qual import box as vbox
-from vsnap_qual import decode_speed
+from vsnap_qual import decode_speed, parked
 from vsnap_qual.box import BoxSpec
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes.docker import EngineContainer
@@ -192,3 +192,30 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
         outside.kill()
         outside.wait()
         box.exec(["kill", str(inside)], 10)
+
+
+def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(box):
+    """The probe behind a fault audit's early end (vsnap_qual.parked) against the box's real /proc: a process whose
+    two threads block on locks forever looks parked once PARKED_FOR has passed; a sleeper (a timer, not a futex)
+    and a spinner (CPU spent) never do, however long they are watched."""
+    locked = "import threading; held = threading.Lock(); held.acquire(); threading.Thread(target=held.acquire).start()"
+    pids = {
+        "locked": box.spawn(["python3", "-c", f"{locked}; held.acquire()"], "/tmp/locked.log"),
+        "sleeper": box.spawn(["sleep", "300"], "/tmp/sleeper2.log"),
+        "spinner": box.spawn(["python3", "-c", "while True: pass"], "/tmp/spinner2.log"),
+    }
+    try:
+        rows = {p["pid"]: p for p in box.processes()}
+        looked = parked.look_threads(box, sorted(pids.values()))
+        assert len(looked[pids["locked"]][0]) == 2, looked  # both threads, each where it waits
+        said = {}
+        for name, pid in pids.items():
+            watch = parked.ParkedWatch(box)
+            started = time.monotonic()
+            while time.monotonic() - started < parked.PARKED_FOR + 1.5 and not watch([rows[pid]]):
+                time.sleep(0.1)
+            said[name] = (watch([rows[pid]]), round(time.monotonic() - started, 1))
+        assert said["locked"][0] and said["locked"][1] >= parked.PARKED_FOR, said
+        assert not said["sleeper"][0] and not said["spinner"][0], said
+    finally:
+        box.exec(["kill", "-KILL", *map(str, pids.values())], 10)
