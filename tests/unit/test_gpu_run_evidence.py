@@ -249,3 +249,39 @@ def test_the_final_runs_ratio_and_its_outlier_are_its_evidence() -> None:
     term = next(s for s in results["steps"] if s["step"] == "fault:term-restore" and s["lane"] == "v2-head")
     assert term["results"]["phases"]["audit"] > 10 and term["results"]["cleanup"]["judged"] is False
     assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+
+
+def test_the_parked_grace_runs_ratio_is_its_evidence() -> None:
+    """Issue 27 at the commit that ends the audit's wait for a parked tree: the ratio and the median the docs give,
+    and the docs' word that this run met no parked tree (so the cut is guarded on CPU, not shown here)."""
+    name = "2026-12-03-parked-grace"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    found = run_figures.figures(results)
+    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    ratio = wall / engine
+    assert found["verdict"] == "pass" and round(ratio, 2) <= 1.15 and f"unrounded {ratio:.3f}" in section
+    assert f"**`wall / engine` {ratio:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}" in section
+    assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+    kills = [s for s in results["steps"] if s["step"] in ("fault:term-restore", "fault:kill-restore")]
+    assert len(kills) == 4 and not any(s["results"]["cleanup"].get("leftover_processes") for s in kills)
+    assert not any("parked_for_good_after_s" in (s["results"] or {}).get("cleanup", {}) for s in results["steps"])
+    assert "met no parked tree" in section
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    assert f"{found['fault_harness_s']['median']:.2f} s (was 4.19 s); wall / engine {wall / engine:.2f}" in row
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
+
+
+def test_the_cpu_before_after_figures_are_its_evidence() -> None:
+    """The CPU before/after (bench/before_after.py) the README and docs/before-after state are its medians."""
+    found = json.loads((ROOT / "docs" / "before-after" / "2026-12-03" / "before-after.json").read_text())
+    before, after = found["medians"]["before"], found["medians"]["after"]
+    assert all(r["verdict"] == "pass" for runs in found["runs"].values() for r in runs)
+    assert len(found["runs"]["before"]) == len(found["runs"]["after"]) == 3 and found["before"] == "975826d"
+    said = (
+        f"median {before['fault_harness_median_s']:.2f} s → {after['fault_harness_median_s']:.2f} s; "
+        f"wall / engine {before['wall_per_engine']:.2f} → {after['wall_per_engine']:.2f}"
+    )
+    assert said in (ROOT / "README.md").read_text()
+    docs = (ROOT / "docs" / "before-after" / "README.md").read_text()
+    assert said.replace("median ", "harness time per fault ") in docs
