@@ -285,3 +285,22 @@ def test_the_cpu_before_after_figures_are_its_evidence() -> None:
     assert said in (ROOT / "README.md").read_text()
     docs = (ROOT / "docs" / "before-after" / "README.md").read_text()
     assert said.replace("median ", "harness time per fault ") in docs
+
+
+def test_the_second_parked_grace_runs_ratio_is_its_evidence() -> None:
+    """The same code's next H200 run: its ratio and median as the docs state them, no kill left anything."""
+    name = "2026-12-03-parked-grace-2"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    found = run_figures.figures(results)
+    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    median = found["fault_harness_s"]["median"]
+    docs = (GPU_RUN / "README.md").read_text()
+    assert found["verdict"] == "pass" and wall / engine <= 1.15 and median <= 1.0
+    ratio = f"{wall / engine:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}"
+    assert f"**`wall / engine`\n  {ratio}" in docs
+    assert f"median **{median:.2f} s**. Its four random kills" in docs
+    kills = [s for s in results["steps"] if s["step"].startswith(("fault:term-", "fault:kill-"))]
+    assert len(kills) == 8 and not any(s["results"]["cleanup"].get("leftover_processes") for s in kills)
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    assert f"{median:.2f} s, {wall / engine:.2f}." in row
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
