@@ -298,6 +298,11 @@ class Box(Protocol):
         """The box's ``/dev/shm`` (fails with :class:`RuntimeFailure` when it cannot be listed)."""
         ...
 
+    def shm_unheld(self, names: list[str]) -> list[str]:
+        """Which of these ``/dev/shm`` names no process the box can see holds open or mapped (fails with
+        :class:`RuntimeFailure` when the box cannot be asked)."""
+        ...
+
     def cpu_sample(self) -> CpuSample | None:
         """The box's processes' CPU time and run-queue wait per task, and the machine's busy time, at this moment
         (``vsnap_qual.decode_speed``); None where the box cannot tell."""

@@ -583,6 +583,15 @@ class LaneRun:
     def outside_files(self) -> list[str]:
         return artifact_deps.outside_files(self.box)
 
+    def shm_names(self) -> set[str]:
+        """The names in the box's ``/dev/shm`` now."""
+        return {entry.name for entry in self.box.shm()}
+
+    def shm_unheld(self, names: list[str]) -> list[str] | None:
+        """Which of these ``/dev/shm`` names no process holds; None where the box cannot see every process that
+        may hold one (a PID namespace of its own: another lane's, or the host's, are not in it)."""
+        return self.box.shm_unheld(names) if self.box.host_pid_namespace else None
+
     def watch_exits(self, pids: list[int]) -> exits.ExitWatch:
         """How these processes end (the kernel's process events), where their PIDs are the host's."""
         if self.box.host_pid_namespace:

@@ -548,6 +548,11 @@ class StepResults(TypedDict, total=False):
     outside_files: list[str]
     #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
     link_remaps_made: list[str]
+    #: create: /dev/shm files new since just before it that no process holds and the artifact does not name (a
+    #: leak of the create: ``steps.shm_left_by_create``); where the box cannot see every holder, the new files
+    #: the artifact does not name, recorded and not judged (``files``, ``why``)
+    shm_left: list[str]
+    shm_left_not_judged: dict[str, Any]
     #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)
     phases: dict[str, float]
     #: a fault step: of those, the seconds spent waiting on the engine (its commands, starts and answers)

@@ -40,9 +40,10 @@ class Step:
     overlay_only: bool = False
     #: Runs only when the user gave a unit command (``--vsnap-unit-command``).
     unit_only: bool = False
-    #: Prerequisites that need only have restored a server and stopped it cleanly, whatever their checks found
-    #: (a slow or wrong answer is that step's finding; the artifact and the stop it needs are still there).
-    served: tuple[str, ...] = ()
+    #: Prerequisites that need only have delivered what this step uses, whatever their checks found: a restored
+    #: server stopped cleanly (a slow or wrong answer is that step's finding; the artifact and the stop it needs
+    #: are still there), or a published artifact whose captured tree is gone (a create's leak is its own finding).
+    delivered: tuple[str, ...] = ()
 
     def applies(self, arm: str, overlaid: bool, unit: bool = False) -> bool:
         """Whether a lane of this arm (with or without an overlay; with or without a unit command) runs this step."""
@@ -104,7 +105,7 @@ LIFECYCLE: tuple[Step, ...] = (
     Step(ORDINARY, "ordinary vllm serve reference: canary, digests, KV, stop, cleanup audit"),
     Step(VS_HEAD, "base image agrees with the image under test (canary, digests)", (ORDINARY,), arms=("base",)),
     Step(CREATE, "vllm snapshot create (offline); the captured tree is gone"),
-    Step(INSPECT, "vllm snapshot inspect: every upstream e2e field, oracle, sha256", (CREATE,)),
+    Step(INSPECT, "vllm snapshot inspect: every upstream e2e field, oracle, sha256", delivered=(CREATE,)),
     Step(RESTORE_1, "first restore: listener, canary and digests equal to ordinary", (ORDINARY, INSPECT)),
     Step(RESTART, "container restart: restored server gone, inspect output unchanged", (INSPECT,)),
     Step(RESTORE_2, "restore after the restart: the same checks, stop, cleanup audit", (ORDINARY, RESTART)),
@@ -112,7 +113,7 @@ LIFECYCLE: tuple[Step, ...] = (
         RESTORE_AFTER_STOP,
         "restore again after the restored server's graceful stop (SIGTERM, its own cleanup): the same checks",
         (ORDINARY,),
-        served=(RESTORE_2,),
+        delivered=(RESTORE_2,),
     ),
     Step(
         FRESH_BOX,

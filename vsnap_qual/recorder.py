@@ -29,8 +29,8 @@ class StepEvidence:
     logs: list[str] = field(default_factory=list)  # report-relative paths
     argv: list[str] | None = None
     exit_code: int | None = None
-    #: a restored server came up in this step and the step stopped it cleanly (whatever its checks found)
-    served: bool = False
+    #: the step delivered what later steps use, whatever its checks found (``procedure.Step.delivered``)
+    delivered: bool = False
 
 
 @dataclass(kw_only=True)
@@ -42,16 +42,16 @@ class StepRecorder:
     store: EvidenceStore
     purpose: Purpose = "lifecycle"
     outcomes: dict[str, str] = field(default_factory=dict)  # step -> "passed" | failure message
-    served: set[str] = field(default_factory=set)  # steps that restored a server and stopped it cleanly
+    delivered: set[str] = field(default_factory=set)  # steps that delivered (``StepEvidence``)
     last_logs: list[str] = field(default_factory=list)  # report-relative paths, newest last
     engine_time: float = 0.0  # seconds spent waiting on the engine in the current step (commands, HTTP)
 
-    def require(self, *steps: str, served: tuple[str, ...] = ()) -> None:
-        """Skip the calling step when a prerequisite did not pass, naming it; one of ``served`` need only have
-        restored a server and stopped it cleanly (its own findings are its own step's)."""
-        for step in steps + served:
+    def require(self, *steps: str, delivered: tuple[str, ...] = ()) -> None:
+        """Skip the calling step when a prerequisite did not pass, naming it; one of ``delivered`` need only have
+        delivered what the calling step uses (its own findings are its own step's)."""
+        for step in steps + delivered:
             outcome = self.outcomes.get(step)
-            if step in served and step in self.served:
+            if step in delivered and step in self.delivered:
                 continue
             if outcome is not None and outcome.startswith(f"skipped: {model.NOT_APPLICABLE_PREFIX}"):
                 why = outcome.splitlines()[0][:300].removeprefix(f"skipped: {model.NOT_APPLICABLE_PREFIX}")
@@ -64,9 +64,9 @@ class StepRecorder:
     def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[StepEvidence]:
         """Record one step: the body fills its evidence; the outcome comes from how it ends. Its prerequisites are
         the procedure table's (``requires`` overrides them)."""
-        served: tuple[str, ...] = ()
+        delivered: tuple[str, ...] = ()
         if requires is None:
-            requires, served = procedure.step(name).requires, procedure.step(name).served
+            requires, delivered = procedure.step(name).requires, procedure.step(name).delivered
         evidence = StepEvidence()
         started = time.time()
         clock = time.monotonic()
@@ -74,7 +74,7 @@ class StepRecorder:
         outcome: model.Outcome = "passed"
         message = ""
         try:
-            self.require(*requires, served=served)
+            self.require(*requires, delivered=delivered)
             yield evidence
         except pytest.skip.Exception as exc:
             outcome, message = "skipped", str(exc)
@@ -88,8 +88,8 @@ class StepRecorder:
             raise
         finally:
             self.outcomes[name] = "passed" if outcome == "passed" else f"{outcome}: {message}"
-            if evidence.served:
-                self.served.add(name)
+            if evidence.delivered:
+                self.delivered.add(name)
             record = model.StepRecord(
                 kind="step",
                 time=utc_now(),

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 import pytest
 
 from vsnap_qual import adapters, checks, decode_speed, overlay, prefix_cache, progress, shapes, unit
+from vsnap_qual.artifact_deps import SHM
 from vsnap_qual.artifact_files import ArtifactFiles
-from vsnap_qual.audit import ServerHandle
+from vsnap_qual.audit import LINK_REMAP, ServerHandle
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Lane, QualConfig, Variant
 from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS, VLLM_CANARY_PROMPT
@@ -197,6 +198,8 @@ class LaneTools(Protocol):
     def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
     def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
     def outside_files(self) -> list[str]: ...
+    def shm_names(self) -> set[str]: ...
+    def shm_unheld(self, names: list[str]) -> list[str] | None: ...
     def watch_exits(self, pids: list[int]) -> ExitWatch: ...
     def claim_made_remaps(self, step: str) -> list[str]: ...
     def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]: ...
@@ -341,7 +344,10 @@ def drop_reused(run: LaneTools, audit: CleanupAudit, recorded: dict[int, str]) -
 
 
 def create(run: LaneTools, rec: StepEvidence) -> None:
-    """``vllm snapshot create`` (offline), then the captured tree must be gone."""
+    """``vllm snapshot create`` (offline), then the captured tree must be gone, and the create must leave nothing
+    in ``/dev/shm`` that no process holds and its artifact does not name (:func:`shm_left_by_create`). An artifact
+    published with its tree gone is delivered to the steps after it, whatever that last check found."""
+    shm_before = run.shm_names()
     result = run.snapshot_create(rec)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
@@ -369,6 +375,38 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
         }
     )
     require_findings(checks.audit_findings(audit, "after create"))
+    rec.delivered = True
+    left = shm_left_by_create(run, shm_before, rec)
+    check(
+        not left,
+        "vllm snapshot create left in /dev/shm what no process holds and its artifact does not name: "
+        + ", ".join(left)
+        + " (removed with the lane; where lanes share the host's /dev/shm, another lane's create at the same time "
+        "may have left one of them)",
+    )
+
+
+def shm_left_by_create(run: LaneTools, before: set[str], rec: StepEvidence) -> list[str]:
+    """The ``/dev/shm`` files new since just before the create that no process holds and the artifact does not
+    name (``artifact_deps.outside_files``; CRIU's ``link_remap.*`` have their own audit): a leak of the create,
+    since its dumped tree is gone and no restore looks for them. Judged only where the box sees every process
+    that could hold one (the host's PID namespace: a box of its own cannot see another lane's holders);
+    recorded in ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. What is found is removed
+    with the lane (``LaneState.shm_owned``)."""
+    outside = {path.rsplit("/", 1)[-1] for path in run.state.outside_files}
+    new = sorted(name for name in run.shm_names() - before if name not in outside and not name.startswith(LINK_REMAP))
+    unheld = run.shm_unheld(new)
+    if unheld is None:
+        if new:
+            rec.results["shm_left_not_judged"] = {
+                "files": [SHM + name for name in new],
+                "why": "the box has a PID namespace of its own: it cannot see every process that may hold them",
+            }
+        return []
+    left = [SHM + name for name in unheld]
+    run.state.shm_owned.update(left)
+    rec.results["shm_left"] = left
+    return left
 
 
 def inspect_expectations(run: LaneTools, gpu_uuid: str | None) -> checks.InspectExpectations:
@@ -726,20 +764,20 @@ def stop_restored(run: LaneTools, rec: StepEvidence) -> bool:
 def restore_then_stop(run: LaneTools, rec: StepEvidence, step: str) -> None:
     """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
     failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place).
-    A restored server stopped cleanly marks the step ``served``, passed or failed on its checks (a later step that
-    needs only a stopped restored instance runs after it: ``procedure.Step.served``)."""
+    A restored server stopped cleanly marks the step ``delivered``, passed or failed on its checks (a later step
+    that needs only a stopped restored instance runs after it: ``procedure.Step.delivered``)."""
     try:
         restore(run, rec, step)
     except BaseException:
         try:
-            rec.served = stop_restored(run, rec)
+            rec.delivered = stop_restored(run, rec)
         except Exception as cleanup:
             error = f"{type(cleanup).__name__}: {cleanup}"
             rec.results["cleanup_error"] = error
             audit = rec.results.setdefault("cleanup", CleanupAudit(ok=False))
             audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
         raise
-    rec.served = stop_restored(run, rec)
+    rec.delivered = stop_restored(run, rec)
 
 
 def restore_after_stop(run: LaneTools, rec: StepEvidence) -> None:

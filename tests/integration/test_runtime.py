@@ -219,3 +219,33 @@ def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(
         assert not said["sleeper"][0] and not said["spinner"][0], said
     finally:
         box.exec(["kill", "-KILL", *map(str, pids.values())], 10)
+
+
+def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_unheld(box):
+    """The probe behind the create's /dev/shm check (steps.shm_left_by_create) against real /proc: a file kept
+    open, one only mapped (its fd closed, as a semaphore is), one nobody holds; a name that only starts like a held
+    one is not held by it."""
+    tag = f"vsnap-test-{os.getpid()}"
+    names = {k: f"{tag}-{k}" for k in ("open", "mapped", "unheld")}
+    names["prefix"] = names["mapped"][:-1]  # "…-mappe": a held name's prefix, a file of its own
+    box.sh(" && ".join(f"head -c 32 /dev/zero > /dev/shm/{n}" for n in names.values()), 15)
+    mapper = (
+        f"import mmap, os, time; fd = os.open('/dev/shm/{names['mapped']}', os.O_RDWR); m = mmap.mmap(fd, 32); "
+        "os.close(fd); time.sleep(300)"
+    )
+    holders = [
+        box.spawn(["sh", "-c", f"exec 3</dev/shm/{names['open']}; exec sleep 300"], "/tmp/open-holder.log"),
+        box.spawn(["python3", "-c", mapper], "/tmp/map-holder.log"),
+    ]
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until both holders hold (each a fresh process being set up)
+            unheld = box.shm_unheld(sorted(names.values()))
+            if names["open"] not in unheld and names["mapped"] not in unheld:
+                break
+            time.sleep(0.1)
+        assert sorted(unheld) == sorted([names["unheld"], names["prefix"]]), unheld
+        assert box.shm_unheld([]) == []
+    finally:
+        box.exec(["kill", "-KILL", *map(str, holders)], 10)
+        box.sh(f"rm -f /dev/shm/{tag}-*", 15)

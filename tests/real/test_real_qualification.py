@@ -7,6 +7,11 @@ that fails only with real vLLM's own finding, "the artifact is not self-containe
 stop and in a fresh box, quoting vLLM's and CRIU's words); every other V1 step passed on both arms; V2 not
 applicable in vLLM's words; every fault that ran judged as expected; the overlay in three real processes.
 
+A third is said by every create: it leaves one name in the host's ``/dev/shm``, ``sem.mp-*``, that no process holds
+and the artifact does not name (tqdm's multiprocessing lock in the worker, never unlinked once ``criu dump`` kills
+the tree: ``docs/real-vllm-differences.md`` §7a). The create fails naming it and nothing else; its artifact was
+published, so inspect and everything after it run as before.
+
 A second real-vLLM finding shows in some runs: a restored engine decoding more slowly than the ordinary one, its
 own CPU time per token up 1.5–2.6× with no other work on the machine (``docs/real-vllm-differences.md`` §8). A
 restore may fail by the decode-speed check alone (nothing else in its message or results), and the step after it
@@ -41,9 +46,10 @@ UNIT = 'PYTHONDONTWRITEBYTECODE=1 pytest tests/vsnap_snapshot -q -rA -p no:cache
 CI_FAULTS = ("wake-raise", "identity-drift", "image-truncated")
 NOT_SELF_CONTAINED = "the artifact is not self-contained"
 V2_WORDS = "Model Runner V2 requires Triton"
-LIFECYCLE_PASSED = ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2", "overlay", "unit")
+LIFECYCLE_PASSED = ("ordinary", "inspect", "restore-1", "restart", "restore-2", "overlay", "unit")
 ALONE = ("restore-after-stop", "fresh-box")
 SLOW = "decodes "  # how the decode-speed finding begins (vsnap_qual/decode_speed.py)
+LEAK = "vllm snapshot create left in /dev/shm what no process holds and its artifact does not name: "
 
 
 def _slow_only(record: dict[str, Any]) -> bool:
@@ -76,6 +82,23 @@ def _slow_restores(run: dict[str, Any]) -> set[str]:
         if (f"v1-{arm}", "lifecycle", step) in run["steps"]
         and _slow_only(run["steps"][(f"v1-{arm}", "lifecycle", step)])
     }
+
+
+def _leaky_creates(run: dict[str, Any]) -> set[str]:
+    """The creates failed by the /dev/shm check alone, naming only multiprocessing semaphores (the module docstring)."""
+    found = set()
+    for arm in ("head", "base"):
+        record = run["steps"].get((f"v1-{arm}", "lifecycle", "create"))
+        left = ((record or {}).get("results") or {}).get("shm_left") or []
+        if (
+            record
+            and record["outcome"] == "failed"
+            and record["message"].startswith(f"StepFailed: {LEAK}")
+            and left
+            and all(p.startswith("/dev/shm/sem.mp-") for p in left)
+        ):
+            found.add(f"v1/{arm}/create")
+    return found
 
 
 def _selection() -> list[str]:
@@ -123,15 +146,19 @@ def test_the_verdict_is_a_cpu_smoke_fail_by_real_vllms_one_finding(qualification
     alone = sorted(
         f"v1/{arm}/{step}" for arm in ("head", "base") for step in ALONE if f"v1/{arm}/{step}" not in skipped
     )
-    # every failed step is the one finding, on both arms, in vLLM's and CRIU's words, or the decode-speed one
-    assert sorted(verdict["failed"]) == sorted([*alone, *slow]), (verdict["failed"], alone, sorted(slow))
+    leaky = _leaky_creates(qualification)
+    # every failed step is the one finding, on both arms, in vLLM's and CRIU's words, the decode-speed one, or the
+    # semaphore name every create leaves
+    assert sorted(verdict["failed"]) == sorted([*alone, *slow, *leaky]), (verdict["failed"], alone, sorted(slow))
     assert alone, "the not-self-contained finding shows on no arm"
+    assert leaky == {"v1/head/create", "v1/base/create"}, sorted(leaky)
+    failed = len(alone) + len(slow) + len(leaky)
     for reason in verdict["reasons"]:
         if reason.startswith("check failed: create, inspect, two restores"):  # the lifecycle row: only those steps
-            assert sorted(reason.split("failed: ")[-1].split(", ")) == sorted([*alone, *slow]), reason
-        elif reason.startswith(
-            ("check failed: the artifact restores alone", f"{len(alone) + len(slow)} step(s) failed: ")
-        ):
+            assert sorted(reason.split("failed: ")[-1].split(", ")) == sorted([*alone, *slow, *leaky]), reason
+        elif set(reason.split(": ", 1)[0].split(", ")) <= leaky:  # the creates (one line or one each), in words
+            assert LEAK in reason and "sem.mp-" in reason and " | " not in reason, reason
+        elif reason.startswith(("check failed: the artifact restores alone", f"{failed} step(s) failed: ")):
             assert "psm_" in reason or all(label in reason for label in alone), reason
         elif reason.startswith("check failed: decode speed after restore"):
             assert slow, reason
@@ -169,6 +196,17 @@ def test_every_other_v1_lifecycle_step_passed(qualification: dict[str, Any], arm
     restored = _step(qualification, f"v1-{arm}", "restore-1")["results"]
     assert restored["digest_compare"]["ok"] and all(c["ok"] for c in restored["canary_compare"])
     assert restored["kv_judgement"]["ok"], restored["kv_judgement"]
+
+
+@pytest.mark.parametrize("arm", ["head", "base"])
+def test_each_create_names_the_semaphore_it_left_and_still_delivers_its_artifact(
+    qualification: dict[str, Any], arm: str
+) -> None:
+    create = _step(qualification, f"v1-{arm}", "create")
+    assert f"v1/{arm}/create" in _leaky_creates(qualification), create["message"][:500]
+    # the artifact was published with its tree gone: its outside files recorded, its tree audited clean
+    assert create["results"]["outside_files"] and create["results"]["cleanup"]["ok"], create["results"]
+    assert _step(qualification, f"v1-{arm}", "inspect")["outcome"] == "passed"
 
 
 @pytest.mark.parametrize("arm", ["head", "base"])

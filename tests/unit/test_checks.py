@@ -198,6 +198,11 @@ class FakeLane:
         self.unsteady_shape: str | None = None
         self.shm_named: list[str] = []  # the /dev/shm files the artifact's images name (existing at create)
         self.shm_gone: set[str] = set()  # of those, the ones gone now
+        #: /dev/shm as the create finds it before and leaves it after (names), which of them a process holds, and
+        #: whether the box sees every process that could (None from ``shm_unheld``: it does not)
+        self.shm_listed: list[set[str]] = []
+        self.shm_held: set[str] = set()
+        self.sees_every_holder = True
         self.files: dict[str, str] = {}  # artifact files other than the manifest
         self.unit_peers: dict[str, dict[str, str]] = {}
         self.junit: str | None = None  # what the unit command writes to $VSNAP_JUNIT
@@ -327,6 +332,12 @@ class FakeLane:
 
     def claim_made_remaps(self, step: str) -> list[str]:
         return []
+
+    def shm_names(self) -> set[str]:
+        return self.shm_listed.pop(0) if self.shm_listed else set()
+
+    def shm_unheld(self, names: list[str]) -> list[str] | None:
+        return [n for n in names if n not in self.shm_held] if self.sees_every_holder else None
 
     def watch_exits(self, pids: list[int]) -> Any:
         from vsnap_qual.exits import ExitWatch
@@ -1038,3 +1049,39 @@ def test_lora_names_read_every_form_of_lora_modules() -> None:
     assert adapters.lora_modules(["m", "--enable-lora"]) == {}
     with pytest.raises(ValueError, match="a JSON adapter needs a 'name'"):
         adapters.lora_modules(["--lora-modules", '{"path": "/y"}'])
+
+
+def test_a_create_that_leaves_an_unheld_name_in_dev_shm_fails_but_delivers_its_artifact() -> None:
+    """The sem.mp-* every real-vLLM create leaves (tqdm's lock in the worker, docs/real-vllm-differences.md §7a): new,
+    held by no process, named by no artifact: the create fails naming it and the lane removes it at teardown; the
+    artifact was published with its tree gone, so inspect still runs after it (procedure.Step.delivered)."""
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.shm_named = ["/dev/shm/psm_1"]
+    lane.shm_listed = [{"other"}, {"other", "psm_1", "sem.mp-x1", "link_remap.7", "held-by-another-lane"}]
+    lane.shm_held = {"held-by-another-lane"}
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"left in /dev/shm .*: /dev/shm/sem\.mp-x1 \("):
+        steps.create(lane, rec)  # type: ignore[arg-type]
+    assert rec.results["shm_left"] == ["/dev/shm/sem.mp-x1"] and rec.delivered
+    assert "/dev/shm/sem.mp-x1" in lane.state.shm_owned
+
+
+def test_a_create_whose_new_files_are_all_held_or_named_passes() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.shm_named = ["/dev/shm/psm_1"]
+    lane.shm_listed = [set(), {"psm_1", "held"}]
+    lane.shm_held = {"held"}
+    rec = _rec()
+    steps.create(lane, rec)  # type: ignore[arg-type]
+    assert rec.results["shm_left"] == [] and rec.delivered
+
+
+def test_where_the_box_cannot_see_every_holder_the_new_files_are_recorded_not_judged() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.shm_listed = [set(), {"sem.mp-x1"}]
+    lane.sees_every_holder = False
+    rec = _rec()
+    steps.create(lane, rec)  # type: ignore[arg-type]
+    said = rec.results["shm_left_not_judged"]
+    assert said["files"] == ["/dev/shm/sem.mp-x1"] and "PID namespace of its own" in said["why"]
+    assert "shm_left" not in rec.results

@@ -1,6 +1,6 @@
-"""The step recorder's prerequisites: a step that needs only a restored server stopped cleanly (restore-after-stop
-after restore-2) runs after a restore that failed on its checks alone, and is skipped, naming the prerequisite,
-after one that never served."""
+"""The step recorder's prerequisites: a step that needs only what an earlier step delivered (restore-after-stop:
+restore-2's restored server stopped cleanly; inspect: create's published artifact) runs after that step failed on
+its checks alone, and is skipped, naming the prerequisite, after one that never delivered."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _recorder(tmp_path: Path) -> StepRecorder:
 
 def _fail(recorder: StepRecorder, step: str, served: bool) -> None:
     with pytest.raises(StepFailed), recorder.step(step) as rec:
-        rec.served = served
+        rec.delivered = served
         raise StepFailed(f"{step}: decode speed: 2.4x slower than the ordinary engine")
 
 
@@ -75,3 +75,22 @@ def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_pa
     _fail(recorder, procedure.ORDINARY, served=True)
     record = _skipped(recorder, procedure.RESTORE_2, tmp_path)
     assert "prerequisite ordinary did not pass" in record["message"]
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_inspect_runs_after_a_create_that_delivered_its_artifact_only(tmp_path, delivered):
+    """A create that published its artifact, its tree gone, and then failed on what it left in /dev/shm is no
+    reason to skip inspect; one that failed before publishing is."""
+    recorder = _recorder(tmp_path)
+    with recorder.step(procedure.ORDINARY):
+        pass
+    _fail(recorder, procedure.CREATE, served=delivered)
+    if delivered:
+        try:
+            with recorder.step(procedure.INSPECT):
+                pass
+        except pytest.skip.Exception as exc:  # a skip would otherwise pass as a skipped test
+            pytest.fail(f"inspect was skipped: {exc}")
+        assert _records(tmp_path)[procedure.INSPECT]["outcome"] == "passed"
+    else:
+        assert "prerequisite create did not pass" in _skipped(recorder, procedure.INSPECT, tmp_path)["message"]

@@ -221,6 +221,23 @@ class ShellBox:
             raise RuntimeFailure(f"cannot list /dev/shm in {self.name}: exit {listing.exit_code} {listing.tail()}")
         return parse_shm(listing.stdout)
 
+    def shm_unheld(self, names: list[str]) -> list[str]:
+        if not names:
+            return []
+        # one find over every process's fds and one read of every process's maps, per name; a name is held
+        # where either finds it (the first match ends the search)
+        script = (
+            f"for n in {' '.join(shlex.quote(n) for n in names)}; do "
+            'find /proc/[0-9]*/fd -maxdepth 1 -lname "/dev/shm/$n" 2>/dev/null | grep -q . && continue; '
+            "cat /proc/[0-9]*/maps 2>/dev/null | awk -v f=\"/dev/shm/$n\" '$6 == f {h = 1; exit} END {exit !h}' "
+            '&& continue; echo "unheld $n"; done'
+        )
+        done = self.sh(script, 60)
+        if done.exit_code != 0:
+            why = f"exit {done.exit_code} {done.tail()}"
+            raise RuntimeFailure(f"cannot look for /dev/shm holders in {self.name}: {why}")
+        return [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("unheld ")]
+
     def cpu_sample(self) -> CpuSample | None:
         result = self.sh(_CPU_SAMPLE, 30)
         return parse_cpu_sample(result.stdout) if result.exit_code == 0 else None
