@@ -22,7 +22,7 @@ from vsnap_qual.control import read_json_files
 from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import check, skip_if_limitation, vllm_reason
+from vsnap_qual.steps import check, shm_left_by_create, skip_if_limitation, vllm_reason
 
 if TYPE_CHECKING:
     from vsnap_qual.faults import FaultLane
@@ -49,6 +49,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     run.box.remove_path(ARTIFACT)
     run.box.remove_path(BACKUP)
     env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{run.config.fault_timeout:g}"}
+    shm_before = run.shm_names()
     result = run.snapshot(rec, "create", *run.create_argv(), timeout_key="create", env=env, name=name)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
@@ -59,6 +60,7 @@ def make_artifact(run: FaultLane, rec: StepEvidence, name: str) -> None:
     run.state.captured_tids = thread_ids(run.box)
     run.state.outside_files = artifact_deps.outside_files(run.box)
     run.state.shm_owned.update(run.state.outside_files)
+    shm_left_by_create(run, shm_before, rec, judged=False)  # recorded, and removed with the lane
     run.claim_made_remaps("fault-artifact")
     copied = run.box.sh(f"cp -a {ARTIFACT} {BACKUP}", 300)
     check(copied.exit_code == 0, f"cannot keep a pristine copy of the artifact: {copied.tail()}")

@@ -549,8 +549,8 @@ class StepResults(TypedDict, total=False):
     #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
     link_remaps_made: list[str]
     #: create: /dev/shm files new since just before it that no process holds and the artifact does not name (a
-    #: leak of the create: ``steps.shm_left_by_create``); where the box cannot see every holder, the new files
-    #: the artifact does not name, recorded and not judged (``files``, ``why``)
+    #: leak of the create: ``steps.shm_left_by_create``); where the box cannot see every holder (then the new files
+    #: the artifact does not name) or for the fault lane's own artifact, recorded and not judged (``files``, ``why``)
     shm_left: list[str]
     shm_left_not_judged: dict[str, Any]
     #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)

@@ -386,22 +386,37 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     )
 
 
-def shm_left_by_create(run: LaneTools, before: set[str], rec: StepEvidence) -> list[str]:
+class ShmLooks(Protocol):
+    """What :func:`shm_left_by_create` needs of a lane (the lifecycle's and the fault lane's)."""
+
+    state: LaneState
+
+    def shm_names(self) -> set[str]: ...
+    def shm_unheld(self, names: list[str]) -> list[str] | None: ...
+
+
+def shm_left_by_create(run: ShmLooks, before: set[str], rec: StepEvidence, judged: bool = True) -> list[str]:
     """The ``/dev/shm`` files new since just before the create that no process holds and the artifact does not
     name (``artifact_deps.outside_files``; CRIU's ``link_remap.*`` have their own audit): a leak of the create,
-    since its dumped tree is gone and no restore looks for them. Judged only where the box sees every process
-    that could hold one (the host's PID namespace: a box of its own cannot see another lane's holders);
-    recorded in ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. What is found is removed
-    with the lane (``LaneState.shm_owned``)."""
+    since its dumped tree is gone and no restore looks for them. Judged (returned) only where the box sees every
+    process that could hold one (the host's PID namespace: a box of its own cannot see another lane's holders)
+    and the caller judges (``judged``: the fault lane's own artifact is not, one finding being one); recorded in
+    ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. What no process holds is removed with
+    the lane (``LaneState.shm_owned``)."""
     outside = {path.rsplit("/", 1)[-1] for path in run.state.outside_files}
     new = sorted(name for name in run.shm_names() - before if name not in outside and not name.startswith(LINK_REMAP))
     unheld = run.shm_unheld(new)
-    if unheld is None:
-        if new:
-            rec.results["shm_left_not_judged"] = {
-                "files": [SHM + name for name in new],
-                "why": "the box has a PID namespace of its own: it cannot see every process that may hold them",
-            }
+    if unheld is None or not judged:
+        files = [SHM + name for name in (new if unheld is None else unheld)]
+        if unheld is not None:
+            run.state.shm_owned.update(files)
+        if files:
+            why = (
+                "the box has a PID namespace of its own: it cannot see every process that may hold them"
+                if unheld is None
+                else "the fault lane's own artifact: a create's leak is judged once, at the lifecycle's create"
+            )
+            rec.results["shm_left_not_judged"] = {"files": files, "why": why}
         return []
     left = [SHM + name for name in unheld]
     run.state.shm_owned.update(left)

@@ -1085,3 +1085,14 @@ def test_where_the_box_cannot_see_every_holder_the_new_files_are_recorded_not_ju
     said = rec.results["shm_left_not_judged"]
     assert said["files"] == ["/dev/shm/sem.mp-x1"] and "PID namespace of its own" in said["why"]
     assert "shm_left" not in rec.results
+
+
+def test_the_fault_lanes_own_create_records_what_it_left_and_removes_it_without_judging() -> None:
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.shm_listed = [{"sem.mp-x2", "held"}]
+    lane.shm_held = {"held"}
+    rec = _rec()
+    assert steps.shm_left_by_create(lane, set(), rec, judged=False) == []  # type: ignore[arg-type]
+    said = rec.results["shm_left_not_judged"]
+    assert said["files"] == ["/dev/shm/sem.mp-x2"] and "fault lane" in said["why"]
+    assert lane.state.shm_owned == {"/dev/shm/sem.mp-x2"} and "shm_left" not in rec.results
