@@ -21,9 +21,9 @@ def _recorder(tmp_path: Path) -> StepRecorder:
     return StepRecorder(lane=lane, store=EvidenceStore(tmp_path))
 
 
-def _fail(recorder: StepRecorder, step: str, served: bool) -> None:
+def _fail(recorder: StepRecorder, step: str, delivered: bool) -> None:
     with pytest.raises(StepFailed), recorder.step(step) as rec:
-        rec.delivered = served
+        rec.delivered = delivered
         raise StepFailed(f"{step}: decode speed: 2.4x slower than the ordinary engine")
 
 
@@ -49,7 +49,7 @@ def _prepared(recorder: StepRecorder) -> None:
 def test_a_step_that_needs_a_stopped_restored_server_runs_after_a_restore_failed_on_its_checks(tmp_path):
     recorder = _recorder(tmp_path)
     _prepared(recorder)
-    _fail(recorder, procedure.RESTORE_2, served=True)
+    _fail(recorder, procedure.RESTORE_2, delivered=True)
     try:
         with recorder.step(procedure.RESTORE_AFTER_STOP):
             pass
@@ -63,7 +63,7 @@ def test_a_step_that_needs_a_stopped_restored_server_runs_after_a_restore_failed
 def test_it_is_skipped_naming_the_prerequisite_after_a_restore_that_never_served(tmp_path):
     recorder = _recorder(tmp_path)
     _prepared(recorder)
-    _fail(recorder, procedure.RESTORE_2, served=False)
+    _fail(recorder, procedure.RESTORE_2, delivered=False)
     record = _skipped(recorder, procedure.RESTORE_AFTER_STOP, tmp_path)
     assert "prerequisite restore-2 did not pass" in record["message"] and "slower" in record["message"]
 
@@ -72,7 +72,7 @@ def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_pa
     """restore-1 failing on its checks still skips nothing it never served for: a plain prerequisite must pass."""
     recorder = _recorder(tmp_path)
     _prepared(recorder)
-    _fail(recorder, procedure.ORDINARY, served=True)
+    _fail(recorder, procedure.ORDINARY, delivered=True)
     record = _skipped(recorder, procedure.RESTORE_2, tmp_path)
     assert "prerequisite ordinary did not pass" in record["message"]
 
@@ -84,7 +84,7 @@ def test_inspect_runs_after_a_create_that_delivered_its_artifact_only(tmp_path, 
     recorder = _recorder(tmp_path)
     with recorder.step(procedure.ORDINARY):
         pass
-    _fail(recorder, procedure.CREATE, served=delivered)
+    _fail(recorder, procedure.CREATE, delivered=delivered)
     if delivered:
         try:
             with recorder.step(procedure.INSPECT):
