@@ -86,7 +86,18 @@ def cpu_share(before: CpuSample | None, after: CpuSample | None, wall_s: float) 
     )
     if "rss_kb" in after and "anon_huge_kb" in after:
         share["rss_kb"], share["anon_huge_kb"] = after["rss_kb"], after["anon_huge_kb"]
+    if "cpus_allowed" in after:
+        share["cpus_allowed"] = after["cpus_allowed"]
     return share
+
+
+def affinity(speed: DecodeSpeed) -> str | None:
+    """Which CPUs the engine's tasks may run on, as words (``0-1 ×65, 0 ×4``; None: not read)."""
+    cpu = speed.get("cpu")
+    allowed = cpu.get("cpus_allowed") if cpu is not None else None
+    if not allowed:
+        return None
+    return ", ".join(f"{cpus} ×{n}" for cpus, n in sorted(allowed.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def huge_pages(speed: DecodeSpeed) -> str | None:
@@ -196,6 +207,9 @@ def judge(
         )
         pages = (huge_pages(best), huge_pages(ordinary))
         memory = f"; the restored engine {pages[0]}, the ordinary {pages[1]}" if None not in pages else ""
+        bound = (affinity(best), affinity(ordinary))
+        if None not in bound:
+            memory += f"; its tasks' allowed CPUs {bound[0]}, the ordinary engine's {bound[1]}"
         problems.append(
             f"decodes {slowdown:.2f}× slower than the ordinary engine: {best['median_tps']:.1f} vs "
             f"{ordinary['median_tps']:.1f} tokens/s (median of {len(best['runs_tps'])} runs of {best['tokens']} "

@@ -383,6 +383,9 @@ class CpuSample(TypedDict):
     #: memory without huge pages (checkpoint-restore/criu#2081), which slows what walks it
     rss_kb: NotRequired[int]
     anon_huge_kb: NotRequired[int]
+    #: how many of the engine's tasks may run on which CPUs (``Cpus_allowed_list`` of ``/proc/<tid>/status`` ->
+    #: tasks): vLLM's CPU backend binds its OpenMP threads and CRIU does not restore a thread's affinity
+    cpus_allowed: NotRequired[dict[str, int]]
 
 
 class CpuShare(TypedDict):
@@ -396,9 +399,10 @@ class CpuShare(TypedDict):
     stretch: float
     #: CPUs' worth of other work on the machine over the set (busy seconds not the engine's / wall seconds)
     others_load: float
-    #: the engine's memory after the set (:class:`CpuSample`)
+    #: the engine's memory and its tasks' allowed CPUs after the set (:class:`CpuSample`)
     rss_kb: NotRequired[int]
     anon_huge_kb: NotRequired[int]
+    cpus_allowed: NotRequired[dict[str, int]]
     cpus: int
 
 

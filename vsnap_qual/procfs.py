@@ -92,8 +92,10 @@ def busy_seconds(stat_cpu_fields: list[str], clock_ticks: int) -> float:
 def parse_cpu_sample(text: str) -> CpuSample:
     """A :class:`~vsnap_qual.model.CpuSample` from the lines of ``ShellBox.cpu_sample``'s script:
     ``stat <fields of /proc/stat's cpu line>``, ``cpus <n>``, ``ticks <USER_HZ>`` (100 where not said) and
-    ``task <tid> <schedstat>`` per engine task."""
+    ``task <tid> <schedstat>`` and ``aff <tid> <Cpus_allowed_list>`` per engine task, ``mem <pid> <Rss>
+    <AnonHugePages>`` per engine process."""
     tasks: dict[str, list[int]] = {}
+    allowed: dict[str, int] = {}
     memory: dict[str, tuple[int, int]] = {}
     stat: list[str] = []
     cpus, ticks = 0, 100
@@ -110,10 +112,14 @@ def parse_cpu_sample(text: str) -> CpuSample:
             tasks[fields[0]] = [int(fields[1]), int(fields[2])]
         elif kind == "mem" and len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
             memory[fields[0]] = (int(fields[1]), int(fields[2]))
+        elif kind == "aff" and len(fields) == 2:
+            allowed[fields[1]] = allowed.get(fields[1], 0) + 1
     sample = CpuSample(tasks=tasks, machine_busy_s=busy_seconds(stat, ticks) if stat else 0.0, cpus=cpus)
     if memory:
         sample["rss_kb"] = sum(rss for rss, _ in memory.values())
         sample["anon_huge_kb"] = sum(huge for _, huge in memory.values())
+    if allowed:
+        sample["cpus_allowed"] = allowed
     return sample
 
 
@@ -130,6 +136,10 @@ def cpu_sample(pids: list[int], proc: Path = PROC) -> CpuSample:
             for task in (proc / str(pid) / "task").iterdir():
                 with contextlib.suppress(OSError):
                     lines.append(f"task {task.name} {(task / 'schedstat').read_text().strip()}")
+                with contextlib.suppress(OSError):
+                    status = (task / "status").read_text().splitlines()
+                    allowed = [x.split(":", 1)[1].strip() for x in status if x.startswith("Cpus_allowed_list:")]
+                    lines.extend(f"aff {task.name} {cpus}" for cpus in allowed)
         with contextlib.suppress(OSError):
             rollup = dict(line.split()[:2] for line in (proc / str(pid) / "smaps_rollup").read_text().splitlines()[1:])
             lines.append(f"mem {pid} {rollup.get('Rss:', '')} {rollup.get('AnonHugePages:', '0')}")

@@ -115,7 +115,7 @@ def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory):
     and cgroup; only its members' tasks count as the engine's."""
     lane = lane_factory()
     outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
-    inside = lane.spawn(["sh", "-c", "while :; do :; done"], "/vsnap/control/spinner.log")
+    inside = lane.spawn(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"], "/vsnap/control/spinner.log")
     try:
         first = lane.cpu_sample()
         deadline = time.monotonic() + 30
@@ -132,6 +132,7 @@ def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory):
         assert later["tasks"][str(inside)][0] > first["tasks"][str(inside)][0], "the spinner never ran"
         assert str(outside.pid) not in later["tasks"] and later["cpus"] == os.cpu_count()
         assert later["rss_kb"] > 0 and 0 <= later["anon_huge_kb"] <= later["rss_kb"], later
+        assert later["cpus_allowed"].get("0", 0) >= 1, later  # the spinner, bound to CPU 0
     finally:
         outside.kill()
         outside.wait()

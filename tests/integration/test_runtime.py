@@ -179,7 +179,7 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
     """The decode-speed check's CPU figures (vsnap_qual.decode_speed): this box shares the host's PID namespace,
     so /proc lists the host's processes too; only the container's own count as the engine's."""
     outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
-    inside = box.spawn(["sh", "-c", "while :; do :; done"], "/tmp/spinner.log")
+    inside = box.spawn(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"], "/tmp/spinner.log")
     try:
         first, later = _until_it_ran(box, str(inside))
         assert str(outside.pid) not in later["tasks"] and later["cpus"] == os.cpu_count()
@@ -188,6 +188,8 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
         assert share is not None and share["engine_cpu_s"] > 0
         # the box's processes' memory (smaps_rollup), the spinner's among them; huge pages counted, maybe none
         assert later["rss_kb"] > 0 and 0 <= later["anon_huge_kb"] <= later["rss_kb"], later
+        # each task's allowed CPUs: the spinner's, bound to CPU 0 as vLLM binds its OpenMP threads
+        assert later["cpus_allowed"].get("0", 0) >= 1, later
     finally:
         outside.kill()
         outside.wait()

@@ -233,3 +233,25 @@ def test_the_engines_memory_and_its_huge_pages_come_with_the_sample_and_name_the
         in (judged["problems"][0])
     )
     assert decode_speed.huge_pages(DecodeSpeed(tokens=64, runs_tps=[1.0], median_tps=1.0)) is None
+
+
+def test_the_engines_tasks_allowed_cpus_come_with_the_sample_and_name_themselves_in_a_slow_restore() -> None:
+    """vLLM's CPU backend binds its OpenMP threads (OMP_PLACES, OMP_PROC_BIND) and CRIU does not restore a thread's
+    affinity: each sample counts the engine's tasks per ``Cpus_allowed_list``, the share keeps it, and a slow
+    restore's message sets the two engines' side by side (a lead, not a judgement)."""
+    text = "cpus 2\ntask 7 1000 0\naff 7 0\ntask 8 1000 0\naff 8 0-1\naff 9 0-1\naff 10\n"
+    sample = parse_cpu_sample(text)
+    assert sample["cpus_allowed"] == {"0": 1, "0-1": 2}
+    assert "cpus_allowed" not in parse_cpu_sample("cpus 2\ntask 7 1000 0\n")  # not read: absent
+    later = CpuSample(tasks={"7": [2000000000, 0]}, machine_busy_s=20.0, cpus=2, cpus_allowed={"0-1": 3})
+    share = decode_speed.cpu_share(sample, later, 1.0)
+    assert share is not None and share["cpus_allowed"] == {"0-1": 3}
+
+    def speed(tps: float, allowed: dict[str, int]) -> DecodeSpeed:
+        cpu = CpuShare(wall_s=1.0, engine_cpu_s=1.0, engine_wait_s=0.0, stretch=1.0, others_load=0.0, cpus=2)
+        cpu["cpus_allowed"] = allowed
+        return DecodeSpeed(tokens=64, runs_tps=[tps] * 3, median_tps=tps, cpu=cpu)
+
+    judged = decode_speed.judge(speed(400.0, {"0": 4, "0-1": 60}), speed(160.0, {"0-1": 64}), 1.75)
+    assert "its tasks' allowed CPUs 0-1 ×64, the ordinary engine's 0-1 ×60, 0 ×4" in judged["problems"][0]
+    assert decode_speed.affinity(DecodeSpeed(tokens=64, runs_tps=[1.0], median_tps=1.0)) is None

@@ -35,7 +35,8 @@ _SHM_HELD = (
     "for p in {pids}; do ls -l /proc/$p/fd 2>/dev/null | sed -n 's|.* -> \\(/dev/shm/[^ ]*\\)$|\\1|p'; "
     "awk 'NF == 6 && $6 ~ /^\\/dev\\/shm\\// {{print $6}}' /proc/$p/maps 2>/dev/null; done | sort -u | sed 's/^/shm /'"
 )
-#: the box's processes' tasks' schedstat (those in this shell's own cgroup: the box's, even with pid=host) and the
+#: the box's processes' tasks' schedstat and CPUs allowed (those in this shell's own cgroup: the box's, even with
+#: pid=host), their processes' memory, and the
 #: machine's /proc/stat, read with shell builtins only (a fork per process would cost a second on a busy host)
 _CPU_SAMPLE = r"""
 me=; read -r me < /proc/self/cgroup
@@ -50,6 +51,9 @@ for d in /proc/[0-9]*; do
   [ "$c" = "$me" ] || continue
   for t in "$d"/task/*; do
     s=; { read -r s < "$t/schedstat"; } 2>/dev/null && echo "task ${t##*/} $s"
+    { while read -r k v; do
+        [ "$k" = Cpus_allowed_list: ] && { echo "aff ${t##*/} $v"; break; }
+      done < "$t/status"; } 2>/dev/null
   done
   r=; h=
   { while read -r k v u; do
