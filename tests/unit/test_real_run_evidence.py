@@ -60,3 +60,22 @@ def test_the_fp8_and_prefix_cache_runs_are_what_the_docs_say() -> None:
     judged = [s["results"]["prefix_cache_judgement"] for s in prefix["steps"] if s["step"] == "restore-1"]
     assert len(judged) == 2 and all(j["ok"] and j["hits_restored"] == j["hits_ordinary"] == [0, 256] for j in judged)
     assert "0 then 256" in said and "320 token ids" in said
+
+
+def test_the_shm_and_affinity_run_is_what_the_docs_say() -> None:
+    """The create check's first real run: each create names its one semaphore and still delivers; the ordinary
+    engines' OpenMP tasks bound to CPU 0, the restored ones unbound (docs/real-vllm-run/README.md)."""
+    results = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-03-shm-affinity" / "results.json").read_text())
+    docs = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    steps = {(s["lane"], s["step"]): s for s in results["steps"]}
+    for arm in ("head", "base"):
+        create = steps[(f"v1-{arm}", "create")]
+        (left,) = create["results"]["shm_left"]
+        assert create["outcome"] == "failed" and left.startswith("/dev/shm/sem.mp-") and f"`{left}`" in docs
+        assert steps[(f"v1-{arm}", "inspect")]["outcome"] == steps[(f"v1-{arm}", "restore-1")]["outcome"] == "passed"
+        ordinary = steps[(f"v1-{arm}", "ordinary")]["results"]["decode_speed"]["cpu"]["cpus_allowed"]
+        restored = steps[(f"v1-{arm}", "restore-1")]["results"]["decode_speed"]["cpu"]["cpus_allowed"]
+        assert ordinary == {"0": 48, "0-1": 33} and restored == {"0-1": 81}
+    assert "48 of 81 tasks may run only on CPU 0" in docs and "all 81 may run on 0-1" in docs
+    fault = steps[("v1-head", "fault-artifact")]["results"]["shm_left_not_judged"]
+    assert fault["files"][0].removeprefix("/dev/shm/") in docs
