@@ -956,21 +956,7 @@ def run_fault(
         # arm's record alone is looked at once. A tree parked for good in CRIU's restorer ends the wait where this
         # kind then records what was left without judging it: no more time could change what it left
         grace = run.config.cleanup_grace if cleanup_judged or injector.audits_after_sweep else 0.0
-        parked = ParkedWatch(run.box)
-        ended: dict[str, float] = {}
-
-        def hopeless(left: list[ProcessRow]) -> bool:
-            if not parked(left) or injector.own_cleanup_judged(at, cleanup_judged, left, wchan_of(left)):
-                return False
-            ended["parked_for_good_after_s"] = round(time.monotonic() - waited_from, 2)
-            return True
-
-        def wchan_of(left: list[ProcessRow]) -> dict[str, str]:
-            return leftover_wchan(run.box, [p["pid"] for p in left]) if left else {}
-
-        waited_from = time.monotonic()
-        left = settle(run.box, baseline, ignore, limit=grace, hopeless=hopeless)
-        wchan = wchan_of(left)
+        left, wchan, parked_after = settle_leftovers(at, injector, baseline, ignore, grace, cleanup_judged)
         judged = injector.own_cleanup_judged(at, cleanup_judged, left, wchan)
         # the audit of what was left: waited for (again up to the grace) only where its outcome is judged
         pids_left = [p["pid"] for p in left]
@@ -980,8 +966,8 @@ def run_fault(
             audit["leftover_states"] = {str(p["pid"]): p.get("stat", "") for p in left}
             audit["leftover_wchan"] = wchan
         audit["grace_s"] = grace
-        if ended:
-            audit["parked_for_good_after_s"] = ended["parked_for_good_after_s"]
+        if parked_after is not None:
+            audit["parked_for_good_after_s"] = parked_after
         audit["judged"] = judged
         killed = kill_leftovers(run.box, baseline, set())
         settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
@@ -1011,6 +997,31 @@ def run_fault(
         ids_free = "still_held" not in after_fault
         rec.results["followup_restore"] = followup_restore(run, injector.undo_before_followup, ids_free)
     return obs
+
+
+def settle_leftovers(
+    at: Attempt, injector: Injector, baseline: set[int], ignore: set[int], grace: float, cleanup_judged: bool
+) -> tuple[list[ProcessRow], dict[str, str], float | None]:
+    """What the faulted action left after up to ``grace`` seconds, where each leftover waits in the kernel, and,
+    where the wait ended early because the leftovers were parked for good in CRIU's restorer and this kind does
+    not judge vLLM's cleanup of them (:class:`ParkedWatch`), how long after it began (else None)."""
+    parked = ParkedWatch(at.run.box)
+    found: dict[str, Any] = {}
+    started = time.monotonic()
+
+    def hopeless(left: list[ProcessRow]) -> bool:
+        if not parked(left):
+            return False
+        wchan = leftover_wchan(at.run.box, [p["pid"] for p in left])
+        if injector.own_cleanup_judged(at, cleanup_judged, left, wchan):
+            return False
+        found.update(wchan=wchan, after=round(time.monotonic() - started, 2))
+        return True
+
+    left = settle(at.run.box, baseline, ignore, limit=grace, hopeless=hopeless)
+    if found:  # the wait ended on these very leftovers: where they wait was just read
+        return left, found["wchan"], found["after"]
+    return left, leftover_wchan(at.run.box, [p["pid"] for p in left]) if left else {}, None
 
 
 def leftover_wchan(box: Box, pids: list[int]) -> dict[str, str]:

@@ -406,22 +406,20 @@ def shm_left_by_create(run: ShmLooks, before: set[str], rec: StepEvidence, judge
     outside = {path.rsplit("/", 1)[-1] for path in run.state.outside_files}
     new = sorted(name for name in run.shm_names() - before if name not in outside and not name.startswith(LINK_REMAP))
     unheld = run.shm_unheld(new)
-    if unheld is None or not judged:
-        files = [SHM + name for name in (new if unheld is None else unheld)]
-        if unheld is not None:
-            run.state.shm_owned.update(files)
-        if files:
-            why = (
-                "the box has a PID namespace of its own: it cannot see every process that may hold them"
-                if unheld is None
-                else "the fault lane's own artifact: a create's leak is judged once, at the lifecycle's create"
-            )
-            rec.results["shm_left_not_judged"] = {"files": files, "why": why}
-        return []
-    left = [SHM + name for name in unheld]
-    run.state.shm_owned.update(left)
-    rec.results["shm_left"] = left
-    return left
+    files = [SHM + name for name in (new if unheld is None else unheld)]
+    if unheld is not None:
+        run.state.shm_owned.update(files)
+        if judged:
+            rec.results["shm_left"] = files
+            return files
+    if files:
+        why = (
+            "the box has a PID namespace of its own: it cannot see every process that may hold them"
+            if unheld is None
+            else "the fault lane's own artifact: a create's leak is judged once, at the lifecycle's create"
+        )
+        rec.results["shm_left_not_judged"] = {"files": files, "why": why}
+    return []
 
 
 def inspect_expectations(run: LaneTools, gpu_uuid: str | None) -> checks.InspectExpectations:
