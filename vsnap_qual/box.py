@@ -131,6 +131,18 @@ class ShmEntry:
 
 
 @dataclass(frozen=True)
+class ShmHolders:
+    """Of some ``/dev/shm`` names, which no process the box could read holds open or mapped (``unheld``), and the
+    processes whose fds and maps it could not read (``unread``, ``PID comm``). The kernel lets the box's root read
+    every process but one with a capability the box lacks (ptrace's access rule); no process started in the box
+    can gain one, so an unread process is none of its engine's (on this project's machines: PID 1, the VM's agent,
+    and in a box with fewer capabilities than the host's, the host's own daemons and other runs' engines)."""
+
+    unheld: list[str]
+    unread: list[str]
+
+
+@dataclass(frozen=True)
 class GpuRow:
     """One GPU as ``nvidia-smi`` lists it inside the box."""
 
@@ -298,9 +310,9 @@ class Box(Protocol):
         """The box's ``/dev/shm`` (fails with :class:`RuntimeFailure` when it cannot be listed)."""
         ...
 
-    def shm_unheld(self, names: list[str]) -> list[str]:
-        """Which of these ``/dev/shm`` names no process the box can see holds open or mapped (fails with
-        :class:`RuntimeFailure` when the box cannot be asked)."""
+    def shm_unheld(self, names: list[str]) -> ShmHolders:
+        """Which of these ``/dev/shm`` names no process the box can see and read holds open or mapped, and which
+        processes it could not read (fails with :class:`RuntimeFailure` when the box cannot be asked)."""
         ...
 
     def cpu_sample(self) -> CpuSample | None:

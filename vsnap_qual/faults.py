@@ -25,7 +25,7 @@ from typing import Any, Protocol, cast
 
 from vsnap_qual import artifact_deps, checks, drifts, engine, kills, package_probe, progress, tamper
 from vsnap_qual.audit import port_listening
-from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow
+from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow, ShmHolders
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.injection import (
@@ -108,7 +108,7 @@ class FaultLane(Protocol):
     def artifact_digest(self, artifact: str = ARTIFACT) -> str: ...
     def claim_made_remaps(self, step: str) -> list[str]: ...
     def shm_names(self) -> set[str]: ...
-    def shm_unheld(self, names: list[str]) -> list[str] | None: ...
+    def shm_unheld(self, names: list[str]) -> ShmHolders | None: ...
 
 
 class Injector:

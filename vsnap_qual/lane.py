@@ -33,7 +33,18 @@ from vsnap_qual import (
     shapes,
 )
 from vsnap_qual.artifact_files import ArtifactFilesError
-from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ControlDir, ExecResult, ImageInfo, free_ports, lane_labels
+from vsnap_qual.box import (
+    Bind,
+    Box,
+    BoxFacts,
+    BoxSpec,
+    ControlDir,
+    ExecResult,
+    ImageInfo,
+    ShmHolders,
+    free_ports,
+    lane_labels,
+)
 from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
@@ -587,9 +598,10 @@ class LaneRun:
         """The names in the box's ``/dev/shm`` now."""
         return {entry.name for entry in self.box.shm()}
 
-    def shm_unheld(self, names: list[str]) -> list[str] | None:
-        """Which of these ``/dev/shm`` names no process holds; None where the box cannot see every process that
-        may hold one (a PID namespace of its own: another lane's, or the host's, are not in it)."""
+    def shm_unheld(self, names: list[str]) -> ShmHolders | None:
+        """Which of these ``/dev/shm`` names no process the box can read holds, and which processes it cannot read
+        (:class:`ShmHolders`); None where the box cannot see every process that may hold one (a PID namespace of
+        its own: another lane's, or the host's, are not in it)."""
         return self.box.shm_unheld(names) if self.box.host_pid_namespace else None
 
     def watch_exits(self, pids: list[int]) -> exits.ExitWatch:

@@ -557,6 +557,9 @@ class StepResults(TypedDict, total=False):
     #: the artifact does not name) or for the fault lane's own artifact, recorded and not judged (``files``, ``why``)
     shm_left: list[str]
     shm_left_not_judged: dict[str, Any]
+    #: create: the processes (``PID comm``) whose fds and maps the look for holders of those files could not read
+    #: (``box.ShmHolders``: taken to hold none of them)
+    shm_unread: list[str]
     #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)
     phases: dict[str, float]
     #: a fault step: of those, the seconds spent waiting on the engine (its commands, starts and answers)

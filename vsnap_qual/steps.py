@@ -23,7 +23,7 @@ from vsnap_qual import adapters, checks, decode_speed, overlay, prefix_cache, pr
 from vsnap_qual.artifact_deps import SHM
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import LINK_REMAP, ServerHandle
-from vsnap_qual.box import ExecResult
+from vsnap_qual.box import ExecResult, ShmHolders
 from vsnap_qual.config import Lane, QualConfig, Variant
 from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS, VLLM_CANARY_PROMPT
 from vsnap_qual.engine import CanaryOutput
@@ -199,7 +199,7 @@ class LaneTools(Protocol):
     def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
     def outside_files(self) -> list[str]: ...
     def shm_names(self) -> set[str]: ...
-    def shm_unheld(self, names: list[str]) -> list[str] | None: ...
+    def shm_unheld(self, names: list[str]) -> ShmHolders | None: ...
     def watch_exits(self, pids: list[int]) -> ExitWatch: ...
     def claim_made_remaps(self, step: str) -> list[str]: ...
     def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]: ...
@@ -382,7 +382,19 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
         "vllm snapshot create left in /dev/shm what no process holds and its artifact does not name: "
         + ", ".join(left)
         + " (removed with the lane; where lanes share the host's /dev/shm, another lane's create at the same time "
-        "may have left one of them)",
+        "may have left one of them" + unread_words(rec.results.get("shm_unread") or []) + ")",
+    )
+
+
+def unread_words(unread: list[str], shown: int = 4) -> str:
+    """The processes the holder look could not read, as the create check's message names them ("" for none;
+    the first ``shown`` by name, the rest counted: all are in ``results.shm_unread``)."""
+    if not unread:
+        return ""
+    named = ", ".join(unread[:shown]) + (f" and {len(unread) - shown} more" if len(unread) > shown else "")
+    return (
+        f"; no process it could read holds them, and it could not read {len(unread)} ({named}): each has a "
+        "capability the box lacks, so none is this lane's engine"
     )
 
 
@@ -392,7 +404,7 @@ class ShmLooks(Protocol):
     state: LaneState
 
     def shm_names(self) -> set[str]: ...
-    def shm_unheld(self, names: list[str]) -> list[str] | None: ...
+    def shm_unheld(self, names: list[str]) -> ShmHolders | None: ...
 
 
 def shm_left_by_create(run: ShmLooks, before: set[str], rec: StepEvidence, judged: bool = True) -> list[str]:
@@ -401,21 +413,25 @@ def shm_left_by_create(run: ShmLooks, before: set[str], rec: StepEvidence, judge
     since its dumped tree is gone and no restore looks for them. Judged (returned) only where the box sees every
     process that could hold one (the host's PID namespace: a box of its own cannot see another lane's holders)
     and the caller judges (``judged``: the fault lane's own artifact is not, one finding being one); recorded in
-    ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. What no process holds is removed with
-    the lane (``LaneState.shm_owned``)."""
+    ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. A process the box cannot read is taken
+    to hold none of them (:class:`ShmHolders`: it has a capability the box lacks, so it is none of this lane's
+    engine); where one was met, ``results.shm_unread`` names it. What no process holds is removed with the lane
+    (``LaneState.shm_owned``)."""
     outside = {path.rsplit("/", 1)[-1] for path in run.state.outside_files}
     new = sorted(name for name in run.shm_names() - before if name not in outside and not name.startswith(LINK_REMAP))
-    unheld = run.shm_unheld(new)
-    files = [SHM + name for name in (new if unheld is None else unheld)]
-    if unheld is not None:
+    holders = run.shm_unheld(new)
+    files = [SHM + name for name in (new if holders is None else holders.unheld)]
+    if holders is not None:
         run.state.shm_owned.update(files)
+        if files and holders.unread:
+            rec.results["shm_unread"] = holders.unread
         if judged:
             rec.results["shm_left"] = files
             return files
     if files:
         why = (
             "the box has a PID namespace of its own: it cannot see every process that may hold them"
-            if unheld is None
+            if holders is None
             else "the fault lane's own artifact: a create's leak is judged once, at the lifecycle's create"
         )
         rec.results["shm_left_not_judged"] = {"files": files, "why": why}

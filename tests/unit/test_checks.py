@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from vsnap_qual import adapters, checks, faults, model, options, package_probe, prefix_cache, shapes, steps
-from vsnap_qual.box import ExecResult
+from vsnap_qual.box import ExecResult, ShmHolders
 from vsnap_qual.config import Lane, Variant, build_config
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.lane import lane_environment
@@ -203,6 +203,7 @@ class FakeLane:
         self.shm_listed: list[set[str]] = []
         self.shm_held: set[str] = set()
         self.sees_every_holder = True
+        self.shm_unread: list[str] = []  # processes the holder look cannot read ("PID comm")
         self.files: dict[str, str] = {}  # artifact files other than the manifest
         self.unit_peers: dict[str, dict[str, str]] = {}
         self.junit: str | None = None  # what the unit command writes to $VSNAP_JUNIT
@@ -336,8 +337,10 @@ class FakeLane:
     def shm_names(self) -> set[str]:
         return self.shm_listed.pop(0) if self.shm_listed else set()
 
-    def shm_unheld(self, names: list[str]) -> list[str] | None:
-        return [n for n in names if n not in self.shm_held] if self.sees_every_holder else None
+    def shm_unheld(self, names: list[str]) -> ShmHolders | None:
+        if not self.sees_every_holder:
+            return None
+        return ShmHolders([n for n in names if n not in self.shm_held], list(self.shm_unread))
 
     def watch_exits(self, pids: list[int]) -> Any:
         from vsnap_qual.exits import ExitWatch
@@ -1066,14 +1069,32 @@ def test_a_create_that_leaves_an_unheld_name_in_dev_shm_fails_but_delivers_its_a
     assert "/dev/shm/sem.mp-x1" in lane.state.shm_owned
 
 
+def test_a_create_check_that_could_not_read_a_process_names_it_in_the_evidence_and_the_message() -> None:
+    """On this project's CI machine root cannot read PID 1's fds (it holds a capability root lacks): the check says
+    so instead of treating it silently as holding nothing."""
+    lane = FakeLane(digests_after=_digests(a="1", b="2"))
+    lane.shm_listed = [set(), {"sem.mp-x1"}]
+    lane.shm_unread = ["1 process_api"]
+    rec = _rec()
+    with pytest.raises(steps.StepFailed, match=r"could not read 1 \(1 process_api\): each has a capability"):
+        steps.create(lane, rec)  # type: ignore[arg-type]
+    assert rec.results["shm_unread"] == ["1 process_api"] and rec.results["shm_left"] == ["/dev/shm/sem.mp-x1"]
+    many = [f"{pid} p{pid}" for pid in range(1, 8)]
+    assert steps.unread_words(many).endswith(
+        "could not read 7 (1 p1, 2 p2, 3 p3, 4 p4 and 3 more): each has a capability the box lacks, so none is "
+        "this lane's engine"
+    )
+
+
 def test_a_create_whose_new_files_are_all_held_or_named_passes() -> None:
     lane = FakeLane(digests_after=_digests(a="1", b="2"))
     lane.shm_named = ["/dev/shm/psm_1"]
     lane.shm_listed = [set(), {"psm_1", "held"}]
     lane.shm_held = {"held"}
+    lane.shm_unread = ["1 process_api"]  # named only where something was left
     rec = _rec()
     steps.create(lane, rec)  # type: ignore[arg-type]
-    assert rec.results["shm_left"] == [] and rec.delivered
+    assert rec.results["shm_left"] == [] and rec.delivered and "shm_unread" not in rec.results
 
 
 def test_where_the_box_cannot_see_every_holder_the_new_files_are_recorded_not_judged() -> None:

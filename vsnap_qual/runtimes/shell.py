@@ -18,6 +18,7 @@ from vsnap_qual.box import (
     ProcessRow,
     RuntimeFailure,
     ShmEntry,
+    ShmHolders,
     Termination,
     TreeEntry,
     listening_ports,
@@ -78,6 +79,32 @@ def parse_shm(text: str) -> list[ShmEntry]:
         if len(parts) == 5 and parts[4].isdigit():
             entries.append(ShmEntry(parts[0], parts[1], parts[2], parts[3], int(parts[4])))
     return entries
+
+
+#: every process's /dev/shm fds and mappings in one pass (``held PATH``), and the processes whose maps cannot be
+#: opened (``unread PID comm``: the fds are under the same access rule); a process gone meanwhile is neither
+_SHM_HOLDERS = (
+    "for d in /proc/[0-9]*; do "
+    'if ! { true < "$d/maps"; } 2>/dev/null; then [ -d "$d" ] && echo "unread ${d##*/} $(cat "$d/comm" 2>/dev/null)"; '
+    "continue; fi; "
+    "find \"$d/fd\" -mindepth 1 -maxdepth 1 -lname '/dev/shm/*' -printf 'held %l\\n' 2>/dev/null; "
+    'awk \'$6 ~ /^\\/dev\\/shm\\// {print "held " $6}\' "$d/maps" 2>/dev/null; '
+    "done; true"
+)
+
+
+def parse_shm_holders(names: list[str], text: str) -> ShmHolders:
+    """The ``_SHM_HOLDERS`` script's lines as which of ``names`` no process holds (a path held matches its whole
+    name, never a prefix) and which processes could not be read."""
+    held: set[str] = set()
+    unread: list[str] = []
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "held" and rest.startswith("/dev/shm/"):
+            held.add(rest[len("/dev/shm/") :])
+        elif kind == "unread" and rest.strip():
+            unread.append(rest.strip())
+    return ShmHolders([n for n in names if n not in held], unread)
 
 
 def parse_gpus(csv: str) -> list[GpuRow]:
@@ -225,22 +252,14 @@ class ShellBox:
             raise RuntimeFailure(f"cannot list /dev/shm in {self.name}: exit {listing.exit_code} {listing.tail()}")
         return parse_shm(listing.stdout)
 
-    def shm_unheld(self, names: list[str]) -> list[str]:
+    def shm_unheld(self, names: list[str]) -> ShmHolders:
         if not names:
-            return []
-        # one find over every process's fds and one read of every process's maps, per name; a name is held
-        # where either finds it (the first match ends the search)
-        script = (
-            f"for n in {' '.join(shlex.quote(n) for n in names)}; do "
-            'find /proc/[0-9]*/fd -maxdepth 1 -lname "/dev/shm/$n" 2>/dev/null | grep -q . && continue; '
-            "cat /proc/[0-9]*/maps 2>/dev/null | awk -v f=\"/dev/shm/$n\" '$6 == f {h = 1; exit} END {exit !h}' "
-            '&& continue; echo "unheld $n"; done'
-        )
-        done = self.sh(script, 60)
+            return ShmHolders([], [])
+        done = self.sh(_SHM_HOLDERS, 60)
         if done.exit_code != 0:
             why = f"exit {done.exit_code} {done.tail()}"
             raise RuntimeFailure(f"cannot look for /dev/shm holders in {self.name}: {why}")
-        return [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("unheld ")]
+        return parse_shm_holders(names, done.stdout)
 
     def cpu_sample(self) -> CpuSample | None:
         result = self.sh(_CPU_SAMPLE, 30)
