@@ -382,7 +382,23 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
         "vllm snapshot create left in /dev/shm what no process holds and its artifact does not name: "
         + ", ".join(left)
         + " (removed with the lane; where lanes share the host's /dev/shm, another lane's create at the same time "
-        "may have left one of them" + unread_words(rec.results.get("shm_unread") or []) + ")",
+        "may have left one of them" + unread_words(rec.results.get("shm_unread") or []) + ")" + shm_kinds(left),
+    )
+
+
+#: what a /dev/shm name says of its maker (the name's prefix), for the create check's message: Python's words
+SHM_KINDS = {
+    "sem.mp-": "a Python multiprocessing lock or semaphore made outside a fork context, whose name CPython unlinks "
+    '"when the object is garbage collected or the process shuts down" (multiprocessing/synchronize.py), or its '
+    "resource tracker does; a dump's SIGKILL stops both",
+}
+
+
+def shm_kinds(files: list[str]) -> str:
+    """``. sem.mp-*: …`` for each kind of name in ``files`` that :data:`SHM_KINDS` knows ("" for none)."""
+    names = [path.rsplit("/", 1)[-1] for path in files]
+    return "".join(
+        f". {prefix}*: {words}" for prefix, words in SHM_KINDS.items() if any(n.startswith(prefix) for n in names)
     )
 
 

@@ -1063,8 +1063,10 @@ def test_a_create_that_leaves_an_unheld_name_in_dev_shm_fails_but_delivers_its_a
     lane.shm_listed = [{"other"}, {"other", "psm_1", "sem.mp-x1", "link_remap.7", "held-by-another-lane"}]
     lane.shm_held = {"held-by-another-lane"}
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"left in /dev/shm .*: /dev/shm/sem\.mp-x1 \("):
+    with pytest.raises(steps.StepFailed, match=r"left in /dev/shm .*: /dev/shm/sem\.mp-x1 \(") as failed:
         steps.create(lane, rec)  # type: ignore[arg-type]
+    assert "). sem.mp-*: a Python multiprocessing lock or semaphore" in str(failed.value)
+    assert steps.shm_kinds(["/dev/shm/psm_1", "/dev/shm/x"]) == ""
     assert rec.results["shm_left"] == ["/dev/shm/sem.mp-x1"] and rec.delivered
     assert "/dev/shm/sem.mp-x1" in lane.state.shm_owned
 
