@@ -304,3 +304,27 @@ def test_the_second_parked_grace_runs_ratio_is_its_evidence() -> None:
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
     assert f"{median:.2f} s, {wall / engine:.2f}." in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
+
+
+def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
+    """The first H200 run with the create's /dev/shm check: both creates judged and clean, nothing unread, and the
+    ratio the docs give (over the limit, said so) with the audit that made it."""
+    name = "2026-12-03-create-shm"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    found = run_figures.figures(results)
+    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    creates = _steps(results, "create")
+    assert len(creates) == 2 and all(s["results"]["shm_left"] == [] for s in creates)
+    assert not any("shm_unread" in s["results"] or "shm_left_not_judged" in s["results"] for s in creates)
+    assert not any("shm_left_not_judged" in (s["results"] or {}) for s in _steps(results, "fault-artifact"))
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    ratio = wall / engine
+    assert found["verdict"] == "pass" and f"Unrounded {ratio:.3f}: over issue 27's 1.15" in section
+    assert f"**`wall / engine` {ratio:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}" in section
+    assert f"median **{found['fault_harness_s']['median']:.2f} s**" in section
+    term = next(s for s in results["steps"] if s["lane"] == "v2-head" and s["step"] == "fault:term-create")
+    audit = term["results"]["phases"]["audit"]
+    assert f"waited {audit:.1f} s" in section and not term["results"]["cleanup"]["leftover_processes"]
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    assert f"{found['fault_harness_s']['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
