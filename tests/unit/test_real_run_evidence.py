@@ -79,3 +79,64 @@ def test_the_shm_and_affinity_run_is_what_the_docs_say() -> None:
     assert "48 of 81 tasks may run only on CPU 0" in docs and "all 81 may run on 0-1" in docs
     fault = steps[("v1-head", "fault-artifact")]["results"]["shm_left_not_judged"]
     assert fault["files"][0].removeprefix("/dev/shm/") in docs
+
+
+def test_the_variants_make_run_fails_by_the_two_known_findings_alone() -> None:
+    """`make qualify-vllm-cpu-variants` verbatim: every failure is a create's own semaphore or the not-self-contained
+    artifact; LoRA, prefix caching off and fp8 KV run on V1, n-gram is refused in vLLM's words, V2 needs Triton; the
+    decode-speed range the docs give is the run's (docs/real-vllm-run/README.md)."""
+    import gzip
+
+    name = "2026-12-03-variants-make"
+    results = json.loads(gzip.decompress((ROOT / "docs" / "real-vllm-run" / name / "results.json.gz").read_bytes()))
+    section = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text().split(f"`{name}/`", 1)[1].split("\n## ")[0]
+    section = " ".join(section.split())
+    steps = {(s["lane"], s["step"]): s for s in results["steps"]}
+    failed = {key for key, s in steps.items() if s["outcome"] == "failed"}
+    lanes = [f"v1-{arm}-{variant}" for variant in ("lora", "nopc", "fp8kv") for arm in ("head", "base")]
+    assert failed == {(lane, step) for lane in lanes for step in ("create", "restore-after-stop", "fresh-box")}
+    assert results["verdict"]["status"] == "fail" and "18 failed, 36 passed, 122 not applicable" in section
+    for lane in lanes:
+        (left,) = steps[(lane, "create")]["results"]["shm_left"]
+        assert left.startswith("/dev/shm/sem.mp-")
+        for step in ("restore-after-stop", "fresh-box"):
+            assert "the artifact is not self-contained" in steps[(lane, step)]["message"]
+    refused = "snapshot create does not support speculative decoding"
+    assert refused in steps[("v1-head-ngram", "create")]["message"] and refused in section
+    v2 = [s for (lane, _), s in steps.items() if lane.startswith("v2-")]
+    assert all(s["outcome"] == "skipped" and s["message"].startswith("not applicable: ") for s in v2)
+    assert all("requires Triton" in s["message"] or refused in s["message"] for s in v2)
+    judged = [
+        (s["results"]["decode_judgement"]["slowdown"], s["results"]["decode_speed"]["cpu"]["cpus_allowed"])
+        for (lane, step), s in steps.items()
+        if step in ("restore-1", "restore-2") and lane in lanes
+    ]
+    assert len(judged) == 12 and all(allowed == {"0-1": n} for _, allowed in judged for n in allowed.values())
+    low, high = min(j for j, _ in judged), max(j for j, _ in judged)
+    assert f"decoded at {low:.2f}–{high:.2f}× of their lane's ordinary engine" in section
+
+
+def test_the_affinity_experiments_table_is_its_sets() -> None:
+    """bench/affinity_after_restore.py's two runs: the medians in the docs' table and the claims beside it."""
+    import statistics
+
+    docs = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    medians: dict[str, dict[str, dict[str, float]]] = {}
+    for version in ("0.32.0", "0.31.0"):
+        found = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-04-affinity" / f"{version}.json").read_text())
+        rows = found["rows"]
+        assert found["facts"]["cpus"] == {"bound": "0", "free": "0-1"}
+        assert found["facts"]["restored_worker_cpus"] == ["0-1"] * 3, "every restore left the worker free"
+        medians[version] = {
+            engine: {
+                state: statistics.median(r["tps"] for r in rows if r["engine"] == engine and r["state"] == state)
+                for state in ("bound", "free")
+            }
+            for engine in ("ordinary", "restore-1", "restore-2", "restore-3")
+        }
+        ordinary = medians[version]["ordinary"]["bound"]
+        slowest = min(m for engine, states in medians[version].items() if engine != "ordinary" for m in states.values())
+        assert ordinary / slowest <= 1.08 + 0.005, (version, ordinary / slowest)
+    for engine in ("ordinary", "restore-1", "restore-2", "restore-3"):
+        cells = " | ".join(f"{medians[v][engine]['bound']:.1f} / {medians[v][engine]['free']:.1f}" for v in medians)
+        assert f"| {engine} | {cells} |" in docs, engine
