@@ -39,12 +39,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_reference import all_caps_flags, docker, free_port, wait_health  # noqa: E402
+from decode_under_load import _sample as box_sample  # noqa: E402
 
 from vsnap_qual import decode_speed, engine  # noqa: E402
 from vsnap_qual.contract import VLLM_CANARY_PROMPT  # noqa: E402
-from vsnap_qual.model import CpuSample, DecodeSpeed  # noqa: E402
-from vsnap_qual.procfs import parse_cpu_sample  # noqa: E402
-from vsnap_qual.runtimes.shell import _CPU_SAMPLE  # noqa: E402
+from vsnap_qual.model import DecodeSpeed  # noqa: E402
 
 MODEL = "vsnap/tiny-qwen3"
 REVISION = "b04193068dc9e2d037b36de7fec6ef00cdea53c5"
@@ -82,14 +81,10 @@ def move(box: str, pid: int, cpus: str) -> None:
 
 
 def timed(box: str, port: int, model: str, runs: int) -> DecodeSpeed:
-    def sample() -> CpuSample | None:
-        out = subprocess.run(["docker", "exec", box, "sh", "-c", _CPU_SAMPLE], capture_output=True, text=True)
-        return parse_cpu_sample(out.stdout) if out.returncode == 0 else None
-
     def generate() -> int:
         return len(engine.completion(port, model, VLLM_CANARY_PROMPT, max_tokens=decode_speed.TOKENS).token_ids)
 
-    return decode_speed.measure(generate, runs, sample=sample)
+    return decode_speed.measure(generate, runs, sample=lambda: box_sample(box))
 
 
 def row(which: str, state: str, speed: DecodeSpeed) -> dict[str, Any]:

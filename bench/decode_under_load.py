@@ -73,7 +73,7 @@ def _measure(name: str, port: int, runs: int) -> DecodeSpeed:
 
 def _row(label: str, speed: DecodeSpeed, quiet: DecodeSpeed) -> dict[str, Any]:
     judged = decode_speed.judge(quiet, speed, 1.75)
-    cpu = speed.get("cpu") or {}
+    cpu: dict[str, Any] = dict(speed.get("cpu") or {})
     return {
         "set": label,
         "tps": speed["median_tps"],
