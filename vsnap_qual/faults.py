@@ -37,6 +37,7 @@ from vsnap_qual.injection import (
     clear_fired,
     consumed,
     corrupt_manifest,
+    credit_teardown,
     cursor_past,
     disarm,
     fired_records,
@@ -46,6 +47,7 @@ from vsnap_qual.injection import (
     reset_artifact,
     restore_retrying_taken,
     settle,
+    settle_timed,
     signal_when_fired,
     truncate_image,
     wait_engine_gone,
@@ -956,7 +958,7 @@ def run_fault(
         # arm's record alone is looked at once. A tree parked for good in CRIU's restorer ends the wait where this
         # kind then records what was left without judging it: no more time could change what it left
         grace = run.config.cleanup_grace if cleanup_judged or injector.audits_after_sweep else 0.0
-        left, wchan, parked_after = settle_leftovers(at, injector, baseline, ignore, grace, cleanup_judged)
+        left, wchan, parked_after, went_after = settle_leftovers(at, injector, baseline, ignore, grace, cleanup_judged)
         judged = injector.own_cleanup_judged(at, cleanup_judged, left, wchan)
         # the audit of what was left: waited for (again up to the grace) only where its outcome is judged
         pids_left = [p["pid"] for p in left]
@@ -968,9 +970,12 @@ def run_fault(
         audit["grace_s"] = grace
         if parked_after is not None:
             audit["parked_for_good_after_s"] = parked_after
+        if went_after is not None:
+            audit["leftovers_went_after_s"] = went_after
         audit["judged"] = judged
         killed = kill_leftovers(run.box, baseline, set())
-        settle(run.box, baseline, set(), limit=run.config.cleanup_grace)  # killed ones reaped before the follow-up
+        # killed ones reaped before the follow-up: their teardown is the engine's time where they went
+        credit_teardown(run, *settle_timed(run.box, baseline, set(), limit=run.config.cleanup_grace))
         if injector.audits_after_sweep:  # what is left once the harness swept: nothing, whatever the action was
             swept = list(dict.fromkeys([*(p["pid"] for p in left), *killed]))
             audit["after_sweep"] = run.cleanup_audit(swept, [at.port] if injector.watches_port else [])
@@ -1001,10 +1006,12 @@ def run_fault(
 
 def settle_leftovers(
     at: Attempt, injector: Injector, baseline: set[int], ignore: set[int], grace: float, cleanup_judged: bool
-) -> tuple[list[ProcessRow], dict[str, str], float | None]:
-    """What the faulted action left after up to ``grace`` seconds, where each leftover waits in the kernel, and,
+) -> tuple[list[ProcessRow], dict[str, str], float | None, float | None]:
+    """What the faulted action left after up to ``grace`` seconds, where each leftover waits in the kernel,
     where the wait ended early because the leftovers were parked for good in CRIU's restorer and this kind does
-    not judge vLLM's cleanup of them (:class:`ParkedWatch`), how long after it began (else None)."""
+    not judge vLLM's cleanup of them (:class:`ParkedWatch`), how long after it began (else None), and where
+    everything left went by itself during the wait, how long it was still there (credited to the engine:
+    :func:`credit_teardown`; else None)."""
     parked = ParkedWatch(at.run.box)
     found: dict[str, Any] = {}
     started = time.monotonic()
@@ -1018,10 +1025,11 @@ def settle_leftovers(
         found.update(wchan=wchan, after=round(time.monotonic() - started, 2))
         return True
 
-    left = settle(at.run.box, baseline, ignore, limit=grace, hopeless=hopeless)
+    left, held_s = settle_timed(at.run.box, baseline, ignore, limit=grace, hopeless=hopeless)
+    went_after = credit_teardown(at.run, left, held_s)
     if found:  # the wait ended on these very leftovers: where they wait was just read
-        return left, found["wchan"], found["after"]
-    return left, leftover_wchan(at.run.box, [p["pid"] for p in left]) if left else {}, None
+        return left, found["wchan"], found["after"], went_after
+    return left, leftover_wchan(at.run.box, [p["pid"] for p in left]) if left else {}, None, went_after
 
 
 def leftover_wchan(box: Box, pids: list[int]) -> dict[str, str]:

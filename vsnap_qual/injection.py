@@ -184,14 +184,42 @@ def settle(
 ) -> list[ProcessRow]:
     """The processes still left after up to ``limit`` seconds (exiting ones get the time to finish), or as soon as
     ``hopeless`` says of what is left that no more time could end it (:class:`vsnap_qual.parked.ParkedWatch`)."""
-    deadline = time.monotonic() + limit
+    return settle_timed(box, baseline, ignore, limit, hopeless)[0]
+
+
+def settle_timed(
+    box: Box,
+    baseline: set[int],
+    ignore: set[int],
+    limit: float = 5.0,
+    hopeless: Callable[[list[ProcessRow]], bool] | None = None,
+) -> tuple[list[ProcessRow], float]:
+    """:func:`settle`, and for how long something was left: until the start of the last look that still found a
+    process (0.0 where the first found none). Where nothing is left at the end, that is the least time the
+    leftovers' own teardown took."""
+    started = time.monotonic()
+    deadline = started + limit
     left = new_processes(box, baseline, ignore)
+    last_left = started if left else None
     pause = 0.02
     while left and time.monotonic() < deadline and not (hopeless and hopeless(left)):
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
+        looked = time.monotonic()
         left = new_processes(box, baseline, ignore)
-    return left
+        if left:
+            last_left = looked
+    return left, round((last_left or started) - started, 3)
+
+
+def credit_teardown(run: FaultLane, left: list[ProcessRow], held_s: float) -> float | None:
+    """A wait for what a faulted or killed command left that ended with everything gone by itself: the engine's
+    own teardown, its time the engine's (as :func:`wait_engine_gone` counts a killed tree's); a wait that ended with
+    processes left (the limit, or parked for good) stays the harness's. The seconds credited (None: none)."""
+    if left or held_s <= 0:
+        return None
+    run.recorder.engine_time += held_s
+    return held_s
 
 
 def kill_leftovers(box: Box, baseline: set[int], ignore: set[int]) -> list[int]:

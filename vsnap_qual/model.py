@@ -215,6 +215,9 @@ class CleanupAudit(TypedDict, total=False):
     #: Fault steps: the wait for what was left ended this long after it began, the leftovers parked for good in
     #: CRIU's restorer and their cleanup not judged (``vsnap_qual.parked``); absent where the wait ran its course
     parked_for_good_after_s: float
+    #: Fault steps: everything the faulted action left went by itself during the wait; it was still there this
+    #: long (the engine's own teardown, its time the engine's: ``injection.credit_teardown``)
+    leftovers_went_after_s: float
     #: the kill kind (issue 29): the audit once more after the harness's sweep, and the PIDs that sweep killed
     after_sweep: "CleanupAudit"
     swept: list[int]
