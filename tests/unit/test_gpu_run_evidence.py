@@ -328,3 +328,30 @@ def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
     assert f"{found['fault_harness_s']['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
+
+
+def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
+    """The H200 run after a faulted command's own teardown became the engine's time: the credits the docs name,
+    the ratio (over the limit, said so) and the parked tree it met."""
+    name = "2026-12-04-teardown-credit"
+    results = json.loads((GPU_RUN / name / "results.json").read_text())
+    found = run_figures.figures(results)
+    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    section = " ".join(section.split())
+    cleanups = [(s["results"] or {}).get("cleanup") or {} for s in results["steps"]]
+    credits = sorted(c["leftovers_went_after_s"] for c in cleanups if "leftovers_went_after_s" in c)
+    assert credits and not any(c.get("leftover_processes") for c in cleanups if "leftovers_went_after_s" in c)
+    assert f"in {len(credits)} faults: " + ", ".join(f"{x:.2f} s" for x in credits[:-1]) in section
+    assert f"and {credits[-1]:.2f} s" in section
+    ratio = wall / engine
+    assert found["verdict"] == "pass" and f"Unrounded {ratio:.3f}: over issue 27's 1.15 again" in section
+    assert f"**`wall / engine` {ratio:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}" in section
+    assert f"median **{found['fault_harness_s']['median']:.2f} s**" in section
+    assert f"own time was {wall - engine:.0f} s" in section
+    parked = [c["parked_for_good_after_s"] for c in cleanups if "parked_for_good_after_s" in c]
+    assert parked == [1.84] and "ended after 1.84 s" in section
+    assert all(s["results"]["shm_left"] == [] for s in _steps(results, "create"))
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    assert f"{found['fault_harness_s']['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
+    assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
