@@ -206,14 +206,14 @@ def judge(
             else ""
         )
         pages = (huge_pages(best), huge_pages(ordinary))
-        memory = f"; the restored engine {pages[0]}, the ordinary {pages[1]}" if None not in pages else ""
+        beside = f"; the restored engine {pages[0]}, the ordinary {pages[1]}" if None not in pages else ""
         bound = (affinity(best), affinity(ordinary))
         if None not in bound:
-            memory += f"; its tasks' allowed CPUs {bound[0]}, the ordinary engine's {bound[1]}"
+            beside += f"; its tasks' allowed CPUs {bound[0]}, the ordinary engine's {bound[1]}"
         problems.append(
             f"decodes {slowdown:.2f}× slower than the ordinary engine: {best['median_tps']:.1f} vs "
             f"{ordinary['median_tps']:.1f} tokens/s (median of {len(best['runs_tps'])} runs of {best['tokens']} "
-            f"tokens{', measured twice' if retried is not None else ''}{busy}{memory}; tolerance {tolerance:g}×): "
+            f"tokens{', measured twice' if retried is not None else ''}{busy}{beside}; tolerance {tolerance:g}×): "
             "a restore that answers right but slowly"
         )
     ordinary_rate, restored_rate = ordinary.get("spec_acceptance"), best.get("spec_acceptance")

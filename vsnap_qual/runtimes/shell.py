@@ -30,11 +30,10 @@ from vsnap_qual.procfs import parse_cpu_sample
 _IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"
 _GPU_APPS = "nvidia-smi --query-compute-apps=pid --format=csv,noheader"
 _GPUS = "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader"
-# The /dev/shm files the processes hold open or mapped and that still have a name (not "(deleted)"): one
-# "shm PATH" line each.
-_SHM_HELD = (
-    "for p in {pids}; do ls -l /proc/$p/fd 2>/dev/null | sed -n 's|.* -> \\(/dev/shm/[^ ]*\\)$|\\1|p'; "
-    "awk 'NF == 6 && $6 ~ /^\\/dev\\/shm\\// {{print $6}}' /proc/$p/maps 2>/dev/null; done | sort -u | sed 's/^/shm /'"
+#: the /dev/shm files process $p holds open or mapped and that still have a name (not "(deleted)"), a path a line
+_SHM_OF_PROCESS = (
+    "ls -l /proc/$p/fd 2>/dev/null | sed -n 's|.* -> \\(/dev/shm/[^ ]*\\)$|\\1|p'; "
+    "awk 'NF == 6 && $6 ~ /^\\/dev\\/shm\\// {print $6}' /proc/$p/maps 2>/dev/null"
 )
 #: the box's processes' tasks' schedstat and CPUs allowed (those in this shell's own cgroup: the box's, even with
 #: pid=host), their processes' memory, and the
@@ -84,12 +83,9 @@ def parse_shm(text: str) -> list[ShmEntry]:
 #: every process's /dev/shm fds and mappings in one pass (``held PATH``), and the processes whose maps cannot be
 #: opened (``unread PID comm``: the fds are under the same access rule); a process gone meanwhile is neither
 _SHM_HOLDERS = (
-    "for d in /proc/[0-9]*; do "
-    'if ! { true < "$d/maps"; } 2>/dev/null; then [ -d "$d" ] && echo "unread ${d##*/} $(cat "$d/comm" 2>/dev/null)"; '
-    "continue; fi; "
-    "find \"$d/fd\" -mindepth 1 -maxdepth 1 -lname '/dev/shm/*' -printf 'held %l\\n' 2>/dev/null; "
-    'awk \'$6 ~ /^\\/dev\\/shm\\// {print "held " $6}\' "$d/maps" 2>/dev/null; '
-    "done; true"
+    "for d in /proc/[0-9]*; do p=${d##*/}; "
+    'if ! { true < "$d/maps"; } 2>/dev/null; then [ -d "$d" ] && echo "unread $p $(cat "$d/comm" 2>/dev/null)"; '
+    f"continue; fi; {_SHM_OF_PROCESS}; done | sed 's|^/dev/shm/|held /dev/shm/|'; true"
 )
 
 
@@ -226,7 +222,7 @@ class ShellBox:
             f"command -v nvidia-smi >/dev/null 2>&1 && {_GPU_APPS} 2>/dev/null | sed 's/^ */gpu /'; "
             f"for p in {listed}; do [ -r /proc/$p/stat ] && echo \"id $p $({_IDENT}) $(tr '\\0' ' ' "
             '< /proc/$p/cmdline)"; done; '
-            f"{_SHM_HELD.format(pids=listed)}; "
+            f"for p in {listed}; do {_SHM_OF_PROCESS}; done | sort -u | sed 's/^/shm /'; "
             f"end=$(( $(date +%s%N) / 1000000 + {int(grace * 1000)} )); kill -TERM {listed} 2>/dev/null; "
             "while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do left=; "
             f'for p in {listed}; do [ -r /proc/$p/stat ] && [ "$({_IDENT} | cut -c1)" != Z ] && left=1; done; '
