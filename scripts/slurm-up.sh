@@ -38,6 +38,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
 fi
 
 # --- munge ----------------------------------------------------------------------------------------------------
+# Debian's munge package makes a key when installed (mode 600); this one is for a host whose key is gone.
 KEY=/etc/munge/munge.key
 if [[ ! -s "$KEY" ]]; then
   log "creating the munge key $KEY"
