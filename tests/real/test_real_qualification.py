@@ -2,7 +2,7 @@
 runs it: vLLM 0.32.0 (head, with the real overlay checkout) against 0.31.0 (base), CPU smoke mode, both runners,
 the unit command from the overlay checkout, lifecycle and faults.
 
-What it must conclude is what the committed run concluded (``docs/real-vllm-run/``): a ``(CPU smoke)`` verdict
+What it must conclude is what the committed run concluded (``evidence/real-vllm/``): a ``(CPU smoke)`` verdict
 that fails only with real vLLM's own finding, "the artifact is not self-contained" (its restore after a graceful
 stop and in a fresh box, quoting vLLM's and CRIU's words); every other V1 step passed on both arms; V2 not
 applicable in vLLM's words; every fault that ran judged as expected; the overlay in three real processes.
