@@ -15,7 +15,8 @@ RUN = REAL_VLLM / "2026-12-02-full-f7df29a"
 
 
 def _results() -> dict[str, Any]:
-    return json.loads((RUN / "results.json").read_text())
+    results: dict[str, Any] = json.loads((RUN / "results.json").read_text())
+    return results
 
 
 def test_the_committed_run_is_a_cpu_smoke_fail_by_the_self_contained_finding_only() -> None:
