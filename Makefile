@@ -74,8 +74,8 @@ screenshot: install  ## docs/report-screenshot.png (+ .json: the templates' sha2
 doctor: install reference  ## host and image checks with `make qualify`'s options (the reference image built first)
 	$(VENV)/bin/vsnap-qual doctor $$(cat suites/profiles/reference.args)
 
-unit: install-dev  ## the tests that need no Docker and no image (seconds to minutes): unit, probe, report, plugin, the seam
-	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/unit tests/probe tests/report tests/seam -m "not docker and not real" -p no:cacheprovider $(PYTEST_ARGS)
+unit: install-dev  ## the tests that need no Docker and no image (seconds to minutes): unit, probe, report, plugin, the seam, the evidence
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/unit tests/probe tests/report tests/seam tests/evidence -m "not docker and not real" -p no:cacheprovider $(PYTEST_ARGS)
 
 test: install-dev reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh --no-skips tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)

@@ -48,7 +48,7 @@ mkdir -p "$prefix/site" "$prefix/src"
 # Run from a copy in the prefix, never from the checkout itself: that can be replaced while the tier runs (the
 # device tool re-sends the working tree with each call; a CI job's checkout can be updated under it). Before the
 # lanes bound the session's probe copy and ran in /, a fresh engine in a lane started before the replacement found
-# an empty probe and a deleted working directory (oneMKL: "Cannot load .../libtorch_cpu.so"; docs/gpu-run/); the
+# an empty probe and a deleted working directory (oneMKL: "Cannot load .../libtorch_cpu.so"; evidence/gpu/); the
 # harness's own modules, imported as the run goes, still must not change under it.
 tar -C "$here" --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./reports --exclude='*/__pycache__' \
   --exclude=./.mypy_cache --exclude=./.ruff_cache --exclude=./.pytest_cache -cf - . | tar -C "$prefix/src" -xf - ||

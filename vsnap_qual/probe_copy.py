@@ -5,7 +5,7 @@ The controller copies the probe (``--vsnap-probe-dir`` or the built-in ``vsnap_q
 directory once, before any lane starts, and records its digest in the session record; every lane binds that copy.
 So the probe a run used is kept with its evidence, and replacing the harness's files while a run is going (a
 ``git checkout``, a re-sent tree) no longer reaches a lane started earlier, which had found its probe mount
-emptied (seen on the H200: docs/gpu-run/2026-12-01-full-3/diagnosis.md)."""
+emptied (seen on the H200: evidence/gpu/2026-12-01-full-beb4d07-diagnostic/diagnosis.md)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
 - the harness's own time per step (steps − engine, summed over the lanes, with its median per step) and, for the
   fault steps, per phase of their sequence (``results.phases``, recorded by the run itself: ``faults.Phases``).
 
-Run: ``.venv/bin/python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of docs/gpu-run/ come
+Run: ``.venv/bin/python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of evidence/gpu/ come
 from it); the benchmarks and the evidence tests import :func:`figures` from here. The per-step arithmetic is
 ``vsnap_qual/step_times.py``.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # "The artifact is not self-contained": the /dev/shm evidence for one vLLM release and one IPC mode, by hand, with
-# real vLLM and real CRIU (docs/real-vllm-differences.md, that section; transcripts in docs/real-vllm-run/shm-finding/).
+# real vLLM and real CRIU (docs/real-vllm-differences.md, that section; transcripts in evidence/real-vllm/2026-12-01-shm-finding-dd6f44a/).
 # Usage: shm-finding.sh VERSION host|private OUTDIR [--serve]
 # A lane-like container of vsnap-vllm-cpu:VERSION with the harness's all-caps settings (every capability but
 # SYS_RESOURCE, seccomp/AppArmor unconfined, --init, host pid and network), IPC --ipc=host or private with

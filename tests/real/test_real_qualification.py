@@ -2,10 +2,11 @@
 runs it: vLLM 0.32.0 (head, with the real overlay checkout) against 0.31.0 (base), CPU smoke mode, both runners,
 the unit command from the overlay checkout, lifecycle and faults.
 
-What it must conclude is what the committed run concluded (``docs/real-vllm-run/``): a ``(CPU smoke)`` verdict
-that fails only with real vLLM's own finding, "the artifact is not self-contained" (its restore after a graceful
-stop and in a fresh box, quoting vLLM's and CRIU's words); every other V1 step passed on both arms; V2 not
-applicable in vLLM's words; every fault that ran judged as expected; the overlay in three real processes.
+What it must conclude is what the committed run concluded (``evidence/real-vllm/2026-12-02-full-f7df29a/``): a
+``(CPU smoke)`` verdict that fails only with real vLLM's own finding, "the artifact is not self-contained" (its
+restore after a graceful stop and in a fresh box, quoting vLLM's and CRIU's words); every other V1 step passed on both
+arms; V2 not applicable in vLLM's words; every fault that ran judged as expected; the overlay in three real
+processes.
 
 A third is said by every create: it leaves one name in the host's ``/dev/shm``, ``sem.mp-*``, that no process holds
 and the artifact does not name (tqdm's multiprocessing lock in the worker, never unlinked once ``criu dump`` kills

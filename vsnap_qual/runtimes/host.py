@@ -259,7 +259,7 @@ class HostLane(ShellBox):
                 # Every lane process inherits the holder's working directory: "/" (a container's, without a
                 # WORKDIR), never the caller's. A caller's directory can vanish mid-run (a CI checkout replaced
                 # under a running job): then getcwd() fails in every fresh engine, and oneMKL aborts at its first
-                # call with "Cannot load .../libtorch_cpu.so" (seen on the H200; docs/gpu-run/README.md).
+                # call with "Cannot load .../libtorch_cpu.so" (seen on the H200; evidence/gpu/README.md).
                 cwd="/",
                 env={
                     **self.spec.environment,

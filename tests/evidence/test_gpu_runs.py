@@ -1,4 +1,5 @@
-"""The committed H200 evidence backs what the docs say about it (the GPU is not in CI; its results.json is)."""
+"""The committed H200 runs (evidence/gpu/) back what the docs say about them (the GPU is not in CI; its results.json
+is)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from typing import Any
 from vsnap_qual import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_RUN = ROOT / "docs" / "gpu-run"
+GPU_RUN = ROOT / "evidence" / "gpu"
 
 
 def _latest() -> tuple[str, str, dict[str, Any]]:
-    """The run docs/gpu-run/README.md calls the latest full run, the verdict it states, and its results.json."""
+    """The run evidence/gpu/README.md calls the latest full run, the verdict it states, and its results.json."""
     readme = (GPU_RUN / "README.md").read_text()
     heading = re.search(r"^## Latest full run \(`([^`]+)`[^)]*\): (\w+)", readme, re.M)
-    assert heading, "docs/gpu-run/README.md has no '## Latest full run (`<dir>`, …): <VERDICT>' heading"
+    assert heading, "evidence/gpu/README.md has no '## Latest full run (`<dir>`, …): <VERDICT>' heading"
     name, stated = heading.groups()
     return name, stated, json.loads((GPU_RUN / name / "results.json").read_text())
 
@@ -60,7 +61,7 @@ def test_the_latest_gpu_runs_gpu_checks_are_in_its_evidence() -> None:
 
 
 def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
-    """The figures in the README and docs/gpu-run/README.md are bench/run_figures.py's of the latest run."""
+    """The figures in the README and evidence/gpu/README.md are bench/run_figures.py's of the latest run."""
     name, _, results = _latest()
     found = run_figures.figures(results)
     cold, restore = found["cold_start_ready_s"], found["restore_ready_s"]
@@ -75,13 +76,13 @@ def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
         f"| {found['engine_s']:.0f} s / {found['steps_s']:.0f} s |",
         f"| whole suite wall time | {found['wall_s']:.0f} s",
     ):
-        assert expected in figures, f"docs/gpu-run/README.md lacks {expected!r} ({name})"
+        assert expected in figures, f"evidence/gpu/README.md lacks {expected!r} ({name})"
 
 
 def test_the_identity_runs_words_in_the_docs_are_its_evidence() -> None:
-    """docs/gpu-run/README.md's identity section: each drift reached the restore's own process (held) and was
+    """evidence/gpu/README.md's identity section: each drift reached the restore's own process (held) and was
     refused naming only its field, with the values the README quotes."""
-    name = "2026-12-02-identity-v2"
+    name = "2026-12-02-identity-v2-9ed0f21"
     readme = (GPU_RUN / "README.md").read_text()
     section = readme.split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     results = json.loads((GPU_RUN / name / "results.json").read_text())
@@ -101,28 +102,31 @@ def test_the_identity_runs_words_in_the_docs_are_its_evidence() -> None:
 
 
 def test_the_harness_time_runs_figures_in_the_docs_are_computed_from_their_evidence() -> None:
-    """docs/gpu-run/README.md's issue-27 table: each ratio and median is what bench/run_figures.py computes from the
+    """evidence/gpu/README.md's issue-27 table: each ratio and median is what bench/run_figures.py computes from the
     committed results.json of the run it names (before: the identity run; after: the harness-time run)."""
     readme = (GPU_RUN / "README.md").read_text()
-    section = readme.split("(`2026-12-02-harness-time-v2`", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("(`2026-12-02-harness-time-v2-79525b5`", 1)[1].split("\n## ", 1)[0]
     figures = run_figures
-    before = figures.figures(json.loads((GPU_RUN / "2026-12-02-identity-v2" / "results.json").read_text()))
-    after = figures.figures(json.loads((GPU_RUN / "2026-12-02-harness-time-v2" / "results.json").read_text()))
-    assert after["verdict"] == "pass" and "PASS, 57 of 57" in readme.split("(`2026-12-02-harness-time-v2`", 1)[1][:40]
+    before = figures.figures(json.loads((GPU_RUN / "2026-12-02-identity-v2-9ed0f21" / "results.json").read_text()))
+    after = figures.figures(json.loads((GPU_RUN / "2026-12-02-harness-time-v2-79525b5" / "results.json").read_text()))
+    assert (
+        after["verdict"] == "pass"
+        and "PASS, 57 of 57" in readme.split("(`2026-12-02-harness-time-v2-79525b5`", 1)[1][:40]
+    )
     for found in (before, after):
         ratio = f"{found['wall_s']:.0f} s / {found['engine_s']:.0f} s = **{found['wall_s'] / found['engine_s']:.2f}**"
         assert ratio in section, ratio
         assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
     less = (after["wall_s"] - after["idle_s"]) / after["engine_s"]
     assert f"(441 − {after['idle_s']:.1f}) / 351 = {less:.3f}" in section
-    table = (GPU_RUN / "2026-12-02-harness-time-v2" / "figures.txt").read_text()
+    table = (GPU_RUN / "2026-12-02-harness-time-v2-79525b5" / "figures.txt").read_text()
     assert table.startswith("verdict                      pass") and "fault phase (harness s)" in table
 
 
 def test_the_baseline_options_runs_figures_in_the_docs_are_computed_from_its_evidence() -> None:
     """Issue 27 with the baseline's options (no window, the 3 s soak): the ratios and the median the README and
-    docs/gpu-run/README.md state are bench/run_figures.py's of the committed results.json."""
-    name = "2026-12-02-harness-time-v2-observe0"
+    evidence/gpu/README.md state are bench/run_figures.py's of the committed results.json."""
+    name = "2026-12-02-harness-time-v2-observe0-83b3051"
     found = run_figures.figures(json.loads((GPU_RUN / name / "results.json").read_text()))
     assert found["verdict"] == "pass"
     wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
@@ -148,9 +152,9 @@ def _held_s(results: dict[str, Any]) -> float:
 
 def test_the_teardown_runs_figures_in_the_docs_are_computed_from_its_evidence() -> None:
     """Issue 27 at the baseline's options, a killed tree's teardown counted as the engine's: the ratios (as counted
-    now, and with the teardown counted as the harness's) and the median the README and docs/gpu-run/README.md
+    now, and with the teardown counted as the harness's) and the median the README and evidence/gpu/README.md
     state are bench/run_figures.py's of the committed results.json."""
-    name = "2026-12-03-teardown-engine"
+    name = "2026-12-03-teardown-engine-cfab946"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     assert found["verdict"] == "pass"
@@ -172,7 +176,7 @@ def test_the_h200_chaos_runs_words_in_the_docs_are_its_evidence() -> None:
     """Issue 29 on the H200: the kills, the sweep and the finding the docs state are what its results.json says."""
     from vsnap_qual import chaos
 
-    name = "2026-12-02-chaos-v2-head"
+    name = "2026-12-02-chaos-v2-head-n20-a5ff883"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     fig = chaos.figures(results)
     rows = fig["rows"].values()
@@ -200,7 +204,7 @@ def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
     """Issue 29 on the H200 at the commit that records the finding: what the docs and the README say of it."""
     from vsnap_qual import chaos
 
-    name = "2026-12-02-chaos-v2-final"
+    name = "2026-12-02-chaos-v2-head-n8-4708c77"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     fig = chaos.figures(results)
     rows = fig["rows"]
@@ -221,7 +225,7 @@ def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
 def test_the_prefix_cache_runs_words_in_the_docs_are_its_evidence() -> None:
     """Issue 28's prefix-cache check on the H200: the prompt, the hits ask by ask and the not-judged variant the
     docs state are what its results.json recorded."""
-    name = "2026-12-03-prefix-cache"
+    name = "2026-12-03-prefix-cache-439dc3d"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     assert results["verdict"]["status"] == "pass" and "PASS, 34 of 34" in section
@@ -237,7 +241,7 @@ def test_the_prefix_cache_runs_words_in_the_docs_are_its_evidence() -> None:
 
 def test_the_final_runs_ratio_and_its_outlier_are_its_evidence() -> None:
     """The stop's last H200 run: the ratio the docs give, and the one fault whose audit made it miss 1.15."""
-    name = "2026-12-03-final"
+    name = "2026-12-03-all-checks-6a0923b"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     wall, engine = found["wall_s"], found["engine_s"]
@@ -254,7 +258,7 @@ def test_the_final_runs_ratio_and_its_outlier_are_its_evidence() -> None:
 def test_the_parked_grace_runs_ratio_is_its_evidence() -> None:
     """Issue 27 at the commit that ends the audit's wait for a parked tree: the ratio and the median the docs give,
     and the docs' word that this run met no parked tree (so the cut is guarded on CPU, not shown here)."""
-    name = "2026-12-03-parked-grace"
+    name = "2026-12-03-parked-grace-18cd881"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
@@ -272,24 +276,9 @@ def test_the_parked_grace_runs_ratio_is_its_evidence() -> None:
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
 
-def test_the_cpu_before_after_figures_are_its_evidence() -> None:
-    """The CPU before/after (bench/before_after.py) the README and docs/before-after state are its medians."""
-    found = json.loads((ROOT / "docs" / "before-after" / "2026-12-03" / "before-after.json").read_text())
-    before, after = found["medians"]["before"], found["medians"]["after"]
-    assert all(r["verdict"] == "pass" for runs in found["runs"].values() for r in runs)
-    assert len(found["runs"]["before"]) == len(found["runs"]["after"]) == 3 and found["before"] == "975826d"
-    said = (
-        f"median {before['fault_harness_median_s']:.2f} s → {after['fault_harness_median_s']:.2f} s; "
-        f"wall / engine {before['wall_per_engine']:.2f} → {after['wall_per_engine']:.2f}"
-    )
-    assert said in (ROOT / "README.md").read_text()
-    docs = (ROOT / "docs" / "before-after" / "README.md").read_text()
-    assert said.replace("median ", "harness time per fault ") in docs
-
-
 def test_the_second_parked_grace_runs_ratio_is_its_evidence() -> None:
     """The same code's next H200 run: its ratio and median as the docs state them, no kill left anything."""
-    name = "2026-12-03-parked-grace-2"
+    name = "2026-12-03-parked-grace-1cfee7b"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
@@ -309,7 +298,7 @@ def test_the_second_parked_grace_runs_ratio_is_its_evidence() -> None:
 def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
     """The first H200 run with the create's /dev/shm check: both creates judged and clean, nothing unread, and the
     ratio the docs give (over the limit, said so) with the audit that made it."""
-    name = "2026-12-03-create-shm"
+    name = "2026-12-03-create-shm-f8a668e"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
@@ -333,7 +322,7 @@ def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
 def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
     """The H200 run after a faulted command's own teardown became the engine's time: the credits the docs name,
     the ratio (over the limit, said so) and the parked tree it met."""
-    name = "2026-12-04-teardown-credit"
+    name = "2026-12-04-teardown-credit-9ffe76a"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]

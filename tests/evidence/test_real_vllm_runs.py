@@ -10,11 +10,13 @@ from typing import Any
 from vsnap_qual import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "docs" / "real-vllm-run" / "2026-12-02-full"
+REAL_VLLM = ROOT / "evidence" / "real-vllm"
+RUN = REAL_VLLM / "2026-12-02-full-f7df29a"
 
 
 def _results() -> dict[str, Any]:
-    return json.loads((RUN / "results.json").read_text())
+    results: dict[str, Any] = json.loads((RUN / "results.json").read_text())
+    return results
 
 
 def test_the_committed_run_is_a_cpu_smoke_fail_by_the_self_contained_finding_only() -> None:
@@ -26,7 +28,7 @@ def test_the_committed_run_is_a_cpu_smoke_fail_by_the_self_contained_finding_onl
     steps = _results()["steps"]
     faults = [s for s in steps if s["step"].startswith("fault:") and s["runner"] == "v1"]
     assert len(faults) == 24 and all(s["outcome"] == "passed" for s in faults)
-    readme = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    readme = (REAL_VLLM / "README.md").read_text()
     assert "**Verdict: `FAIL (CPU smoke)`, by one finding of real vLLM's**" in readme
     assert "| fault-artifact + 12 faults | 12/12 as expected | 12/12 as expected |" in readme
 
@@ -43,20 +45,20 @@ def test_the_figures_the_docs_state_are_the_runs() -> None:
         for s in _results()["steps"]
         if s["step"] == "create" and s["outcome"] == "passed"
     }
-    assert f"{sizes['v1-head']:,} B" in (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    assert f"{sizes['v1-head']:,} B" in (REAL_VLLM / "README.md").read_text()
 
 
 def test_the_fp8_and_prefix_cache_runs_are_what_the_docs_say() -> None:
     """Issue 28 on real vLLM's CPU build: the fp8 KV cache's capacity and scale buffers, and prefix caching across a
-    restore (0 then 256 cached tokens of a 320-token prompt), as docs/real-vllm-run/README.md states them."""
-    said = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
-    fp8 = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-03-fp8-kv" / "results.json").read_text())
+    restore (0 then 256 cached tokens of a 320-token prompt), as evidence/real-vllm/README.md states them."""
+    said = (REAL_VLLM / "README.md").read_text()
+    fp8 = json.loads((REAL_VLLM / "2026-12-03-fp8-kv-a7b1802" / "results.json").read_text())
     ordinary = next(s for s in fp8["steps"] if s["step"] == "ordinary")["results"]
     restored = next(s for s in fp8["steps"] if s["step"] == "restore-1")["results"]
     assert ordinary["kv_tokens"] == restored["kv_tokens"] == 4194304 and "4,194,304 tokens" in said
     scales = [n for n in ordinary["digests"] if n.rsplit(".", 1)[-1] in ("_k_scale", "_v_scale")]
     assert len(scales) == 4 and restored["digest_compare"]["ok"] and restored["digest_compare"]["buffers"] == 9
-    prefix = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-03-prefix-cache" / "results.json").read_text())
+    prefix = json.loads((REAL_VLLM / "2026-12-03-prefix-cache-hugepages-439dc3d" / "results.json").read_text())
     judged = [s["results"]["prefix_cache_judgement"] for s in prefix["steps"] if s["step"] == "restore-1"]
     assert len(judged) == 2 and all(j["ok"] and j["hits_restored"] == j["hits_ordinary"] == [0, 256] for j in judged)
     assert "0 then 256" in said and "320 token ids" in said
@@ -64,9 +66,9 @@ def test_the_fp8_and_prefix_cache_runs_are_what_the_docs_say() -> None:
 
 def test_the_shm_and_affinity_run_is_what_the_docs_say() -> None:
     """The create check's first real run: each create names its one semaphore and still delivers; the ordinary
-    engines' OpenMP tasks bound to CPU 0, the restored ones unbound (docs/real-vllm-run/README.md)."""
-    results = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-03-shm-affinity" / "results.json").read_text())
-    docs = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    engines' OpenMP tasks bound to CPU 0, the restored ones unbound (evidence/real-vllm/README.md)."""
+    results = json.loads((REAL_VLLM / "2026-12-03-shm-affinity-6c31433" / "results.json").read_text())
+    docs = (REAL_VLLM / "README.md").read_text()
     steps = {(s["lane"], s["step"]): s for s in results["steps"]}
     for arm in ("head", "base"):
         create = steps[(f"v1-{arm}", "create")]
@@ -84,12 +86,12 @@ def test_the_shm_and_affinity_run_is_what_the_docs_say() -> None:
 def test_the_variants_make_run_fails_by_the_two_known_findings_alone() -> None:
     """`make qualify-vllm-cpu-variants` verbatim: every failure is a create's own semaphore or the not-self-contained
     artifact; LoRA, prefix caching off and fp8 KV run on V1, n-gram is refused in vLLM's words, V2 needs Triton; the
-    decode-speed range the docs give is the run's (docs/real-vllm-run/README.md)."""
+    decode-speed range the docs give is the run's (evidence/real-vllm/README.md)."""
     import gzip
 
-    name = "2026-12-03-variants-make"
-    results = json.loads(gzip.decompress((ROOT / "docs" / "real-vllm-run" / name / "results.json.gz").read_bytes()))
-    section = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text().split(f"`{name}/`", 1)[1].split("\n## ")[0]
+    name = "2026-12-03-variants-make-fb96162"
+    results = json.loads(gzip.decompress((REAL_VLLM / name / "results.json.gz").read_bytes()))
+    section = (REAL_VLLM / "README.md").read_text().split(f"`{name}/`", 1)[1].split("\n## ")[0]
     section = " ".join(section.split())
     steps = {(s["lane"], s["step"]): s for s in results["steps"]}
     failed = {key for key, s in steps.items() if s["outcome"] == "failed"}
@@ -120,10 +122,10 @@ def test_the_affinity_experiments_table_is_its_sets() -> None:
     """bench/affinity_after_restore.py's two runs: the medians in the docs' table and the claims beside it."""
     import statistics
 
-    docs = (ROOT / "docs" / "real-vllm-run" / "README.md").read_text()
+    docs = (REAL_VLLM / "README.md").read_text()
     medians: dict[str, dict[str, dict[str, float]]] = {}
     for version in ("0.32.0", "0.31.0"):
-        found = json.loads((ROOT / "docs" / "real-vllm-run" / "2026-12-04-affinity" / f"{version}.json").read_text())
+        found = json.loads((REAL_VLLM / "2026-12-04-affinity-a97748c" / f"{version}.json").read_text())
         rows = found["rows"]
         assert found["facts"]["cpus"] == {"bound": "0", "free": "0-1"}
         assert found["facts"]["restored_worker_cpus"] == ["0-1"] * 3, "every restore left the worker free"
@@ -140,23 +142,3 @@ def test_the_affinity_experiments_table_is_its_sets() -> None:
     for engine in ("ordinary", "restore-1", "restore-2", "restore-3"):
         cells = " | ".join(f"{medians[v][engine]['bound']:.1f} / {medians[v][engine]['free']:.1f}" for v in medians)
         assert f"| {engine} | {cells} |" in docs, engine
-
-
-def test_the_variants_reference_run_at_the_create_check_is_what_the_docs_say() -> None:
-    """docs/variants-run/2026-12-04: PASS 408/408 with 128 not applicable; the 12 creates that ran were judged by the
-    /dev/shm check and left nothing, the 4 n-gram creates were refused in vLLM's words."""
-    import gzip
-
-    run = ROOT / "docs" / "variants-run"
-    results = json.loads(gzip.decompress((run / "2026-12-04" / "results.json.gz").read_bytes()))
-    summary = (run / "2026-12-04" / "summary.md").read_text()
-    assert results["verdict"]["status"] == "pass" and summary.startswith("## vsnap-qual: ✅ PASS")
-    assert "408/408 required steps passed (128 not applicable)" in summary
-    creates = [s for s in results["steps"] if s["step"] == "create"]
-    ran = [s for s in creates if s["outcome"] == "passed"]
-    refused = [s for s in creates if s["outcome"] == "skipped"]
-    assert len(ran) == 12 and all(s["results"]["shm_left"] == [] for s in ran)
-    assert len(refused) == 4 and all(s["lane"].endswith("-ngram") for s in refused)
-    assert all("snapshot create does not support speculative decoding" in s["message"] for s in refused)
-    docs = " ".join((run / "README.md").read_text().split())
-    assert "12 creates judged by the `/dev/shm` check, each leaving nothing" in docs

@@ -1,4 +1,4 @@
-"""The committed false-alarm soak backs what docs/soak/README.md and the README say about it."""
+"""The committed false-alarm soak backs what evidence/soak/README.md and the README say about it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SOAK = ROOT / "evidence" / "soak"
 
 
 def test_the_latest_soak_is_ten_clean_full_qualifications_as_the_docs_say() -> None:
-    soak = json.loads((ROOT / "docs" / "soak" / "2026-12-03" / "soak.json").read_text())
+    soak = json.loads((SOAK / "2026-12-03-qualify-x10-cb485e7" / "soak.json").read_text())
     runs = soak["runs"]
     assert soak["target"] == 10 and len(runs) == 10
     assert all(r["verdict"] == "pass" and r["exit_code"] == 0 and not r["failed"] for r in runs)
@@ -17,32 +18,32 @@ def test_the_latest_soak_is_ten_clean_full_qualifications_as_the_docs_say() -> N
     assert all("24 fault points per lane" in r["coverage"] for r in runs)
     walls = [r["wall_s"] for r in runs]
     said = f"{min(walls):.0f}–{max(walls):.0f} s"
-    assert "**10 of 10 PASS**" in (ROOT / "docs" / "soak" / "README.md").read_text()
-    assert said in (ROOT / "docs" / "soak" / "README.md").read_text() and said in (ROOT / "README.md").read_text()
+    assert "**10 of 10 PASS**" in (SOAK / "README.md").read_text()
+    assert said in (SOAK / "README.md").read_text() and said in (ROOT / "README.md").read_text()
 
 
 def test_the_latest_soaks_decode_speeds_are_what_the_docs_say() -> None:
     """The decode-speed check, the one most exposed to a shared CPU: every restore of the ten runs judged, none over
     the tolerance, none measured twice; the range the docs give is the evidence's."""
-    restores = json.loads((ROOT / "docs" / "soak" / "2026-12-03" / "decode.json").read_text())["restores"]
+    restores = json.loads((SOAK / "2026-12-03-qualify-x10-cb485e7" / "decode.json").read_text())["restores"]
     assert len(restores) == 160 and all(r["ok"] and not r["retried"] for r in restores)
     slowdowns = [r["slowdown"] for r in restores]
-    readme = (ROOT / "docs" / "soak" / "README.md").read_text()
+    readme = (SOAK / "README.md").read_text()
     assert f"{min(slowdowns):.3f}–{max(slowdowns):.3f}×" in readme
     assert f"{min(slowdowns):.2f}–{max(slowdowns):.2f}×" in (ROOT / "README.md").read_text()
 
 
 def test_the_soak_after_the_parked_tree_cut_is_ten_clean_runs_and_its_parked_waits_as_the_docs_say() -> None:
     """Issue 27's must-show after the audit's wait for a parked tree was cut: 10 of 10 PASS, and the parked case
-    (routine on CPU) ended early every time, as docs/soak/README.md gives it."""
-    folder = ROOT / "docs" / "soak" / "2026-12-03b"
+    (routine on CPU) ended early every time, as evidence/soak/README.md gives it."""
+    folder = SOAK / "2026-12-03-qualify-x10-1cfee7b"
     runs = json.loads((folder / "soak.json").read_text())["runs"]
     assert len(runs) == 10 and all(r["verdict"] == "pass" and r["exit_code"] == 0 and not r["failed"] for r in runs)
     assert all(r["coverage"].startswith("134/134 required steps passed") for r in runs)
     walls = [r["wall_s"] for r in runs]
     said = f"{min(walls):.0f}–{max(walls):.0f} s"
-    docs = (ROOT / "docs" / "soak" / "README.md").read_text()
-    section = docs.split("(`2026-12-03b/`)", 1)[1].split("\n## ", 1)[0]
+    docs = (SOAK / "README.md").read_text()
+    section = docs.split("(`2026-12-03-qualify-x10-1cfee7b/`)", 1)[1].split("\n## ", 1)[0]
     assert "**10 of 10 PASS**" in section and said in section
     assert f"10 of 10, {said}" in (ROOT / "README.md").read_text()
     parked = json.loads((folder / "parked.json").read_text())

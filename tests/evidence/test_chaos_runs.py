@@ -1,4 +1,4 @@
-"""The committed CPU chaos run backs what docs/chaos/README.md and the README say about it (issue 29)."""
+"""The committed CPU chaos run backs what evidence/chaos/README.md and the README say about it (issue 29)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from vsnap_qual import chaos
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "docs" / "chaos" / "2026-12-02-cpu-n50"
+RUN = ROOT / "evidence" / "chaos" / "2026-12-02-cpu-n50-5147b56"
 
 
 def test_the_cpu_chaos_runs_figures_are_its_evidence() -> None:
@@ -25,7 +25,7 @@ def test_the_cpu_chaos_runs_figures_are_its_evidence() -> None:
     assert sum(r["artifact"]["restores again"] for r in restores) == 200
     assert [(f["lane"], f["step"]) for f in fig["failed"]] == [("v1-head", "fault:term-restore.37")]
     assert (RUN / "figures.txt").read_text().strip() == chaos.render(fig)
-    doc = (ROOT / "docs" / "chaos" / "README.md").read_text()
+    doc = (RUN.parent / "README.md").read_text()
     assert "400 kills on CPU, 0 leaks after the sweep, 1 failed step" in doc and "`v1/head term-restore.37`" in doc
     assert "11 left no target and 189 a target" in doc and str(fig["seeds"][0]) in doc
     readme = (ROOT / "README.md").read_text()
