@@ -3,14 +3,9 @@ with one deliberately introduced snapshot defect (``variants.py``)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD  # noqa: E402
+from tests.integration.suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 
 
 @pytest.fixture(scope="session")

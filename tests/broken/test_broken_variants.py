@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 
 import pytest
-from suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
-from variants import LEAKED_REMAP, LEAKED_SEGMENT_PREFIX, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
+
+from tests.broken.variants import LEAKED_REMAP, LEAKED_SEGMENT_PREFIX, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
+from tests.integration.suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
 
 pytestmark = pytest.mark.docker
 LANE = "v1-head"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from kitsupport import BOOKWORM_IMAGE, HERE, KIT, KIT_IMAGE, PLUGIN_DIR, ROOT
+
+from tests.criu.kitsupport import BOOKWORM_IMAGE, HERE, KIT, KIT_IMAGE, PLUGIN_DIR, ROOT
 
 SESSION = f"criu-kit-tests-{uuid.uuid4().hex[:8]}"
 

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kitsupport import HERE
+
+from tests.criu.kitsupport import HERE
 
 pytestmark = pytest.mark.docker  # the prefix comes out of the kit image
 

@@ -4,7 +4,8 @@ wrapper, real dumps and restores, CRIU's CUDA plugin on a CPU host, and our cuda
 from __future__ import annotations
 
 import pytest
-from kitsupport import KIT, PLUGIN_DIR
+
+from tests.criu.kitsupport import KIT, PLUGIN_DIR
 
 pytestmark = pytest.mark.docker
 

@@ -12,8 +12,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-import harness_child
 import pytest
+
+from tests import harness_child
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
+
+from tests.integration.suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 
 
 @pytest.fixture(scope="session")

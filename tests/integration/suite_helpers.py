@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import harness_child
+from tests import harness_child
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_HEAD = "vsnap-reference:head"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from suite_helpers import REFERENCE_HEAD, ROOT
+
+from tests.integration.suite_helpers import REFERENCE_HEAD, ROOT
 
 pytestmark = pytest.mark.docker
 

@@ -5,8 +5,8 @@ same probe the lanes run (package_probe.SCRIPT, in a one-shot container of the r
 from __future__ import annotations
 
 import pytest
-from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 
+from tests.integration.suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 from vsnap_qual import box as vbox
 from vsnap_qual import options, package_probe
 from vsnap_qual.config import build_config
@@ -29,7 +29,7 @@ def test_make_qualifys_arms_run_with_auto_expectations(tmp_path):
 
 
 def _profile() -> list[str]:
-    from suite_helpers import ROOT
+    from tests.integration.suite_helpers import ROOT
 
     path = ROOT / "suites" / "profiles" / "reference.args"
     lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]

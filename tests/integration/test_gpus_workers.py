@@ -4,7 +4,8 @@ through the real plugin and xdist (collect-only: preflight runs, no lane starts)
 from __future__ import annotations
 
 import pytest
-from suite_helpers import REFERENCE_HEAD
+
+from tests.integration.suite_helpers import REFERENCE_HEAD
 
 CONFTEST = """
 def pytest_collection_finish(session):

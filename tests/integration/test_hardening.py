@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from suite_helpers import (
+
+from tests.integration.suite_helpers import (
     REFERENCE_HEAD,
     REFERENCE_PROFILE,
     ROOT,

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from suite_helpers import (
+
+from tests.integration.suite_helpers import (
     REFERENCE_BASE,
     REFERENCE_HEAD,
     check_items,

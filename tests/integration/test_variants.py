@@ -8,7 +8,8 @@ import hashlib
 import json
 
 import pytest
-from suite_helpers import run_suite
+
+from tests.integration.suite_helpers import run_suite
 
 pytestmark = pytest.mark.docker
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import docker
 import pytest
-from refsupport import BUILD_SH, CACHE, REAL_VLLM_VERSION, REFPLUG, Lane, RealVllm, _run_lane_container
+
+from tests.reference.refsupport import BUILD_SH, CACHE, REAL_VLLM_VERSION, REFPLUG, Lane, RealVllm, _run_lane_container
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ import urllib.error
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, ENGINE_ARGS, MODEL, Lane, free_port, http_json, wait_health
+
+from tests.reference.refsupport import ARTIFACT, ENGINE_ARGS, MODEL, Lane, free_port, http_json, wait_health
 
 MISSING_REVISION = "0123456789abcdef0123456789abcdef01234567"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import docker
 import pytest
-from refsupport import Lane
+
+from tests.reference.refsupport import Lane
 
 
 @pytest.mark.docker

@@ -9,7 +9,8 @@ import re
 import socket
 
 import pytest
-from refsupport import (
+
+from tests.reference.refsupport import (
     ARTIFACT,
     CANARY_PROMPTS,
     ENGINE_ARGS,

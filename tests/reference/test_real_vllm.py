@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, MODEL, REVISION, Lane, RealVllm, create_artifact
+
+from tests.reference.refsupport import ARTIFACT, MODEL, REVISION, Lane, RealVllm, create_artifact
 
 BAD_CREATE_ARGS: list[list[str]] = [
     [MODEL],

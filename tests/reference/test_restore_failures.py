@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, ExecResult, Lane, completion, create_artifact, free_port, restore
+
+from tests.reference.refsupport import ARTIFACT, ExecResult, Lane, completion, create_artifact, free_port, restore
 
 
 def restored_processes(lane: Lane) -> str:
