@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
 import pytest
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 pytest_plugins = ["pytester"]
 
 
+class VsnapRefused(Protocol):
+    """The ``vsnap_refused`` fixture's check (tests name it in their signatures, imported under ``TYPE_CHECKING``)."""
+
+    def __call__(self, name: str, args: list[str], env: dict[str, str], fragment: str, *, revision: str) -> str: ...
+
+
 @pytest.fixture(scope="session")
-def docker_client():
+def docker_client() -> DockerClient:
     """A client for the real local Docker engine (the integration tests never fake it). Containers of test or
     suite processes that were SIGKILLed (their owner is gone) are removed before the first test that needs it."""
     from vsnap_qual.box import RuntimeFailure
@@ -23,7 +35,7 @@ def docker_client():
 
 
 @pytest.fixture
-def vsnap_refused(pytester, monkeypatch, tmp_path):
+def vsnap_refused(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> VsnapRefused:
     """Run the plugin on a tiny suite with one bad input (``args``, exported ``env``) and check that it is refused
     as bad usage with one clear message holding ``fragment`` (no traceback, no git's own ``fatal:``)."""
 

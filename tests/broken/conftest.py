@@ -3,22 +3,22 @@ with one deliberately introduced snapshot defect (``variants.py``)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from tests.integration.suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 
-from suite_helpers import REFERENCE_BASE, REFERENCE_HEAD  # noqa: E402
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 
 @pytest.fixture(scope="session")
-def reference_images(docker_client) -> None:
+def reference_images(docker_client: DockerClient) -> None:
     """The reference engine images must exist (`make reference` builds them; `make test` does first)."""
     import docker.errors
 
-    missing = []
+    missing: list[str] = []
     for ref in (REFERENCE_HEAD, REFERENCE_BASE):
         try:
             docker_client.images.get(ref)

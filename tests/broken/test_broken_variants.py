@@ -12,10 +12,15 @@ import contextlib
 import glob
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
-from variants import LEAKED_REMAP, LEAKED_SEGMENT_PREFIX, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
+
+from tests.broken.variants import LEAKED_REMAP, LEAKED_SEGMENT_PREFIX, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
+from tests.integration.suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 pytestmark = pytest.mark.docker
 LANE = "v1-head"
@@ -25,7 +30,7 @@ LIFECYCLE = ("-m", "not fault", "--vsnap-runners=v1")
 TO_RESTORE_1 = (*LIFECYCLE, "-k", "ordinary or create or inspect or restore_1")
 
 
-def qualify(tmp_path: Path, docker_client, name: str | None, *args: str) -> SuiteRun:
+def qualify(tmp_path: Path, docker_client: DockerClient, name: str | None, *args: str) -> SuiteRun:
     """One qualification of lane v1-head with the variant ``name`` as the overlay (None: the unmodified image)."""
     options = list(args or LIFECYCLE)
     if name is not None:
@@ -37,7 +42,7 @@ def qualify(tmp_path: Path, docker_client, name: str | None, *args: str) -> Suit
     return run_suite(tmp_path / "report", *options, timeout=1200)
 
 
-def failed_step(run: SuiteRun, step: str) -> dict:
+def failed_step(run: SuiteRun, step: str) -> dict[str, Any]:
     assert run.returncode == 1, run.output[-4000:]
     record = run.step(lane=LANE, step=step)
     assert record["outcome"] == "failed", (step, record["outcome"], record["message"])
@@ -50,7 +55,9 @@ def passed(run: SuiteRun, *steps: str) -> None:
         assert record["outcome"] == "passed", (step, record["message"])
 
 
-def test_the_unmodified_reference_passes_the_same_checks(tmp_path, docker_client, reference_images):
+def test_the_unmodified_reference_passes_the_same_checks(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """The control: the checks below fail the variants, not the engine they are made from."""
     run = qualify(tmp_path, docker_client, None, *TO_RESTORE_1)
     assert run.returncode == 0, run.output[-4000:]
@@ -61,7 +68,9 @@ def test_the_unmodified_reference_passes_the_same_checks(tmp_path, docker_client
     assert prefix["ok"] is True and prefix["hits_ordinary"] == prefix["hits_restored"] == [0, 32], prefix
 
 
-def test_a_kv_pool_shrunk_after_restore_fails_restore_naming_both_capacities(tmp_path, docker_client, reference_images):
+def test_a_kv_pool_shrunk_after_restore_fails_restore_naming_both_capacities(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "kv-shrunk", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
     restore = failed_step(run, "restore-1")
@@ -73,7 +82,9 @@ def test_a_kv_pool_shrunk_after_restore_fails_restore_naming_both_capacities(tmp
     assert restore["results"]["kv_judgement"]["ok"] is False
 
 
-def test_a_restored_server_that_dies_after_restore_exits_0_fails_the_soak(tmp_path, docker_client, reference_images):
+def test_a_restored_server_that_dies_after_restore_exits_0_fails_the_soak(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "dies-after-restore", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
     restore = failed_step(run, "restore-1")
@@ -85,8 +96,8 @@ def test_a_restored_server_that_dies_after_restore_exits_0_fails_the_soak(tmp_pa
 
 
 def test_a_restored_server_that_dies_after_the_soak_fails_the_observation_window(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     # 12 s after restore: a 3 s soak alone would pass it (the variant's own defect is not a failed soak)
     run = qualify(tmp_path, docker_client, "dies-later", *TO_RESTORE_1, "--vsnap-observe=20")
     passed(run, "ordinary", "create", "inspect")
@@ -102,8 +113,8 @@ def test_a_restored_server_that_dies_after_the_soak_fails_the_observation_window
 
 
 def test_an_engine_wrong_only_for_seeded_requests_after_restore_fails_the_request_shapes(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "seeded-drifts-after-wake", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
     restore = failed_step(run, "restore-1")
@@ -121,8 +132,8 @@ def test_an_engine_wrong_only_for_seeded_requests_after_restore_fails_the_reques
     ("variant", "shape"), [("concurrent-wrong-after-restore", "concurrent"), ("long-prompt-cut-after-wake", "long")]
 )
 def test_an_engine_wrong_only_for_one_request_shape_after_restore_fails_naming_that_shape(
-    tmp_path, docker_client, reference_images, variant, shape
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None, variant: str, shape: str
+) -> None:
     run = qualify(tmp_path, docker_client, variant, *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
     restore = failed_step(run, "restore-1")
@@ -134,7 +145,9 @@ def test_an_engine_wrong_only_for_one_request_shape_after_restore_fails_naming_t
     assert all(c["compare"]["ok"] for c in compare if c["shape"] != shape), message
 
 
-def test_kv_scales_changed_by_a_wake_fail_the_digests_naming_the_buffers(tmp_path, docker_client, reference_images):
+def test_kv_scales_changed_by_a_wake_fail_the_digests_naming_the_buffers(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """Issue #28 item 2: a buffer (a KV scale) changed by the wake is named as a buffer though every answer holds."""
     run = qualify(tmp_path, docker_client, "kv-scales-rederived-on-wake", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
@@ -149,7 +162,9 @@ def test_kv_scales_changed_by_a_wake_fail_the_digests_naming_the_buffers(tmp_pat
     assert "canary differs" not in restore["message"] and "request shapes differ" not in restore["message"]
 
 
-def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(tmp_path, docker_client, reference_images):
+def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """Issue #28 item 3: every answer right, decoding three times slower after the wake. A slow restore-2 is its
     own finding: the restore after its graceful stop still runs (and is slow too), not skipped behind it."""
     selection = "ordinary or create or inspect or restore_1 or restart or restore_2 or graceful_stop"
@@ -168,7 +183,9 @@ def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(tmp_path
     assert "canary differs" not in restore["message"] and "digests differ" not in restore["message"]
 
 
-def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(tmp_path, docker_client, reference_images):
+def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """Issue #28 item 1: prefix caching off after the wake. Only the prefix-cache check can see it."""
     run = qualify(tmp_path, docker_client, "prefix-cache-lost-on-wake", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
@@ -183,8 +200,8 @@ def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(tmp_p
 
 
 def test_a_prefix_cache_hit_that_reads_other_blocks_fails_on_the_cached_answer(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """Issue #28 item 1: the repeated prompt hits as often as on the ordinary engine, and reads the wrong K/V: the
     cached ask's answer differs, and nothing else does."""
     run = qualify(tmp_path, docker_client, "prefix-cache-wrong-blocks-after-wake", *TO_RESTORE_1)
@@ -205,7 +222,9 @@ LORA = (
 )  # fmt: skip
 
 
-def test_a_wake_that_drops_the_adapters_fails_the_adapter_canaries_alone(tmp_path, docker_client, reference_images):
+def test_a_wake_that_drops_the_adapters_fails_the_adapter_canaries_alone(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """vLLM #53888's shape: after the restore's reload a request through the adapter gets the base model's answer,
     with no error; the plain canaries, digests and shapes all pass, so only the adapter canaries can see it. The
     unmodified reference passes the same selection (tests/integration/test_variants.py)."""
@@ -228,8 +247,8 @@ WEIGHTS = ("--vsnap-runners=v1", "-k", "ordinary or fault_artifact or weight-tam
 
 
 def test_the_unmodified_reference_loads_a_tampered_shard_and_the_digests_name_it(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """The control of the stale-weights variant: the reference reloads the weights at restore, so the damage shows."""
     run = qualify(tmp_path, docker_client, None, *WEIGHTS)
     assert run.returncode == 0, run.output[-4000:]
@@ -240,8 +259,8 @@ def test_the_unmodified_reference_loads_a_tampered_shard_and_the_digests_name_it
 
 
 def test_weights_never_reloaded_from_the_files_fail_the_tamper_fault_as_a_finding_against_the_engine(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "stale-weights-on-reload", *WEIGHTS)
     passed(run, "ordinary", "fault-artifact")
     fault = failed_step(run, "fault:weight-tampered")
@@ -252,8 +271,8 @@ def test_weights_never_reloaded_from_the_files_fail_the_tamper_fault_as_a_findin
 
 
 def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu_holder(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "lingers-after-stop", *TO_RESTORE_1)
     ordinary = failed_step(run, "ordinary")
     message = ordinary["message"]
@@ -268,7 +287,9 @@ def test_an_engine_core_that_lingers_after_stop_fails_the_cleanup_naming_the_gpu
         assert "GPU holder" in message, message
 
 
-def test_output_corrupted_after_the_first_token_fails_the_multi_token_canary(tmp_path, docker_client, reference_images):
+def test_output_corrupted_after_the_first_token_fails_the_multi_token_canary(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "corrupt-after-first-token", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")  # vLLM's own one-token canary and oracle still agree
     restore = failed_step(run, "restore-1")
@@ -278,7 +299,9 @@ def test_output_corrupted_after_the_first_token_fails_the_multi_token_canary(tmp
     assert "first diverging position 1" in restore["message"], restore["message"]
 
 
-def test_a_leaked_link_remap_is_named_with_its_file_and_lane(tmp_path, docker_client, reference_images):
+def test_a_leaked_link_remap_is_named_with_its_file_and_lane(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     try:
         run = qualify(tmp_path, docker_client, "leaks-link-remap")
     finally:
@@ -290,7 +313,9 @@ def test_a_leaked_link_remap_is_named_with_its_file_and_lane(tmp_path, docker_cl
     assert LEAKED_REMAP in first["message"] and LANE in first["message"], first["message"]
 
 
-def test_an_inspect_field_changed_by_restore_names_the_field_and_the_step(tmp_path, docker_client, reference_images):
+def test_an_inspect_field_changed_by_restore_names_the_field_and_the_step(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(tmp_path, docker_client, "inspect-changes-after-restore")
     passed(run, "ordinary", "create", "inspect")
     failures = [s for s in run.steps(lane=LANE) if s["outcome"] == "failed"]
@@ -300,8 +325,8 @@ def test_an_inspect_field_changed_by_restore_names_the_field_and_the_step(tmp_pa
 
 
 def test_an_engine_that_ignores_the_env_drift_fails_the_fault_not_as_an_ineffective_injection(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     run = qualify(
         tmp_path,
         docker_client,
@@ -321,8 +346,8 @@ def test_an_engine_that_ignores_the_env_drift_fails_the_fault_not_as_an_ineffect
 
 
 def test_an_engine_that_skips_identity_fields_fails_each_drift_of_them_by_name(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """One fault per identity field class: the five fields this engine does not compare restore anyway and fail
     as engine failures (the drift held: the restore saw the other value); the environment drifts still refuse."""
     run = qualify(
@@ -340,8 +365,8 @@ def test_an_engine_that_skips_identity_fields_fails_each_drift_of_them_by_name(
 
 
 def test_an_artifact_that_needs_a_shm_segment_is_one_finding_and_the_faults_do_not_cascade(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """The engine's artifact names a /dev/shm segment it does not carry (as real vLLM 0.31/0.32's do): the
     restores that need it gone fail as one named finding; every fault starts from an artifact that restores."""
     try:
@@ -382,7 +407,9 @@ def test_an_artifact_that_needs_a_shm_segment_is_one_finding_and_the_faults_do_n
     assert "check failed: the artifact restores alone" in " ".join(results["verdict"]["reasons"])
 
 
-def test_a_dev_shm_segment_the_stopped_tree_leaves_is_named_with_its_lane(tmp_path, docker_client, reference_images):
+def test_a_dev_shm_segment_the_stopped_tree_leaves_is_named_with_its_lane(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """The stopped tree held the segment (its own mappings say so) and no artifact needs it: a leak of this lane,
     named, whichever lane shares the host's /dev/shm."""
     try:
@@ -403,8 +430,8 @@ def test_a_dev_shm_segment_the_stopped_tree_leaves_is_named_with_its_lane(tmp_pa
 
 
 def test_a_restore_that_trusts_a_half_written_artifact_is_caught_by_a_random_kill_of_create(
-    tmp_path, docker_client, reference_images
-):
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """Issue 29: the variant's create publishes its manifest and then copies the weights into the artifact for
     4 s; its restore reloads them from that copy, zero-filled where a killed create never wrote, and checks no
     output. Six seeded kills of create (a replayable draw each) land in that copy; the restores of what they

@@ -11,6 +11,7 @@ What every variant breaks, and what the qualification must then say, is in :data
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -487,7 +488,7 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
-def build_overlay(variant: Variant, read_module, checkout: Path) -> Path:
+def build_overlay(variant: Variant, read_module: Callable[[str], str], checkout: Path) -> Path:
     """Write the variant's patched modules under ``checkout/vllm/...`` (``read_module(name)`` gives the image's
     source of a module) and return the checkout."""
     sources: dict[str, str] = {}

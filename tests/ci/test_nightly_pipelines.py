@@ -14,7 +14,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import yaml
@@ -102,8 +102,14 @@ class Nightly:
         return path.read_text() if path.exists() else None
 
 
+class RunNightly(Protocol):
+    """The ``nightly`` fixture: ci/nightly.sh run with ``env`` plus the stand-ins' ``FAKE_*`` settings."""
+
+    def __call__(self, env: dict[str, str], **fake: str) -> Nightly: ...
+
+
 @pytest.fixture
-def nightly(tmp_path):
+def nightly(tmp_path: Path) -> RunNightly:
     """Run ci/nightly.sh with exactly the given environment (plus the stand-ins), as a CI agent would."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -142,12 +148,14 @@ def nightly(tmp_path):
 
 
 def _buildkite() -> tuple[dict[str, Any], dict[str, Any]]:
-    pipeline = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())
+    pipeline: dict[str, Any] = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())
     return pipeline, pipeline["steps"][0]
 
 
-def _github() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())
+def _github() -> dict[str | bool, Any]:
+    """The GitHub workflow; its keys are strings but for the bare `on`, which YAML 1.1 reads as True."""
+    workflow: dict[str | bool, Any] = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())
+    return workflow
 
 
 def _github_env(inputs: dict[str, str] | None = None) -> dict[str, str]:
@@ -169,7 +177,7 @@ def _buildkite_env(image: str = "vllm/vllm-openai:nightly-0123abc") -> dict[str,
 
 
 # ---- no -n 2 on the one-GPU queue ----------------------------------------------------------------------------
-def test_buildkite_on_the_one_h200_queue_runs_the_lanes_one_after_another(nightly):
+def test_buildkite_on_the_one_h200_queue_runs_the_lanes_one_after_another(nightly: RunNightly) -> None:
     _, step = _buildkite()
     assert step["agents"]["queue"] == "gpu_1_h200"
     run = nightly(_buildkite_env(), FAKE_PYTEST_REPORT="1")
@@ -178,20 +186,20 @@ def test_buildkite_on_the_one_h200_queue_runs_the_lanes_one_after_another(nightl
     assert argv is not None and "-n" not in argv and not any(a.startswith("--numprocesses") for a in argv)
 
 
-def test_github_workflow_runs_the_lanes_one_after_another(nightly):
+def test_github_workflow_runs_the_lanes_one_after_another(nightly: RunNightly) -> None:
     run = nightly(_github_env(), FAKE_PYTEST_REPORT="1")
     assert run.returncode == 0, run.stderr
     argv = run.pytest_argv()
     assert argv is not None and "-n" not in argv
 
 
-def test_two_workers_only_when_an_agent_says_so(nightly):
+def test_two_workers_only_when_an_agent_says_so(nightly: RunNightly) -> None:
     run = nightly({**_buildkite_env(), "VSNAP_WORKERS": "2"}, FAKE_PYTEST_REPORT="1")
     argv = run.pytest_argv()
     assert argv is not None and argv[argv.index("-n") + 1] == "2"
 
 
-def test_the_pytest_command_uses_only_options_the_plugin_accepts(nightly):
+def test_the_pytest_command_uses_only_options_the_plugin_accepts(nightly: RunNightly) -> None:
     run = nightly(_buildkite_env(), FAKE_PYTEST_REPORT="1")
     argv = run.pytest_argv() or []
     assert argv[:2] == ["-m", "pytest"] and "-c" in argv and argv[argv.index("-c") + 1] == "/dev/null"
@@ -201,7 +209,7 @@ def test_the_pytest_command_uses_only_options_the_plugin_accepts(nightly):
 
 
 # ---- the model cache -----------------------------------------------------------------------------------------
-def test_both_pipelines_name_a_model_cache_and_the_github_workflow_says_how_to_fill_it():
+def test_both_pipelines_name_a_model_cache_and_the_github_workflow_says_how_to_fill_it() -> None:
     pipeline, _ = _buildkite()
     assert pipeline["env"]["VSNAP_MODEL_CACHE"]
     assert _github()["jobs"]["qualify"]["env"]["VSNAP_MODEL_CACHE"]
@@ -212,7 +220,9 @@ def test_both_pipelines_name_a_model_cache_and_the_github_workflow_says_how_to_f
     assert f"huggingface-cli download {model} --revision {revision}" in workflow, "the documented download is stale"
 
 
-def test_a_missing_model_cache_stops_before_setup_with_a_report_and_an_annotation(nightly, tmp_path):
+def test_a_missing_model_cache_stops_before_setup_with_a_report_and_an_annotation(
+    nightly: RunNightly, tmp_path: Path
+) -> None:
     env = {**_github_env(), "VSNAP_MODEL_CACHE": str(tmp_path / "no-such-cache"), "VSNAP_ANNOTATE": "1"}
     run = nightly(env, GITHUB_STEP_SUMMARY=str(tmp_path / "step-summary.md"))
     assert run.returncode == 1 and "VSNAP_MODEL_CACHE" in run.stderr
@@ -222,7 +232,7 @@ def test_a_missing_model_cache_stops_before_setup_with_a_report_and_an_annotatio
     assert run.calls("python3") == [] and run.pytest_argv() is None, "nothing set up or run"
 
 
-def test_the_doctor_checks_the_cache_the_suites_will_mount(nightly):
+def test_the_doctor_checks_the_cache_the_suites_will_mount(nightly: RunNightly) -> None:
     """The doctor runs with the model, revision and cache in its environment (it checks the cache holds that
     revision: vsnap_qual.doctor's model cache check), before any engine starts."""
     run = nightly(_github_env(), FAKE_PYTEST_REPORT="1")
@@ -232,7 +242,7 @@ def test_the_doctor_checks_the_cache_the_suites_will_mount(nightly):
     assert "model_cache_problems" in Path(doctor.__file__).read_text()
 
 
-def test_without_any_model_cache_the_script_refuses_to_start(nightly):
+def test_without_any_model_cache_the_script_refuses_to_start(nightly: RunNightly) -> None:
     env = {k: v for k, v in _github_env().items() if k != "VSNAP_MODEL_CACHE"}
     run = nightly(env, VSNAP_MODEL_CACHE="")
     assert run.returncode != 0 and "VSNAP_MODEL_CACHE" in run.stderr
@@ -240,7 +250,7 @@ def test_without_any_model_cache_the_script_refuses_to_start(nightly):
 
 # ---- VSNAP_ANNOTATE ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["0", "", "false"])
-def test_annotate_off_means_no_annotation_anywhere(nightly, value):
+def test_annotate_off_means_no_annotation_anywhere(nightly: RunNightly, value: str) -> None:
     failed = nightly({**_buildkite_env(), "VSNAP_ANNOTATE": value}, FAKE_DOCTOR_EXIT="1")
     assert failed.returncode == 1 and failed.calls("buildkite-agent") == [] and failed.annotation is None
     passed = nightly({**_buildkite_env(), "VSNAP_ANNOTATE": value}, FAKE_PYTEST_REPORT="1")
@@ -250,13 +260,13 @@ def test_annotate_off_means_no_annotation_anywhere(nightly, value):
         assert options.parse_standalone([], env={"VSNAP_ANNOTATE": value})["vsnap_annotate"] is False
 
 
-def test_annotate_on_annotates_the_failure(nightly):
+def test_annotate_on_annotates_the_failure(nightly: RunNightly) -> None:
     run = nightly({**_buildkite_env(), "VSNAP_ANNOTATE": "1"}, FAKE_DOCTOR_EXIT="1")
     assert run.calls("buildkite-agent") == [["annotate", "--style", "error", "--context", "vsnap-qual"]]
 
 
 # ---- a private venv ------------------------------------------------------------------------------------------
-def test_setup_never_pip_installs_into_the_system_python(nightly, tmp_path):
+def test_setup_never_pip_installs_into_the_system_python(nightly: RunNightly, tmp_path: Path) -> None:
     run = nightly(_github_env(), FAKE_PYTEST_REPORT="1")
     assert run.calls("python3") == [["-m", "venv", str(tmp_path / "venv")]], "python3 only makes the venv"
     pips = [c for c in run.calls("python") if c[:2] == ["-m", "pip"]]
@@ -264,7 +274,7 @@ def test_setup_never_pip_installs_into_the_system_python(nightly, tmp_path):
 
 
 # ---- concurrency ---------------------------------------------------------------------------------------------
-def test_one_qualification_at_a_time_on_each_pipeline():
+def test_one_qualification_at_a_time_on_each_pipeline() -> None:
     _, step = _buildkite()
     assert step["concurrency"] == 1 and step["concurrency_group"]
     flow = _github()
@@ -272,7 +282,7 @@ def test_one_qualification_at_a_time_on_each_pipeline():
 
 
 # ---- every stop leaves a report ------------------------------------------------------------------------------
-def test_a_failed_doctor_leaves_a_report_and_an_annotation(nightly, tmp_path):
+def test_a_failed_doctor_leaves_a_report_and_an_annotation(nightly: RunNightly, tmp_path: Path) -> None:
     run = nightly(
         {**_buildkite_env(), "VSNAP_ANNOTATE": "1"},
         FAKE_DOCTOR_EXIT="1",
@@ -284,7 +294,7 @@ def test_a_failed_doctor_leaves_a_report_and_an_annotation(nightly, tmp_path):
     assert run.annotation == run.summary and (tmp_path / "gh.md").read_text() == run.summary
 
 
-def test_options_the_harness_refuses_leave_a_report_with_its_message(nightly):
+def test_options_the_harness_refuses_leave_a_report_with_its_message(nightly: RunNightly) -> None:
     message = "ERROR: --vsnap-gpus: -n 2 runs 2 runner lanes at once (v1, v2) but this host has 1 GPU"
     run = nightly(
         {**_buildkite_env(), "VSNAP_ANNOTATE": "1", "VSNAP_WORKERS": "2"},
@@ -296,28 +306,29 @@ def test_options_the_harness_refuses_leave_a_report_with_its_message(nightly):
     assert run.annotation == run.summary
 
 
-def test_the_harness_report_is_kept_when_it_rendered_one(nightly):
+def test_the_harness_report_is_kept_when_it_rendered_one(nightly: RunNightly) -> None:
     run = nightly({**_buildkite_env(), "VSNAP_ANNOTATE": "1"}, FAKE_PYTEST_EXIT="1", FAKE_PYTEST_REPORT="1")
     assert run.returncode == 1 and run.summary == "## vsnap-qual: PASS\n", "not overwritten by the fallback"
     assert run.calls("buildkite-agent") == [], "the harness annotates its own report"
 
 
-def test_no_tests_is_a_failure(nightly):
+def test_no_tests_is_a_failure(nightly: RunNightly) -> None:
     run = nightly(_buildkite_env(), FAKE_PYTEST_EXIT="5")
     assert run.returncode == 1 and "no tests ran" in run.stderr
 
 
 # ---- the base arm --------------------------------------------------------------------------------------------
-def test_the_base_image_is_a_pinned_release_on_both_pipelines():
+def test_the_base_image_is_a_pinned_release_on_both_pipelines() -> None:
     pinned = re.compile(r"^vllm/vllm-openai:v\d+\.\d+\.\d+$")
     pipeline, _ = _buildkite()
     assert pinned.match(pipeline["env"]["VSNAP_BASE_IMAGE"])
     assert pinned.match(_github_env()["VSNAP_BASE_IMAGE"]), "the scheduled run's base"
-    triggers = _github().get("on", _github().get(True))  # YAML 1.1 reads a bare `on` as True
+    workflow = _github()
+    triggers = workflow["on"] if "on" in workflow else workflow[True]  # YAML 1.1 reads a bare `on` as True
     assert pinned.match(triggers["workflow_dispatch"]["inputs"]["base_image"]["default"])
 
 
-def test_the_dry_run_prints_the_same_commands_and_runs_none(nightly):
+def test_the_dry_run_prints_the_same_commands_and_runs_none(nightly: RunNightly) -> None:
     run = nightly({**_buildkite_env(), "VSNAP_DRY_RUN": "1"})
     assert run.returncode == 0 and run.calls("python") == [] and run.calls("python3") == []
     printed = [line[2:] for line in run.stdout.splitlines() if line.startswith("+ ")]
@@ -326,7 +337,7 @@ def test_the_dry_run_prints_the_same_commands_and_runs_none(nightly):
 
 
 # ---- images pulled before the doctor (issue 26) --------------------------------------------------------------
-def test_a_dry_run_with_a_new_tag_shows_the_pull_before_the_doctor(nightly):
+def test_a_dry_run_with_a_new_tag_shows_the_pull_before_the_doctor(nightly: RunNightly) -> None:
     run = nightly({**_buildkite_env("vllm/vllm-openai:nightly-0123abc"), "VSNAP_DRY_RUN": "1"})
     assert run.returncode == 0, run.stderr
     shown = [line for line in run.stdout.splitlines() if line.startswith("+ ")]
@@ -338,7 +349,7 @@ def test_a_dry_run_with_a_new_tag_shows_the_pull_before_the_doctor(nightly):
     assert not [c for c in run.calls("docker") if c[:1] == ["pull"]], "a dry run pulls nothing"
 
 
-def test_the_images_are_pulled_as_the_harness_would_then_the_suites_take_them_as_pulled(nightly):
+def test_the_images_are_pulled_as_the_harness_would_then_the_suites_take_them_as_pulled(nightly: RunNightly) -> None:
     tag, base = "vllm/vllm-openai:nightly", "vllm/vllm-openai:v0.33.0"
     built = "vllm/vllm-openai@sha256:" + "a" * 64
     run = nightly({**_buildkite_env(tag), "VSNAP_BASE_IMAGE": base}, FAKE_PYTEST_REPORT="1",
@@ -351,7 +362,7 @@ def test_the_images_are_pulled_as_the_harness_would_then_the_suites_take_them_as
     assert ["pull", built] not in pinned.calls("docker")
 
 
-def test_a_failed_pull_stops_before_the_doctor_with_a_report(nightly):
+def test_a_failed_pull_stops_before_the_doctor_with_a_report(nightly: RunNightly) -> None:
     run = nightly({**_buildkite_env("vllm/vllm-openai:nightly-0123abc"), "VSNAP_ANNOTATE": "1"},
                   FAKE_DOCKER_PULL_EXIT="1")  # fmt: skip
     assert run.returncode == 1

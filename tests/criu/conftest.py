@@ -4,32 +4,19 @@ here (every capability the host grants, unconfined seccomp/AppArmor/systempaths,
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import pytest
-from kitsupport import BOOKWORM_IMAGE, HERE, KIT, KIT_IMAGE, PLUGIN_DIR, ROOT
+
+from tests.criu.kitsupport import BOOKWORM_IMAGE, HERE, KIT, KIT_IMAGE, PLUGIN_DIR, ROOT, Result, RunIn
 
 SESSION = f"criu-kit-tests-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass
-class Result:
-    rc: int
-    output: str
-
-    def json(self) -> dict:
-        lines = [line for line in self.output.splitlines() if line.startswith("{")]
-        assert lines, f"no JSON line in the container's output (rc {self.rc}):\n{self.output[-3000:]}"
-        return json.loads(lines[-1])
 
 
 @pytest.fixture(scope="session")
@@ -71,13 +58,12 @@ def bookworm_image(kit_image: str) -> str:
 @pytest.fixture(scope="session", params=["trixie", "bookworm"])
 def image(request: pytest.FixtureRequest) -> str:
     """The kit on trixie (its own image: glibc 2.41, Python 3.13) and on bookworm (glibc 2.36, Python 3.11)."""
-    if request.param == "trixie":
-        return request.getfixturevalue("kit_image")
-    return request.getfixturevalue("bookworm_image")
+    image: str = request.getfixturevalue("kit_image" if request.param == "trixie" else "bookworm_image")
+    return image
 
 
 @pytest.fixture(scope="session")
-def run_in() -> Callable[..., Result]:
+def run_in() -> RunIn:
     """run_in(image, shell_command) -> Result: one container, tests/criu mounted read-only at /t, removed after.
     Privileges as --vsnap-privileges=all-caps: ALL minus SYS_RESOURCE (missing from this host's bounding set),
     seccomp/AppArmor/systempaths unconfined, host PID/IPC/network."""
@@ -90,7 +76,7 @@ def run_in() -> Callable[..., Result]:
         # The output goes to a file on a bind mount, complete when the container has exited (reading `docker logs`
         # right after the wait can miss the last lines).
         out = Path(tempfile.mkdtemp(prefix="vsnap-criutest."))
-        kwargs = {
+        kwargs: dict[str, object] = {
             "image": image,
             "command": ["bash", "-c", f"exec >/out/output 2>&1\n{command}"],
             "cap_add": ["ALL"],

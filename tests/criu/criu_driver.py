@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 TARGET = r"""
 import os, socket, sys, uuid
@@ -48,7 +49,7 @@ def ask(port: int) -> str | None:
         return None
 
 
-def wait_for(predicate, seconds: float) -> bool:
+def wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kitsupport import HERE
+
+from tests.criu.kitsupport import HERE
 
 pytestmark = pytest.mark.docker  # the prefix comes out of the kit image
 
@@ -31,7 +32,7 @@ def bare_kit(kit_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dest / "vsnap-criu"
 
 
-def test_bare_host_round_trip_keeps_pid_and_state(bare_kit: Path):
+def test_bare_host_round_trip_keeps_pid_and_state(bare_kit: Path) -> None:
     env = {**os.environ, "PATH": f"{bare_kit}/sbin:{bare_kit}/bin:{os.environ['PATH']}"}
     plugins = f"{bare_kit}/lib/criu"
     p = subprocess.run(

@@ -4,27 +4,28 @@ wrapper, real dumps and restores, CRIU's CUDA plugin on a CPU host, and our cuda
 from __future__ import annotations
 
 import pytest
-from kitsupport import KIT, PLUGIN_DIR
+
+from tests.criu.kitsupport import KIT, PLUGIN_DIR, RunIn
 
 pytestmark = pytest.mark.docker
 
 DRIVER = "python3 /t/criu_driver.py"
 
 
-def test_criu_version_is_sid_4_2_1(image, run_in):
+def test_criu_version_is_sid_4_2_1(image: str, run_in: RunIn) -> None:
     r = run_in(image, "criu --version && cat /opt/vsnap-criu/VERSION")
     assert r.rc == 0, r.output
     assert "Version: 4.2.1" in r.output.splitlines()[0]
     assert "debian_criu=4.2.1-1 (sid)" in r.output
 
 
-def test_criu_check_looks_good(image, run_in):
+def test_criu_check_looks_good(image: str, run_in: RunIn) -> None:
     r = run_in(image, "criu check")
     assert r.rc == 0, r.output
     assert "Looks good." in r.output
 
 
-def test_wrapper_runs_criu_on_the_kits_own_loader(image, run_in):
+def test_wrapper_runs_criu_on_the_kits_own_loader(image: str, run_in: RunIn) -> None:
     """criu's exe must be a file no restored process maps (the kit's ld.so, not the system's: PR_SET_MM_MAP fails
     with EBUSY otherwise on a bare host), and nothing of the kit leaks into the programs criu starts."""
     r = run_in(
@@ -44,7 +45,7 @@ def test_wrapper_runs_criu_on_the_kits_own_loader(image, run_in):
         assert not any(exe.endswith("ld-linux-x86-64.so.2") and not exe.startswith(KIT) for exe in chain), line
 
 
-def test_round_trip_keeps_pid_and_state(image, run_in):
+def test_round_trip_keeps_pid_and_state(image: str, run_in: RunIn) -> None:
     res = run_in(image, f"{DRIVER} --dump-plugin-dir {PLUGIN_DIR} --restore-plugin-dir {PLUGIN_DIR}").json()
     assert res["dump_rc"] == 0, res
     assert res["gone_after_dump"] and res["answer_after_dump"] is None, res  # really dumped, not left running
@@ -55,7 +56,7 @@ def test_round_trip_keeps_pid_and_state(image, run_in):
     assert res["after"] == f"{token} {pid} {int(counter) + 1}", res  # same process, same memory, same socket
 
 
-def test_cuda_plugin_loads_on_a_cpu_host_and_the_dump_succeeds(image, run_in):
+def test_cuda_plugin_loads_on_a_cpu_host_and_the_dump_succeeds(image: str, run_in: RunIn) -> None:
     res = run_in(image, f"{DRIVER} --dump-plugin-dir {PLUGIN_DIR} --no-restore").json()
     assert res["dump_rc"] == 0, res
     log = "\n".join(res["dump_log"])
@@ -63,7 +64,7 @@ def test_cuda_plugin_loads_on_a_cpu_host_and_the_dump_succeeds(image, run_in):
     assert "cuda_plugin: No GPU device found; CUDA plugin is disabled" in log, log
 
 
-def test_forced_plugin_asks_our_cuda_checkpoint_and_treats_the_process_as_non_cuda(image, run_in):
+def test_forced_plugin_asks_our_cuda_checkpoint_and_treats_the_process_as_non_cuda(image: str, run_in: RunIn) -> None:
     """CRIU_FAULT=138 makes the plugin run as on a GPU host: it runs `cuda-checkpoint -h` (ours: lists --action),
     then `--get-restore-tid` per process; ours fails without a driver, so the plugin skips the process."""
     res = run_in(image, f"{DRIVER} --dump-plugin-dir {PLUGIN_DIR} --dump-env CRIU_FAULT=138").json()
@@ -77,7 +78,7 @@ def test_forced_plugin_asks_our_cuda_checkpoint_and_treats_the_process_as_non_cu
     assert res["restore_rc"] == 0 and res["after"] is not None, res
 
 
-def test_cuda_checkpoint_help_lists_action(image, run_in):
+def test_cuda_checkpoint_help_lists_action(image: str, run_in: RunIn) -> None:
     long_help = run_in(image, "cuda-checkpoint --help")
     short_help = run_in(image, "cuda-checkpoint -h")  # what the plugin runs
     assert long_help.rc == 0 and short_help.rc == 0, (long_help, short_help)
@@ -93,7 +94,7 @@ def test_cuda_checkpoint_help_lists_action(image, run_in):
         assert option in long_help.output, (option, long_help.output)
 
 
-def test_cuda_checkpoint_without_driver_fails_clearly(image, run_in):
+def test_cuda_checkpoint_without_driver_fails_clearly(image: str, run_in: RunIn) -> None:
     r = run_in(
         image, "cuda-checkpoint --get-state --pid 1 >/tmp/o 2>/tmp/e; echo rc=$?; echo out=$(cat /tmp/o); cat /tmp/e"
     )
@@ -112,20 +113,20 @@ def test_cuda_checkpoint_without_driver_fails_clearly(image, run_in):
         ("--pid 1", "give one of --get-state, --get-restore-tid, --action, --toggle"),
     ],
 )
-def test_cuda_checkpoint_bad_command_line(kit_image, run_in, args, message):
+def test_cuda_checkpoint_bad_command_line(kit_image: str, run_in: RunIn, args: str, message: str) -> None:
     r = run_in(kit_image, f"cuda-checkpoint {args}; echo rc=$?")
     assert r.output.strip().endswith("rc=2"), r.output
     assert message in r.output, r.output
 
 
-def test_plugin_dir_missing_fails_in_criu(kit_image, run_in):
+def test_plugin_dir_missing_fails_in_criu(kit_image: str, run_in: RunIn) -> None:
     res = run_in(kit_image, f"{DRIVER} --dump-plugin-dir /nonexistent-plugins").json()
     assert res["dump_rc"] == 1, res
     assert any("Unable to open directory /nonexistent-plugins" in line for line in res["dump_log"]), res
     assert res["alive_after_failed_dump"] and res["answer_after_failed_dump"], res  # left running
 
 
-def test_corrupt_plugin_fails_in_criu(kit_image, run_in):
+def test_corrupt_plugin_fails_in_criu(kit_image: str, run_in: RunIn) -> None:
     res = run_in(
         kit_image,
         f"mkdir /tmp/bad && head -c 4096 /dev/urandom >/tmp/bad/cuda_plugin.so && {DRIVER} --dump-plugin-dir /tmp/bad",
@@ -137,7 +138,7 @@ def test_corrupt_plugin_fails_in_criu(kit_image, run_in):
 
 
 @pytest.mark.parametrize("with_plugin", [True, False], ids=["with-plugin", "without-plugin"])
-def test_restore_needs_the_plugin_when_the_dump_recorded_it(kit_image, run_in, with_plugin):
+def test_restore_needs_the_plugin_when_the_dump_recorded_it(kit_image: str, run_in: RunIn, with_plugin: bool) -> None:
     """A dump whose inventory lists cuda_plugin (made on this CPU host with a stand-in for the NVIDIA side, see
     driver_standin/) restores with the kit's plugin dir and fails in criu itself with a plugin dir without it."""
     restore_dir = PLUGIN_DIR if with_plugin else "/tmp/empty"

@@ -10,10 +10,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-import harness_child
 import pytest
+
+from tests import harness_child
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -22,8 +25,18 @@ pytestmark = [
 ]
 
 
+@dataclass(frozen=True)
+class HostTarget:
+    """How to qualify the reference engine installed on this host: its options, the environment (the criu kit on
+    PATH), and the folder holding the engine and the kit."""
+
+    options: list[str]
+    env: dict[str, str]
+    base: Path
+
+
 @pytest.fixture(scope="module")
-def host_target(tmp_path_factory) -> dict[str, object]:
+def host_target(tmp_path_factory: pytest.TempPathFactory) -> HostTarget:
     """The reference engine (head and base) for this Python, the criu kit unpacked, and the options to use."""
     base = tmp_path_factory.mktemp("host-target")
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -37,27 +50,27 @@ def host_target(tmp_path_factory) -> dict[str, object]:
     )  # fmt: skip
     kit = base / "vsnap-criu"
     path = os.pathsep.join([str(kit / "sbin"), str(kit / "bin"), os.environ["PATH"], str(base / "ref" / "sim" / "bin")])
-    return {
-        "options": done.stdout.split(),
-        "env": {**os.environ, "PATH": path, "CRIU_CUDA_PLUGIN_DIR": str(kit / "lib" / "criu")},
-        "base": base,
-    }
+    return HostTarget(
+        options=done.stdout.split(),
+        env={**os.environ, "PATH": path, "CRIU_CUDA_PLUGIN_DIR": str(kit / "lib" / "criu")},
+        base=base,
+    )
 
 
-def _qualify(target: dict[str, object], report: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _qualify(target: HostTarget, report: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable, "-m", "pytest", "-c", os.devnull, "-p", "vsnap_qual", "-p", "no:cacheprovider",
-        f"--rootdir={ROOT}", f"--confcutdir={ROOT}", str(ROOT / "suites"), *target["options"],  # type: ignore[misc]
+        f"--rootdir={ROOT}", f"--confcutdir={ROOT}", str(ROOT / "suites"), *target.options,
         f"--vsnap-report-dir={report}", "--vsnap-fault-timeout=20", "-q", *args,
     ]  # fmt: skip
-    return harness_child.run(cmd, cwd=ROOT, timeout=1500, env=target["env"])
+    return harness_child.run(cmd, cwd=ROOT, timeout=1500, env=target.env)
 
 
-def _records(report: Path) -> list[dict[str, object]]:
+def _records(report: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (report / "evidence.jsonl").read_text().splitlines()]
 
 
-def test_host_runtime_lifecycle_with_real_criu_passes(host_target, tmp_path):
+def test_host_runtime_lifecycle_with_real_criu_passes(host_target: HostTarget, tmp_path: Path) -> None:
     report = tmp_path / "report"
     done = _qualify(host_target, report, "--vsnap-runners=v1", "-k", "not compare", "-m", "not fault")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -66,19 +79,19 @@ def test_host_runtime_lifecycle_with_real_criu_passes(host_target, tmp_path):
     records = _records(report)
     env = next(r for r in records if r["kind"] == "environment")
     assert str(env["container_id"]).startswith("host-lane:"), "no container: a host lane"
-    assert env["image"]["labels"]["ai.vsnap.runtime"] == "host"  # type: ignore[index]
-    assert "Version: 4.2.1" in str(env["versions"]["criu"])  # type: ignore[index]
+    assert env["image"]["labels"]["ai.vsnap.runtime"] == "host"
+    assert "Version: 4.2.1" in str(env["versions"]["criu"])
     steps = {r["step"]: r for r in records if r["kind"] == "step" and r.get("lane") == "v1-head"}
-    tree = steps["inspect"]["results"]["manifest"]["process_tree"]  # type: ignore[index]
+    tree = steps["inspect"]["results"]["manifest"]["process_tree"]
     for n in (1, 2):  # real CRIU: the restored tree is the captured one, PID for PID, across the restart
-        assert steps[f"restore-{n}"]["results"]["root_pid"] == tree[0]  # type: ignore[index]
-        assert set(tree) <= set(steps[f"restore-{n}"]["results"]["pids"])  # type: ignore[index]
+        assert steps[f"restore-{n}"]["results"]["root_pid"] == tree[0]
+        assert set(tree) <= set(steps[f"restore-{n}"]["results"]["pids"])
     assert not list(Path("/var/tmp/vsnap-lanes").glob("vsnap-*-v1-head-*")), "the lane was removed"
 
 
-def test_a_lora_variant_restores_its_adapter_on_the_host_runtime(host_target, tmp_path):
+def test_a_lora_variant_restores_its_adapter_on_the_host_runtime(host_target: HostTarget, tmp_path: Path) -> None:
     """Issue 28's LoRA variant with the adapter scripts/host-reference.sh generates, as the GPU tier runs it."""
-    adapter = Path(host_target["base"]) / "ref" / "adapters" / "tiny-lora"  # type: ignore[arg-type]
+    adapter = host_target.base / "ref" / "adapters" / "tiny-lora"
     lora = f"lora=--enable-lora --max-lora-rank 8 --lora-modules tiny-lora={adapter}"
     report = tmp_path / "report"
     done = _qualify(
@@ -87,12 +100,12 @@ def test_a_lora_variant_restores_its_adapter_on_the_host_runtime(host_target, tm
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     steps = {r["step"]: r for r in _records(report) if r["kind"] == "step" and r.get("lane") == "v1-head-lora"}
-    assert steps["ordinary"]["results"]["adapters"]["tiny-lora"]["path"] == str(adapter)  # type: ignore[index]
-    compared = steps["restore-1"]["results"]["adapter_compare"]["tiny-lora"]  # type: ignore[index]
-    assert compared and all(c["ok"] for c in compared)  # type: ignore[union-attr]
+    assert steps["ordinary"]["results"]["adapters"]["tiny-lora"]["path"] == str(adapter)
+    compared = steps["restore-1"]["results"]["adapter_compare"]["tiny-lora"]
+    assert compared and all(c["ok"] for c in compared)
 
 
-def test_host_runtime_judges_injected_failures(host_target, tmp_path):
+def test_host_runtime_judges_injected_failures(host_target: HostTarget, tmp_path: Path) -> None:
     report = tmp_path / "report"
     # cancel-sigterm before pid-occupied: the base behaviour leaves the released restored tree alive after
     # SIGTERM (recorded, not judged); the harness must kill it and wait until its PIDs are free, or the later
@@ -111,9 +124,9 @@ def test_host_runtime_judges_injected_failures(host_target, tmp_path):
     assert results["verdict"]["status"] == "pass"
     sigterm = {r["arm"]: r["results"] for r in ran if r["step"] == "fault:cancel-sigterm"}
     for arm, res in sigterm.items():  # whatever the engine left, nothing of it is left for the next fault
-        follow = res["followup_restore"]  # type: ignore[index]
+        follow = res["followup_restore"]
         assert follow["exit_code"] == 0 and follow["canary_ok"], (arm, follow)
-        assert "still_held" not in (res.get("captured_id_waits") or {}).get("after_fault", {}), (arm, res)  # type: ignore[union-attr]
+        assert "still_held" not in (res.get("captured_id_waits") or {}).get("after_fault", {}), (arm, res)
 
 
 CHAOS_PLUGIN = '''"""Removes the checkout gpu-tier.sh was started from, as the session starts (before any lane); records
@@ -134,7 +147,7 @@ def pytest_unconfigure(config):
 '''
 
 
-def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
+def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target: HostTarget, tmp_path: Path) -> None:
     """On the H200 the device tool re-sends the checkout with each call, under a tier that outlives one call: lanes
     started before had their probe emptied and their directory deleted, and the next fresh engine died (oneMKL
     "Cannot load .../libtorch_cpu.so"). gpu-tier.sh runs from its own copy in the prefix; here the checkout it
@@ -146,7 +159,7 @@ def test_gpu_tier_runs_on_when_its_checkout_is_replaced(host_target, tmp_path):
     (checkout / "COMMIT").write_text("c0ffee\n")  # an exported tree names its commit (no .git here)
     carry = tmp_path / "carry"
     carry.mkdir()
-    (carry / "vsnap-criu-kit.tar.gz").symlink_to(host_target["base"] / "vsnap-criu-kit.tar.gz")  # type: ignore[operator]
+    (carry / "vsnap-criu-kit.tar.gz").symlink_to(host_target.base / "vsnap-criu-kit.tar.gz")
     out, prefix = tmp_path / "out", tmp_path / "prefix"
     env = {**os.environ, "PYTHON": sys.executable, "PREFIX": str(prefix), "VSNAP_GPU_TIER_RUNNERS": "v1",
            "VSNAP_GPU_MEMORY_UTILIZATION": "0.5",  # the harness default: the tier's 0.05 is for an H200's 141 GB
@@ -181,7 +194,9 @@ def pytest_runtest_call(item):
 '''
 
 
-def test_a_probe_removed_after_the_lane_started_does_not_reach_the_lane(host_target, tmp_path):
+def test_a_probe_removed_after_the_lane_started_does_not_reach_the_lane(
+    host_target: HostTarget, tmp_path: Path
+) -> None:
     """Lanes bind the session's copy of the probe in the report directory, not the harness's files: here the probe
     tree given by --vsnap-probe-dir is removed after the lane has started, before its ordinary engine is served,
     and the engine still loads the digest extension from the copy, whose digest the session record keeps."""
@@ -193,8 +208,7 @@ def test_a_probe_removed_after_the_lane_started_does_not_reach_the_lane(host_tar
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "probe_chaos.py").write_text(PROBE_CHAOS_PLUGIN)
-    target = {**host_target, "env": {**host_target["env"], "VSNAP_PROBE_DOOMED": str(probe),  # type: ignore[dict-item]
-                                     "PYTHONPATH": str(plugins)}}  # fmt: skip
+    target = replace(host_target, env={**host_target.env, "VSNAP_PROBE_DOOMED": str(probe), "PYTHONPATH": str(plugins)})
     report = tmp_path / "report"
     done = _qualify(target, report, "--vsnap-runners=v1", f"--vsnap-probe-dir={probe}", "-p", "probe_chaos",
                     "-k", "head and ordinary")  # fmt: skip

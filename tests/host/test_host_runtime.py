@@ -9,8 +9,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
@@ -21,12 +23,18 @@ from vsnap_qual.runtimes.host import LANE_TOKEN, HostLane, HostSpec, sweep
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host lanes need root")  # CI and dev machines are root
 
 
+class StartLane(Protocol):
+    """The ``lane_factory`` fixture: start a host lane named ``name`` (more ``HostSpec`` fields in ``spec_args``)."""
+
+    def __call__(self, name: str = "t", **spec_args: Any) -> HostLane: ...
+
+
 @pytest.fixture
-def lane_factory(tmp_path):
+def lane_factory(tmp_path: Path) -> Iterator[StartLane]:
     lanes: list[HostLane] = []
     root = tmp_path / "lanes"
 
-    def start(name: str = "t", **spec_args) -> HostLane:
+    def start(name: str = "t", **spec_args: Any) -> HostLane:
         control = tmp_path / f"control-{name}"
         control.mkdir(exist_ok=True)
         probe = tmp_path / "probe"
@@ -49,7 +57,7 @@ def lane_factory(tmp_path):
         lane.remove()
 
 
-def test_exec_gives_real_codes_output_environment_and_log(lane_factory, tmp_path):
+def test_exec_gives_real_codes_output_environment_and_log(lane_factory: StartLane, tmp_path: Path) -> None:
     lane = lane_factory()
     log = tmp_path / "step.log"
     result = lane.exec(["sh", "-c", "echo out; echo err >&2; printf %s \"$LANE_VAR$EXTRA\"; exit 7"], 30,
@@ -61,7 +69,7 @@ def test_exec_gives_real_codes_output_environment_and_log(lane_factory, tmp_path
     assert fast.exit_code == 137 and not exec_timed_out(fast.exit_code, fast.seconds, 30), "fast 137: no timeout"
 
 
-def test_exec_is_bounded_in_the_lane_and_escalates_to_kill(lane_factory):
+def test_exec_is_bounded_in_the_lane_and_escalates_to_kill(lane_factory: StartLane) -> None:
     lane = lane_factory()
     started = time.time()
     slept = lane.exec(["sleep", "30"], 1)
@@ -71,7 +79,7 @@ def test_exec_is_bounded_in_the_lane_and_escalates_to_kill(lane_factory):
     assert time.time() - started < 25
 
 
-def test_mounts_exist_only_inside_the_lane(lane_factory, tmp_path):
+def test_mounts_exist_only_inside_the_lane(lane_factory: StartLane, tmp_path: Path) -> None:
     lane = lane_factory()
     seen = lane.sh("ls /vsnap; cat /vsnap/probe/marker.py; touch /vsnap/probe/new 2>&1; echo hi > /vsnap/control/c")
     assert seen.stdout.split("\n")[:3] == ["control", "probe", "work"]
@@ -81,7 +89,9 @@ def test_mounts_exist_only_inside_the_lane(lane_factory, tmp_path):
     assert lane.read_bytes("/vsnap/control/c") == b"hi\n" and lane.read_bytes("/vsnap/nope") is None
 
 
-def test_lane_commands_never_work_in_the_callers_directory(lane_factory, tmp_path, monkeypatch):
+def test_lane_commands_never_work_in_the_callers_directory(
+    lane_factory: StartLane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The caller's working directory can vanish mid-run (on the H200 the checkout was re-sent under a running
     tier): a lane that inherited it gave every fresh engine a deleted cwd, and oneMKL aborted at its first call.
     Lane commands run in "/", as in a container without a WORKDIR, whatever the caller's directory."""
@@ -97,7 +107,7 @@ def test_lane_commands_never_work_in_the_callers_directory(lane_factory, tmp_pat
     assert lane.exec(["sh", "-c", "pwd -P"], 30).stdout == "/\n"
 
 
-def test_processes_are_the_lanes_own(lane_factory):
+def test_processes_are_the_lanes_own(lane_factory: StartLane) -> None:
     lane = lane_factory()
     other = subprocess.Popen(["sleep", "60"])  # a host process, same PID namespace, other mount namespace
     try:
@@ -110,7 +120,7 @@ def test_processes_are_the_lanes_own(lane_factory):
         other.wait()
 
 
-def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory):
+def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory: StartLane) -> None:
     """The decode-speed check's CPU figures (vsnap_qual.decode_speed): the lane shares the host's PID namespace
     and cgroup; only its members' tasks count as the engine's."""
     lane = lane_factory()
@@ -139,7 +149,7 @@ def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory):
         lane.exec(["kill", str(inside)], 10)
 
 
-def test_a_lane_owns_every_process_in_its_namespace_whatever_its_environment_says(lane_factory):
+def test_a_lane_owns_every_process_in_its_namespace_whatever_its_environment_says(lane_factory: StartLane) -> None:
     """A tree CRIU restores carries, in its restored environment, the token of the lane it was created in, and a
     process may clear its environment: either is still the lane's, stopped and audited with it (a restored tree
     that was nobody's kept its port and GPU on the H200). Another lane's namespace is not this one's."""
@@ -156,7 +166,7 @@ def test_a_lane_owns_every_process_in_its_namespace_whatever_its_environment_say
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
 
 
-def test_environment_restart_ends_every_process_and_empties_shm_but_keeps_work(lane_factory):
+def test_environment_restart_ends_every_process_and_empties_shm_but_keeps_work(lane_factory: StartLane) -> None:
     lane = lane_factory()
     pid = lane.spawn(["sleep", "300"], "/vsnap/control/sleeper.log")
     start = procfs.proc_info(pid).start_time  # type: ignore[union-attr]
@@ -172,7 +182,7 @@ def test_environment_restart_ends_every_process_and_empties_shm_but_keeps_work(l
     assert [p["pid"] for p in lane.processes()] == [lane.holder.pid]  # type: ignore[union-attr]
 
 
-def test_remove_leaves_nothing(lane_factory, tmp_path):
+def test_remove_leaves_nothing(lane_factory: StartLane, tmp_path: Path) -> None:
     lane = lane_factory()
     lane.spawn(["sleep", "300"], "/vsnap/control/sleeper.log")
     namespace = lane.namespace
@@ -184,7 +194,7 @@ def test_remove_leaves_nothing(lane_factory, tmp_path):
         lane.processes()
 
 
-def test_sweep_removes_the_lanes_of_a_dead_owner_only(lane_factory, tmp_path):
+def test_sweep_removes_the_lanes_of_a_dead_owner_only(lane_factory: StartLane, tmp_path: Path) -> None:
     mine = lane_factory("mine")
     root = tmp_path / "lanes"
     child = textwrap.dedent(f"""
@@ -211,7 +221,7 @@ def test_sweep_removes_the_lanes_of_a_dead_owner_only(lane_factory, tmp_path):
     assert not (root / "orphan").exists() and mine.running
 
 
-def test_orphans_are_reparented_to_the_holder_and_reaped(lane_factory):
+def test_orphans_are_reparented_to_the_holder_and_reaped(lane_factory: StartLane) -> None:
     """Some hosts' init never reaps (the lent GPU machine's): the holder is the lane's subreaper."""
     lane = lane_factory()
     pid = int(lane.sh("setsid sh -c 'sleep 1' </dev/null >/dev/null 2>&1 & echo $!").stdout)
@@ -223,7 +233,7 @@ def test_orphans_are_reparented_to_the_holder_and_reaped(lane_factory):
         time.sleep(0.05)
 
 
-def test_many_instant_commands_all_get_their_exit_code(lane_factory):
+def test_many_instant_commands_all_get_their_exit_code(lane_factory: StartLane) -> None:
     """A command that ends at once must still be answered pid-then-exit (a reaper race once lost the pid)."""
     lane = lane_factory()
 

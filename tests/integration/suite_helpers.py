@@ -7,9 +7,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import harness_child
+from tests import harness_child
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_HEAD = "vsnap-reference:head"
@@ -47,7 +50,8 @@ class SuiteRun:
 
     @property
     def results(self) -> dict[str, Any]:
-        return json.loads((self.report_dir / "results.json").read_text())
+        results: dict[str, Any] = json.loads((self.report_dir / "results.json").read_text())
+        return results
 
 
 def run_suite(
@@ -77,19 +81,20 @@ def run_suite(
     return SuiteRun(done.returncode, done.stdout + done.stderr, report_dir)
 
 
-def labelled_containers(client, session: str | None = None) -> list[str]:
+def labelled_containers(client: DockerClient, session: str | None = None) -> list[str]:
     from vsnap_qual import box as vbox
 
     label = f"{vbox.LABEL_SESSION}={session}" if session else vbox.LABEL_SESSION
     return [c.name for c in client.containers.list(all=True, filters={"label": label})]
 
 
-def image_file(client, image: str, module: str) -> str:
+def image_file(client: DockerClient, image: str, module: str) -> str:
     """The source of one module of the image's installed vllm package (read without importing it)."""
     code = f"import importlib.util; s = importlib.util.find_spec({module!r}); print(open(s.origin).read(), end='')"
-    return client.containers.run(
+    output: bytes = client.containers.run(
         image, ["python3", "-c", code], entrypoint=[], remove=True, network_mode="none"
-    ).decode()
+    )
+    return output.decode()
 
 
 def make_overlay(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -102,7 +107,7 @@ def make_overlay(tmp_path: Path, files: dict[str, str]) -> Path:
     return checkout
 
 
-def check_items(results: dict) -> dict:
+def check_items(results: dict[str, Any]) -> dict[str, Any]:
     """What a qualification concluded, less times and ids: the verdict's status and counts, every check with its
     items' judgements, every step's outcome, the coverage. Two runs of the same configuration on the same images
     must agree on all of it."""

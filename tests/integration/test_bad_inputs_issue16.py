@@ -3,7 +3,17 @@ fix, and no container is started (Docker is real; the image is never needed: eac
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
 from vsnap_qual import box as vbox
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+
+    from tests.conftest import VsnapRefused
 
 REV = "0" * 40
 SUITE = """
@@ -12,7 +22,7 @@ def test_uses_a_lane(vsnap_lane_run):
 """
 
 
-def _orphans(client) -> set[str]:
+def _orphans(client: DockerClient) -> set[str]:
     return {
         entry["Id"]
         for entry in client.api.containers(all=True, filters={"label": vbox.LABEL_SESSION})
@@ -20,7 +30,7 @@ def _orphans(client) -> set[str]:
     }
 
 
-def _cases(tmp_path):
+def _cases(tmp_path: Path) -> list[tuple[str, list[str], dict[str, str], str, str]]:
     plain = tmp_path / "vllm-copy"  # a copy of vLLM, not a git clone
     (plain / "vllm").mkdir(parents=True)
     (plain / "vllm" / "a.py").write_text("a = 1\n")
@@ -55,7 +65,9 @@ def _cases(tmp_path):
     ]
 
 
-def test_each_new_bad_input_is_refused_before_any_container(pytester, docker_client, tmp_path, vsnap_refused):
+def test_each_new_bad_input_is_refused_before_any_container(
+    pytester: pytest.Pytester, docker_client: DockerClient, tmp_path: Path, vsnap_refused: VsnapRefused
+) -> None:
     pytester.makepyfile(test_suite=SUITE)
     before = _orphans(docker_client)
     for name, args, env, ini, fragment in _cases(tmp_path):

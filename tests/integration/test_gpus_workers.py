@@ -3,8 +3,11 @@ through the real plugin and xdist (collect-only: preflight runs, no lane starts)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from suite_helpers import REFERENCE_HEAD
+
+from tests.integration.suite_helpers import REFERENCE_HEAD
 
 CONFTEST = """
 def pytest_collection_finish(session):
@@ -15,7 +18,9 @@ def pytest_collection_finish(session):
 
 
 @pytest.mark.parametrize(("xdist", "shown"), [([], "0 CONCURRENT 1"), (["-n", "2"], "2 CONCURRENT 2")])
-def test_worker_count_reaches_the_gpu_assignment(pytester, reference_images, tmp_path, xdist, shown):
+def test_worker_count_reaches_the_gpu_assignment(
+    pytester: pytest.Pytester, reference_images: None, tmp_path: Path, xdist: list[str], shown: str
+) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite="def test_uses_a_lane(vsnap_lane_run):\n    pass\n")
     result = pytester.runpytest_subprocess(

@@ -9,9 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from suite_helpers import (
+
+from tests.integration.suite_helpers import (
     REFERENCE_HEAD,
     REFERENCE_PROFILE,
     ROOT,
@@ -20,6 +22,9 @@ from suite_helpers import (
     make_overlay,
     run_suite,
 )
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 pytestmark = pytest.mark.docker
 
@@ -59,7 +64,7 @@ def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen[str], limit: fl
 def _session_id(report_dir: Path) -> str:
     from vsnap_qual.evidence import read_records
 
-    return next(r["run_id"] for r in read_records(report_dir / "evidence.jsonl") if r["kind"] == "session")
+    return next(str(r["run_id"]) for r in read_records(report_dir / "evidence.jsonl") if r["kind"] == "session")
 
 
 @pytest.mark.parametrize(
@@ -71,7 +76,14 @@ def _session_id(report_dir: Path) -> str:
     ],
     ids=["sigint-during-create", "sigterm-during-restore", "sigterm-during-fault"],
 )
-def test_interrupt_cleans_up_and_keeps_the_evidence(tmp_path, docker_client, reference_images, signum, moment, select):
+def test_interrupt_cleans_up_and_keeps_the_evidence(
+    tmp_path: Path,
+    docker_client: DockerClient,
+    reference_images: None,
+    signum: signal.Signals,
+    moment: str,
+    select: str,
+) -> None:
     report = tmp_path / "report"
     proc = _start_suite(report, "-m", select)
     _wait_for(moment, report, proc)
@@ -91,7 +103,9 @@ def test_interrupt_cleans_up_and_keeps_the_evidence(tmp_path, docker_client, ref
     assert "step" in kinds, "the steps finished before the interrupt were not kept"
 
 
-def test_sigkill_leftovers_are_swept_by_the_next_session(tmp_path, docker_client, reference_images):
+def test_sigkill_leftovers_are_swept_by_the_next_session(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     report = tmp_path / "report"
     proc = _start_suite(report, "-m", "not fault")
     _wait_for("logs/v1-head-lifecycle/create.log", report, proc)
@@ -108,7 +122,9 @@ def test_sigkill_leftovers_are_swept_by_the_next_session(tmp_path, docker_client
     assert labelled_containers(docker_client, session) == [], "the next session did not sweep the leftovers"
 
 
-def test_a_hung_engine_fails_within_its_budget_with_the_log_attached(tmp_path, docker_client, reference_images):
+def test_a_hung_engine_fails_within_its_budget_with_the_log_attached(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     source = image_file(docker_client, REFERENCE_HEAD, "vllm.entrypoints.cli.serve")
     hang = (
         "import time as _vsnap_time\n_vsnap_time.sleep(3600)  # vsnap-qual test: an engine that never becomes ready\n"
@@ -142,7 +158,9 @@ def _overlay_after_future_imports(source: str, code: str) -> str:
     return "".join(lines[:after]) + code + "".join(lines[after:])
 
 
-def test_an_engine_that_stops_answering_http_fails_the_step_within_budget(tmp_path, docker_client, reference_images):
+def test_an_engine_that_stops_answering_http_fails_the_step_within_budget(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """The server is up and healthy, but a completion never returns: the canary fails within the HTTP budget."""
     module = "vllm/entrypoints/openai/api_server.py"
     source = image_file(docker_client, REFERENCE_HEAD, "vllm.entrypoints.openai.api_server")
@@ -168,7 +186,9 @@ def test_an_engine_that_stops_answering_http_fails_the_step_within_budget(tmp_pa
     assert labelled_containers(docker_client, run.session) == []  # other sessions may run on this host
 
 
-def test_a_command_that_never_exits_is_killed_at_its_deadline(tmp_path, docker_client, reference_images):
+def test_a_command_that_never_exits_is_killed_at_its_deadline(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """``vllm snapshot create`` hangs: the in-container deadline ends it and the step fails within budget + 10 s."""
     module = "vllm/snapshot/controller.py"
     source = image_file(docker_client, REFERENCE_HEAD, "vllm.snapshot.controller")
@@ -198,7 +218,9 @@ def test_a_command_that_never_exits_is_killed_at_its_deadline(tmp_path, docker_c
     assert labelled_containers(docker_client, run.session) == []  # other sessions may run on this host
 
 
-def test_model_cache_is_mounted_read_only_and_left_unchanged(tmp_path, docker_client, reference_images):
+def test_model_cache_is_mounted_read_only_and_left_unchanged(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     cache = tmp_path / "hf"
     container = docker_client.containers.create(REFERENCE_HEAD, entrypoint=["true"])
     try:
@@ -229,7 +251,7 @@ def test_model_cache_is_mounted_read_only_and_left_unchanged(tmp_path, docker_cl
     assert digest_tree() == before
 
 
-def _image_hf_home(client) -> str:
+def _image_hf_home(client: DockerClient) -> str:
     image = client.images.get(REFERENCE_HEAD)
-    env = dict(e.split("=", 1) for e in image.attrs["Config"].get("Env") or [])
+    env: dict[str, str] = dict(e.split("=", 1) for e in image.attrs["Config"].get("Env") or [])
     return env.get("HF_HOME", "/root/.cache/huggingface")

@@ -4,6 +4,7 @@ what the run selected is recorded for the verdict's coverage. Needs Docker and t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,9 @@ def test_passes_but_its_teardown_breaks(vsnap_config, breaks_at_teardown):
 
 
 @pytest.mark.docker
-def test_collection_and_teardown_errors_are_evidence_and_fail_the_verdict(pytester, tmp_path, reference_images):
+def test_collection_and_teardown_errors_are_evidence_and_fail_the_verdict(
+    pytester: pytest.Pytester, tmp_path: Path, reference_images: None
+) -> None:
     pytester.makepyfile(test_suite=SUITE, test_broken="import vsnap_no_such_module_anywhere\n")
     report = tmp_path / "report"
     result = pytester.runpytest_subprocess(
@@ -46,7 +49,9 @@ def test_collection_and_teardown_errors_are_evidence_and_fail_the_verdict(pytest
 
 
 @pytest.mark.docker
-def test_a_teardown_error_is_evidence_and_fails_the_verdict(pytester, tmp_path, reference_images):
+def test_a_teardown_error_is_evidence_and_fails_the_verdict(
+    pytester: pytest.Pytester, tmp_path: Path, reference_images: None
+) -> None:
     pytester.makepyfile(test_suite=SUITE)
     report = tmp_path / "report"
     result = pytester.runpytest_subprocess(

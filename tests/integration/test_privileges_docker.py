@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,6 +12,9 @@ from vsnap_qual import privileges
 from vsnap_qual.box import BoxSpec
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes.docker import EngineContainer
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 BASE_IMAGE = "vsnap-debian:trixie"
 pytestmark = pytest.mark.docker
@@ -22,7 +26,7 @@ SHOW = (
 )
 
 
-def _box(docker_client, mode: str) -> EngineContainer:
+def _box(docker_client: DockerClient, mode: str) -> EngineContainer:
     """A labelled lane-like container of the base image in this privileges mode (the caller removes it)."""
     image = docker_runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
     spec = BoxSpec(
@@ -36,7 +40,7 @@ def _box(docker_client, mode: str) -> EngineContainer:
     return EngineContainer.start(docker_client, spec)
 
 
-def _granted(docker_client, mode: str) -> dict[str, str]:
+def _granted(docker_client: DockerClient, mode: str) -> dict[str, str]:
     box = _box(docker_client, mode)
     try:
         result = box.exec(["sh", "-c", SHOW], 30)
@@ -47,7 +51,7 @@ def _granted(docker_client, mode: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("mode", ["all-caps", "all-caps-own-pid"])
-def test_all_caps_grants_what_criu_needs(docker_client, mode):
+def test_all_caps_grants_what_criu_needs(docker_client: DockerClient, mode: str) -> None:
     seen = _granted(docker_client, mode)
     effective = int(seen["CapEff"], 16)
     missing = set(privileges.local_missing_capabilities())
@@ -62,14 +66,14 @@ def test_all_caps_grants_what_criu_needs(docker_client, mode):
         assert seen["init"] not in ("docker-init", "tini", "sleep"), seen  # the host's PID 1
 
 
-def test_host_namespaces_grants_no_extra_capability(docker_client):
+def test_host_namespaces_grants_no_extra_capability(docker_client: DockerClient) -> None:
     seen = _granted(docker_client, "host-namespaces")
     assert not int(seen["CapEff"], 16) >> privileges.CAPABILITIES.index("SYS_ADMIN") & 1
     assert seen["Seccomp"] != "0" and "ns_last_pid" not in seen
 
 
 @pytest.mark.parametrize("mode", ["all-caps", "all-caps-own-pid"])
-def test_the_process_listing_speaks_the_box_s_pid_numbers(docker_client, mode):
+def test_the_process_listing_speaks_the_box_s_pid_numbers(docker_client: DockerClient, mode: str) -> None:
     """``spawn`` returns the PID as the box sees it; ``processes()`` (``docker top``: host PIDs) must list the same
     number, or session membership and cleanup audits find nothing under the container's own PID namespace."""
     box = _box(docker_client, mode)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from suite_helpers import (
+
+from tests.integration.suite_helpers import (
     REFERENCE_BASE,
     REFERENCE_HEAD,
+    SuiteRun,
     check_items,
     image_file,
     labelled_containers,
@@ -21,13 +25,25 @@ from suite_helpers import (
     run_suite,
 )
 
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+
 pytestmark = pytest.mark.docker
 SECRET = "secret-value-123"
 OVERLAID = "vllm/snapshot/server.py"
 
 
+@dataclass
+class OverlaidRun(SuiteRun):
+    """The module's full run, and the sha256 of the overlaid file it was given."""
+
+    overlay_sha256: str
+
+
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory, docker_client, reference_images):
+def full_run(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient, reference_images: None
+) -> OverlaidRun:
     tmp = tmp_path_factory.mktemp("full")
     source = image_file(docker_client, REFERENCE_HEAD, "vllm.snapshot.server")
     checkout = make_overlay(tmp, {OVERLAID: source + "\n# vsnap-qual: a harmless overlay (comment only)\n"})
@@ -44,11 +60,11 @@ def full_run(tmp_path_factory, docker_client, reference_images):
             "VSNAP_TEST_EXTRA_SECRET": "another-secret-456",
         },
     )
-    run.overlay_sha256 = hashlib.sha256((checkout / OVERLAID).read_bytes()).hexdigest()  # type: ignore[attr-defined]
-    return run
+    overlay_sha256 = hashlib.sha256((checkout / OVERLAID).read_bytes()).hexdigest()
+    return OverlaidRun(run.returncode, run.output, run.report_dir, overlay_sha256)
 
 
-def test_every_step_and_fault_passes_on_both_runners_and_arms(full_run):
+def test_every_step_and_fault_passes_on_both_runners_and_arms(full_run: OverlaidRun) -> None:
     assert full_run.returncode == 0, full_run.output[-6000:]
     for runner in ("v1", "v2"):
         for arm in ("head", "base"):
@@ -59,7 +75,7 @@ def test_every_step_and_fault_passes_on_both_runners_and_arms(full_run):
             assert len(faults) >= 10 and all(f["outcome"] == "passed" for f in faults), (lane, faults)
 
 
-def test_restores_match_the_ordinary_reference(full_run):
+def test_restores_match_the_ordinary_reference(full_run: OverlaidRun) -> None:
     for runner in ("v1", "v2"):
         ordinary = full_run.step(lane=f"{runner}-head", step="ordinary")["results"]
         # vLLM's one-token canary first, then 5 prompts x 16 greedy tokens
@@ -83,7 +99,7 @@ def test_restores_match_the_ordinary_reference(full_run):
     assert v1 != v2, "the two model runners size the KV cache differently"
 
 
-def test_overlay_is_verified_in_the_running_engine(full_run):
+def test_overlay_is_verified_in_the_running_engine(full_run: OverlaidRun) -> None:
     for runner in ("v1", "v2"):
         files = full_run.step(lane=f"{runner}-head", step="overlay")["results"]["files"]
         assert [f["relative"] for f in files] == [OVERLAID]
@@ -93,7 +109,7 @@ def test_overlay_is_verified_in_the_running_engine(full_run):
         assert all(i["sha256"] == full_run.overlay_sha256 for i in item["imported"])
 
 
-def test_reports_exist_and_hold_no_secret(full_run):
+def test_reports_exist_and_hold_no_secret(full_run: OverlaidRun) -> None:
     for name in ("results.json", "report.html", "summary.md", "evidence.jsonl"):
         assert (full_run.report_dir / name).is_file(), name
     assert full_run.results["verdict"]
@@ -112,7 +128,7 @@ def test_reports_exist_and_hold_no_secret(full_run):
             assert SECRET.encode() not in data and b"another-secret-456" not in data, path
 
 
-def test_results_and_every_record_the_harness_wrote_validate_against_the_model(full_run):
+def test_results_and_every_record_the_harness_wrote_validate_against_the_model(full_run: OverlaidRun) -> None:
     """What the real harness wrote (not a synthetic run) against the shipped schema and the record schemas."""
     import jsonschema
 
@@ -130,11 +146,11 @@ def test_results_and_every_record_the_harness_wrote_validate_against_the_model(f
     assert verdict["coverage"]["required"] == len(verdict["coverage"]["passed"]) > 0
 
 
-def test_nothing_is_left_behind(full_run, docker_client):
+def test_nothing_is_left_behind(full_run: OverlaidRun, docker_client: DockerClient) -> None:
     assert labelled_containers(docker_client, full_run.session) == []  # other sessions may run on this host
 
 
-def test_base_image_fails_head_expectations_where_it_binds_http_first(tmp_path, reference_images):
+def test_base_image_fails_head_expectations_where_it_binds_http_first(tmp_path: Path, reference_images: None) -> None:
     run = run_suite(
         tmp_path / "report",
         "-m",
@@ -163,7 +179,7 @@ def test_base_image_fails_head_expectations_where_it_binds_http_first(tmp_path, 
     assert base_ok.returncode == 0, base_ok.output[-4000:]
 
 
-def test_a_disabled_hook_fails_as_an_ineffective_injection(tmp_path, reference_images):
+def test_a_disabled_hook_fails_as_an_ineffective_injection(tmp_path: Path, reference_images: None) -> None:
     import shutil
 
     from vsnap_qual.probe_copy import BUILT_IN as PROBE_DIR
@@ -197,7 +213,9 @@ BREAK = (
 )
 
 
-def test_an_overlay_that_breaks_restored_weights_fails_canary_and_digests(tmp_path, docker_client, reference_images):
+def test_an_overlay_that_breaks_restored_weights_fails_canary_and_digests(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
     """A real overlay over the image's vllm package with a subtle bug in the weight reload that snapshots use:
     vLLM's single private canary still passes, but the restore steps must fail and name the parameter."""
     source = image_file(docker_client, REFERENCE_HEAD, "vllm.v1.worker.gpu_worker")
@@ -227,7 +245,7 @@ def test_an_overlay_that_breaks_restored_weights_fails_canary_and_digests(tmp_pa
 GOLDEN = Path(__file__).parent / "golden" / "make-qualify-check-items.json"
 
 
-def test_make_qualify_concludes_as_recorded(full_run):
+def test_make_qualify_concludes_as_recorded(full_run: OverlaidRun) -> None:
     """`make qualify`'s configuration (the reference profile, the base arm, -n 2), in this module's one full run
     (with its harmless overlay, so the overlay is judged too, and ``--vsnap-observe=0``: the window has its own
     tests; one run instead of two keeps .ci/run inside its time), reaches the recorded verdict, checks, items, step

@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 import pytest
@@ -13,15 +16,19 @@ import pytest
 from vsnap_qual import box as vbox
 from vsnap_qual import decode_speed, parked
 from vsnap_qual.box import BoxSpec
+from vsnap_qual.model import CpuSample
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes.docker import EngineContainer
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 BASE_IMAGE = "vsnap-debian:bookworm"
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
-def box(docker_client):
+def box(docker_client: DockerClient) -> Iterator[EngineContainer]:
     image = docker_runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
     spec = BoxSpec(
         engine=BASE_IMAGE,
@@ -36,7 +43,7 @@ def box(docker_client):
     container.remove()
 
 
-def test_exec_returns_real_exit_codes_and_output(box, tmp_path):
+def test_exec_returns_real_exit_codes_and_output(box: EngineContainer, tmp_path: Path) -> None:
     log = tmp_path / "step.log"
     result = box.exec(["sh", "-c", "echo out; echo err >&2; exit 7"], 30, log=log)
     assert result.exit_code == 7
@@ -46,27 +53,27 @@ def test_exec_returns_real_exit_codes_and_output(box, tmp_path):
     assert box.exec(["printenv", "EXTRA"], 10, env={"EXTRA": "x"}).stdout.strip() == "x"
 
 
-def test_exec_is_bounded_inside_the_container(box):
+def test_exec_is_bounded_inside_the_container(box: EngineContainer) -> None:
     started = time.time()
     result = box.exec(["sleep", "30"], 2)
     assert vbox.exec_timed_out(result.exit_code, result.seconds, 2) and result.exit_code == 124
     assert time.time() - started < 10
 
 
-def test_spawn_keeps_running_after_the_exec_returns(box):
+def test_spawn_keeps_running_after_the_exec_returns(box: EngineContainer) -> None:
     pid = box.spawn(["sleep", "300"], "/tmp/sleeper.log")
     assert any(p["pid"] == pid for p in box.processes())
     assert box.exec(["kill", "-0", str(pid)], 10).exit_code == 0
     box.exec(["kill", str(pid)], 10)
 
 
-def test_files_are_read_back_and_missing_files_are_none(box):
+def test_files_are_read_back_and_missing_files_are_none(box: EngineContainer) -> None:
     box.sh("printf 'abc' > /tmp/f", 10)
     assert box.read_bytes("/tmp/f") == b"abc"
     assert box.read_bytes("/tmp/does-not-exist") is None
 
 
-def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(box):
+def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(box: EngineContainer) -> None:
     box.sh("echo kept > /root/marker", 10)
     pid = box.spawn(["sleep", "300"], "/tmp/s2.log")
     before = box.id
@@ -77,7 +84,7 @@ def test_restart_keeps_the_container_and_its_filesystem_but_not_its_processes(bo
     assert all(p["pid"] != pid for p in box.processes())
 
 
-def test_sweep_removes_containers_of_dead_owners_only(docker_client):
+def test_sweep_removes_containers_of_dead_owners_only(docker_client: DockerClient) -> None:
     image = docker_client.images.list()[0]  # created, never started: any local image does
     labels = {vbox.LABEL_SESSION: "test-sweep"}
     dead = docker_client.containers.create(
@@ -99,12 +106,12 @@ def test_sweep_removes_containers_of_dead_owners_only(docker_client):
             docker_runtime.remove_container(c)
 
 
-def test_missing_image_is_not_pulled_silently(docker_client):
+def test_missing_image_is_not_pulled_silently(docker_client: DockerClient) -> None:
     with pytest.raises(vbox.RuntimeFailure, match="is not present locally and could not be pulled"):
         docker_runtime.resolve_image(docker_client, "vsnap-no-such-image:never", pull_timeout=30)
 
 
-def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client):
+def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client: DockerClient) -> None:
     """Another worker removes its container between our listing and our inspect/remove (the NotFound race
     that failed one of three ``make qualify`` runs): the sweep removes the rest and does not raise."""
     image = docker_client.images.list()[0]
@@ -114,7 +121,7 @@ def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client)
     staying = docker_client.containers.create(image.id, ["true"], labels=labels, name=f"{session}-b")
     real_list = docker_client.api.containers
 
-    def list_then_sibling_removes(*args, **kwargs):
+    def list_then_sibling_removes(*args: Any, **kwargs: Any) -> Any:
         found = real_list(*args, **kwargs)
         vanishing.remove(force=True)  # the sibling's teardown, right after our listing
         return found
@@ -130,7 +137,7 @@ def test_sweep_tolerates_a_container_that_vanishes_while_it_lists(docker_client)
         docker_client.containers.get(staying.id)
 
 
-def test_an_abandoned_exec_keeps_writing_its_log_until_its_stream_ends(box, tmp_path):
+def test_an_abandoned_exec_keeps_writing_its_log_until_its_stream_ends(box: EngineContainer, tmp_path: Path) -> None:
     """Past the host deadline the exec is abandoned, but the log is not closed under the pump: output that
     arrives later still reaches the log (before, the pump wrote to a closed file)."""
     log = tmp_path / "late.log"
@@ -143,7 +150,7 @@ def test_an_abandoned_exec_keeps_writing_its_log_until_its_stream_ends(box, tmp_
     assert "late-42" in log.read_text()
 
 
-def test_a_one_shot_probe_that_hangs_is_killed_at_its_time_limit(docker_client):
+def test_a_one_shot_probe_that_hangs_is_killed_at_its_time_limit(docker_client: DockerClient) -> None:
     """The preflight image probe has a time limit: a hanging python3 ends it and leaves no container."""
     image = docker_runtime.resolve_image(docker_client, BASE_IMAGE, pull_timeout=5)
     labels = {vbox.LABEL_SESSION: "test-oneshot", vbox.LABEL_OWNER: vbox.owner_label()}
@@ -158,9 +165,10 @@ def test_a_one_shot_probe_that_hangs_is_killed_at_its_time_limit(docker_client):
     assert (done.exit_code, done.stdout, done.stderr, done.timed_out) == (3, "out\n", "err\n", False)
 
 
-def _until_it_ran(box, tid: str, deadline_s: float = 30.0):
+def _until_it_ran(box: EngineContainer, tid: str, deadline_s: float = 30.0) -> tuple[CpuSample, CpuSample]:
     """Samples until the task ``tid`` has run since the first one (it is busy: it runs as soon as a CPU is free)."""
     first = box.cpu_sample()
+    assert first is not None, "the box gave no CPU sample"
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         later = box.cpu_sample()
@@ -175,7 +183,7 @@ def _until_it_ran(box, tid: str, deadline_s: float = 30.0):
     raise AssertionError(f"task {tid} never ran")
 
 
-def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace(box):
+def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace(box: EngineContainer) -> None:
     """The decode-speed check's CPU figures (vsnap_qual.decode_speed): this box shares the host's PID namespace,
     so /proc lists the host's processes too; only the container's own count as the engine's."""
     outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
@@ -196,7 +204,7 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
         box.exec(["kill", str(inside)], 10)
 
 
-def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(box):
+def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(box: EngineContainer) -> None:
     """The probe behind a fault audit's early end (vsnap_qual.parked) against the box's real /proc: a process whose
     two threads block on locks forever looks parked once PARKED_FOR has passed; a sleeper (a timer, not a futex)
     and a spinner (CPU spent) never do, however long they are watched."""
@@ -223,7 +231,7 @@ def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(
         box.exec(["kill", "-KILL", *map(str, pids.values())], 10)
 
 
-def _unreadable(box) -> set[int]:
+def _unreadable(box: EngineContainer) -> set[int]:
     """The PIDs whose maps the box's python cannot open (PermissionError), asked apart from the shell script."""
     ask = (
         "import os\nfor p in os.listdir('/proc'):\n if p.isdigit():\n  try: os.close(os.open(f'/proc/{p}/maps', 0))\n"
@@ -232,7 +240,7 @@ def _unreadable(box) -> set[int]:
     return {int(x) for x in box.exec(["python3", "-c", ask], 30).stdout.split()}
 
 
-def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_unheld(box):
+def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_unheld(box: EngineContainer) -> None:
     """The probe behind the create's /dev/shm check (steps.shm_left_by_create) against real /proc: a file kept
     open, one only mapped (its fd closed, as a semaphore is), one nobody holds; a name that only starts like a held
     one is not held by it."""

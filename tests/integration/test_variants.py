@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import pytest
-from suite_helpers import run_suite
+
+from tests.integration.suite_helpers import SuiteRun, run_suite
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 pytestmark = pytest.mark.docker
 
@@ -19,7 +24,9 @@ LORA = "--enable-lora --max-loras 1 --max-lora-rank 8 --lora-modules tiny-lora=/
 
 
 @pytest.fixture(scope="module")
-def variant_run(tmp_path_factory, docker_client, reference_images):
+def variant_run(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient, reference_images: None
+) -> SuiteRun:
     tmp = tmp_path_factory.mktemp("variants")
     return run_suite(
         tmp / "report",
@@ -35,7 +42,7 @@ def variant_run(tmp_path_factory, docker_client, reference_images):
     )
 
 
-def test_each_variant_runs_its_own_lane_with_its_own_ordinary_reference(variant_run):
+def test_each_variant_runs_its_own_lane_with_its_own_ordinary_reference(variant_run: SuiteRun) -> None:
     assert variant_run.returncode == 0, variant_run.output[-6000:]
     plain = variant_run.step(lane="v1-head", step="ordinary")
     nopc = variant_run.step(lane="v1-head-nopc", step="ordinary")
@@ -53,7 +60,7 @@ def test_each_variant_runs_its_own_lane_with_its_own_ordinary_reference(variant_
     assert envs and all(e["runner"] == "v1+nopc" and e["variant"] == "nopc" for e in envs)
 
 
-def test_a_variant_the_engine_refuses_is_not_applicable_in_its_words(variant_run):
+def test_a_variant_the_engine_refuses_is_not_applicable_in_its_words(variant_run: SuiteRun) -> None:
     ordinary = variant_run.step(lane="v1-head-spec", step="ordinary")
     assert ordinary["outcome"] == "passed"  # serve takes it; snapshot create refuses it
     create = variant_run.step(lane="v1-head-spec", step="create")
@@ -68,7 +75,7 @@ def test_a_variant_the_engine_refuses_is_not_applicable_in_its_words(variant_run
     assert "v1+nopc" in summary and "Variants: `nopc`" in summary
 
 
-def test_the_report_has_a_column_group_per_variant(variant_run):
+def test_the_report_has_a_column_group_per_variant(variant_run: SuiteRun) -> None:
     results = json.loads((variant_run.report_dir / "results.json").read_text())
     assert [(lane["runner"], lane["arm"]) for lane in results["lanes"]] == [
         ("v1", "head"),
@@ -82,7 +89,9 @@ def test_the_report_has_a_column_group_per_variant(variant_run):
     assert not any(i["id"].startswith("digests.v1+spec.") for i in digests["items"])  # nothing ran to judge
 
 
-def test_a_lora_variant_asks_its_adapter_the_canaries_and_keeps_the_adapter_with_the_evidence(variant_run):
+def test_a_lora_variant_asks_its_adapter_the_canaries_and_keeps_the_adapter_with_the_evidence(
+    variant_run: SuiteRun,
+) -> None:
     ordinary = variant_run.step(lane="v1-head-lora", step="ordinary")
     assert ordinary["outcome"] == "passed", ordinary["message"]
     base = [c["token_ids"] for c in ordinary["results"]["canary"]]

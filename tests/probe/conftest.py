@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 PROBE_ROOT = Path(__file__).resolve().parents[2] / "vsnap_qual" / "probe"
-for _path in (PROBE_ROOT, Path(__file__).resolve().parent):  # vsnap_probe, and torch_checks for test_digest
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+if str(PROBE_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROBE_ROOT))
 
 
 @pytest.fixture

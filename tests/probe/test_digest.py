@@ -20,7 +20,7 @@ CHECK_NAMES = sorted(
 @pytest.mark.parametrize("name", CHECK_NAMES)
 def test_digest_on_host_torch(name: str) -> None:
     pytest.importorskip("torch")
-    import torch_checks
+    from tests.probe import torch_checks
 
     getattr(torch_checks, name)()
 

@@ -7,6 +7,7 @@ import os
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,12 @@ def test_wake_raise_after_call_with_kv_cache_and_fired_record(control: Path) -> 
 
 def test_wake_raise_when_tags_none_positional_and_kw(control: Path) -> None:
     arm(control, "wake-raise")
-    for call in (lambda w: w.wake_up(), lambda w: w.wake_up(None), lambda w: w.wake_up(["kv_cache", "x"])):
+    calls: list[Callable[[FakeWorker], object]] = [
+        lambda w: w.wake_up(),
+        lambda w: w.wake_up(None),
+        lambda w: w.wake_up(["kv_cache", "x"]),
+    ]
+    for call in calls:
         worker = FakeWorker()
         faults.instrument_worker(worker)
         with pytest.raises(RuntimeError):
@@ -190,7 +196,7 @@ def test_instrument_is_idempotent() -> None:
 def test_canary_perturb_changes_last_norm_weight(control: Path) -> None:
     torch: Any = pytest.importorskip("torch")
 
-    class Model(torch.nn.Module):
+    class Model(torch.nn.Module):  # type: ignore[misc]  # torch from importorskip is a module object: Any
         def __init__(self) -> None:
             super().__init__()
             self.input_layernorm = torch.nn.Module()

@@ -15,16 +15,13 @@ import contextlib
 import hashlib
 import json
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from realtier import (  # noqa: E402
+from tests.real.realtier import (
     CONTROL,
     IMAGE,
     OVERLAY_COMMENT,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from realtier import OVERLAY_IMAGE_PATH, OVERLAY_MODULE, RealContainer
+from tests.real.realtier import OVERLAY_IMAGE_PATH, OVERLAY_MODULE, RealContainer
 
 
 def last_line(text: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from realtier import RealContainer
+from tests.real.realtier import RealContainer
 
 UUID = "GPU-73696d75-6c61-7465-6400-000000000000"
 APPS = ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader,nounits"]

@@ -11,9 +11,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import harness_child
 import pytest
-from realtier import IMAGE, OVERLAY_COMMENT, OVERLAY_IMAGE_PATH, REPO, RealContainer, Served, connect_docker, sha256_hex
+
+from tests import harness_child
+from tests.real.realtier import (
+    IMAGE,
+    OVERLAY_COMMENT,
+    OVERLAY_IMAGE_PATH,
+    REPO,
+    RealContainer,
+    Served,
+    connect_docker,
+    sha256_hex,
+)
 
 EMPTY_SHA256 = sha256_hex(b"")
 # 1 GiB (VLLM_CPU_KVCACHE_SPACE=1) / (2 (K,V) x 2 kv heads x head_dim 32 x 4 B fp32 x 2 layers) per token.

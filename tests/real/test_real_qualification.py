@@ -35,10 +35,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import harness_child
 import pytest
-from realtier import REPO
 
+from tests import harness_child
+from tests.real.realtier import REPO
 from vsnap_qual import procedure
 
 OVERLAY = REPO / "build" / "vllm-overlay-0.32.0"

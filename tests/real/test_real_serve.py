@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from realtier import KV_LOG_RE, OVERLAY_MODULE, RealContainer, Served, http, start_server
+from tests.real.realtier import KV_LOG_RE, OVERLAY_MODULE, RealContainer, Served, http, start_server
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 

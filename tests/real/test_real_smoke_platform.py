@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from realtier import IMAGE, connect_docker
+
+from tests.real.realtier import IMAGE, connect_docker
 
 SMOKE = Path(__file__).resolve().parents[2] / "vsnap_qual" / "smoke"
 PROBE = (

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realtier import (
+
+from tests.real.realtier import (
     CONTROL,
     IMAGE,
     PROBE_ROOT,

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 import pytest
-from realtier import RealContainer, Served, http
+
+from tests.real.realtier import RealContainer, Served, http
 
 
 def arm(real: RealContainer, point: str, stall_s: float | None = None) -> None:

@@ -11,13 +11,26 @@ import subprocess
 import sys
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import docker
 import pytest
-from refsupport import BUILD_SH, CACHE, REAL_VLLM_VERSION, REFPLUG, Lane, RealVllm, _run_lane_container
+
+from tests.reference.refsupport import (
+    BUILD_SH,
+    CACHE,
+    REAL_VLLM_VERSION,
+    REFPLUG,
+    Lane,
+    LaneFactory,
+    RealVllm,
+    _run_lane_container,
+)
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
 
 
 @pytest.fixture(scope="session")
@@ -35,12 +48,12 @@ def reference_images() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def lane_factory(reference_images: dict[str, str]) -> Iterator[Callable[..., Lane]]:
+def lane_factory(reference_images: dict[str, str]) -> Iterator[LaneFactory]:
     """Start lanes: user 0, in the harness's `all-caps` privileges mode (host pid/ipc/network, every capability
     the host can grant, seccomp/AppArmor unconfined: what real CRIU needs), or another mode by name."""
     client = docker.from_env()
     session = uuid.uuid4().hex[:8]
-    started: list[Any] = []
+    started: list[Container] = []
 
     def start(
         flavour: str,

@@ -51,7 +51,7 @@ def main() -> None:
         print(json.dumps({"ok": True, "inspect": inspected, "rendered": json.dumps(inspected, indent=2)}))
     elif command == "validate-create":
         validate = load_validate_create_args(sources)
-        results = []
+        results: list[str | None] = []
         for values in json.loads(Path(argument).read_text()):
             try:
                 validate(argparse.Namespace(**values))

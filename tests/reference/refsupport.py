@@ -11,12 +11,17 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import docker
 
 from vsnap_qual.box import LABEL_OWNER, LABEL_SESSION, owner_label
 from vsnap_qual.privileges import container_settings, local_missing_capabilities
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+    from docker.models.containers import Container
+    from docker.types import Mount
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO / "docker" / "reference" / "build.sh"
@@ -51,6 +56,18 @@ REAL_VLLM_VERSION = "0.33.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vsnap-qual"
 
 
+class LaneFactory(Protocol):
+    """The ``lane_factory`` fixture: start a lane of ``flavour`` (head, base) in a harness privileges mode."""
+
+    def __call__(
+        self,
+        flavour: str,
+        control_dir: Path | None = None,
+        environment: dict[str, str] | None = None,
+        privileges: str = "all-caps",
+    ) -> Lane: ...
+
+
 @dataclass
 class ExecResult:
     code: int
@@ -67,7 +84,7 @@ def free_port() -> int:
 class Lane:
     """One long-lived engine container of a flavour; every command runs through `docker exec` + `timeout`."""
 
-    def __init__(self, container: Any, flavour: str) -> None:
+    def __init__(self, container: Container, flavour: str) -> None:
         self.container = container
         self.flavour = flavour
 
@@ -165,14 +182,14 @@ def restore(lane: Lane, port: int) -> ExecResult:
 
 
 def _run_lane_container(
-    client: Any,
+    client: DockerClient,
     image: str,
     name: str,
     session: str,
     env: dict[str, str],
-    mounts: list[Any],
+    mounts: list[Mount],
     privileges: str = "all-caps",
-) -> Any:
+) -> Container:
     """Create and start a lane container in a harness privileges mode (`vsnap_qual.privileges`): by default
     `all-caps`, what real CRIU needs on a host that refuses `--privileged` (host pid/ipc/network, every
     capability the host's bounding set has, seccomp/AppArmor unconfined, unmasked /proc paths: the CLI's

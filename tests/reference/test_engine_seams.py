@@ -7,13 +7,23 @@ import urllib.error
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, ENGINE_ARGS, MODEL, Lane, free_port, http_json, wait_health
+
+from tests.reference.refsupport import (
+    ARTIFACT,
+    ENGINE_ARGS,
+    MODEL,
+    Lane,
+    LaneFactory,
+    free_port,
+    http_json,
+    wait_health,
+)
 
 MISSING_REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
-def seams_lane(lane_factory, tmp_path_factory: pytest.TempPathFactory) -> Lane:
+def seams_lane(lane_factory: LaneFactory, tmp_path_factory: pytest.TempPathFactory) -> Lane:
     lane: Lane = lane_factory("head", control_dir=tmp_path_factory.mktemp("seams") / "control")
     return lane
 

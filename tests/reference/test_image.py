@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import docker
 import pytest
-from refsupport import Lane
+
+from tests.reference.refsupport import Lane, LaneFactory
 
 
 @pytest.mark.docker
-def test_real_criu_and_where_the_gpu_is_simulated(lane_factory, reference_images: dict[str, str]) -> None:
+def test_real_criu_and_where_the_gpu_is_simulated(lane_factory: LaneFactory, reference_images: dict[str, str]) -> None:
     lane: Lane = lane_factory("head")
     assert lane.exec(["criu", "--version"]).stdout.splitlines()[0] == "Version: 4.2.1"
     check = lane.exec(["criu", "check"])

@@ -3,10 +3,11 @@ and owner labels, so the next session's dead-owner sweep removes them (seen: a S
 
 from __future__ import annotations
 
+from tests.reference.refsupport import LaneFactory
 from vsnap_qual import box as vbox
 
 
-def test_lane_containers_are_labelled_for_the_dead_owner_sweep(lane_factory) -> None:
+def test_lane_containers_are_labelled_for_the_dead_owner_sweep(lane_factory: LaneFactory) -> None:
     lane = lane_factory("head")
     lane.container.reload()
     labels = lane.container.labels

@@ -9,13 +9,15 @@ import re
 import socket
 
 import pytest
-from refsupport import (
+
+from tests.reference.refsupport import (
     ARTIFACT,
     CANARY_PROMPTS,
     ENGINE_ARGS,
     MODEL,
     REVISION,
     Lane,
+    LaneFactory,
     completion,
     create_artifact,
     digests,
@@ -86,7 +88,7 @@ def served(lane: Lane, port: int) -> tuple[list[dict[str, object]], dict[str, st
 
 @pytest.mark.docker
 @pytest.mark.parametrize("flavour", ["head", "base"])
-def test_serve_create_inspect_restore_restart_restore(lane_factory, flavour: str) -> None:
+def test_serve_create_inspect_restore_restart_restore(lane_factory: LaneFactory, flavour: str) -> None:
     lane: Lane = lane_factory(flavour)
 
     # Ordinary serve: the reference outputs.
@@ -187,7 +189,7 @@ def test_serve_create_inspect_restore_restart_restore(lane_factory, flavour: str
 
 
 @pytest.mark.docker
-def test_runners_size_the_kv_cache_differently(lane_factory) -> None:
+def test_runners_size_the_kv_cache_differently(lane_factory: LaneFactory) -> None:
     """V1 and V2 model runners take different memory paths; neither capacity is a constant."""
     capacities = {}
     for runner in ("0", "1"):

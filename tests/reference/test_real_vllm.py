@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, MODEL, REVISION, Lane, RealVllm, create_artifact
+
+from tests.reference.refsupport import ARTIFACT, MODEL, REVISION, Lane, LaneFactory, RealVllm, create_artifact
 
 BAD_CREATE_ARGS: list[list[str]] = [
     [MODEL],
@@ -52,7 +53,7 @@ print(json.dumps([vars(parser.parse_args([*argv, "--snapshot-dir", "/vsnap/work/
 
 
 @pytest.fixture(scope="module")
-def head_lane_with_artifact(lane_factory) -> Lane:
+def head_lane_with_artifact(lane_factory: LaneFactory) -> Lane:
     lane: Lane = lane_factory("head")
     created = create_artifact(lane)
     assert created.code == 0, created.stderr

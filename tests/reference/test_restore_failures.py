@@ -12,7 +12,17 @@ import time
 from pathlib import Path
 
 import pytest
-from refsupport import ARTIFACT, ExecResult, Lane, completion, create_artifact, free_port, restore
+
+from tests.reference.refsupport import (
+    ARTIFACT,
+    ExecResult,
+    Lane,
+    LaneFactory,
+    completion,
+    create_artifact,
+    free_port,
+    restore,
+)
 
 
 def restored_processes(lane: Lane) -> str:
@@ -25,7 +35,7 @@ def restored_processes(lane: Lane) -> str:
 
 
 @pytest.fixture
-def lane_with_artifact(lane_factory, request: pytest.FixtureRequest, tmp_path: Path) -> Lane:
+def lane_with_artifact(lane_factory: LaneFactory, request: pytest.FixtureRequest, tmp_path: Path) -> Lane:
     lane: Lane = lane_factory(request.param, control_dir=tmp_path / "control")
     created = create_artifact(lane)
     assert created.code == 0, created.stderr
@@ -267,7 +277,7 @@ def test_real_criu_restore_failures(lane_with_artifact: Lane, tmp_path: Path) ->
 
 
 @pytest.mark.docker
-def test_host_without_the_capabilities(lane_factory) -> None:
+def test_host_without_the_capabilities(lane_factory: LaneFactory) -> None:
     """Docker's default capabilities (host namespaces only): CRIU refuses to dump; vLLM logs CRIU's output,
     exits 1, kills the snapshot child and removes the unpublished target."""
     lane: Lane = lane_factory("head", privileges="host-namespaces")
