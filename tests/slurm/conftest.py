@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_processes import cluster_daemons
-from slurm_cluster import SlurmCluster
+
+from tests.slurm.host_processes import cluster_daemons
+from tests.slurm.slurm_cluster import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_UP = ROOT / "scripts" / "slurm-up.sh"

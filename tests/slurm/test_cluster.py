@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from host_processes import with_environment_marker
-from slurm_cluster import JobRecord, SlurmCluster
+
+from tests.slurm.host_processes import with_environment_marker
+from tests.slurm.slurm_cluster import JobRecord, SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
