@@ -41,6 +41,8 @@ Weight = Literal["engine", "steps"]
 #: chain (a lane on one worker, as today), lanes apart
 Layout = Literal["chains apart", "faults after lifecycle"]
 TOP: Final = 10
+#: each weight as the views name it
+WEIGHED_BY: Final[dict[str, str]] = {"engine": "engine seconds", "steps": "step seconds"}
 
 
 @dataclass(frozen=True)
@@ -675,7 +677,7 @@ def _at(value: float | None) -> str:
 
 def _path_lines(path: CriticalPath) -> list[str]:
     """The path as one line per stretch of one chain: ``v1-base faults (25 steps, 109.7 s): fault-artifact 7.0 → …``."""
-    head = f"- {path.weight} seconds, {path.layout}: "
+    head = f"- {WEIGHED_BY[path.weight]}, {path.layout}: "
     if path.seconds is None:
         return [f"{head}not computed: {path.missing}"]
     stretches: list[tuple[str, list[tuple[str, float]]]] = []
@@ -708,7 +710,7 @@ def markdown(found: TimeToVerdict, source: str = "") -> str:
         f"| pytest's own session (junit.xml) | {'–' if wall.pytest_s is None else shown.seconds(wall.pytest_s)} |",
     ]
     for path in found.paths:
-        lines.append(f"| critical path, {path.weight} seconds, {path.layout} | {_s(path.seconds)} |")
+        lines.append(f"| critical path, {WEIGHED_BY[path.weight]}, {path.layout} | {_s(path.seconds)} |")
     lines += [
         f"| serial (Σ step seconds, one step at a time) | {_s(conc.serial_s)} |",
         f"| steps: engine / harness / window idle | {_s(found.totals.engine_s)} / {_s(found.totals.harness_s)} / "
