@@ -20,8 +20,8 @@ from vsnap_qual import model, procedure
 from vsnap_qual.critical_path import markdown, time_to_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
-#: where the committed GPU runs are: docs/gpu-run/ at 5330513, evidence/gpu/ once issue 43 moves them
-GPU_RUN_DIRS = (ROOT / "docs" / "gpu-run", ROOT / "evidence" / "gpu")
+#: where the committed GPU runs are (docs/gpu-run/ until issue 43 moved them)
+GPU_RUN_DIRS = (ROOT / "evidence" / "gpu",)
 T0 = datetime(2026, 12, 7, 1, 0, 0, tzinfo=timezone.utc)
 STEP_SCHEMA = jsonschema.Draft202012Validator(model.record_schema("step"))
 
@@ -194,7 +194,8 @@ def test_the_stall_and_refused_faults_and_their_follow_up_restores_are_summed() 
 
 
 def committed_gpu_run() -> Path:
-    """The run the GPU tier's README names first (the newest), in docs/gpu-run/ or, once moved, evidence/gpu/."""
+    """The run the GPU tier's README names first (the newest): the first name written as code there that is a run
+    directory with its results.json."""
     for directory in GPU_RUN_DIRS:
         readme = directory / "README.md"
         if not readme.is_file():
