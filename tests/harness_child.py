@@ -5,7 +5,7 @@ a user's terminal ends it.
 A harness killed so never reaches its own interrupt cleanup (the session-end sweep of its lanes): an interrupted
 ``.ci/run`` left a real-vLLM lane container and vLLM's ``/dev/shm`` segments behind that way (2026-12-03). Here the
 child runs in a session of its own, so one signal reaches it, from here: on Ctrl-C (or any exception) its process
-group gets SIGINT, on the timeout SIGTERM (both an interrupt to the harness, ``vsnap_qual/plugin.py``), and only
+group gets SIGINT, on the timeout SIGTERM (both an interrupt to the harness, ``vsnap_qual/plugin/``), and only
 what is still running ``CLEANUP_S`` later is killed.
 """
 

@@ -809,25 +809,8 @@ def check_environment(env: Mapping[str, str], ini: Mapping[str, str], cli: Mappi
         raise OptionError("; ".join(problems))
 
 
-def xdist_workers(config: pytest.Config) -> int:
-    """How many xdist workers run this session's tests (0: no xdist, all in this process)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return 0
-    workers = getattr(config.option, "numprocesses", None)
-    if isinstance(workers, int) and workers > 0:
-        return workers
-    if getattr(config.option, "dist", "no") == "no":
-        return 0
-    count = 0
-    for spec in getattr(config.option, "tx", None) or []:  # --tx 2*popen: as xdist counts them
-        times, star, _ = str(spec).partition("*")
-        count += int(times) if star and times.isdigit() else 1
-    return count
-
-
 def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix.
-    ``vsnap_workers`` is xdist's worker count (``-n``): how many runner lanes may run at once."""
+    """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
     cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
     ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
     environ = os.environ if env is None else env
@@ -836,7 +819,6 @@ def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict
         parsed = parse_values(raw_values(cli, environ, ini))
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
-    parsed["vsnap_workers"] = xdist_workers(config)
     return parsed
 
 

@@ -11,8 +11,8 @@ from tests.integration.suite_helpers import REFERENCE_HEAD
 
 CONFTEST = """
 def pytest_collection_finish(session):
-    from vsnap_qual.plugin import CONFIG_KEY
-    qual = session.config.stash[CONFIG_KEY]
+    from vsnap_qual.plugin import process_of
+    qual = process_of(session.config).qual
     print(f"VSNAP-WORKERS {qual.workers} CONCURRENT {qual.concurrent_runners}")
 """
 

@@ -14,15 +14,17 @@ from vsnap_qual import procedure
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT = """
-from vsnap_qual import plugin
+from vsnap_qual.plugin import session as controller
 from vsnap_qual.preflight_result import PreflightResult
 
-plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
+controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 
 
 def pytest_collection_finish(session):  # --co writes nothing: the session record is read where it is kept
     import json
-    print("VSNAP-SESSION " + json.dumps(session.config.stash[plugin.SESSION_KEY]))
+    from vsnap_qual.plugin import process_of
+
+    print("VSNAP-SESSION " + json.dumps(process_of(session.config).session_record))
 """
 
 

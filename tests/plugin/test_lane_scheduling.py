@@ -13,17 +13,19 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from vsnap_qual.config import Lane, Variant
-from vsnap_qual.plugin import lane_group
+from vsnap_qual.plugin.lane_scheduling import lane_group, xdist_workers
 
 CONFTEST = """
-from vsnap_qual import plugin
+from vsnap_qual.plugin import session as controller
 from vsnap_qual.preflight_result import PreflightResult
 
-plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
+controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 """
 
 SUITE = """
@@ -50,6 +52,22 @@ class TestLane:
 def test_not_a_lane(k):
     pass
 """
+
+
+def test_xdist_worker_count_comes_from_the_session() -> None:
+    def fake(has_xdist: bool, n: Any, dist: str = "no", tx: Any = None) -> Any:
+        return SimpleNamespace(
+            pluginmanager=SimpleNamespace(hasplugin=lambda name: has_xdist),
+            option=SimpleNamespace(numprocesses=n, dist=dist, tx=tx),
+        )
+
+    assert xdist_workers(fake(True, 2)) == 2
+    assert xdist_workers(fake(True, None)) == 0
+    assert xdist_workers(fake(False, 2)) == 0
+    assert xdist_workers(fake(True, 0)) == 0
+    assert xdist_workers(fake(True, None, "load", ["2*popen"])) == 2, "--tx 2*popen --dist load"
+    assert xdist_workers(fake(True, None, "load", ["popen", "popen"])) == 2
+    assert xdist_workers(fake(True, None, "no", ["2*popen"])) == 0
 
 
 def test_lane_group_reads_the_lane_among_the_parameters() -> None:

@@ -21,12 +21,12 @@ PROFILE = ROOT / "suites" / "profiles" / "reference.args"
 DUMP_PLUGIN = """
 import json, os
 import pytest
-from vsnap_qual.plugin import CONFIG_KEY
+from vsnap_qual.plugin import process_of
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     with open(os.environ["VSNAP_TEST_DUMP"], "w") as out:
-        json.dump(session.config.stash[CONFIG_KEY].public_options(), out)
+        json.dump(process_of(session.config).qual.public_options(), out)
     pytest.exit("configuration dumped", returncode=0)
 """
 

@@ -21,10 +21,10 @@ SUITE_FILES = {"__init__.py", "conftest.py", "test_lifecycle.py", "test_faults.p
 # Preflight would look for vLLM, CRIU and root; the test is about what is collected, from where.
 USER_CONFTEST = """
 import json, os
-from vsnap_qual import plugin
+from vsnap_qual.plugin import session as controller
 from vsnap_qual.preflight_result import PreflightResult
 
-plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
+controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 
 def pytest_collection_finish(session):
     with open(os.environ["VSNAP_TEST_DUMP"], "w") as out:

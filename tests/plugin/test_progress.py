@@ -19,10 +19,10 @@ import pytest
 from vsnap_qual import progress
 
 CONFTEST = """
-from vsnap_qual import plugin
+from vsnap_qual.plugin import session as controller
 from vsnap_qual.preflight_result import PreflightResult
 
-plugin.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
+controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 """
 
 SUITE = """

@@ -101,22 +101,6 @@ def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path, monkeypatch):
     assert seen == {"honour_cuda_visible": True}, "host lanes choose within this process's CUDA_VISIBLE_DEVICES"
 
 
-def test_xdist_worker_count_comes_from_the_session():
-    def fake(has_xdist: bool, n: Any, dist: str = "no", tx: Any = None) -> Any:
-        return SimpleNamespace(
-            pluginmanager=SimpleNamespace(hasplugin=lambda name: has_xdist),
-            option=SimpleNamespace(numprocesses=n, dist=dist, tx=tx),
-        )
-
-    assert options.xdist_workers(fake(True, 2)) == 2
-    assert options.xdist_workers(fake(True, None)) == 0
-    assert options.xdist_workers(fake(False, 2)) == 0
-    assert options.xdist_workers(fake(True, 0)) == 0
-    assert options.xdist_workers(fake(True, None, "load", ["2*popen"])) == 2, "--tx 2*popen --dist load"
-    assert options.xdist_workers(fake(True, None, "load", ["popen", "popen"])) == 2
-    assert options.xdist_workers(fake(True, None, "no", ["2*popen"])) == 0
-
-
 def test_auto_expectations_need_a_snapshot_package_to_read(tmp_path, docker_host, monkeypatch):
     monkeypatch.setattr(
         docker_runtime,

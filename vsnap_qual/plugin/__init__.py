@@ -1,0 +1,249 @@
+"""The pytest plugin (entry point ``vsnap_qual = vsnap_qual.plugin``): options, validation before anything starts,
+lanes as fixtures, evidence, reports.
+
+Whether it acts at all is decided in one place, :func:`active` (docs/design.md §6, "Active"). Inactive (pytest
+run on any other project where vsnap-qual is installed), it only registers its ``--vsnap-*`` options: no signal
+handler, header line, environment read, marker, hook or evidence. Active, ``pytest_configure`` builds one object
+that owns the session's state and whose methods are the session's hooks: a :class:`VsnapSession` on the controller
+(or in a run without xdist), which runs preflight and writes the reports, or a :class:`VsnapWorker` on each xdist
+worker. Only what pytest must find here stays at module level: the options, vsnap-qual's own hooks, configure and
+unconfigure, and the ``vsnap_*`` fixtures, which reach the object through :func:`process_of`.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vsnap_qual import hookspecs, options, runtimes
+from vsnap_qual.box import owner_label
+from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
+from vsnap_qual.contract import Purpose
+from vsnap_qual.evidence import EvidenceStore
+from vsnap_qual.faults import FaultCatalogue
+from vsnap_qual.lane import LaneRun
+from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
+from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
+from vsnap_qual.plugin.session import VsnapSession
+from vsnap_qual.plugin.worker import VsnapWorker
+from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.recorder import StepRecorder
+
+__all__ = ["PLUGIN_KEY", "VsnapProcess", "VsnapSession", "VsnapWorker", "active", "lane_for", "process_of"]
+
+SUITES_MARK = "VSNAP_SUITES"  # a module-level True in the qualification suites' conftest.py
+SUITES_PACKAGE = "vsnap_qual.suites"  # the suites as installed (``pytest --pyargs vsnap_qual.suites``)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """vsnap-qual's own hooks (``vsnap_qual.hookspecs``): ``pytest_vsnap_add_faults`` adds fault points."""
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def active(config: pytest.Config) -> str | None:
+    """Why vsnap-qual acts in this session, or None when it must stay invisible. The one rule:
+
+    1. a ``--vsnap-*`` option on the command line (or in ``addopts``);
+    2. a ``vsnap_*`` key of the pytest configuration file set to a value other than its default;
+    3. the session collects vsnap-qual's suites: their ``conftest.py`` is an initial conftest (``pytest suites/``
+       from a checkout) or ``--pyargs vsnap_qual.suites``;
+    4. an xdist worker of an active controller.
+
+    The environment alone never activates it (``VSNAP_IMAGE`` exported changes no other project's run); once
+    active, ``VSNAP_*`` variables are read as documented (command line > environment > ini > default).
+    """
+    if getattr(config, "workerinput", {}).get("vsnap_run_id"):
+        return "worker of an active controller"
+    given = [
+        spec.given_as(value).split("=", 1)[0]
+        for spec in options.OPTIONS
+        if (value := config.getoption(spec.dest, None)) is not None
+    ]
+    if given:
+        return f"option {given[0]}"
+    for spec in options.OPTIONS:
+        value = str(config.getini(spec.dest) or "").strip()
+        if value and value != spec.default:
+            return f"ini {spec.dest}"
+    if any(getattr(plugin, SUITES_MARK, False) is True for plugin in config.pluginmanager.get_plugins()):
+        return "the qualification suites are collected"
+    if config.getoption("pyargs", False) and any(_is_suites_arg(str(arg)) for arg in config.args):
+        return "the qualification suites are collected (--pyargs)"
+    return None
+
+
+def _is_suites_arg(arg: str) -> bool:
+    name = arg.split("::", 1)[0]
+    return name == SUITES_PACKAGE or name.startswith(SUITES_PACKAGE + ".")
+
+
+def _only_informs(config: pytest.Config) -> bool:
+    """``--help`` and ``--version``: pytest shows the help (every ``--vsnap-*`` option in it) or its version and
+    exits; nothing is validated, started or written."""
+    return bool(getattr(config.option, "help", False) or getattr(config.option, "version", 0))
+
+
+def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # "SIGTERM": the words the evidence keeps
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Active: validate every input, then build this process's session object and register it.
+
+    Hook order: the object is registered here, before pytest's own plugin objects (its terminal reporter, its
+    JUnit writer, xdist's ``DSession``: each is registered by a configure hook that runs after this one), so
+    pytest calls its hooks where it called this module's: its ``pytest_sessionstart`` before xdist starts the
+    workers, its ``pytest_sessionfinish`` after xdist stopped them and pytest wrote its JUnit file. The plugins
+    that must come after the terminal reporter (the step lines, the JUnit names) are registered as the session
+    starts."""
+    why = active(config)
+    if why is None or _only_informs(config):
+        return
+    parsed = {**options.resolve(config), "vsnap_workers": xdist_workers(config)}  # how many runners run at once
+    workerinput = getattr(config, "workerinput", None)
+    run_id = (workerinput or {}).get("vsnap_run_id") or new_run_id()
+    qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        # SIGTERM (CI cancel, `timeout`, pkill) would skip every finalizer: make it an interrupt, so the
+        # containers this session started are removed, vsnap-qual's lanes or a test's own
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    catalogue = FaultCatalogue.builtin()
+    config.hook.pytest_vsnap_add_faults(catalogue=catalogue)
+    catalogue.repeat_kills(qual.chaos)
+    refuse_dist_each(config)
+    process: VsnapProcess = (
+        VsnapSession(config, why, qual, catalogue) if workerinput is None else VsnapWorker(config, why, qual, catalogue)
+    )
+    config.stash[PLUGIN_KEY] = process
+    config.pluginmanager.register(process, process.NAME)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_markers(config: pytest.Config) -> None:
+    """Active: vsnap-qual's markers, declared after pytest's and the other plugins' own (``pytest --markers``
+    lists them in that order)."""
+    if process_of(config) is not None:
+        config.addinivalue_line("markers", "fault: an injected-failure qualification test")
+        config.addinivalue_line(
+            "markers", "vsnap_step(name): the procedure step a suite test runs (vsnap_qual/procedure.py)"
+        )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    process = config.stash.get(PLUGIN_KEY, None)
+    if process is not None:
+        del config.stash[PLUGIN_KEY]
+        config.pluginmanager.unregister(process)
+
+
+@pytest.fixture(scope="session")
+def vsnap_config(request: pytest.FixtureRequest) -> QualConfig:
+    """The validated qualification configuration (options → config)."""
+    return _process(request).qual
+
+
+def _process(request: pytest.FixtureRequest) -> VsnapProcess:
+    process = process_of(request.config)
+    if process is None:
+        raise pytest.UsageError(
+            "vsnap-qual is not active in this session: pass --vsnap-image (and --vsnap-model, "
+            "--vsnap-revision) or set them in the ini file (VSNAP_* variables alone do not activate it)"
+        )
+    return process
+
+
+@pytest.fixture(scope="session")
+def vsnap_store(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> EvidenceStore:
+    """The run's evidence store (``<report dir>/evidence.jsonl``)."""
+    return _process(request).store
+
+
+@pytest.fixture(scope="session")
+def vsnap_preflight(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> PreflightResult:
+    """What preflight learned: image IDs, the image's vllm package layout, GPUs, overlay files."""
+    preflight = _process(request).preflight
+    assert preflight is not None, "preflight runs as the session starts, before any fixture"
+    return preflight
+
+
+@pytest.fixture(scope="session")
+def vsnap_runtime(vsnap_config: QualConfig) -> Iterator[runtimes.Runtime]:
+    """Where this process's lanes run (``--vsnap-runtime``); this process's leftovers are swept at the end."""
+    runtime = runtimes.create(vsnap_config.runtime, vsnap_config.runtime_settings())
+    yield runtime
+    runtime.sweep(session=vsnap_config.run_id, owner=owner_label())  # this process's leftovers only
+    runtime.close()
+
+
+@pytest.fixture(scope="session")
+def vsnap_faults(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> FaultCatalogue:
+    """The session's faults: the built-in table and those added through the ``pytest_vsnap_add_faults`` hook."""
+    return _process(request).catalogue
+
+
+@pytest.fixture(scope="session")
+def vsnap_lanes(vsnap_runtime: runtimes.Runtime) -> Iterator[dict[tuple[str, str], LaneRun | BaseException]]:
+    """Every lane this process started, by (lane, purpose): a lane lives until the session ends, whatever order
+    its steps run in; its box is always removed."""
+    registry: dict[tuple[str, str], LaneRun | BaseException] = {}
+    yield registry
+    for run in registry.values():
+        if isinstance(run, LaneRun):
+            run.remove()
+
+
+def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> LaneRun:
+    """The lane's run, starting its box on first use (a failed start is reported to every step)."""
+    registry: dict[tuple[str, str], LaneRun | BaseException] = request.getfixturevalue("vsnap_lanes")
+    key = (lane.name, purpose)
+    if key in registry:
+        found = registry[key]
+        if isinstance(found, BaseException):
+            pytest.fail(f"{lane.name} {purpose} lane could not start: {found}", pytrace=False)
+        return found
+    qual: QualConfig = request.getfixturevalue("vsnap_config")
+    pre: PreflightResult = request.getfixturevalue("vsnap_preflight")
+    runtime: runtimes.Runtime = request.getfixturevalue("vsnap_runtime")
+    store: EvidenceStore = request.getfixturevalue("vsnap_store")
+    process = _process(request)
+    run = LaneRun(
+        config=qual,
+        lane=lane,
+        recorder=StepRecorder(lane=lane, store=store, purpose=purpose),
+        runtime=runtime,
+        overlay=pre.overlay if lane.overlaid else [],
+        session_id=qual.run_id,
+        peers=process.peers,
+        unit_peers=process.unit_peers,
+    )
+    registry[key] = run
+    store.open()  # open already (pytest_runtest_setup), unless a test outside the suites' steps starts a lane
+    log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
+    try:
+        run.start(runtime.image(lane.image, pre), pre.packages[lane.image], pre.gpus_for(lane))
+    except Exception as exc:
+        log.warning("%s %s lane could not start: %s", lane.name, purpose, exc)
+        registry[key] = exc
+        run.remove()
+        raise
+    return run
+
+
+@pytest.fixture
+def vsnap_lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
+    """One lifecycle lane: a long-lived container for one runner on one image arm."""
+    return lane_for(request, vsnap_lane, "lifecycle")
+
+
+@pytest.fixture
+def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
+    """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
+    return lane_for(request, vsnap_lane, "faults")

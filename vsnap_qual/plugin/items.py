@@ -1,0 +1,31 @@
+"""Which suite item is which lane and step: read from its ``vsnap_step`` mark and its ``vsnap_lane`` (and, for a
+fault, ``vsnap_fault``) parameters. Any other test is no lane's step."""
+
+from __future__ import annotations
+
+import pytest
+
+from vsnap_qual import procedure
+from vsnap_qual.config import Lane
+
+
+def item_lane_step(item: pytest.Item) -> tuple[Lane, str] | None:
+    """The lane and step of a suite item (its ``vsnap_step`` mark and lane), None for any other test."""
+    marker = item.get_closest_marker("vsnap_step")
+    callspec = getattr(item, "callspec", None)
+    lane = callspec.params.get("vsnap_lane") if callspec is not None else None
+    if marker is None or not marker.args or not isinstance(lane, Lane):
+        return None
+    name = str(marker.args[0])
+    if name == procedure.FAULT_PREFIX:
+        fault = callspec.params.get("vsnap_fault") if callspec is not None else None
+        if not isinstance(fault, procedure.Fault):
+            return None
+        name = fault.step
+    return lane, name
+
+
+def item_step(item: pytest.Item) -> str | None:
+    """``runner/arm/step`` of a suite item, None for any other test."""
+    found = item_lane_step(item)
+    return procedure.label(found[0].column, found[0].arm, found[1]) if found else None

@@ -1,0 +1,151 @@
+"""What every process of an active session holds and does: the controller's :class:`~vsnap_qual.plugin.session.
+VsnapSession` (or a run without xdist) and each xdist worker's :class:`~vsnap_qual.plugin.worker.VsnapWorker`.
+
+One object per process, built and registered by ``vsnap_qual.plugin.pytest_configure`` only in an active session,
+owns the session's state (the validated configuration, the fault catalogue, the evidence store, preflight's answer,
+the session record, the lanes' peers); its methods are the session's hooks. The fixtures reach it through
+:data:`PLUGIN_KEY` (:func:`process_of`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from vsnap_qual import model, probe_copy, progress
+from vsnap_qual.clock import utc_now
+from vsnap_qual.config import QualConfig
+from vsnap_qual.evidence import EvidenceStore
+from vsnap_qual.faults import FaultCatalogue
+from vsnap_qual.lane import LaneRun
+from vsnap_qual.plugin.items import item_lane_step, item_step
+from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.redact import Redactor
+from vsnap_qual.steps import OrdinaryReference
+
+log = progress.log  # logger "vsnap_qual": the harness's own messages
+PREFLIGHT_FILE = "preflight.json"
+
+
+class VsnapProcess:
+    """One process's part of an active session (see the module docstring). Subclasses add the hooks that differ
+    between the controller and a worker; the hooks here run wherever tests are collected and run."""
+
+    #: the name it is registered under (``config.pluginmanager.get_plugin(NAME)``)
+    NAME = "vsnap_qual-process"
+
+    def __init__(self, config: pytest.Config, why: str, qual: QualConfig, catalogue: FaultCatalogue) -> None:
+        self.config = config
+        self.why = why  # why the plugin is active (vsnap_qual.plugin.active)
+        self.qual = qual
+        self.catalogue = catalogue  # the session's faults: built-in and added (pytest_vsnap_add_faults)
+        self.store = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()), deferred=True)
+        self.preflight: PreflightResult | None = None  # what preflight learned (pytest_sessionstart)
+        self.session_record: model.SessionRecord | None = None  # written first when the run starts
+        self.peers: dict[str, OrdinaryReference] = {}  # lane name -> ordinary reference, within this process
+        self.unit_peers: dict[str, dict[str, model.UnitOutcome]] = {}  # lane name -> unit outcomes, ditto
+        self.deselected: list[pytest.Item] = []  # what the user's selection left out (pytest_deselected)
+
+    def hold_session(self, result: PreflightResult, record: model.SessionRecord) -> None:
+        """What preflight learned and the session record: written, with the session's files, by whichever
+        process's lane starts first (:meth:`EvidenceStore.stage`)."""
+        self.preflight = result
+        self.session_record = record
+        self.store.stage([record], _session_files(self.qual, result, record))
+
+    def register_junit_names(self) -> None:
+        """Every process: workers tag the items, the controller writes the JUnit file. Registered as the session
+        starts, after pytest's own JUnit writer and terminal reporter (see ``vsnap_qual.plugin.pytest_configure``
+        on hook order)."""
+        from vsnap_qual.report.junit import JunitNames
+
+        self.config.pluginmanager.register(JunitNames(self.qual.report_dir, item_step), "vsnap_qual.junit")
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Every test asking for ``vsnap_lane`` runs once per runner × arm (one xdist worker owns a runner: both
+        arms, head then base, so the base arm can be compared with the head arm); every test asking for
+        ``vsnap_fault`` once per fault of the session's catalogue."""
+        if "vsnap_lane" in metafunc.fixturenames:
+            lanes = self.qual.lanes
+            metafunc.parametrize("vsnap_lane", [pytest.param(lane, id=lane.name) for lane in lanes], scope="class")
+        if "vsnap_fault" in metafunc.fixturenames:
+            faults = self.catalogue.faults
+            metafunc.parametrize("vsnap_fault", [pytest.param(f, id=f.id) for f in faults])
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected.extend(items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Record what this run selected and what the user's selection left out (``-k``, ``-m``, ``--deselect``,
+        paths): the verdict's coverage compares it with what a full qualification requires."""
+        config = self.config
+        selected = [label for item in session.items if (label := item_step(item))]
+        deselected = [label for item in self.deselected if (label := item_step(item))]
+        self.store.write(
+            model.PlanRecord(
+                kind="plan",
+                time=utc_now(),
+                worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                selected=list(dict.fromkeys(selected)),
+                deselected=list(dict.fromkeys(deselected)),
+                selection={
+                    "args": [str(a) for a in config.args],
+                    "keyword": config.option.keyword or "",
+                    "markexpr": config.option.markexpr or "",
+                    "deselect": [str(d) for d in (config.getoption("deselect", None) or [])],
+                },
+            )
+        )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A lane's first step begins (its box starts in this setup): the run starts writing its report
+        directory."""
+        if item_lane_step(item) is not None:
+            self.store.open()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        """Tag a suite item's reports with its lane and step (the controller's progress lines); attach the lane's
+        recent logs to failing reports."""
+        report = yield
+        found = item_lane_step(item)
+        if found is not None:
+            progress.mark_report(report, found[0].name, found[1])
+        if report.failed and call.when == "call":
+            for name in ("vsnap_lane_run", "vsnap_fault_lane"):
+                run = getattr(item, "funcargs", {}).get(name)
+                if isinstance(run, LaneRun) and run.recorder.last_logs:
+                    for path in run.recorder.last_logs[-2:]:
+                        try:
+                            text = (run.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
+                        except OSError:
+                            continue
+                        report.sections.append((f"vsnap log {path}", text))
+        return report
+
+
+def _session_files(qual: QualConfig, result: PreflightResult, record: model.SessionRecord) -> Callable[[], None]:
+    """What the run writes into its report directory when its first lane starts, before the session record:
+    preflight's answer and the copies of the probe (and the CPU smoke platform) that every lane binds, checked
+    against what the session record says of them."""
+
+    def write() -> None:
+        (qual.report_dir / PREFLIGHT_FILE).write_text(result.to_json())
+        probe_copy.copy_probe(qual.probe_dir, qual.report_dir, expected=record["probe"])
+        if "smoke" in record:
+            probe_copy.copy_smoke(qual.report_dir, expected=record["smoke"])
+
+    return write
+
+
+#: the active session's object in this process (absent: vsnap-qual is not active in this session)
+PLUGIN_KEY = pytest.StashKey[VsnapProcess]()
+
+
+def process_of(config: pytest.Config) -> VsnapProcess | None:
+    """This process's part of the active session, None when vsnap-qual is not active in it."""
+    return config.stash.get(PLUGIN_KEY, None)

@@ -1,0 +1,30 @@
+"""An xdist worker's part of an active session. It runs no preflight: what preflight learned and the session record
+come from the controller (xdist's ``workerinput``, not the report directory). It writes its own records (its
+``plan``, its lanes' steps) and, when one of its lanes is the run's first to start, the session's files and record
+as the controller would; never the session's end or the reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vsnap_qual.plugin.process import VsnapProcess
+from vsnap_qual.preflight_result import PreflightResult
+
+
+class VsnapWorker(VsnapProcess):
+    """A worker's session object (see the module docstring); registered as :attr:`NAME`."""
+
+    NAME = "vsnap_qual-worker"
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.register_junit_names()
+        workerinput = getattr(self.config, "workerinput", {})
+        self.hold_session(
+            PreflightResult.from_json(workerinput["vsnap_preflight"]), json.loads(workerinput["vsnap_session"])
+        )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.store.started:
+            self.store.open()  # this worker's held records (its plan) join the run another process started
