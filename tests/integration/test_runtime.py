@@ -11,8 +11,9 @@ import docker.errors
 import pytest
 
 from vsnap_qual import box as vbox
-from vsnap_qual import decode_speed, parked
+from vsnap_qual import decode_speed
 from vsnap_qual.box import BoxSpec
+from vsnap_qual.faults import parked
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes.docker import EngineContainer
 
@@ -197,9 +198,9 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
 
 
 def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(box):
-    """The probe behind a fault audit's early end (vsnap_qual.parked) against the box's real /proc: a process whose
-    two threads block on locks forever looks parked once PARKED_FOR has passed; a sleeper (a timer, not a futex)
-    and a spinner (CPU spent) never do, however long they are watched."""
+    """The probe behind a fault audit's early end (vsnap_qual.faults.parked, Box.thread_waits) against the box's
+    real /proc: a process whose two threads block on locks forever looks parked once PARKED_FOR has passed; a
+    sleeper (a timer, not a futex) and a spinner (CPU spent) never do, however long they are watched."""
     locked = "import threading; held = threading.Lock(); held.acquire(); threading.Thread(target=held.acquire).start()"
     pids = {
         "locked": box.spawn(["python3", "-c", f"{locked}; held.acquire()"], "/tmp/locked.log"),
@@ -208,8 +209,8 @@ def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(
     }
     try:
         rows = {p["pid"]: p for p in box.processes()}
-        looked = parked.look_threads(box, sorted(pids.values()))
-        assert len(looked[pids["locked"]][0]) == 2, looked  # both threads, each where it waits
+        looked = box.thread_waits(sorted(pids.values()))
+        assert len(looked[pids["locked"]].wchans) == 2, looked  # both threads, each where it waits
         said = {}
         for name, pid in pids.items():
             watch = parked.ParkedWatch(box)
