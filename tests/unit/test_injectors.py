@@ -65,6 +65,34 @@ def test_every_kind_of_the_catalogue_has_its_own_injector_class():
         )
 
 
+#: the built-in faults as the one table of the procedure listed them before each kind held its own (the order the
+#: lanes run them, the coverage lists them and the report shows them)
+TABLE = [
+    ("wake-raise", "hook"), ("communicators-raise", "hook"), ("canary-perturb", "hook"),
+    ("recovery-deadline", "hook"), ("cancel-sigint", "signal"), ("cancel-sigterm", "signal"),
+    ("create-partial-sleep", "create"), ("identity-drift", "identity"), ("identity-env-removed", "identity"),
+    ("identity-env-changed", "identity"), ("identity-host", "identity"), ("identity-kernel", "identity"),
+    ("identity-vllm-version", "identity"), ("identity-gpu", "identity"), ("identity-criu", "identity"),
+    ("pid-occupied", "pid"), ("port-in-use", "port"), ("manifest-field", "manifest"), ("image-truncated", "image"),
+    ("weight-tampered", "weights"), ("kill-create", "kill"), ("term-create", "kill"), ("kill-restore", "kill"),
+    ("term-restore", "kill"),
+]  # fmt: skip
+
+
+def test_the_kinds_modules_gather_into_the_table_they_were_in_its_order():
+    assert [(f.id, f.kind) for f in BUILTIN_FAULTS] == TABLE
+    assert FaultCatalogue.builtin().ids == [fault_id for fault_id, _ in TABLE]
+    for fault in BUILTIN_FAULTS:  # each carries its kind's own parameters, or none where its kind takes none
+        params = faults.BUILTIN_KINDS[fault.kind].params
+        assert (fault.params is None) if params is None else isinstance(fault.params, params), fault.id
+
+
+def test_a_fault_of_a_kind_with_parameters_is_refused_without_them():
+    catalogue = FaultCatalogue.builtin()
+    with pytest.raises(ValueError, match="needs its parameters as HookParams"):
+        catalogue.add(Fault("x", "x", "hook", head=faults.Expect(1, False, None, None)))
+
+
 def test_run_fault_has_no_branch_on_the_kind():
     """The sequence reads the kind once, through the table; what differs per kind is the injector's."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(faults.run_fault)))
