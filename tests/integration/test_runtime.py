@@ -270,3 +270,32 @@ def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_u
     finally:
         box.exec(["kill", "-KILL", *map(str, holders_pids)], 10)
         box.sh(f"rm -f /dev/shm/{tag}-*", 15)
+
+
+def test_the_named_operations_run_in_a_container_as_the_fault_kinds_use_them(box):
+    """The shell box's named operations (``runtimes/shell.py``) through ``docker exec``: the file ones the artifact
+    kinds and the fault artifact use, and a signal that says whether its target was there."""
+    root = "/tmp/named-ops"
+    box.remove_path(root)
+    box.ensure_dir(f"{root}/art/images")
+    box.write_bytes(f"{root}/art/manifest.json", b'{"schema_version":1}')
+    box.write_bytes(f"{root}/art/images/core-41.img", b"c" * 300)
+    inode = box.sh(f"stat -c %i {root}/art/manifest.json", 10).stdout
+    box.write_bytes(f"{root}/art/manifest.json", b'{"schema_version":2}')
+    assert box.sh(f"stat -c %i {root}/art/manifest.json", 10).stdout == inode, "written in place"
+    assert box.read_bytes(f"{root}/art/manifest.json") == b'{"schema_version":2}'
+    assert box.exists(f"{root}/art") and not box.exists(f"{root}/none")
+    assert [(e.path, e.type, e.size) for e in box.list_dir(f"{root}/art/images", "core-*.img")] == [
+        ("core-41.img", "f", 300)
+    ]
+    box.copy_tree(f"{root}/art", f"{root}/copy")
+    assert box.digest_tree(f"{root}/copy") == box.digest_tree(f"{root}/art")
+    box.truncate(f"{root}/art/images/core-41.img", 150)
+    assert [e.size for e in box.list_dir(f"{root}/art", "*.img", depth=None)] == [150]
+    box.copy_tree(f"{root}/copy", f"{root}/art", replace=True)
+    assert box.digest_tree(f"{root}/copy") == box.digest_tree(f"{root}/art")
+    sleeper = box.spawn(["sleep", "300"], "/tmp/named-ops-sleeper.log")
+    assert box.wchan([sleeper])[sleeper] not in ("", "gone") and box.thread_waits([sleeper])[sleeper].wchans
+    assert box.signal([sleeper], "KILL", strict=True)
+    assert not box.signal([2**22 + 1], "KILL", strict=True) and box.signal([2**22 + 1], "KILL")
+    box.remove_path(root)

@@ -131,12 +131,12 @@ import memory_runtime
 
 _create = memory_runtime.MemoryBox._create
 
-def _stopped_create(self, args):
+def _stopped_create(self, *args):
     if {group}:  # a terminal's Ctrl-C: every process of the foreground job (xdist's controller and workers)
         os.killpg(os.getpgid(0), signal.{signal})
     else:
         os.kill(os.getpid(), signal.{signal})
-    return _create(self, args)
+    return _create(self, *args)
 
 memory_runtime.MemoryBox._create = _stopped_create
 """

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import cast
 
 from vsnap_qual import checks, engine, progress
 from vsnap_qual.box import Box, ProcessRow
@@ -216,7 +216,7 @@ def settle_leftovers(
     everything left went by itself during the wait, how long it was still there (credited to the engine:
     :func:`credit_teardown`; else None)."""
     parked = ParkedWatch(at.lane.box)
-    found: dict[str, Any] = {}
+    found: list[tuple[dict[str, str], float]] = []  # where the parked leftovers wait, and when that was found
     started = time.monotonic()
 
     def hopeless(left: list[ProcessRow]) -> bool:
@@ -225,13 +225,14 @@ def settle_leftovers(
         wchan = leftover_wchan(at.lane.box, [p["pid"] for p in left])
         if injector.own_cleanup_judged(at, cleanup_judged, left, wchan):
             return False
-        found.update(wchan=wchan, after=round(time.monotonic() - started, 2))
+        found.append((wchan, round(time.monotonic() - started, 2)))
         return True
 
     left, held_s = settle_timed(at.lane.box, baseline, ignore, limit=grace, hopeless=hopeless)
     went_after = credit_teardown(at.lane, left, held_s)
     if found:  # the wait ended on these very leftovers: where they wait was just read
-        return left, found["wchan"], found["after"], went_after
+        wchan, after = found[-1]
+        return left, wchan, after, went_after
     return left, leftover_wchan(at.lane.box, [p["pid"] for p in left]) if left else {}, None, went_after
 
 
