@@ -1,5 +1,5 @@
 """The chaos run (issue 29): the random-kill faults, N times per lane, each with its own draw, then the figures
-(``vsnap_qual/chaos.py``: per command, signal and phase reached, how many runs left something behind, how many
+(``vsnap_qual/report/chaos.py``: per command, signal and phase reached, how many runs left something behind, how many
 leaked past the harness's sweep, what became of each artifact, and the seed that replays each failed step).
 
 Run:
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vsnap_qual.chaos import main as figures_main
+from vsnap_qual.report.chaos import main as figures_main
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the fault lane's artifact and the kill kind's faults, repeats included (``kill-create.7``)

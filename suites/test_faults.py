@@ -1,6 +1,6 @@
 """Injected failures, per model runner and image arm: each must fail the way the contract says, leave nothing
-behind, and leave the artifact restorable. The faults and their head / base expectations are one table
-(``vsnap_qual.procedure.FAULTS``, plus any a conftest adds through ``pytest_vsnap_add_faults``); the observed outcome is
+behind, and leave the artifact restorable. The faults and their head / base expectations are each kind's own entries
+(``vsnap_qual/faults/kinds/``), plus any a conftest adds through ``pytest_vsnap_add_faults``; the observed outcome is
 recorded either way.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from vsnap_qual import faults, injection, procedure
+from vsnap_qual import faults, procedure
 from vsnap_qual.lane import LaneRun
 from vsnap_qual.procedure import Fault
 
@@ -22,7 +22,7 @@ class TestFaults:
         with vsnap_fault_lane.recorder.step(procedure.FAULT_ARTIFACT, request.node.nodeid) as rec:
             # which expectations judge this lane's faults, chosen before its first engine command
             rec.results["expect"], rec.results["expect_reason"] = faults.lane_expectation(vsnap_fault_lane)
-            injection.prepare_artifact(vsnap_fault_lane, rec)
+            faults.prepare_artifact(vsnap_fault_lane, rec)
 
     @pytest.mark.vsnap_step(procedure.FAULT_PREFIX)  # the step is fault:<id> of the parametrized fault
     def test_fault(

@@ -143,6 +143,25 @@ class ShmHolders:
 
 
 @dataclass(frozen=True)
+class DirEntry:
+    """An entry below a listed directory (:meth:`Box.list_dir`): its path relative to that directory, its type
+    (``f`` a regular file, ``d`` a directory, ``l`` a link, as ``find -printf %y`` says) and its size in bytes."""
+
+    path: str
+    type: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ThreadWaits:
+    """Where each thread of one process waits in the kernel (``/proc/<pid>/task/*/wchan``, sorted) and the CPU ticks
+    the process has spent so far (``utime + stime``, all its threads): :meth:`Box.thread_waits`."""
+
+    wchans: tuple[str, ...]
+    ticks: int
+
+
+@dataclass(frozen=True)
 class GpuRow:
     """One GPU as ``nvidia-smi`` lists it inside the box."""
 
@@ -240,6 +259,13 @@ class Box(Protocol):
         ...
 
     @property
+    def has_shell(self) -> bool:
+        """Whether the box runs the harness's own POSIX shell and Python scripts (``sh``, ``python3 -c``): where it
+        does not, the fault kinds that need one (the identity drifts' kits, the PID holder and ``ns_last_pid``, the
+        weight copy) are not applicable, and the fault artifact is digested and reset whole."""
+        ...
+
+    @property
     def connect_proves_listener(self) -> bool:
         """Whether a connect to :meth:`endpoint` succeeds only while something listens in the box (false where a
         proxy accepts for published ports)."""
@@ -253,7 +279,7 @@ class Box(Protocol):
         ...
 
     def sh(self, script: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ExecResult:
-        """A POSIX shell script in the box (the fault layer's injections use it)."""
+        """A POSIX shell script in the box (only where :attr:`has_shell`: the fault kinds that need one)."""
         ...
 
     def spawn(self, argv: list[str], log_path: str, *, env: Mapping[str, str] | None = None) -> int:
@@ -277,6 +303,59 @@ class Box(Protocol):
 
     def ensure_dir(self, path: str, mode: int = 0o700) -> None: ...
     def remove_path(self, path: str) -> None: ...
+
+    # -- named operations (the fault layer's): one each, no shell needed of the caller -----------------------------
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists in the box (of any type)."""
+        ...
+
+    def list_dir(self, path: str, glob: str = "*", depth: int | None = 1) -> list[DirEntry]:
+        """The entries below the directory ``path`` whose name matches ``glob``, down to ``depth`` levels (None:
+        all), sorted by path; fails with :class:`RuntimeFailure` when ``path`` cannot be listed."""
+        ...
+
+    def copy_tree(self, source: str, target: str, *, replace: bool = False) -> None:
+        """Copy ``source`` with everything under it to ``target`` (modes, owners, times and links kept); ``replace``:
+        remove ``target`` first. Fails with :class:`RuntimeFailure`."""
+        ...
+
+    def truncate(self, path: str, size: int) -> None:
+        """Cut the file ``path`` to ``size`` bytes, in place. Fails with :class:`RuntimeFailure`."""
+        ...
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` over the file ``path`` in place (the same inode, truncated first), as a program in the box
+        would. Fails with :class:`RuntimeFailure`."""
+        ...
+
+    def digest_tree(self, path: str) -> str:
+        """A digest of the directory ``path``: every regular file's path and content, every entry's path and mode;
+        a directory the box cannot read has the digest of nothing."""
+        ...
+
+    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        """Send ``SIG<signame>`` (``KILL``, ``TERM``, ``INT``) to each of ``pids`` at once. True: the box sent it;
+        ``strict``: and every one of them was there to receive it."""
+        ...
+
+    def wchan(self, pids: list[int]) -> dict[int, str]:
+        """Where each of ``pids`` waits in the kernel (``/proc/<pid>/wchan``; ``gone`` for one that is not there);
+        an empty mapping where the box could not be asked."""
+        ...
+
+    def thread_waits(self, pids: list[int]) -> dict[int, ThreadWaits]:
+        """For each of ``pids`` that exists, in one look: where each of its threads waits and its CPU ticks so far."""
+        ...
+
+    def hold_port(self, port: int, log_path: str) -> int:
+        """Start a listener of the harness's own on the box's ``port`` (it accepts nothing; output to ``log_path``, a
+        box path); its PID, listed among the box's processes until it is signalled."""
+        ...
+
+    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
+        """Start a watcher that writes ``marker`` (a box path in the control directory) once a socket listens on the
+        box's ``port``, looking every 10 ms (output to ``log_path``); its PID (signal it to stop)."""
+        ...
 
     # -- processes and listeners ------------------------------------------------------------------------------
     def processes(self) -> list[ProcessRow]:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from vsnap_qual import procedure
+from vsnap_qual.faults.catalogue import BUILTIN_FAULTS, FAULTS_BY_ID
+from vsnap_qual.faults.kinds.hook import HookParams
 from vsnap_qual.report import figures as shown
 from vsnap_qual.step_times import idle_total, step_times, totals
 
@@ -71,7 +73,7 @@ NEEDS: Final[tuple[Need, ...]] = (
         "steps.unit_step: the head arm's unit outcomes, run.unit_peers[lane.peer('head')]",
     ),
     Need(
-        procedure.FAULTS_BY_ID["weight-tampered"].step, None, "same", "lifecycle", procedure.ORDINARY,
+        FAULTS_BY_ID["weight-tampered"].step, None, "same", "lifecycle", procedure.ORDINARY,
         "faults.WeightsInjector: the tensor to damage and the comparison from the lane's own ordinary reference, "
         "run.peers[lane.name]; without it an exit-0 restore is a finding (tamper.problems)",
     ),
@@ -545,10 +547,11 @@ def _group(name: str, rule: str, members: Sequence[StepNode], left_out: Iterable
 
 
 def stall_faults(run: Sequence[StepNode]) -> FaultGroup:
-    """The faults whose hook stalls recovery past the frozen deadline (``procedure.Fault.stall``)."""
-    stalls = {f.step for f in procedure.FAULTS if f.stall}
+    """The faults whose hook stalls recovery (``HookParams.stall``: past the frozen deadline, or until a signal ends
+    it)."""
+    stalls = {f.step for f in BUILTIN_FAULTS if isinstance(f.params, HookParams) and f.params.stall}
     members = [n for n in run if n.step in stalls and n.ran]
-    return _group("stall faults", "procedure.Fault.stall (the hook stalls past the frozen recovery deadline)", members)
+    return _group("stall faults", "HookParams.stall (the hook stalls recovery)", members)
 
 
 def _expected(node: StepNode) -> Mapping[str, Any]:
@@ -571,7 +574,7 @@ def refused_before_mutation(run: Sequence[StepNode]) -> FaultGroup:
     expected: dict[str, str] = {}
     seen: dict[str, list[str]] = {}
     for n in faults:
-        table = procedure.FAULTS_BY_ID.get(n.step.removeprefix(procedure.FAULT_PREFIX))
+        table = FAULTS_BY_ID.get(n.step.removeprefix(procedure.FAULT_PREFIX))
         if n in members or table is None or table.kind not in REFUSAL_KINDS:
             continue
         observed, wanted = n.results.get("observed"), _expected(n)

@@ -12,12 +12,14 @@ if TYPE_CHECKING:
 
 @pytest.hookspec
 def pytest_vsnap_add_faults(catalogue: FaultCatalogue) -> None:
-    """Add fault points to the session's catalogue, from a ``conftest.py`` or a plugin: each one entry
-    (``procedure.Fault``: id, title, kind, head and base expectations) and, for a kind of its own, its injector::
+    """Add fault points to the session's catalogue, from a ``conftest.py`` or a plugin: a kind of one's own, one
+    module's ``Kind`` (its injector and its faults, each a ``procedure.Fault``: id, title, kind, head and base
+    expectations, parameters), or single faults (with, for a kind of their own, its injector)::
 
         def pytest_vsnap_add_faults(catalogue):
-            catalogue.add(Fault("lock-held", "a stale restore lock file", "lock", head=Expect(1, False, None, True)),
-                          injector=HoldLockFile())
+            catalogue.add_kind(KIND)  # KIND = faults.Kind("lock", HoldLockFile(), faults=(Fault(...),))
+            catalogue.add(Fault("wake-raise-2", "...", "hook", head=Expect(1, False, None, None),
+                                params=HookParams("wake-raise")))
 
     Called once per process (xdist workers too), before the suites are collected; every added fault appears in
     the coverage, the report and ``summary.md`` like a built-in one (``docs/adding-a-fault.md``).

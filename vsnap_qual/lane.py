@@ -652,12 +652,7 @@ class LaneRun:
                 return files.digest(self.box)
             except ArtifactFilesError as exc:
                 return f"unreadable: {exc}"
-        result = self.box.sh(
-            f"cd {artifact} 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 -r sha256sum; "
-            "find . -printf '%p %m\\n' | sort",
-            120,
-        )
-        return hashlib.sha256(result.stdout.encode()).hexdigest()
+        return self.box.digest_tree(artifact)
 
     # ---- the lane's environment ----------------------------------------------------------------------------
     def environment_id(self) -> str:

@@ -213,10 +213,10 @@ class CleanupAudit(TypedDict, total=False):
     #: Fault steps: where in the kernel each leftover waited (``/proc/<pid>/wchan``), as evidence
     leftover_wchan: dict[str, str]
     #: Fault steps: the wait for what was left ended this long after it began, the leftovers parked for good in
-    #: CRIU's restorer and their cleanup not judged (``vsnap_qual.parked``); absent where the wait ran its course
+    #: CRIU's restorer and their cleanup not judged (``vsnap_qual.faults.parked``); absent where the wait ran its course
     parked_for_good_after_s: float
     #: Fault steps: everything the faulted action left went by itself during the wait; it was still there this
-    #: long (the engine's own teardown, its time the engine's: ``injection.credit_teardown``)
+    #: long (the engine's own teardown, its time the engine's: ``faults.tools.credit_teardown``)
     leftovers_went_after_s: float
     #: the kill kind (issue 29): the audit once more after the harness's sweep, and the PIDs that sweep killed
     after_sweep: "CleanupAudit"
@@ -482,8 +482,8 @@ class PrefixCacheJudgement(TypedDict, total=False):
 
 
 class WeightTamper(TypedDict, total=False):
-    """The weight-tamper fault (``vsnap_qual.tamper``): where the private copy's shard was changed, and what the
-    restored engine held against the ordinary engine."""
+    """The weight-tamper fault (``vsnap_qual.faults.kinds.weights``): where the private copy's shard was changed,
+    and what the restored engine held against the ordinary engine."""
 
     #: the user's cache entry the private copy links to, the copied shard, the tensor and bytes changed
     cache: str
@@ -507,6 +507,138 @@ class WeightTamper(TypedDict, total=False):
     canaries_differ: list[str]
     #: the outcome in words
     said: str
+
+
+# ---- what each fault kind's injector records (``results.injected``; ``vsnap_qual/faults/kinds/``) ----------------
+class HookInjected(TypedDict, total=False):
+    """The hook kind's record: nothing of its own (the probe's fired records are ``observed.fired_records``)."""
+
+
+class SignalInjected(TypedDict, total=False):
+    """The signal kind's record: the signal sent to the restore once recovery ran (``SIGTERM to [PID]``)."""
+
+    signal: list[str]
+
+
+class CreateInjected(TypedDict, total=False):
+    """The create kind's record: whether the failed create removed its target directory."""
+
+    target_removed: bool
+
+
+class IdentityInjected(TypedDict, total=False):
+    """The identity kind's record: the drifted field, what was presented, what the restore's own process saw and
+    the manifest's value in the same form, and whether they differed (the drift held)."""
+
+    field: str
+    presents: str
+    presented: str
+    seen_by_restore: str | None
+    manifest_value: str
+    held: bool
+
+
+class PidInjected(TypedDict, total=False):
+    """The pid kind's record: the captured PID occupied, where, after how many tries, and whether it was held as
+    the restore started and as it ended."""
+
+    pid: int
+    occupied: bool
+    occupied_in: str | None
+    attempts: int
+    pid_cursor_moved: bool
+    held_at_restore: bool
+    held_after_restore: bool
+
+
+class PortInjected(TypedDict, total=False):
+    """The port kind's record: the port held, and whether it was bound as the restore started."""
+
+    port: int
+    bound_at_restore: bool
+
+
+class ManifestInjected(TypedDict, total=False):
+    """The manifest kind's record: the field changed (``schema_version=2``)."""
+
+    manifest: str
+
+
+class ImageInjected(TypedDict, total=False):
+    """The image kind's record: the core image truncated (its path in the box)."""
+
+    truncated: str
+
+
+class WeightsInjected(TypedDict, total=False):
+    """The weights kind's record: what was damaged, or why nothing could be (the rest is ``weight_tamper``)."""
+
+    tampered: str
+    error: str
+
+
+class KillInjected(TypedDict, total=False):
+    """The kill kind's record (issue 29): the seeded draw (seed, attempt, duration, offset, fraction), the command
+    and signal, what was running when it went (the phase reached, the tree), what was sent (empty: every draw missed
+    the command, ``missed`` says how), a restore that had completed first, and whether vLLM's own cleanup was judged."""
+
+    seed: int
+    attempt: int
+    command: str
+    signal: str
+    duration_s: float
+    duration_measured_now: bool
+    offset_s: float
+    fraction: float
+    sent: list[str]
+    sent_after_s: float
+    missed: str
+    phase: str
+    tree: list[str]
+    completed: str
+    own_cleanup: str
+
+
+#: ``results.injected`` of a fault step: its kind's record (``results.kind`` says which), or a conftest kind's own
+FaultInjected = (
+    HookInjected
+    | SignalInjected
+    | CreateInjected
+    | IdentityInjected
+    | PidInjected
+    | PortInjected
+    | ManifestInjected
+    | ImageInjected
+    | WeightsInjected
+    | KillInjected
+    | dict[str, object]
+)
+
+
+class KilledCanaries(TypedDict, total=False):
+    """The canaries asked of a server restored from a killed create's artifact, each compared (``kill`` kind)."""
+
+    ok: bool
+    against: str
+    compared: list[CanaryCompare]
+    error: str
+
+
+class KilledArtifact(TypedDict, total=False):
+    """The kill kind (issue 29): what a restore made of a killed create's target: ``absent``, ``refused by
+    inspect``, ``refused by restore`` (with its message) or ``restored`` (with the canaries asked of it)."""
+
+    target: str
+    outcome: str
+    left: list[str]
+    inspect_exit: int | None
+    restore_exit: int | None
+    message: str
+    canaries: KilledCanaries
+    #: a captured ID taken at the restore (``faults.tools.restore_retrying_taken``)
+    retried_after: str
+    held_at_retry: list[str]
+    ids_taken: str
 
 
 class StepResults(TypedDict, total=False):
@@ -603,11 +735,13 @@ class StepResults(TypedDict, total=False):
     expected: FaultExpectation
     observed: FaultObservation
     mismatches: list[str]
-    #: what the fault's injector did, in its own terms (each kind records different things)
-    injected: dict[str, object]
+    #: a fault step: its fault's kind (``Fault.kind``: the views read it; evidence before it was recorded has none)
+    kind: str
+    #: what the fault's injector did, in its own terms (each kind records different things: ``kind``)
+    injected: FaultInjected
     followup_restore: FollowupRestore
-    #: the kill kind (issue 29): what a restore made of a killed create's target (``kills.judge_killed_create``)
-    killed_artifact: dict[str, Any]
+    #: the kill kind (issue 29): what a restore made of a killed create's target (``kinds.kill.judge_killed_create``)
+    killed_artifact: KilledArtifact
     #: the weight-tamper fault (issue 28)
     weight_tamper: WeightTamper
     #: ordinary and restores: the decode speed (issue 28); restores: the second set of runs where the first was
@@ -1096,6 +1230,8 @@ _OPEN = {
     "OverlayFileResult",
     "Digest",
     "FiredRecord",
+    "KilledArtifact",
+    "KilledCanaries",
     "Host",
     "Image",
     "Coverage",

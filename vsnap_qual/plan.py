@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import procedure
+from vsnap_qual.faults.catalogue import BUILTIN_FAULTS
 from vsnap_qual.step_times import step_times
 
 
@@ -54,7 +54,9 @@ def plan_line(
     ``parallel``: how many lanes run at once (one worker per runner under xdist)."""
     parallel = max(1, parallel)
     # a stall that no signal ends waits out the fault timeout (the cancellation faults signal as recovery runs)
-    stalls = sum(1 for f in procedure.FAULTS if f.stall and not f.signal and f.id in fault_ids)
+    stalls = sum(
+        1 for f in BUILTIN_FAULTS if f.id in fault_ids and f.params is not None and f.params.waits_out_deadline()
+    )
     waited = stalls * fault_timeout * len(lanes) / parallel
     line = (
         f"plan: {len(lanes)} lanes ({', '.join(lanes)}), {len(required)} required steps "

@@ -1,6 +1,7 @@
 """The qualification procedure, defined once: every step a lane runs, its prerequisites and its title, and the
-fault catalogue. The suites, the evidence (what a run requires) and the report (order, titles, coverage) all
-read this table; nothing else spells a step name.
+shape of a fault's entry (:class:`Fault`, :class:`Expect`). The suites, the evidence (what a run requires) and the
+report (order, titles, coverage) all read this table; nothing else spells a step name. The faults themselves are
+each kind's own entries, gathered by ``vsnap_qual.faults.catalogue`` (this module imports no fault code).
 """
 
 from __future__ import annotations
@@ -74,22 +75,30 @@ def before_mutation(message: str) -> Expect:
     return Expect(1, False, None, True, message=message)
 
 
+class FaultParams:
+    """The parameters a fault kind reads of its faults (``Fault.params``): each kind's own frozen dataclass
+    subclasses this (``HookParams``, ``IdentityParams``, ``KillParams``, … in ``vsnap_qual/faults/kinds/``)."""
+
+    def waits_out_deadline(self) -> bool:
+        """Whether the faulted action waits out the recovery deadline frozen at create (a stall no signal ends):
+        the plan line's floor (``plan.plan_line``)."""
+        return False
+
+
 @dataclass(frozen=True)
 class Fault:
-    """One injected failure: its table entry. ``kind`` names its injector (``faults``); ``head`` is what the
-    head behaviour (private canary before HTTP bind, ``error.json`` with the failing phase: the change under
-    test) must show, ``base`` where the released behaviour differs (else the head's)."""
+    """One injected failure: its table entry. ``kind`` names its kind (``vsnap_qual/faults/kinds/``: the injector
+    and the parameter type); ``head`` is what the head behaviour (private canary before HTTP bind, ``error.json``
+    with the failing phase: the change under test) must show, ``base`` where the released behaviour differs (else
+    the head's); ``params`` is what its kind reads of it (a hook point, a drift, a command and a signal, ...).
+    The built-in faults are each kind's own entries (``vsnap_qual.faults.catalogue``); a conftest adds its own."""
 
     id: str
     title: str
-    kind: str  # hook | signal | create | identity | pid | port | manifest | image | kill | weights, or a conftest's
+    kind: str  # hook | signal | create | identity | pid | port | manifest | image | weights | kill, or a conftest's
     head: Expect
     base: Expect | None = None
-    hook_point: str | None = None  # the probe's point (kinds that act through a hook)
-    stall: bool = False  # the hook's action is a stall: armed past the frozen recovery deadline
-    signal: str | None = None  # ``kill -<signal>`` for the signal kind
-    drift: str | None = None  # the identity kind's drift (``drifts.DRIFTS``)
-    command: str | None = None  # the kill kind's command: ``create`` or ``restore`` (``kills``)
+    params: FaultParams | None = None
 
     @property
     def step(self) -> str:
@@ -128,115 +137,13 @@ LIFECYCLE: tuple[Step, ...] = (
     ),
 )
 
-#: The built-in faults, each one entry. The base expectations are the released behaviour's (vLLM 0.31–0.33: HTTP
-#: bound before the public canary, no error.json, no checkpoint hooks) where it differs from the head's.
-FAULTS: tuple[Fault, ...] = (
-    Fault(
-        "wake-raise", "recovery failure after memory wake", "hook",
-        head=Expect(1, False, "recovery: restore memory", None),
-        base=Expect(1, False, "absent", None),
-        hook_point="wake-raise",
-    ),
-    Fault(
-        "communicators-raise", "failure while restoring communicators", "hook",
-        head=Expect(1, False, "recovery: restore communicators", None),
-        base=Expect(0, True, "absent", None, fires=False),
-        hook_point="communicators-raise",
-    ),
-    Fault(
-        "canary-perturb", "canary mismatch: one weight element perturbed after wake", "hook",
-        head=Expect(1, False, "recovery: canary", None),
-        base=Expect(1, True, "absent", None, message="snapshot oracle mismatch"),
-        hook_point="canary-perturb",
-    ),
-    Fault(
-        "recovery-deadline", "recovery stalls past VLLM_SNAPSHOT_TIMEOUT_S frozen at create", "hook",
-        head=Expect(1, False, "recovery: restore memory", None),
-        base=Expect(0, True, "absent", None),
-        hook_point="wake-stall", stall=True,
-    ),
-    Fault(
-        "cancel-sigint", "SIGINT to vllm snapshot restore while recovery runs", "signal",
-        head=Expect("nonzero", False, None, None),
-        hook_point="wake-stall", stall=True, signal="INT",
-    ),
-    Fault(
-        "cancel-sigterm", "SIGTERM to vllm snapshot restore while recovery runs", "signal",
-        head=Expect("nonzero", False, None, None),
-        # as released, SIGTERM ends the controller by Python's default action, skipping its BaseException
-        # cleanup: the released child may go on and bind; what is left is recorded, not judged
-        base=Expect("nonzero", None, None, None, cleanup=False),
-        hook_point="wake-stall", stall=True, signal="TERM",
-    ),
-    Fault(
-        "create-partial-sleep", "sleep fails part-way during create", "create",
-        head=Expect(1, None, None, None, message="snapshot child exited before ready"),
-        hook_point="sleep-raise",
-    ),
-    *(
-        Fault(fault_id, title, "identity", head=before_mutation("snapshot mismatch"), drift=drift)
-        for fault_id, drift, title in (
-            ("identity-drift", "env-added", "identity: an extra VLLM_* variable at restore"),
-            ("identity-env-removed", "env-removed", "identity: a variable of the create's environment unset"),
-            ("identity-env-changed", "env-changed", "identity: a variable of the create's environment changed"),
-            ("identity-host", "host", "identity: another host (/etc/machine-id) at restore"),
-            ("identity-kernel", "kernel", "identity: another kernel release at restore"),
-            ("identity-vllm-version", "vllm-version", "identity: another vLLM version at restore"),
-            ("identity-gpu", "gpu", "identity: another GPU driver version at restore"),
-            ("identity-criu", "criu", "identity: another CRIU version at restore"),
-        )
-    ),
-    Fault(
-        "pid-occupied", "a captured PID is already occupied", "pid",
-        head=before_mutation("captured PID is already occupied"),
-    ),
-    Fault("port-in-use", "the restore port is already in use", "port", head=Expect(1, None, None, None,
-                                                                                   message="already in use")),
-    Fault(
-        "manifest-field", "a manifest field changed (schema_version 1 → 2)", "manifest",
-        head=before_mutation("invalid snapshot manifest"),
-    ),
-    Fault("image-truncated", "an images/ file truncated", "image", head=Expect(1, False, None, None)),
-    # issue 28: a weight shard changed between create and restore (vsnap_qual/tamper.py), on a private copy of the
-    # model's cache entry and a private artifact: a refusal, or the damage named by the digests and canaries; the
-    # weights unchanged after the restore is stale weights, a finding against the engine (the kind judges it)
-    Fault(
-        "weight-tampered", "a weight shard changed between create and restore (a private copy of the model)",
-        "weights", head=Expect(ANY, None, None, None, followup_restore=False),
-    ),
-    # issue 29: killed at any moment (vsnap_qual/kills.py). Either outcome of the command is allowed; the
-    # cleanup is judged after the harness's sweep in every case, and after vLLM's own where it has one (SIGTERM
-    # to the head arm's restore); what a restore makes of the artifact is judged by the kind
-    Fault(
-        "kill-create", "SIGKILL to vllm snapshot create's whole tree at a random moment", "kill",
-        head=Expect(ANY, None, None, None, cleanup=False), signal="KILL", command="create",
-    ),
-    Fault(
-        # vLLM's create installs no SIGTERM handler (only the head restore raises on it): the controller ends by
-        # the default action, so a child it started after the signal went lives on until its release deadline.
-        # That is recorded (the chaos figures' "left by the command"); what is judged is the sweep
-        "term-create", "SIGTERM to vllm snapshot create's whole tree at a random moment", "kill",
-        head=Expect(ANY, None, None, None, cleanup=False), signal="TERM", command="create",
-    ),
-    Fault(
-        "kill-restore", "SIGKILL to vllm snapshot restore's whole tree at a random moment", "kill",
-        head=Expect(ANY, None, None, None, followup_restore=False, cleanup=False), signal="KILL", command="restore",
-    ),
-    Fault(
-        "term-restore", "SIGTERM to vllm snapshot restore's whole tree at a random moment", "kill",
-        head=Expect(ANY, None, None, None, followup_restore=False),
-        base=Expect(ANY, None, None, None, followup_restore=False, cleanup=False),
-        signal="TERM", command="restore",
-    ),
-)  # fmt: skip
-FAULTS_BY_ID = {f.id: f for f in FAULTS}
-
-FAULT_STEPS: tuple[Step, ...] = (
-    Step(FAULT_ARTIFACT, "the fault lane's own artifact (short recovery deadline) and a pristine copy", (), "faults"),
-    *(Step(f.step, f.title, (FAULT_ARTIFACT,), "faults") for f in FAULTS),
+#: The fault lane's own first step; each fault of the session's catalogue is a step ``fault:<id>`` after it.
+FAULT_ARTIFACT_STEP = Step(
+    FAULT_ARTIFACT, "the fault lane's own artifact (short recovery deadline) and a pristine copy", (), "faults"
 )
 
-STEPS: dict[str, Step] = {s.name: s for s in (*LIFECYCLE, *FAULT_STEPS)}
+#: The table's steps by name: the lifecycle and the fault artifact (a fault's step is :func:`step`'s).
+STEPS: dict[str, Step] = {s.name: s for s in (*LIFECYCLE, FAULT_ARTIFACT_STEP)}
 
 #: Lifecycle columns in the order the report shows them (overlay first: it qualifies the image's code).
 DISPLAY_ORDER: tuple[str, ...] = (
@@ -255,8 +162,8 @@ def is_fault_step(name: str) -> bool:
 
 
 def step(name: str) -> Step:
-    """The table entry of a step (a fault a conftest added is a fault step like the built-in ones); ``KeyError``
-    names an unknown step (a typo in a suite)."""
+    """The table entry of a step (every fault, built in or added by a conftest, is a step ``fault:<id>`` after the
+    fault artifact); ``KeyError`` names an unknown step (a typo in a suite)."""
     if name in STEPS:
         return STEPS[name]
     if is_fault_step(name):
@@ -265,7 +172,15 @@ def step(name: str) -> Step:
 
 
 def title(name: str) -> str:
+    """A table step's title; a fault step's title is its fault's (recorded in its evidence: ``results.title``)."""
     return STEPS[name].title if name in STEPS else name
+
+
+def step_order(fault_ids: Sequence[str] = ()) -> dict[str, int]:
+    """Each step's place in the procedure: the table's steps, then ``fault:<id>`` for the session's faults in their
+    catalogue's order (the evidence's ``coverage.faults``)."""
+    names = [*STEPS, *(FAULT_PREFIX + i for i in fault_ids)]
+    return {name: i for i, name in enumerate(dict.fromkeys(names))}
 
 
 def column(runner: str, variant: str | None) -> str:
@@ -278,13 +193,10 @@ def label(runner: str, arm: str, name: str) -> str:
     return f"{runner}/{arm}/{name}"
 
 
-def required(
-    lanes: Iterable[tuple[str, str, bool]], fault_ids: Sequence[str] | None = None, *, unit: bool = False
-) -> list[str]:
+def required(lanes: Iterable[tuple[str, str, bool]], fault_ids: Sequence[str], *, unit: bool = False) -> list[str]:
     """Every step a full qualification of these lanes (runner, arm, overlaid) runs, as labels; the faults are the
-    session's catalogue (default: the built-in ones); ``unit``: a unit command was given."""
-    ids = [f.id for f in FAULTS] if fault_ids is None else list(fault_ids)
-    faults = [FAULT_STEPS[0], *(step(FAULT_PREFIX + i) for i in ids)] if ids else []
+    session's catalogue's (``FaultCatalogue.ids``); ``unit``: a unit command was given."""
+    faults = [FAULT_ARTIFACT_STEP, *(step(FAULT_PREFIX + i) for i in fault_ids)] if fault_ids else []
     steps = [*LIFECYCLE, *faults]
     return [
         label(runner, arm, s.name) for runner, arm, overlaid in lanes for s in steps if s.applies(arm, overlaid, unit)

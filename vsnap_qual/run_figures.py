@@ -5,8 +5,8 @@
 - ``vllm snapshot create``;
 - the engine's own time (``engine_seconds``: waiting on its commands, start, stop and HTTP answers, and on its
   killed trees' teardown until their PIDs are free, up to the last look that still found one held:
-  ``injection.wait_engine_gone``; likewise on what a faulted or killed command left, where it then went by itself:
-  ``injection.credit_teardown``) against the steps' time and the session's wall time (first to last record), the
+  ``faults.tools.wait_engine_gone``; likewise on what a faulted or killed command left, where it then went by itself:
+  ``faults.tools.credit_teardown``) against the steps' time and the session's wall time (first to last record), the
   rest being the harness's;
 - the harness's own time per step (steps − engine, summed over the lanes, with its median per step) and, for the
   fault steps, per phase of their sequence (``results.phases``, recorded by the run itself: ``faults.Phases``).

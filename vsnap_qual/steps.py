@@ -146,7 +146,7 @@ class LaneState:
     #: copy's; the digest and the reset then read and copy only what changed
     artifact_files: ArtifactFiles | None = None
     #: the fault lane: the shortest seconds an unfaulted ``create`` and ``restore`` of the fault artifact took
-    #: (what a random kill's offset is drawn over: ``kills.draw``)
+    #: (what a random kill's offset is drawn over: ``faults.kinds.kill.draw``)
     timings: dict[str, float] = field(default_factory=dict)
 
     def timed(self, command: str, seconds: float) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vsnap_qual import chaos
+from vsnap_qual.report import chaos
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "evidence" / "chaos" / "2026-12-02-cpu-n50-5147b56"

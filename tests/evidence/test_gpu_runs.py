@@ -174,7 +174,7 @@ def test_the_teardown_runs_figures_in_the_docs_are_computed_from_its_evidence() 
 
 def test_the_h200_chaos_runs_words_in_the_docs_are_its_evidence() -> None:
     """Issue 29 on the H200: the kills, the sweep and the finding the docs state are what its results.json says."""
-    from vsnap_qual import chaos
+    from vsnap_qual.report import chaos
 
     name = "2026-12-02-chaos-v2-head-n20-a5ff883"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
@@ -202,7 +202,7 @@ def test_the_h200_chaos_runs_words_in_the_docs_are_its_evidence() -> None:
 
 def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
     """Issue 29 on the H200 at the commit that records the finding: what the docs and the README say of it."""
-    from vsnap_qual import chaos
+    from vsnap_qual.report import chaos
 
     name = "2026-12-02-chaos-v2-head-n8-4708c77"
     results = json.loads((GPU_RUN / name / "results.json").read_text())

@@ -14,8 +14,9 @@ import docker.errors
 import pytest
 
 from vsnap_qual import box as vbox
-from vsnap_qual import decode_speed, parked
+from vsnap_qual import decode_speed
 from vsnap_qual.box import BoxSpec
+from vsnap_qual.faults import parked
 from vsnap_qual.model import CpuSample
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes.docker import EngineContainer
@@ -205,9 +206,9 @@ def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace
 
 
 def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(box: EngineContainer) -> None:
-    """The probe behind a fault audit's early end (vsnap_qual.parked) against the box's real /proc: a process whose
-    two threads block on locks forever looks parked once PARKED_FOR has passed; a sleeper (a timer, not a futex)
-    and a spinner (CPU spent) never do, however long they are watched."""
+    """The probe behind a fault audit's early end (vsnap_qual.faults.parked, Box.thread_waits) against the box's
+    real /proc: a process whose two threads block on locks forever looks parked once PARKED_FOR has passed; a
+    sleeper (a timer, not a futex) and a spinner (CPU spent) never do, however long they are watched."""
     locked = "import threading; held = threading.Lock(); held.acquire(); threading.Thread(target=held.acquire).start()"
     pids = {
         "locked": box.spawn(["python3", "-c", f"{locked}; held.acquire()"], "/tmp/locked.log"),
@@ -216,8 +217,8 @@ def test_only_a_process_whose_threads_all_wait_on_futexes_looks_parked_for_good(
     }
     try:
         rows = {p["pid"]: p for p in box.processes()}
-        looked = parked.look_threads(box, sorted(pids.values()))
-        assert len(looked[pids["locked"]][0]) == 2, looked  # both threads, each where it waits
+        looked = box.thread_waits(sorted(pids.values()))
+        assert len(looked[pids["locked"]].wchans) == 2, looked  # both threads, each where it waits
         said = {}
         for name, pid in pids.items():
             watch = parked.ParkedWatch(box)
@@ -277,3 +278,32 @@ def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_u
     finally:
         box.exec(["kill", "-KILL", *map(str, holders_pids)], 10)
         box.sh(f"rm -f /dev/shm/{tag}-*", 15)
+
+
+def test_the_named_operations_run_in_a_container_as_the_fault_kinds_use_them(box: EngineContainer) -> None:
+    """The shell box's named operations (``runtimes/shell.py``) through ``docker exec``: the file ones the artifact
+    kinds and the fault artifact use, and a signal that says whether its target was there."""
+    root = "/tmp/named-ops"
+    box.remove_path(root)
+    box.ensure_dir(f"{root}/art/images")
+    box.write_bytes(f"{root}/art/manifest.json", b'{"schema_version":1}')
+    box.write_bytes(f"{root}/art/images/core-41.img", b"c" * 300)
+    inode = box.sh(f"stat -c %i {root}/art/manifest.json", 10).stdout
+    box.write_bytes(f"{root}/art/manifest.json", b'{"schema_version":2}')
+    assert box.sh(f"stat -c %i {root}/art/manifest.json", 10).stdout == inode, "written in place"
+    assert box.read_bytes(f"{root}/art/manifest.json") == b'{"schema_version":2}'
+    assert box.exists(f"{root}/art") and not box.exists(f"{root}/none")
+    assert [(e.path, e.type, e.size) for e in box.list_dir(f"{root}/art/images", "core-*.img")] == [
+        ("core-41.img", "f", 300)
+    ]
+    box.copy_tree(f"{root}/art", f"{root}/copy")
+    assert box.digest_tree(f"{root}/copy") == box.digest_tree(f"{root}/art")
+    box.truncate(f"{root}/art/images/core-41.img", 150)
+    assert [e.size for e in box.list_dir(f"{root}/art", "*.img", depth=None)] == [150]
+    box.copy_tree(f"{root}/copy", f"{root}/art", replace=True)
+    assert box.digest_tree(f"{root}/copy") == box.digest_tree(f"{root}/art")
+    sleeper = box.spawn(["sleep", "300"], "/tmp/named-ops-sleeper.log")
+    assert box.wchan([sleeper])[sleeper] not in ("", "gone") and box.thread_waits([sleeper])[sleeper].wchans
+    assert box.signal([sleeper], "KILL", strict=True)
+    assert not box.signal([2**22 + 1], "KILL", strict=True) and box.signal([2**22 + 1], "KILL")
+    box.remove_path(root)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vsnap_qual import procedure
+from vsnap_qual.faults import BUILTIN_FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT = """
@@ -56,7 +56,7 @@ def test_a_conftests_fault_is_collected_and_required_in_every_lane(tmp_path: Pat
     collected = [line for line in done.stdout.splitlines() if "::test_fault[" in line]
     assert any(line.endswith("[v1-head-lock-held]") for line in collected), output[-3000:]
     assert len([line for line in collected if line.endswith("-lock-held]")]) == 2  # both runners' head lanes
-    assert len(collected) == 2 * (len(procedure.FAULTS) + 1), "the built-in faults and the added one, per lane"
+    assert len(collected) == 2 * (len(BUILTIN_FAULTS) + 1), "the built-in faults and the added one, per lane"
     session = next(
         json.loads(line.removeprefix("VSNAP-SESSION ")) for line in done.stdout.splitlines()
         if line.startswith("VSNAP-SESSION ")

@@ -109,6 +109,7 @@ def test_a_refused_run_leaves_its_report_dir_untouched_and_its_corrected_retry_r
 
 def test_a_selection_of_nothing_writes_nothing_and_lists_what_could_have_been_selected(tmp_path: Path) -> None:
     from vsnap_qual import procedure
+    from vsnap_qual.faults import BUILTIN_FAULTS
 
     report = tmp_path / "report"
     done = pytest_in(tmp_path, *MEMORY, f"--vsnap-report-dir={report}", "-k", "restore_3", "-m", "not fault")
@@ -119,7 +120,7 @@ def test_a_selection_of_nothing_writes_nothing_and_lists_what_could_have_been_se
     listed = {line.split(":", 1)[0]: line.split(":", 1)[1] for line in lines if ": " in line}
     assert listed["lanes"].strip() == "v1-head, v2-head"
     assert listed["step ids"].strip() == ", ".join(s.name for s in procedure.LIFECYCLE)
-    assert listed[f"fault names ({len(procedure.FAULTS)})"].strip() == ", ".join(f.id for f in procedure.FAULTS)
+    assert listed[f"fault names ({len(BUILTIN_FAULTS)})"].strip() == ", ".join(f.id for f in BUILTIN_FAULTS)
     assert "test_restore_1" in listed["tests"] and "test_fault" in listed["tests"]
 
 
@@ -130,12 +131,12 @@ import memory_runtime
 
 _create = memory_runtime.MemoryBox._create
 
-def _stopped_create(self, args):
+def _stopped_create(self, *args):
     if {group}:  # a terminal's Ctrl-C: every process of the foreground job (xdist's controller and workers)
         os.killpg(os.getpgid(0), signal.{signal})
     else:
         os.kill(os.getpid(), signal.{signal})
-    return _create(self, args)
+    return _create(self, *args)
 
 memory_runtime.MemoryBox._create = _stopped_create
 """

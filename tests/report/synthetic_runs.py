@@ -20,6 +20,8 @@ from typing import Any
 from vsnap_qual import checks, model, options, procedure
 from vsnap_qual.config import build_config
 from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.faults import BUILTIN_FAULTS
+from vsnap_qual.faults.kinds.hook import HookParams
 
 SECRET = "secret-value-123"
 RUN_ID = "20261129-120000-ab12"
@@ -174,8 +176,9 @@ def fault_evidence(
     fault: procedure.Fault, behaviour: str, cleanup: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A fault step's ``expected``, ``observed`` and ``cleanup`` as a run that met the real expectation table
-    (``procedure.FAULTS``' expectations) records them: many expected values are "no" (HTTP never bound, the base arm's
-    missing hook never fired, the truncated image not unchanged, base SIGTERM's cleanup recorded, not judged)."""
+    (``vsnap_qual.faults.BUILTIN_FAULTS``' expectations) records them: many expected values are "no" (HTTP never bound,
+    the base arm's missing hook never fired, the truncated image not unchanged, base SIGTERM's cleanup recorded, not
+    judged)."""
     want = fault.expect(behaviour)
     phase = want.error_phase if want.error_phase not in (None, "absent") else None
     exit_code = want.exit_code if isinstance(want.exit_code, int) else 1
@@ -236,10 +239,10 @@ def required_coverage(spec: RunSpec) -> dict[str, Any]:
         "runners": spec.columns,
         "arms": list(spec.arms),
         "overlay": "head" in spec.arms,
-        "faults": [f.id for f in procedure.FAULTS],
+        "faults": [f.id for f in BUILTIN_FAULTS],
         "observe_s": 30.0,
         "request_shapes": ["repeated", "seeded", "concurrent", "long"],
-        "required": procedure.required(lanes),
+        "required": procedure.required(lanes, [f.id for f in BUILTIN_FAULTS]),
     }
 
 
@@ -545,8 +548,8 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                 )
             step(runner, arm, procedure.FAULT_ARTIFACT, 20.0, {"artifact_bytes": 3_452_000_000}, [])
             expect = "head" if arm == "head" else "base"
-            for fault in procedure.FAULTS:
-                stall = fault.hook_point == "wake-stall"
+            for fault in BUILTIN_FAULTS:
+                stall = isinstance(fault.params, HookParams) and fault.params.point == "wake-stall"
                 expected, observed, fault_cleanup = fault_evidence(fault, expect, cleanup)
                 step(
                     runner,
@@ -556,6 +559,7 @@ def write_evidence(report_dir: Path, spec: RunSpec | None = None) -> Path:
                     {
                         "fault": fault.id,
                         "title": fault.title,
+                        "kind": fault.kind,
                         "expect": expect,
                         "expect_reason": f"--vsnap-{expect}-expectations",
                         "expected": expected,

@@ -10,6 +10,7 @@ import pytest
 from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual import model, procedure
+from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, read_evidence
 from vsnap_qual.report.recorded import option_value
@@ -40,7 +41,7 @@ def test_complete_run_has_the_documented_shape(report_dir: Path) -> None:
     assert all(lane["environment"]["versions"]["vllm"] for lane in results["lanes"])
     # per runner, the procedure: head 9 lifecycle steps (with overlay), base 9 (vs-head, no overlay); each arm
     # the fault artifact and the faults of the table
-    faults = 1 + len(procedure.FAULTS)
+    faults = 1 + len(BUILTIN_FAULTS)
     assert len(results["steps"]) == 2 * (9 + 9 + 2 * faults)
     assert sorted(results["coverage"]["required"]) == sorted(
         procedure.label(s["runner"], s["arm"], s["step"]) for s in results["steps"]
@@ -56,7 +57,7 @@ def test_verdict_names_the_failed_step(report_dir: Path) -> None:
     verdict = assemble_file(report_dir / "evidence.jsonl")["verdict"]
     assert verdict["status"] == "fail"
     assert verdict["failed"] == ["v2/head/restore-2"]
-    assert verdict["counts"] == {"passed": 4 * (10 + len(procedure.FAULTS)) - 1, "failed": 1, "skipped": 0}
+    assert verdict["counts"] == {"passed": 4 * (10 + len(BUILTIN_FAULTS)) - 1, "failed": 1, "skipped": 0}
 
 
 def test_passing_run(make_run: MakeRun) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import procedure
+from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import write_reports
 
 #: Every class the page paints in the failure colour (the stylesheet's --fail-bg / --fail rules).
@@ -27,7 +27,7 @@ def _failure_classes(row: str) -> set[str]:
 
 def test_a_passing_run_has_no_failure_colour_although_many_values_are_no(make_run: MakeRun) -> None:
     rows = _fault_rows(make_run("pass", RunSpec(changed_digests=())))
-    assert len(rows) == 4 * len(procedure.FAULTS)
+    assert len(rows) == 4 * len(BUILTIN_FAULTS)
     noes = sum(row.count(">no</span>") for row in rows)
     assert noes >= 48  # HTTP never bound, the base arm's missing hook not fired, …: the expected values
     assert [row for row in rows if _failure_classes(row)] == []

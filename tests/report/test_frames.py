@@ -10,6 +10,7 @@ from typing import Any
 from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual import checks, procedure
+from vsnap_qual.faults import BUILTIN_FAULTS, FAULTS_BY_ID
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.frames import (
     canary_frame,
@@ -130,8 +131,8 @@ def test_timings_median_and_n_for_repeated_steps(report_dir: Path) -> None:
 def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
     results = _results(report_dir)
     faults = fault_frame(results)
-    assert len(faults) == 4 * len(procedure.FAULTS)
-    assert set(faults["fault"]) == set(procedure.FAULTS_BY_ID)
+    assert len(faults) == 4 * len(BUILTIN_FAULTS)
+    assert set(faults["fault"]) == set(FAULTS_BY_ID)
     judged = faults[faults["expected_http_bound"].notna()]
     assert (judged["http_bound"] == judged["expected_http_bound"]).all()
     assert set(faults[faults["http_bound"].astype(bool)]["fault"]) == {
@@ -142,11 +143,11 @@ def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
     cleanup = cleanup_frame(results)
     # the base arm's SIGTERM cleanup is recorded, not judged (faults.BASE_OVERRIDES): no row of the audit table;
     # the kill kind's row is its audit after the harness's sweep wherever vLLM's own is not judged
-    assert len(cleanup) == 4 * (5 + len(procedure.FAULTS)) - 2 and cleanup["ok"].all()
+    assert len(cleanup) == 4 * (5 + len(BUILTIN_FAULTS)) - 2 and cleanup["ok"].all()
     matrix = {r["lane"]: r for r in records(step_matrix(results))}
     assert matrix["v2/head"]["restore-2"] == "failed"
     assert matrix["v1/base"]["overlay"] is None
-    assert matrix["v1/head"]["faults"] == f"{len(procedure.FAULTS)}/{len(procedure.FAULTS)}"
+    assert matrix["v1/head"]["faults"] == f"{len(BUILTIN_FAULTS)}/{len(BUILTIN_FAULTS)}"
 
 
 def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:

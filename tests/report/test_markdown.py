@@ -6,7 +6,7 @@ from pathlib import Path
 
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import procedure
+from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.markdown import SUMMARY_LIMIT_BYTES, cell, render_markdown
@@ -26,7 +26,7 @@ def test_summary_holds_the_validation_table(report_dir: Path) -> None:
         assert f"| {check}" in text
     assert "v1: all 30 unchanged" in text
     assert "v2 changed: model.norm.weight" in text
-    faults = 4 * len(procedure.FAULTS)
+    faults = 4 * len(BUILTIN_FAULTS)
     assert f"{faults}/{faults} as expected" in text
     assert "63,104 / 63,088" in text
     assert "### Failed steps" in text and "`v2/head/restore-2`" in text

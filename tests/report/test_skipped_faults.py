@@ -5,6 +5,7 @@ from __future__ import annotations
 from synthetic_runs import MakeRun, RunSpec
 
 from vsnap_qual import procedure
+from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file
 
@@ -16,7 +17,7 @@ def _faults_check(verdict: dict) -> dict:
 
 
 def test_every_fault_step_skipped_is_partial_not_fail(make_run: MakeRun) -> None:
-    labels = [procedure.label(r, a, f.step) for r in ("v1", "v2") for a in ("head", "base") for f in procedure.FAULTS]
+    labels = [procedure.label(r, a, f.step) for r in ("v1", "v2") for a in ("head", "base") for f in BUILTIN_FAULTS]
     spec = RunSpec(changed_digests=(), skipped_steps=tuple((label, LIMITATION) for label in labels))
     directory = make_run("skipped", spec)
     verdict = assemble_file(directory / "evidence.jsonl")["verdict"]
@@ -35,7 +36,7 @@ def test_some_fault_steps_skipped_count_apart(make_run: MakeRun) -> None:
     spec = RunSpec(changed_digests=(), skipped_steps=(("v1/base/fault:pid-occupied", LIMITATION),))
     verdict = assemble_file(make_run("one", spec) / "evidence.jsonl")["verdict"]
     check = _faults_check(verdict)
-    judged = 4 * len(procedure.FAULTS) - 1
+    judged = 4 * len(BUILTIN_FAULTS) - 1
     assert check["status"] == "pass" and check["result"].startswith(f"{judged}/{judged} as expected;")
     assert check["result"].endswith("; 1 skipped")
     assert verdict["status"] == "partial"

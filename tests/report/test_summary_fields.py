@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from synthetic_runs import MakeRun, RunSpec, record_validator
 
-from vsnap_qual import procedure
 from vsnap_qual.ci_build import ci_build
+from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.overlay import checkout_state
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import read_evidence
@@ -40,7 +40,7 @@ def test_summary_names_images_engine_configuration_and_each_fault(make_run: Make
     assert "dtype `float16`" in head and "max-model-len `512`" in head
     assert "engine args: none beyond the harness's" in head and "Overlay: none" in head
     faults = [line for line in text.splitlines() if line.startswith("- injected ")]
-    assert len(faults) == len(procedure.FAULTS)
+    assert len(faults) == len(BUILTIN_FAULTS)
     wake = next(line for line in faults if "(`wake-raise`)" in line)
     assert wake.startswith("- injected recovery failure after memory wake (`wake-raise`) — v1/head, v2/head: ")
     assert 'exit 1 before HTTP, error.json phase "recovery: restore memory", cleanup verified' in wake

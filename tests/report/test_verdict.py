@@ -7,13 +7,14 @@ from pathlib import Path
 
 from synthetic_runs import MakeRun, RunSpec, required_coverage
 
-from vsnap_qual import checks, procedure
+from vsnap_qual import checks
+from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import render_reports, write_reports
 from vsnap_qual.report.assemble import assemble_file, read_evidence
 from vsnap_qual.report.frames import compare_all
 from vsnap_qual.report.verdict import judge
 
-FAULTS = len(procedure.FAULTS)
+FAULTS = len(BUILTIN_FAULTS)
 REQUIRED = 4 * (10 + FAULTS)  # 2 runners × 2 arms: 9 lifecycle steps (overlay or vs-head), the fault artifact
 
 

@@ -1,6 +1,8 @@
 """The runtime seam holds: a third runtime, one module registered from outside the harness
-(``tests/seam/memory_runtime.py``, loaded with ``-p``), runs the qualification suites' lifecycle unchanged, and a
-run on a runtime other than Docker never imports the docker SDK."""
+(``tests/seam/memory_runtime.py``, loaded with ``-p``), runs the qualification suites' lifecycle unchanged and every
+fault whose kind needs no shell (each kind acting through the box's named operations), a fault kind of a conftest's
+own, one module, runs on it like a built-in one, and a run on a runtime other than Docker never imports the docker
+SDK."""
 
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ def pytest_unconfigure(config):
 """
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
+def _run(
+    tmp_path: Path, *args: str, expect: tuple[str, ...] = ("--vsnap-expect=base", "--vsnap-base-expect=base")
+) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
     (tmp_path / "spy_plugin.py").write_text(SPY)
     report = tmp_path / "report"
     modules = tmp_path / "modules.json"
@@ -41,7 +45,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
             sys.executable, "-m", "pytest", str(ROOT / "suites"), "-p", "memory_runtime", "-p", "spy_plugin",
             "-p", "no:cacheprovider", "--vsnap-runtime=memory", "--vsnap-image=memory:head",
             "--vsnap-base-image=memory:base", "--vsnap-model=org/tiny", f"--vsnap-revision={REVISION}",
-            "--vsnap-expect=base", "--vsnap-base-expect=base", "--vsnap-soak=0.5", "--vsnap-observe=2",
+            *expect, "--vsnap-soak=0.5", "--vsnap-observe=2",
             # the in-memory engine decodes nothing: its "decode speed" is an HTTP round trip's (2x apart between
             # steps on CI's busy 2 cores, twice); there is no decoding to time
             "--vsnap-decode-runs=0",
@@ -91,6 +95,115 @@ def test_a_runtime_registered_from_outside_runs_the_whole_lifecycle(tmp_path: Pa
     assert "Command to reproduce this run" in summary_md and "'not fault'" in summary_md
 
 
+#: the kinds that act through the box's named operations alone, and those that need a shell of the box's own
+NO_SHELL = ("hook", "signal", "create", "port", "manifest", "image", "kill")
+SHELL_ONLY = ("identity", "pid", "weights")
+
+
+def test_every_fault_whose_kind_needs_no_shell_runs_on_a_runtime_registered_from_outside(tmp_path: Path) -> None:
+    """``-m fault`` on the in-memory box, whose engine honours the probe's hooks as the reference engine does: each
+    fault of a kind that needs no shell is injected, fires and is judged as expected on both arms (the head arm by
+    the head expectations: ``error.json`` with the phase, nothing bound before the private canary; the base arm by
+    the released ones); the kinds that need a shell say so, as not applicable; each step records its kind."""
+    done, results, _ = _run(
+        tmp_path, "-m", "fault", "--vsnap-runners=v1", "--vsnap-fault-timeout=2",
+        expect=("--vsnap-expect=head", "--vsnap-base-expect=base"),
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    steps = {(s["lane"], s["step"]): s for s in results["steps"]}
+    faults = [s for s in results["steps"] if s["step"].startswith("fault:")]
+    assert {s["results"].get("kind") for s in faults} == {*NO_SHELL, *SHELL_ONLY}, "every step records its kind"
+    for step in faults:
+        kind, where = step["results"]["kind"], (step["lane"], step["step"], step["message"][:300])
+        if kind in SHELL_ONLY:
+            assert step["outcome"] == "skipped" and "the box runs no s" in step["message"], where
+            continue
+        assert step["outcome"] == "passed", where
+        res = step["results"]
+        assert res["observed"]["fired"] or not res["expected"]["fires"], where
+        assert res["mismatches"] == [] and res["followup_restore"]["canary_ok"], where
+    head = steps[("v1-head", "fault:wake-raise")]["results"]["observed"]
+    assert (head["phase"], head["http_bound"], head["fired_records"][0]["point"]) == (
+        "recovery: restore memory", False, "wake-raise"
+    )  # fmt: skip
+    base = steps[("v1-base", "fault:canary-perturb")]["results"]["observed"]
+    assert base["error_json"] is None and base["http_bound"] and "snapshot oracle mismatch" in base["stderr_tail"]
+    for lane in ("v1-head", "v1-base"):
+        killed = steps[(lane, "fault:kill-create")]["results"]
+        assert killed["injected"]["sent"] and killed["killed_artifact"]["outcome"] != "absent", killed["injected"]
+        assert steps[(lane, "fault:term-restore")]["results"]["injected"]["sent"]
+        assert steps[(lane, "fault:port-in-use")]["results"]["injected"]["bound_at_restore"]
+    assert results["verdict"]["status"] == "pass", results["verdict"]["reasons"]
+    assert "random kills" in results["verdict"]["coverage_line"], results["verdict"]["coverage_line"]
+
+
+#: a fault kind of a conftest's own, in one module: its injector, its fault and the hook that adds it
+FLIP_KIND = """
+from vsnap_qual import faults
+from vsnap_qual.contract import ARTIFACT
+
+MANIFEST = f"{ARTIFACT}/manifest.json"
+
+
+class FlipManifestByte(faults.Injector):
+    \"\"\"One byte of the artifact's manifest flipped (``{`` becomes ``z``), through the box's named operations.\"\"\"
+
+    undo_before_followup = True
+
+    def inject(self, lane, injected, env):
+        before = lane.box.read_bytes(MANIFEST) or b""
+        flipped = bytes([before[0] ^ 1]) + before[1:]
+        lane.box.write_bytes(MANIFEST, flipped)
+        injected["flipped"] = flipped != before and lane.box.read_bytes(MANIFEST) == flipped
+
+    def fired(self, obs, injected):
+        return bool(injected.get("flipped"))
+
+
+KIND = faults.Kind(
+    "manifest-byte",
+    FlipManifestByte(),
+    faults=(
+        faults.Fault(
+            "manifest-byte", "one byte of the manifest flipped", "manifest-byte",
+            head=faults.Expect(1, False, None, True, message="invalid snapshot manifest"),
+        ),
+    ),
+)
+
+
+def pytest_vsnap_add_faults(catalogue):
+    catalogue.add_kind(KIND)
+"""
+
+
+def test_a_kind_of_a_conftests_own_is_one_module_and_runs_on_the_runtime_registered_from_outside(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new fault kind is one module (``FLIP_KIND``, loaded with ``-p``: its injector, its fault, its hook): the
+    suites run it on the in-memory box through named box operations, record its kind and judge it as any fault."""
+    pytester.makepyfile(flip_kind=FLIP_KIND)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), str(HERE), str(ROOT)]))
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "suites"), "-p", "memory_runtime", "-p", "flip_kind", "-p", "no:cacheprovider",
+        "--vsnap-runtime=memory", "--vsnap-image=memory:head", "--vsnap-model=org/tiny", f"--vsnap-revision={REVISION}",
+        "--vsnap-expect=head", "--vsnap-runners=v1", "--vsnap-fault-timeout=2", "--vsnap-cleanup-grace=1",
+        "--vsnap-observe=0", f"--vsnap-report-dir={report}", "-m", "fault", "-k", "fault_artifact or manifest-byte",
+        timeout=600,
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()[-4000:]
+    results = json.loads((report / "results.json").read_text())
+    (step,) = [s for s in results["steps"] if s["step"] == "fault:manifest-byte"]
+    res = step["results"]
+    assert step["outcome"] == "passed", step["message"]
+    assert (res["kind"], res["injected"]) == ("manifest-byte", {"flipped": True})
+    assert res["observed"]["exit_code"] == 1 and res["observed"]["artifact_unchanged"] is True
+    assert res["followup_restore"]["canary_ok"], "the harness's own corruption was undone before the follow-up"
+    assert "v1/head/fault:manifest-byte" in results["coverage"]["required"]
+
+
 def environment_of(results: dict, lane: str) -> dict:
     return next(x["environment"] for x in results["lanes"] if x["environment"] and x["environment"]["lane"] == lane)
 
@@ -119,7 +232,7 @@ def test_the_docker_sdk_is_not_imported_on_the_way_to_a_host_lane() -> None:
     faults, the report) loads no docker SDK."""
     code = (
         "import sys, vsnap_qual.plugin, vsnap_qual.runtimes.host, vsnap_qual.lane, vsnap_qual.faults, "
-        "vsnap_qual.injection, vsnap_qual.doctor, vsnap_qual.report, vsnap_qual.cli\n"
+        "vsnap_qual.faults.tools, vsnap_qual.doctor, vsnap_qual.report, vsnap_qual.cli\n"
         "from vsnap_qual import runtimes\n"
         "runtimes.create('host')\n"
         "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith('docker.')))"

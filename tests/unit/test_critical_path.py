@@ -18,6 +18,7 @@ import pytest
 
 from vsnap_qual import model, procedure
 from vsnap_qual.critical_path import markdown, time_to_verdict
+from vsnap_qual.faults.catalogue import FAULTS_BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where the committed GPU runs are (docs/gpu-run/ until issue 43 moved them)
@@ -162,7 +163,7 @@ def test_a_step_without_engine_seconds_makes_the_engine_figures_not_recorded_not
 
 def test_the_stall_and_refused_faults_and_their_follow_up_restores_are_summed() -> None:
     def fault(fault_id: str, at: float, seconds: float, engine: float, follow: float, seen: bool | None) -> model.Step:
-        table = procedure.FAULTS_BY_ID[fault_id]
+        table = FAULTS_BY_ID[fault_id]
         return step(
             "v1-head", table.step, at, seconds, engine,
             results={

@@ -1,9 +1,9 @@
-"""The identity drifts (``vsnap_qual/drifts.py``), run for real on this machine: each drift's prepare script, its
-launch and its record run here as they run in a box (``env``, ``unshare -m`` with a bind mount, ``setarch``,
+"""The identity drifts (``vsnap_qual/faults/kinds/identity.py``), run for real on this machine: each drift's prepare
+script, its launch and its record run here as they run in a box (``env``, ``unshare -m`` with a bind mount, ``setarch``,
 a ``vllm`` dist-info on ``PYTHONPATH``, the ``nvidia-smi`` and ``criu`` wrappers), around a stand-in ``vllm`` that
-computes the identity fields the way vLLM's ``runtime.current_identity`` does and refuses as
-``validate_identity`` does. Each drift must change exactly its field, be seen by the restore's own process, and
-be judged held; without its launch, the same restore sees the manifest's value and the drift did not hold."""
+computes the identity fields the way vLLM's ``runtime.current_identity`` does and refuses as ``validate_identity`` does.
+Each drift must change exactly its field, be seen by the restore's own process, and be judged held; without its launch,
+the same restore sees the manifest's value and the drift did not hold."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import drifts
 from vsnap_qual.contract import CONTROL, WORK
+from vsnap_qual.faults.kinds import identity as drifts
 
 STAND_IN = """#!{python}
 import hashlib, importlib.metadata as m, json, os, platform, subprocess, sys

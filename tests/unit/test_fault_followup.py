@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import faults, injection
+from vsnap_qual import faults
 from vsnap_qual.box import ExecResult, ShmEntry
 from vsnap_qual.faults import ANY
+from vsnap_qual.faults import tools as injection
+from vsnap_qual.faults.kinds.occupy import PidHolder
 from vsnap_qual.runtimes.shell import ShellBox
 from vsnap_qual.steps import LaneState
 
@@ -43,6 +45,9 @@ class Box:
 
     def tasks_held(self, ids: set[int]) -> list[str]:
         return []
+
+    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        return ShellBox.signal(self, pids, signame, strict=strict)  # type: ignore[arg-type]
 
 
 def _run(box: Box) -> Any:
@@ -95,6 +100,7 @@ def test_a_captured_pid_vllms_pre_check_found_taken_is_restored_once_more_and_na
         expect,
         faults.Observation(),
         {"cleanup": {"ok": True}, "followup_restore": outcome},
+        faults.BUILTIN_INJECTORS["signal"],
     )
     assert len(problems) == 1 and "was never tried" in problems[0], problems
 
@@ -210,6 +216,7 @@ def test_a_captured_id_that_never_comes_free_is_named_not_blamed_on_the_artifact
         faults.Expect(ANY, None, None, None, fires=False),
         faults.Observation(),
         {"cleanup": {"ok": True}, "followup_restore": follow},
+        faults.BUILTIN_INJECTORS["signal"],
     )
     assert problems == [
         f"the follow-up restore could not be tried fairly: captured PIDs still held after the fault's tree was "
@@ -250,7 +257,7 @@ def test_occupying_a_pid_moves_the_cursor_past_every_captured_id_in_the_same_com
     assert past < pid_max, f"no free PID found below {pid_max - 600}"
     box = LocalBox([])
     run = SimpleNamespace(box=box, pid_alive=lambda pid: Path(f"/proc/{pid}").exists())
-    holder = injection.PidHolder(run, target, past)  # type: ignore[arg-type]
+    holder = PidHolder(run, target, past)  # type: ignore[arg-type]
     try:
         occupied = holder.occupy()
         cursor = int(Path("/proc/sys/kernel/ns_last_pid").read_text())

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vsnap_qual import faults, procedure
-from vsnap_qual.faults import FaultCatalogue, Observation
-from vsnap_qual.procedure import FAULTS_BY_ID, Fault
+from vsnap_qual.faults import BUILTIN_FAULTS, BUILTIN_INJECTORS, FAULTS_BY_ID, Fault, FaultCatalogue, Observation
 
 GOOD_FOLLOWUP = {"exit_code": 0, "canary_ok": True}
 CLEAN = {"ok": True}
@@ -16,8 +15,13 @@ def _results(**extra):
     return {"cleanup": CLEAN, "followup_restore": GOOD_FOLLOWUP, **extra}
 
 
+def _judge(fault, expect, obs, results):
+    """The judge with the fault's kind's injector (its kind's rules), as ``fault_step`` calls it."""
+    return faults.judge(fault, expect, obs, results, BUILTIN_INJECTORS[fault.kind])
+
+
 def test_every_fault_has_an_expectation_for_both_behaviours():
-    for fault in procedure.FAULTS:
+    for fault in BUILTIN_FAULTS:
         assert isinstance(fault.expect("head"), faults.Expect) and isinstance(fault.expect("base"), faults.Expect)
     assert len(FAULTS_BY_ID) >= 10
 
@@ -27,13 +31,13 @@ def test_head_recovery_failure_passes_when_observed_as_the_contract_says():
     obs = Observation(
         exit_code=1, error_json={"phase": "recovery: restore memory"}, phase="recovery: restore memory", fired=True
     )
-    assert faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results()) == []
+    assert _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results()) == []
 
 
 def test_a_fault_that_never_fired_is_an_ineffective_injection():
     fault = FAULTS_BY_ID["canary-perturb"]
     obs = Observation(exit_code=0, fired=False)
-    problems = faults.judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
+    problems = _judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
     assert len(problems) == 1 and "ineffective injection" in problems[0]  # and nothing else is claimed
 
 
@@ -53,7 +57,7 @@ def test_firing_is_decided_from_the_harness_evidence_at_the_action():
 def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffective_injection():
     fault = FAULTS_BY_ID["identity-drift"]
     obs = Observation(exit_code=0, fired=True, artifact_unchanged=True)
-    text = " | ".join(faults.judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, _results()))
+    text = " | ".join(_judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, _results()))
     assert "ineffective" not in text and "snapshot mismatch" in text
     assert "the restore succeeded (exit 0) although this fault must make it fail (exit 1)" in text
 
@@ -72,7 +76,7 @@ def test_an_identity_refusal_must_name_the_drifted_field_and_only_it(said, probl
     fault = FAULTS_BY_ID["identity-host"]
     obs = Observation(exit_code=1, fired=True, artifact_unchanged=True, stderr_tail=f"Traceback\n{said}\n")
     results = {**_results(), "injected": {"field": "host_id", "held": True}}
-    problems = faults.judge(fault, fault.expect("head"), obs, results)
+    problems = _judge(fault, fault.expect("head"), obs, results)
     assert problems == ([] if problem is None else [next(p for p in problems if problem in p)]), problems
 
 
@@ -83,7 +87,7 @@ def test_a_restore_that_unexpectedly_succeeded_says_nothing_about_a_failed_resto
         "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
         "followup_restore": {"exit_code": 1, "canary_ok": False},
     }
-    text = " | ".join(faults.judge(fault, fault.expect("head"), obs, results))
+    text = " | ".join(_judge(fault, fault.expect("head"), obs, results))
     assert "the restore succeeded (exit 0) although this fault must make it fail" in text
     assert "fail" not in text.replace("must make it fail", "")  # no clause about "the failure" or "the failed restore"
     assert "error.json missing" not in text
@@ -100,10 +104,10 @@ def test_http_bound_before_the_check_fails_head_and_says_so():
         fired=True,
         stderr_tail="snapshot oracle mismatch",
     )
-    head = faults.judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
+    head = _judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
     assert any("HTTP was bound" in p for p in head)
     assert any("error.json missing" in p for p in head)
-    assert faults.judge(fault, FAULTS_BY_ID["canary-perturb"].expect("base"), obs, _results()) == []
+    assert _judge(fault, FAULTS_BY_ID["canary-perturb"].expect("base"), obs, _results()) == []
 
 
 def test_mutation_leftovers_and_broken_followup_are_named():
@@ -113,21 +117,21 @@ def test_mutation_leftovers_and_broken_followup_are_named():
         "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
         "followup_restore": {"exit_code": 1, "canary_ok": False},
     }
-    problems = faults.judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, results)
+    problems = _judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, results)
     text = " | ".join(problems)
     assert "mutated" in text and "cleanup incomplete" in text and "no longer restores" in text
 
 
 def test_expectations_are_written_once_with_the_base_only_where_it_differs():
-    same = [f for f in procedure.FAULTS if f.base is None]
+    same = [f for f in BUILTIN_FAULTS if f.base is None]
     assert same and all(f.expect("base") is f.head for f in same)
-    differ = [f for f in procedure.FAULTS if f.base is not None]
+    differ = [f for f in BUILTIN_FAULTS if f.base is not None]
     assert differ and all(f.expect("base") == f.base != f.head for f in differ)
 
 
 def test_a_conftest_can_add_a_fault_point_with_its_own_injector():
     class HoldLock(faults.Injector):
-        def inject(self, run, injected, env):
+        def inject(self, lane, injected, env):
             injected["lock"] = "held"
 
         def fired(self, obs, injected):
@@ -158,13 +162,13 @@ def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing
         stderr_tail=f"(APIServer pid=1) INFO non-default args\n{mkl}\nTraceback (most recent call last):\n",
         error_lines=["RuntimeError: Engine core initialization failed."],
     )
-    problems = faults.judge(fault, fault.expect("base"), obs, _results(injected={"target_removed": True}))
+    problems = _judge(fault, fault.expect("base"), obs, _results(injected={"target_removed": True}))
     assert problems == [
         f"ineffective injection: fault create-partial-sleep never fired (exit 1 before the hook point was reached: "
         f"{mkl}), so nothing was tested"
     ]
     obs.stderr_tail = "Traceback (most recent call last):\n"  # no fatal line: the last exception line
-    (problem,) = faults.judge(fault, fault.expect("base"), obs, _results())
+    (problem,) = _judge(fault, fault.expect("base"), obs, _results())
     assert "before the hook point was reached: RuntimeError: Engine core initialization failed." in problem
 
 
@@ -179,16 +183,16 @@ def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason():
         "stderr_tail": "Traceback\nvllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5",
         "criu_reason": ["(00.1) Error (criu/cr-restore.c:1) Can't fork for 5: File exists", "Restoring FAILED."],
     }
-    (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
+    (problem,) = _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
     assert problem == (
         "the artifact no longer restores after the failure: follow-up restore exit 1; "
         "(00.1) Error (criu/cr-restore.c:1) Can't fork for 5: File exists"
     )
     del follow["criu_reason"]
-    (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
+    (problem,) = _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
     assert problem.endswith("exit 1; vllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5")
     wrong = {"exit_code": 0, "canary_ok": False}
-    (problem,) = faults.judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=wrong))
+    (problem,) = _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=wrong))
     assert problem.endswith("follow-up restore exit 0; canary differs from the oracle") and "{" not in problem
 
 
@@ -198,9 +202,9 @@ def test_a_follow_up_that_met_a_consumed_artifact_is_left_to_the_one_finding():
     fault = FAULTS_BY_ID["wake-raise"]
     obs = Observation(exit_code=1, fired=True)
     follow = {"exit_code": 1, "canary_ok": False, "consumed": ["/dev/shm/psm_302eb8ff"], "criu_reason": ["x"]}
-    assert faults.judge(fault, fault.expect("base"), obs, _results(followup_restore=follow)) == []
+    assert _judge(fault, fault.expect("base"), obs, _results(followup_restore=follow)) == []
     del follow["consumed"]
-    (problem,) = faults.judge(fault, fault.expect("base"), obs, _results(followup_restore=follow))
+    (problem,) = _judge(fault, fault.expect("base"), obs, _results(followup_restore=follow))
     assert problem.startswith("the artifact no longer restores after the failure")
     obs.exit_code = 0  # a mismatch of the fault's own is still found
-    assert faults.judge(fault, fault.expect("base"), obs, _results(followup_restore={**follow, "consumed": ["p"]}))
+    assert _judge(fault, fault.expect("base"), obs, _results(followup_restore={**follow, "consumed": ["p"]}))

@@ -1,7 +1,8 @@
 """One injector per fault kind, all run by the one sequence of ``faults.run_fault``: each kind's ``fired`` rule
 from the harness's own evidence (pure), the table covering every kind of the catalogue, no branch on the kind in
-the sequence, and the sequence itself on a fake lane (its box, restore and audit recorded; where the rule rests
-on a real mechanism, such as the shell that records the restore's own environment, that mechanism runs here)."""
+the sequence, and the sequence itself on a fake lane (its box's named operations, restore and audit recorded; where
+the rule rests on a real mechanism, such as the shell that records the restore's own environment, that mechanism
+runs here)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import contextlib
 import inspect
 import json
 import os
-import re
 import socket
 import subprocess
 import textwrap
@@ -22,13 +22,15 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import drifts, faults, procedure, run_figures
-from vsnap_qual.box import ExecResult
-from vsnap_qual.contract import CONTROL, WORK
+from vsnap_qual import faults, procedure, run_figures
+from vsnap_qual.box import ExecResult, RuntimeFailure
+from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
+from vsnap_qual.faults import BUILTIN_FAULTS, FAULTS_BY_ID, Fault, FaultCatalogue, Observation
 from vsnap_qual.faults import BUILTIN_INJECTORS as INJECTORS
-from vsnap_qual.faults import FaultCatalogue, Observation
-from vsnap_qual.procedure import FAULTS_BY_ID, Fault
+from vsnap_qual.faults import injector as injector_module
+from vsnap_qual.faults.kinds import identity as drifts
+from vsnap_qual.faults.kinds.hook import HookParams
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.steps import LaneState
 
@@ -42,7 +44,7 @@ def _fired(kind: str, obs: Observation | None = None, **injected: Any) -> bool:
 
 # ---- the table ---------------------------------------------------------------------------------------------
 def test_every_kind_of_the_catalogue_has_its_own_injector_class():
-    kinds = {f.kind for f in procedure.FAULTS}
+    kinds = {f.kind for f in BUILTIN_FAULTS}
     assert kinds <= set(INJECTORS) and set(INJECTORS) == kinds
     assert {k: type(INJECTORS[k]).__name__ for k in sorted(kinds)} == {
         "create": "CreateInjector",
@@ -59,9 +61,36 @@ def test_every_kind_of_the_catalogue_has_its_own_injector_class():
     for kind in kinds:  # each decides firing itself: none falls back to the base class's "not implemented"
         assert type(INJECTORS[kind]).fired is not faults.Injector.fired, kind
         assert (
-            FaultCatalogue.builtin().injector_for(next(f for f in procedure.FAULTS if f.kind == kind))
-            is INJECTORS[kind]
+            FaultCatalogue.builtin().injector_for(next(f for f in BUILTIN_FAULTS if f.kind == kind)) is INJECTORS[kind]
         )
+
+
+#: the built-in faults as the one table of the procedure listed them before each kind held its own (the order the
+#: lanes run them, the coverage lists them and the report shows them)
+TABLE = [
+    ("wake-raise", "hook"), ("communicators-raise", "hook"), ("canary-perturb", "hook"),
+    ("recovery-deadline", "hook"), ("cancel-sigint", "signal"), ("cancel-sigterm", "signal"),
+    ("create-partial-sleep", "create"), ("identity-drift", "identity"), ("identity-env-removed", "identity"),
+    ("identity-env-changed", "identity"), ("identity-host", "identity"), ("identity-kernel", "identity"),
+    ("identity-vllm-version", "identity"), ("identity-gpu", "identity"), ("identity-criu", "identity"),
+    ("pid-occupied", "pid"), ("port-in-use", "port"), ("manifest-field", "manifest"), ("image-truncated", "image"),
+    ("weight-tampered", "weights"), ("kill-create", "kill"), ("term-create", "kill"), ("kill-restore", "kill"),
+    ("term-restore", "kill"),
+]  # fmt: skip
+
+
+def test_the_kinds_modules_gather_into_the_table_they_were_in_its_order():
+    assert [(f.id, f.kind) for f in BUILTIN_FAULTS] == TABLE
+    assert FaultCatalogue.builtin().ids == [fault_id for fault_id, _ in TABLE]
+    for fault in BUILTIN_FAULTS:  # each carries its kind's own parameters, or none where its kind takes none
+        params = faults.BUILTIN_KINDS[fault.kind].params
+        assert (fault.params is None) if params is None else isinstance(fault.params, params), fault.id
+
+
+def test_a_fault_of_a_kind_with_parameters_is_refused_without_them():
+    catalogue = FaultCatalogue.builtin()
+    with pytest.raises(ValueError, match="needs its parameters as HookParams"):
+        catalogue.add(Fault("x", "x", "hook", head=faults.Expect(1, False, None, None)))
 
 
 def test_run_fault_has_no_branch_on_the_kind():
@@ -95,7 +124,7 @@ def test_what_each_kind_changes_in_the_common_sequence():
     assert [k for k, f in flags.items() if not f[0]] == ["port"]  # the injection holds the port itself
     # a create does not touch the artifact; a killed command may leave anything (a restore judges what it left);
     # the weight tamper restores an artifact of its own
-    assert [k for k, f in flags.items() if not f[1]] == ["create", "kill", "weights"]
+    assert sorted(k for k, f in flags.items() if not f[1]) == ["create", "kill", "weights"]
     assert [k for k, f in flags.items() if f[4]] == ["kill"]  # what no engine could clean after a SIGKILL
     assert sorted(k for k, f in flags.items() if f[2]) == ["image", "manifest"]  # the harness's own corruption
     assert sorted(k for k, f in flags.items() if f[3]) == ["create", "hook", "signal"]
@@ -145,8 +174,8 @@ def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kind
     obs = Observation(exit_code=1, stderr_tail="Fatal Python error: Aborted")
     results = {"injected": {"occupied": False}}
     expect = faults.Expect(1, False, None, True)
-    (hooked,) = faults.judge(FAULTS_BY_ID["wake-raise"], expect, obs, results)
-    (pid,) = faults.judge(FAULTS_BY_ID["pid-occupied"], expect, obs, results)
+    (hooked,) = faults.judge(FAULTS_BY_ID["wake-raise"], expect, obs, results, INJECTORS["hook"])
+    (pid,) = faults.judge(FAULTS_BY_ID["pid-occupied"], expect, obs, results, INJECTORS["pid"])
     assert "before the hook point was reached: Fatal Python error: Aborted" in hooked
     assert pid == (
         "ineffective injection: fault pid-occupied never fired (the hook or condition did not take effect: "
@@ -158,12 +187,13 @@ def test_only_a_create_is_judged_on_its_target_directory():
     obs = Observation(exit_code=1, fired=True, stderr_tail="snapshot child exited before ready")
     ok = {"cleanup": {"ok": True}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
     create = FAULTS_BY_ID["create-partial-sleep"]
-    left = faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": False}})
+    created = INJECTORS["create"]
+    left = faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": False}}, created)
     assert left == ["the failed create left its target directory behind"]
-    assert faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": True}}) == []
+    assert faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": True}}, created) == []
     wake = FAULTS_BY_ID["wake-raise"]
     head = faults.Expect(1, False, None, None)
-    assert faults.judge(wake, head, obs, {**ok, "injected": {}}) == []
+    assert faults.judge(wake, head, obs, {**ok, "injected": {}}, INJECTORS["hook"]) == []
 
 
 # ---- the sequence on a fake lane ---------------------------------------------------------------------------
@@ -174,8 +204,8 @@ def _free_port() -> int:
 
 
 class FakeBox:
-    """The lane's box: shell scripts are recorded (a touch/test -e/rm -f file set stands in for the lane's
-    files); a port blocker's spawn binds a real listener here."""
+    """The lane's box: its named operations are recorded (a set of paths stands in for the lane's files); a port
+    blocker binds a real listener here; the identity kind's shell scripts are recorded."""
 
     def __init__(self, log: list[Any]) -> None:
         self.log = log
@@ -183,30 +213,46 @@ class FakeBox:
         self.fail_touch = False
         self.listeners: list[socket.socket] = []
 
+    has_shell = True
+
     def sh(self, script: str, timeout: float = 60.0) -> ExecResult:
         self.log.append(("sh", script))
-        code = 0
-        if m := re.fullmatch(r"touch (\S+)", script):
-            if self.fail_touch:
-                code = 1
-            else:
-                self.files.add(m[1])
-        elif m := re.fullmatch(r"test -e (\S+)", script):
-            code = 0 if m[1] in self.files else 1
-        elif m := re.fullmatch(r"rm -f (\S+)", script):
-            self.files.discard(m[1])
-        return ExecResult(["sh", "-c", script], code, "", "", 0.0, 0.0)
+        return ExecResult(["sh", "-c", script], 0, "", "", 0.0, 0.0)
 
-    def spawn(self, argv: list[str], log_path: str, **_: Any) -> int:
-        self.log.append(("spawn", log_path))
-        if "blocker-" in log_path:
-            port = int(re.search(r"blocker-(\d+)", log_path)[1])  # type: ignore[index]
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-            s.listen(1)
-            self.listeners.append(s)
+    def exists(self, path: str) -> bool:
+        return path in self.files
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.log.append(("write", path))
+        if self.fail_touch:
+            raise RuntimeFailure(f"cannot write {path}")
+        self.files.add(path)
+
+    def copy_tree(self, source: str, target: str, *, replace: bool = False) -> None:
+        self.log.append(("copy", source, target, replace))
+
+    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        self.log.append(("signal", list(pids), signame))
+        return True
+
+    def wchan(self, pids: list[int]) -> dict[int, str]:
+        return {}
+
+    def thread_waits(self, pids: list[int]) -> dict[int, Any]:
+        return {}
+
+    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
+        self.log.append(("watch", log_path))
         return 2**22 + 1  # above any pid_max: no process of this machine
+
+    def hold_port(self, port: int, log_path: str) -> int:
+        self.log.append(("hold", log_path))
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        self.listeners.append(s)
+        return 2**22 + 1
 
     def processes(self) -> list[dict[str, Any]]:
         return []
@@ -218,7 +264,8 @@ class FakeBox:
         return ""
 
     def remove_path(self, path: str) -> None:
-        self.sh(f"rm -rf {path}")
+        self.log.append(("remove", path))
+        self.files.discard(path)
 
     def tasks_held(self, ids: set[int]) -> list[str]:
         return []
@@ -331,8 +378,8 @@ class Recording(faults.Injector):
     def __init__(self, answer: bool) -> None:
         self.answer = answer
 
-    def inject(self, run, injected, env):  # type: ignore[no-untyped-def]
-        run.log.append("inject")
+    def inject(self, lane, injected, env):  # type: ignore[no-untyped-def]
+        lane.log.append("inject")
         injected["made"] = "yes"
         env["VSNAP_TEST_INJECTED"] = "1"
 
@@ -340,8 +387,8 @@ class Recording(faults.Injector):
         assert obs.exit_code == 1 and injected == {"made": "yes"}  # decided after the action, from the evidence
         return self.answer
 
-    def release(self, run, injected):  # type: ignore[no-untyped-def]
-        run.log.append("release")
+    def release(self, lane, injected):  # type: ignore[no-untyped-def]
+        lane.log.append("release")
 
 
 @pytest.mark.parametrize("answer", [True, False])
@@ -353,7 +400,7 @@ def test_an_added_kind_runs_the_same_sequence_and_its_fired_decides(lane, answer
     obs = _run(lane, fault, rec, catalogue)
     assert obs.fired is answer and obs.exit_code == 1 and obs.artifact_unchanged is True
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
-    reset = next(i for i, e in enumerate(lane.log) if e[0] == "sh" and "cp -a" in e[1])
+    reset = next(i for i, e in enumerate(lane.log) if e[0] == "copy" and e[3])  # the reset: the pristine copy back
     order = [reset, steps.index("inject"), steps.index("digest"), steps.index("command"), steps.index("release")]
     assert order == sorted(order), lane.log
     assert steps.index("release") < steps.index("audit") < steps.index("exec")  # released, audited, follow-up
@@ -368,10 +415,10 @@ def test_adding_an_injector_over_a_built_in_kind_is_refused():
     catalogue = FaultCatalogue.builtin()
     expect = faults.Expect(1, False, None, None)
     with pytest.raises(ValueError, match="kind 'hook' already has an injector"):
-        catalogue.add(Fault("x", "x", "hook", head=expect, hook_point="wake-raise"), injector=Recording(True))
+        catalogue.add(Fault("x", "x", "hook", head=expect, params=HookParams("wake-raise")), injector=Recording(True))
     with pytest.raises(ValueError, match="needs an injector"):
         catalogue.add(Fault("y", "y", "unknown", head=expect))
-    catalogue.add(Fault("z", "z", "hook", head=expect, hook_point="wake-raise"))  # a built-in kind
+    catalogue.add(Fault("z", "z", "hook", head=expect, params=HookParams("wake-raise")))  # a built-in kind
     assert catalogue.injector_for(catalogue.faults[-1]) is INJECTORS["hook"]
     with pytest.raises(ValueError, match="no injector for kind 'other'.*pytest_vsnap_add_faults"):
         catalogue.injector_for(Fault("w", "w", "other", head=expect))
@@ -394,7 +441,7 @@ def test_the_documented_conftest_example_works(lane, touch_fails):
     fault = next(f for f in catalogue.faults if f.id == "lock-held")
     assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)], catalogue.ids)
     lane.box.fail_touch = touch_fails
-    lane.on_restore = lambda run: run.log.append(("lock at restore", set(run.box.files)))
+    lane.on_restore = lambda lane: lane.log.append(("lock at restore", set(lane.box.files)))
     rec = _rec()
     obs = _run(lane, fault, rec, catalogue)
     lock = "/vsnap/work/artifact/restore.lock"
@@ -504,11 +551,10 @@ def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lan
     """A blocker that never accepts stops answering once the host connect poll filled its backlog: the port's
     (and the PID's) check in place comes before the watchers start, just before the command."""
     port = INJECTORS["port"]
-    real_start, real_enter = port.at_restore_start, faults.engine.ListenerWatch.__enter__
+    real_start, real_enter = port.at_restore_start, injector_module.engine.ListenerWatch.__enter__
     monkeypatch.setattr(port, "at_restore_start", lambda at: (lane.log.append("verified"), real_start(at))[1])
-    monkeypatch.setattr(
-        faults.engine.ListenerWatch, "__enter__", lambda self: (lane.log.append("watching"), real_enter(self))[1]
-    )
+    watch = injector_module.engine.ListenerWatch
+    monkeypatch.setattr(watch, "__enter__", lambda self: (lane.log.append("watching"), real_enter(self))[1])
     _run(lane, FAULTS_BY_ID["port-in-use"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("verified") < steps.index("watching") < steps.index("command")
@@ -519,19 +565,20 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
     """The signaller thread runs while the restore command runs: once the hook's record is there, it signals the
     restore command (the child of its ``timeout`` wrapper, looked up in this lane only); the sent signal is the
     evidence, with the record."""
-    wrapper = {"pid": 4241, "ppid": 1, "args": f"timeout 30 vllm snapshot restore {faults.ARTIFACT} --port 1"}
-    restore = {"pid": 4242, "ppid": 4241, "args": f"vllm snapshot restore {faults.ARTIFACT} --port 1"}
+    wrapper = {"pid": 4241, "ppid": 1, "args": f"timeout 30 vllm snapshot restore {ARTIFACT} --port 1"}
+    restore = {"pid": 4242, "ppid": 4241, "args": f"vllm snapshot restore {ARTIFACT} --port 1"}
     listing: list[dict[str, Any]] = []
     monkeypatch.setattr(lane.box, "processes", lambda: list(listing))
     signalled = threading.Event()
-    real_sh = lane.box.sh
+    real_signal = lane.box.signal
 
-    def sh(script: str, timeout: float = 60.0) -> ExecResult:
-        if script.startswith("kill -") and "4242" in script:
+    def signal(pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        if 4242 in pids:
+            assert strict, "the signal fault says it was sent only once every target got it"
             signalled.set()
-        return real_sh(script, timeout)
+        return real_signal(pids, signame, strict=strict)
 
-    monkeypatch.setattr(lane.box, "sh", sh)
+    monkeypatch.setattr(lane.box, "signal", signal)
 
     def restore_until_signalled(run: FakeRun) -> None:
         listing[:] = [wrapper, restore]
@@ -542,7 +589,7 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
     lane.on_restore = restore_until_signalled
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID[fault_id], rec)
-    assert ("sh", f"kill -{signame} 4242") in lane.log
+    assert ("signal", [4242], signame) in lane.log
     assert rec.results["injected"] == {"signal": [f"SIG{signame} to [4242]"]} and obs.fired
     assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}
 
@@ -553,25 +600,23 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
     leftovers only, never the harness's own helpers."""
     blocker = 2**22 + 7
     box = lane.box
-    real_spawn = box.spawn
-    monkeypatch.setattr(
-        box, "spawn", lambda argv, log, **kw: blocker if "blocker-" in log and real_spawn(argv, log) else 2**22 + 1
-    )
+    real_hold = box.hold_port
+    monkeypatch.setattr(box, "hold_port", lambda port, log: blocker if real_hold(port, log) else 0)
     monkeypatch.setattr(
         box,
         "processes",
         lambda: [{"pid": blocker, "args": "python3 -c blocker"}] if box.listeners and not closing else [],
     )
-    real_sh = box.sh
+    real_signal = box.signal
     closing: list[socket.socket] = []
 
-    def sh(script: str, timeout: float = 60.0) -> ExecResult:
-        if script.startswith("kill -KILL") and str(blocker) in script:
+    def signal(pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        if signame == "KILL" and blocker in pids:
             closing.extend(box.listeners)  # gone from the process listing at once; its socket closes later
             threading.Timer(0.5, lambda: [sock.close() for sock in closing]).start()
-        return real_sh(script, timeout)
+        return real_signal(pids, signame, strict=strict)
 
-    monkeypatch.setattr(box, "sh", sh)
+    monkeypatch.setattr(box, "signal", signal)
     real_exec = box.exec
     free_at_followup: list[bool] = []
 
@@ -595,17 +640,17 @@ def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_ju
     lingering = 2**22 + 9
     killed: list[str] = []
     started: list[bool] = []  # the faulted command leaves it behind
-    lane.on_restore = lambda run: started.append(True)
+    lane.on_restore = lambda lane: started.append(True)
     row = {"pid": lingering, "args": "python3 x"}
     monkeypatch.setattr(lane.box, "processes", lambda: [row] if started and not killed else [])
-    real_sh = lane.box.sh
+    real_signal = lane.box.signal
 
-    def sh(script: str, timeout: float = 60.0) -> ExecResult:
-        if script.startswith("kill -KILL") and str(lingering) in script:
-            killed.append(script)
-        return real_sh(script, timeout)
+    def signal(pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        if signame == "KILL" and lingering in pids:
+            killed.append(f"kill -{signame} {pids}")
+        return real_signal(pids, signame, strict=strict)
 
-    monkeypatch.setattr(lane.box, "sh", sh)
+    monkeypatch.setattr(lane.box, "signal", signal)
     lane.config.cleanup_grace = 1.0
     rec = _rec()
     _run(lane, FAULTS_BY_ID["wake-raise"], rec, judged=judged)
@@ -694,7 +739,7 @@ def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection
 
 def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(lane, monkeypatch):
     lane.state.artifact_files = _kept("same")
-    monkeypatch.setattr(INJECTORS["image"], "begin", lambda at: at.run.log.append("corrupted"))
+    monkeypatch.setattr(INJECTORS["image"], "begin", lambda at: at.lane.log.append("corrupted"))
     _run(lane, FAULTS_BY_ID["image-truncated"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("corrupted") < steps.index("digest") < steps.index("command"), steps
@@ -742,19 +787,18 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
     soon as it is listed (a chaos run once called such a command gone and judged an ineffective injection). The
     signal goes to the command's tree, never to the harness's ``timeout`` wrapper; the seed, the draw and the
     phase reached are the evidence; the cleanup is audited once more after the harness's sweep."""
-    wrapper = {"pid": 4241, "ppid": 1, "sid": 4241, "args": f"timeout 30 vllm snapshot restore {faults.ARTIFACT} --x"}
-    restore = {"pid": 4242, "ppid": 4241, "sid": 4241, "args": f"python vllm snapshot restore {faults.ARTIFACT} --x"}
+    wrapper = {"pid": 4241, "ppid": 1, "sid": 4241, "args": f"timeout 30 vllm snapshot restore {ARTIFACT} --x"}
+    restore = {"pid": 4242, "ppid": 4241, "sid": 4241, "args": f"python vllm snapshot restore {ARTIFACT} --x"}
     listing: list[dict[str, Any]] = []
     monkeypatch.setattr(lane.box, "processes", lambda: list(listing))
     signalled: list[str] = []
-    real_sh = lane.box.sh
+    real_signal = lane.box.signal
 
-    def sh(script: str, timeout: float = 60.0) -> ExecResult:
-        if script.startswith("kill -"):
-            signalled.append(script.split(" 2>")[0])
-        return real_sh(script, timeout)
+    def signal(pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        signalled.append(f"kill -{signame} {' '.join(map(str, pids))}")
+        return real_signal(pids, signame, strict=strict)
 
-    monkeypatch.setattr(lane.box, "sh", sh)
+    monkeypatch.setattr(lane.box, "signal", signal)
 
     def restore_listed_late(run: FakeRun) -> None:
         time.sleep(0.3)  # the draw (at most 0.05 s) is long past
@@ -784,7 +828,7 @@ def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vll
     not a leftover, so the grace (a maximum) is given even where vLLM's own cleanup is not judged (SIGKILL)."""
     lingering = 2**22 + 11
     started: list[bool] = []
-    lane.on_restore = lambda run: started.append(True)
+    lane.on_restore = lambda lane: started.append(True)
     monkeypatch.setattr(
         lane.box,
         "processes",

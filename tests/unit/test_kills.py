@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import chaos, kills
 from vsnap_qual.box import ProcessRow
-from vsnap_qual.faults import BUILTIN_INJECTORS, FaultCatalogue, Observation
-from vsnap_qual.procedure import FAULTS, FAULTS_BY_ID
+from vsnap_qual.faults import BUILTIN_FAULTS as FAULTS
+from vsnap_qual.faults import BUILTIN_INJECTORS, FAULTS_BY_ID, FaultCatalogue, Observation, parked
+from vsnap_qual.faults.kinds import kill as kills
+from vsnap_qual.faults.kinds.kill import KillParams
+from vsnap_qual.report import chaos
 
 
 def _row(pid: int, ppid: int, sid: int, args: str) -> ProcessRow:
@@ -84,8 +86,8 @@ def test_a_session_the_command_only_joined_is_not_its_tree():
 def test_the_phase_reached_is_read_from_the_process_names():
     _, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
     assert kills.phase_reached("restore", tree, captured_alive=True) == "criu restore"
-    assert kills.criu_action("/usr/sbin/criu dump -t 5 -D x") == "dump"
-    assert kills.criu_action("/opt/vsnap-criu/x/ld.so --library-path /opt/vsnap-criu/lib criu.txt") is None
+    assert parked.criu_action("/usr/sbin/criu dump -t 5 -D x") == "dump"
+    assert parked.criu_action("/opt/vsnap-criu/x/ld.so --library-path /opt/vsnap-criu/lib criu.txt") is None
     controller = [PROCS[2]]
     assert kills.phase_reached("restore", controller, captured_alive=False) == "before criu restore"
     assert kills.phase_reached("restore", controller, captured_alive=True) == "restored tree up, recovery running"
@@ -231,8 +233,8 @@ def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_serve
 
     def attempt(signal: str, command: str, listening: set[int]) -> Any:
         box = SimpleNamespace(listening_ports=lambda: listening, connect_proves_listener=False)
-        fault = SimpleNamespace(command=command)
-        return SimpleNamespace(run=SimpleNamespace(box=box), port=8000, fault=fault, injected={"signal": signal})
+        fault = SimpleNamespace(id="f", kind="kill", params=KillParams(command, signal.removeprefix("SIG")))
+        return SimpleNamespace(lane=SimpleNamespace(box=box), port=8000, fault=fault, injected={"signal": signal})
 
     serving, silent = {8000}, set()
     for signal, command, code, ports, left in (

@@ -1,23 +1,25 @@
-"""The rule that ends a fault audit's wait early (vsnap_qual.parked): only a leftover set that stays the same, with
-no CRIU among it, every thread on a futex and no CPU spent, for PARKED_FOR seconds. The box is a fake that answers
-the one probe script with what /proc would say (the script itself runs against real /proc in
-tests/integration/test_runtime.py)."""
+"""The rule that ends a fault audit's wait early (vsnap_qual.faults.parked): only a leftover set that stays the same,
+with no CRIU among it, every thread on a futex and no CPU spent, for PARKED_FOR seconds. The box is a fake that
+answers its one look (``Box.thread_waits``) with what /proc would say (the shell box's script runs against real /proc
+in tests/integration/test_runtime.py)."""
 
 from __future__ import annotations
 
-from vsnap_qual.box import ExecResult, ProcessRow
-from vsnap_qual.parked import PARKED_FOR, ParkedWatch
+from vsnap_qual.box import ProcessRow
+from vsnap_qual.faults.parked import PARKED_FOR, ParkedWatch
+from vsnap_qual.runtimes.shell import parse_thread_waits
 
 
 class ProcBox:
-    """Answers ``look_threads``'s script from ``self.tasks``: pid -> (utime + stime, [wchan of each thread])."""
+    """Answers ``thread_waits`` from ``self.tasks``: pid -> (utime + stime, [wchan of each thread]), through the
+    shell box's own parsing of its script's lines."""
 
     def __init__(self) -> None:
         self.tasks: dict[int, tuple[int, list[str]]] = {}
 
-    def sh(self, script: str, timeout: float) -> ExecResult:
+    def thread_waits(self, pids: list[int]) -> dict[int, object]:
         lines = [f"{pid} {ticks} 0 {''.join(',' + w for w in waits)}" for pid, (ticks, waits) in self.tasks.items()]
-        return ExecResult(["sh", "-c", script], 0, "\n".join(lines) + "\n", "", 0.0, 0.0)
+        return dict(parse_thread_waits("\n".join(lines) + "\n"))
 
 
 class Clock:

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from vsnap_qual import plan, procedure
+from vsnap_qual.faults import BUILTIN_FAULTS
 
 LANES = ["v1-head", "v2-head", "v1-base", "v2-base"]
-IDS = [f.id for f in procedure.FAULTS]
+IDS = [f.id for f in BUILTIN_FAULTS]
 
 
 def _required() -> list[str]:
@@ -18,7 +19,7 @@ def _required() -> list[str]:
 
 def test_the_floor_is_what_the_stall_faults_wait_and_no_run_is_said_as_such(tmp_path: Path) -> None:
     line = plan.plan_line(LANES, _required(), IDS, 300.0, 30.0, 2, None)
-    stalls = [f.id for f in procedure.FAULTS if f.stall and not f.signal]
+    stalls = [f.id for f in BUILTIN_FAULTS if f.params is not None and f.params.waits_out_deadline()]
     assert stalls == ["recovery-deadline"]  # the cancellation faults stall too, but are signalled as recovery runs
     # 1 stall × 300 s × 4 lanes, 2 lanes at a time: 10 min before anything else is counted
     assert "at least 10 min in the stall faults (1 per lane waits out the fault timeout, 2 lanes at a time)" in line

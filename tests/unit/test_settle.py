@@ -1,4 +1,4 @@
-"""The wait for what a faulted or killed command left (vsnap_qual.injection.settle_timed) and whose time it is: a
+"""The wait for what a faulted or killed command left (vsnap_qual.faults.tools.settle_timed) and whose time it is: a
 wait that ends with everything gone by itself is the engine's own teardown (credit_teardown), one that ends with
 processes left is the harness's. The box is a fake whose listing changes look by look, not by the clock."""
 
@@ -8,7 +8,7 @@ import time
 from types import SimpleNamespace
 
 from vsnap_qual.box import ProcessRow
-from vsnap_qual.injection import credit_teardown, settle_timed
+from vsnap_qual.faults.tools import credit_teardown, settle_timed
 
 
 def row(pid: int) -> ProcessRow:

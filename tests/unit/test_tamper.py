@@ -1,5 +1,5 @@
-"""The weight-tamper fault's parts (``vsnap_qual.tamper``): the private copy and the flip on real files, the tensor
-chosen, and the judgement of each outcome."""
+"""The weight-tamper fault's parts (``vsnap_qual.faults.kinds.weights``): the private copy and the flip on real
+files, the tensor chosen, and the judgement of each outcome."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual import tamper
 from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.faults.kinds import weights as tamper
 from vsnap_qual.model import WeightTamper
 
 REVISION = "7f3a9c2e5b1d4086a2e4c6b8d0f1a3c5e7092b4d"

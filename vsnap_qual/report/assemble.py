@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
@@ -148,13 +148,14 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
         run["interrupted"] = session_end["interrupted"]
     if session_end and "pytest_counts" in session_end:
         run["pytest_counts"] = session_end["pytest_counts"]
+    coverage = _coverage(session.get("coverage", {}) if session else {}, plans)
     found = model.RunEvidence(
         run=run,
         runners=runners,
         arms=arms,
         lanes=lanes,
-        steps=ordered_steps(steps, runners, arms),
-        coverage=_coverage(session.get("coverage", {}) if session else {}, plans),
+        steps=ordered_steps(steps, runners, arms, coverage.get("faults") or ()),
+        coverage=coverage,
         harness_errors=harness_errors,
         evidence=model.EvidenceInfo(
             file=source,
@@ -205,11 +206,14 @@ def _without_kind(record: Mapping[str, object]) -> dict[str, object]:
     return {key: value for key, value in record.items() if key != "kind"}
 
 
-def ordered_steps(steps: list[model.Step], runners: list[str], arms: list[str]) -> list[model.Step]:
-    """The step records in a fixed order, whatever order the lanes finished in (``pytest -n``): the procedure
-    table's order (``procedure.STEPS``; a step it does not name after them, as first seen), then runner, then
-    arm. A repeated step's records keep their written order, so the last one stays the one that counts."""
-    procedure_order = {name: i for i, name in enumerate(procedure.STEPS)}
+def ordered_steps(
+    steps: list[model.Step], runners: list[str], arms: list[str], faults: Sequence[str] = ()
+) -> list[model.Step]:
+    """The step records in a fixed order, whatever order the lanes finished in (``pytest -n``): the procedure's
+    order (``procedure.step_order`` of the session's faults, ``coverage.faults``; a step it does not name after
+    them, as first seen), then runner, then arm. A repeated step's records keep their written order, so the last
+    one stays the one that counts."""
+    procedure_order = procedure.step_order(faults)
     unknown: dict[str, int] = {}
     for record in steps:
         name = record["step"]

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast
 
-from vsnap_qual import chaos, model, overlay, procedure
+from vsnap_qual import model, overlay, procedure
 from vsnap_qual.procedure import CANARY_STEPS, CREATE, ORDINARY, OVERLAY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD
+from vsnap_qual.report.chaos import artifact_outcome
+from vsnap_qual.report.kinds import fault_kind
 from vsnap_qual.report.recorded import StepKey, latest_steps, reference_arm
 
 if TYPE_CHECKING:
@@ -655,7 +657,10 @@ def readiness_frame(run: model.RunEvidence) -> pd.DataFrame:
 def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per fault step: point, expected behaviour, exit, HTTP ever bound, phase, cleanup, follow-up."""
     found: list[FaultRow] = []
-    for (runner, arm, name), step in latest_steps(run).items():
+    latest = latest_steps(run)
+    # a step skipped before its fault ran records no title: another lane's record of the same fault says it
+    titles = {name: s["results"]["title"] for (_, _, name), s in latest.items() if s["results"].get("title")}
+    for (runner, arm, name), step in latest.items():
         if not procedure.is_fault_step(name):
             continue
         res = step["results"]
@@ -663,13 +668,13 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
         expected = res.get("expected")
         cleanup = res.get("cleanup")
         followup = res.get("followup_restore", model.FollowupRestore())
-        kill = _kill_fields(res)
+        kill = _kill_fields(name, res)
         found.append(
             FaultRow(
                 runner=runner,
                 arm=arm,
                 fault=res.get("fault") or name.split(":", 1)[1],
-                title=res.get("title") or procedure.title(name),
+                title=res.get("title") or titles.get(name) or procedure.title(name),
                 expect=res.get("expect"),
                 expect_reason=res.get("expect_reason"),
                 outcome=step["outcome"],
@@ -700,10 +705,13 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
     return _frame(found, FaultRow)
 
 
-def _kill_fields(res: model.StepResults) -> tuple[str | None, str | None, int | None, bool | None, str | None]:
-    """The kill kind's fields of a fault row (``FaultRow.kill`` …; all None for another kind)."""
+def _kill_fields(
+    name: str, res: model.StepResults
+) -> tuple[str | None, str | None, int | None, bool | None, str | None]:
+    """The kill kind's fields of a fault row (``FaultRow.kill`` …; all None for another kind, or a kill that drew
+    no moment)."""
     injected: dict[str, Any] = dict(res.get("injected") or {})
-    if "offset_s" not in injected or "seed" not in injected:
+    if fault_kind(name.removeprefix(procedure.FAULT_PREFIX), res) != "kill" or "seed" not in injected:
         return None, None, None, None, None
     cleanup = res.get("cleanup") or model.CleanupAudit()
     sent = injected.get("sent_after_s")
@@ -712,7 +720,7 @@ def _kill_fields(res: model.StepResults) -> tuple[str | None, str | None, int | 
         injected.get("phase"),
         len(cleanup.get("leftover_processes") or []),
         (cleanup.get("after_sweep") or {}).get("ok"),
-        chaos.artifact_outcome(dict(res)),
+        artifact_outcome(dict(res)),
     )
 
 

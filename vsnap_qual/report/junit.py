@@ -16,7 +16,7 @@ import json
 import os
 import warnings
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -101,7 +101,7 @@ def add_run_properties(junit_path: Path, results: model.Results | None, *, suite
     for suite in suites:
         if suite_name:
             suite.set("name", suite_name)
-        _order_cases(suite)
+        _order_cases(suite, results["coverage"].get("faults", []) if results else [])
         properties = suite.find("properties")
         if properties is None:
             properties = ET.Element("properties")
@@ -115,24 +115,24 @@ def add_run_properties(junit_path: Path, results: model.Results | None, *, suite
     os.replace(temporary, junit_path)
 
 
-def _case_key(case: ET.Element) -> tuple[str, int, str]:
-    """Suite tests in the procedure table's order within their lane (``vsnap-qual.v1.head``), lanes and other
-    tests by name: the order no longer depends on which xdist worker finished first."""
-    from vsnap_qual import procedure
-
-    order = {name: i for i, name in enumerate(procedure.STEPS)}
+def _case_key(case: ET.Element, order: Mapping[str, int]) -> tuple[str, int, str]:
+    """Suite tests in the procedure's order within their lane (``vsnap-qual.v1.head``), lanes and other tests by
+    name: the order no longer depends on which xdist worker finished first."""
     name = case.get("name") or ""
     return case.get("classname") or "", order.get(name, len(order)), name
 
 
-def _order_cases(suite: ET.Element) -> None:
+def _order_cases(suite: ET.Element, faults: Sequence[str]) -> None:
+    from vsnap_qual import procedure
+
     cases = [child for child in suite if child.tag == "testcase"]
     if not cases:
         return
     first = list(suite).index(cases[0])
     for case in cases:
         suite.remove(case)
-    for offset, case in enumerate(sorted(cases, key=_case_key)):
+    order = procedure.step_order(faults)
+    for offset, case in enumerate(sorted(cases, key=lambda case: _case_key(case, order))):
         suite.insert(first + offset, case)
 
 

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 
 from vsnap_qual import checks, model, procedure
 from vsnap_qual.report.frames import Comparisons
+from vsnap_qual.report.kinds import fault_kind
 from vsnap_qual.report.validation_table import validation_checks
 
 _SHOWN = 10
@@ -93,8 +95,9 @@ def coverage(run: model.RunEvidence) -> model.VerdictCoverage:
     return out
 
 
-def coverage_line(cov: model.VerdictCoverage) -> str:
-    """One line for the badge: required vs ran, by dimension."""
+def coverage_line(cov: model.VerdictCoverage, kinds: Mapping[str, str | None] | None = None) -> str:
+    """One line for the badge: required vs ran, by dimension; ``kinds``: each fault's kind as the run recorded it
+    (:func:`fault_kinds`; a fault not in it: :func:`report.kinds.fault_kind` of its id alone)."""
     if not cov["known"]:
         return "coverage unknown: the evidence does not record what the run required"
     na = len(cov.get("not_applicable") or [])
@@ -103,7 +106,7 @@ def coverage_line(cov: model.VerdictCoverage) -> str:
         f"{len(cov['passed'])}/{required} required steps passed" + (f" ({na} not applicable)" if na else ""),
         "runners " + (", ".join(cov["runners"]) or "none"),
         "arms " + (", ".join(cov["arms"]) or "none"),
-        f"{len(cov['faults'])} fault points per lane" + _identity_part(cov["faults"]),
+        f"{len(cov['faults'])} fault points per lane" + _identity_part(cov["faults"], kinds or {}),
         "overlay " + ("verified per process" if cov["overlay"] else "not configured"),
     ]
     alone = _alone_part(cov)
@@ -116,18 +119,25 @@ def coverage_line(cov: model.VerdictCoverage) -> str:
     return "; ".join(parts)
 
 
-def _identity_part(faults: list[str]) -> str:
+def _identity_part(faults: list[str], kinds: Mapping[str, str | None]) -> str:
     """The identity drifts and the random kills among the fault points, said as such (each drift changes one field
     of the manifest; each kill signals create or restore at a seeded moment, ``kill-create.7`` a chaos repeat)."""
-    drifts = [f for f in faults if f.startswith("identity-")]
-    kills = [f for f in faults if KILL_ID.match(f)]
+    kind = {f: kinds[f] if f in kinds else fault_kind(f) for f in faults}
+    drifts = [f for f in faults if kind[f] == "identity"]
+    kills = [f for f in faults if kind[f] == "kill"]
     said = [f"{len(drifts)} of them identity drifts"] if drifts else []
     said += [f"{len(kills)} random kills"] if kills else []
     return f" ({', '.join(said)})" if said else ""
 
 
-#: the kill kind's fault ids (``procedure.FAULTS``; ``--vsnap-chaos`` adds ``.2`` … ``.N``)
-KILL_ID = re.compile(r"^(?:kill|term)-(?:create|restore)(?:\.\d+)?$")
+def fault_kinds(steps: list[model.Step]) -> dict[str, str | None]:
+    """Each fault's kind, by its id, as its steps recorded it (any lane's; ``report.kinds.fault_kind``)."""
+    kinds: dict[str, str | None] = {}
+    for step in steps:
+        if procedure.is_fault_step(step["step"]):
+            fault = step["step"].removeprefix(procedure.FAULT_PREFIX)
+            kinds[fault] = kinds.get(fault) or fault_kind(fault, step["results"])
+    return kinds
 
 
 def _alone_part(cov: model.VerdictCoverage) -> str:
@@ -277,7 +287,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         failed=failed,
         narrowed=narrowed,
         coverage=cov,
-        coverage_line=coverage_line(cov),
+        coverage_line=coverage_line(cov, fault_kinds(run["steps"])),
         harness_errors=errors,
         checks=checks,
         qualified=qualified(run, smoke, cov.get("not_applicable") or []),

@@ -6,6 +6,8 @@ a runtime that can do better (the host runtime reads the host's ``/proc`` direct
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 from vsnap_qual.box import (
     BoxFacts,
     ControlDir,
+    DirEntry,
     ExecResult,
     GpuRow,
     ProcessRow,
@@ -20,6 +23,7 @@ from vsnap_qual.box import (
     ShmEntry,
     ShmHolders,
     Termination,
+    ThreadWaits,
     TreeEntry,
     listening_ports,
 )
@@ -135,6 +139,62 @@ def parse_termination(stdout: str) -> Termination:
     return Termination(frozenset(gpu), tuple(tree.values()), tuple(left), tuple(sorted(held)))
 
 
+#: for each process $p: its CPU ticks (utime stime) and every thread's wchan, in one line (gone ones left out)
+_THREAD_WAITS = (
+    "[ -r /proc/$p/stat ] || continue; "
+    "t=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f12,13); "
+    'w=""; for d in /proc/$p/task/*; do w="$w,$(cat $d/wchan 2>/dev/null)"; done; '
+    'echo "$p $t $w"'
+)
+
+
+def parse_thread_waits(stdout: str) -> dict[int, ThreadWaits]:
+    """``_THREAD_WAITS``' lines (``PID UTIME STIME ,WCHAN,WCHAN…``) as each process's thread waits and ticks."""
+    out: dict[int, ThreadWaits] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) != 4 or not (words[0] + words[1] + words[2]).isdigit():
+            continue
+        waits = tuple(sorted(w for w in words[3].split(",") if w))
+        out[int(words[0])] = ThreadWaits(waits, int(words[1]) + int(words[2]))
+    return out
+
+
+def parse_entries(stdout: str) -> list[DirEntry]:
+    """``find -printf '%y %s %P\\0'`` records as entries, sorted by path."""
+    entries = []
+    for record in stdout.split("\0"):
+        kind, size, path = (record.lstrip("\n").split(" ", 2) + ["", ""])[:3]
+        if path and size.isdigit():
+            entries.append(DirEntry(path, kind, int(size)))
+    return sorted(entries, key=lambda e: e.path)
+
+
+#: the port blocker (:meth:`ShellBox.hold_port`): listens on the port and accepts nothing
+_BLOCKER = (
+    "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+    "s.bind(('127.0.0.1', {port})); s.listen(1); time.sleep(900)"
+)
+#: the listener watch (:meth:`ShellBox.watch_listener`): ``/proc/net/tcp*`` every 10 ms for a LISTEN socket on the
+#: port; the marker gets the time it saw one
+_LISTENER_SCAN = (
+    "import time,sys\n"
+    "needle=':{port:04X} '\n"
+    "while True:\n"
+    "    for f in ('/proc/net/tcp','/proc/net/tcp6'):\n"
+    "        try:\n"
+    "            rows=open(f).read().splitlines()[1:]\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        if any(needle in r.split()[1]+' ' and r.split()[3]=='0A' for r in rows):\n"
+    "            open({marker!r},'a').write(repr(time.time())+'\\n'); sys.exit(0)\n"
+    "    time.sleep(0.01)\n"
+)
+#: how much :meth:`ShellBox.write_bytes` writes through one command's arguments (Linux's limit per argument is
+#: 128 KiB; base64 takes a third more)
+WRITE_LIMIT = 96 * 1024
+
+
 class ShellBox:
     """A box's process-level operations as shell scripts over its ``exec``. Subclasses implement ``exec``,
     ``read_bytes``, ``processes``, ``restart``, ``remove``, ``endpoint`` and ``control``."""
@@ -186,6 +246,74 @@ class ShellBox:
         done = self.sh(f"rm -rf {shlex.quote(path)}", 120)
         if done.exit_code != 0:
             raise RuntimeFailure(f"cannot remove {path} in {self.name}: {done.tail()}")
+
+    has_shell = True
+
+    # -- named operations ------------------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.sh(f"test -e {shlex.quote(path)}", 10).exit_code == 0
+
+    def list_dir(self, path: str, glob: str = "*", depth: int | None = 1) -> list[DirEntry]:
+        limits = ("" if depth is None else f" -maxdepth {int(depth)}") + (
+            "" if glob == "*" else f" -name {shlex.quote(glob)}"
+        )
+        done = self.sh(f"cd {shlex.quote(path)} && find . -mindepth 1{limits} -printf '%y %s %P\\0'", 60)
+        if done.exit_code != 0:
+            raise RuntimeFailure(f"cannot list {path} in {self.name}: {done.tail()}")
+        return parse_entries(done.stdout)
+
+    def copy_tree(self, source: str, target: str, *, replace: bool = False) -> None:
+        src, dst = shlex.quote(source), shlex.quote(target)
+        done = self.sh(f"rm -rf {dst} && cp -a {src} {dst}" if replace else f"cp -a {src} {dst}", 300)
+        if done.exit_code != 0:
+            raise RuntimeFailure(done.tail() or f"cp -a {source} {target} exited {done.exit_code} in {self.name}")
+
+    def truncate(self, path: str, size: int) -> None:
+        done = self.sh(f"truncate -s {int(size)} {shlex.quote(path)}", 30)
+        if done.exit_code != 0:
+            raise RuntimeFailure(f"cannot truncate {path} in {self.name}: {done.tail()}")
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        if len(data) > WRITE_LIMIT:
+            raise RuntimeFailure(f"cannot write {len(data)} bytes to {path} in one command (at most {WRITE_LIMIT})")
+        encoded = base64.b64encode(data).decode()
+        done = self.exec(["sh", "-c", 'printf %s "$1" | base64 -d > "$2"', "sh", encoded, path], 30)
+        if done.exit_code != 0:
+            raise RuntimeFailure(f"cannot write {path} in {self.name}: {done.tail()}")
+
+    def digest_tree(self, path: str) -> str:
+        result = self.sh(
+            f"cd {path} 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 -r sha256sum; "
+            "find . -printf '%p %m\\n' | sort",
+            120,
+        )
+        return hashlib.sha256(result.stdout.encode()).hexdigest()
+
+    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        if not pids:
+            return True
+        kill = f"kill -{signame} {_pids(pids)}"
+        return self.sh(kill if strict else f"{kill} 2>/dev/null; true", 15).exit_code == 0
+
+    def wchan(self, pids: list[int]) -> dict[int, str]:
+        if not pids:
+            return {}
+        script = " ".join(f"{int(pid)}:$(cat /proc/{int(pid)}/wchan 2>/dev/null || echo gone)" for pid in pids)
+        done = self.sh(f"echo {script}", 15)
+        pairs = (word.partition(":") for word in done.stdout.split()) if done.exit_code == 0 else ()
+        return {int(pid): wchan for pid, _, wchan in pairs if pid.isdigit()}
+
+    def thread_waits(self, pids: list[int]) -> dict[int, ThreadWaits]:
+        if not pids:
+            return {}
+        done = self.sh(f"for p in {_pids(pids)}; do {_THREAD_WAITS}; done", 15)
+        return parse_thread_waits(done.stdout) if done.exit_code == 0 else {}
+
+    def hold_port(self, port: int, log_path: str) -> int:
+        return self.spawn(["python3", "-c", _BLOCKER.format(port=int(port))], log_path)
+
+    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
+        return self.spawn(["python3", "-c", _LISTENER_SCAN.format(port=int(port), marker=marker)], log_path)
 
     # -- processes and listeners ------------------------------------------------------------------------------
     def listening_ports(self) -> set[int]:

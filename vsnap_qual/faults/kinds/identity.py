@@ -1,7 +1,7 @@
-"""Identity drifts: for each class of identity field vLLM's manifest records and its restore compares
-(``SnapshotRuntimeIdentity``), one way to make the faulted ``vllm snapshot restore`` see another value, changed
-for that command only (nothing of the box or the host changes for anyone else), and a record of what the restore
-saw, taken by the restore's own process just before it ``exec``s vLLM.
+"""The identity kind (one fault per drift): for each class of identity field vLLM's manifest records and its
+restore compares (``SnapshotRuntimeIdentity``), one way to make the faulted ``vllm snapshot restore`` see another
+value, changed for that command only (nothing of the box or the host changes for anyone else), and a record of what
+the restore saw, taken by the restore's own process just before it ``exec``s vLLM.
 
 Each drift is data: the manifest field vLLM must name (``snapshot mismatch: <field>``), a ``prepare`` script run in
 the box (it writes the drift's kit and prints what the launch needs, or ``N/A <reason>`` where the box cannot present
@@ -22,10 +22,16 @@ import hashlib
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from vsnap_qual.box import ExecResult
 from vsnap_qual.contract import CONTROL, WORK, restore_argv
+from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation, params_of
+from vsnap_qual.faults.lane import FaultLane
+from vsnap_qual.model import IdentityInjected
 from vsnap_qual.probe.vsnap_probe import control_files
+from vsnap_qual.procedure import Fault, FaultParams, before_mutation
+from vsnap_qual.steps import StepFailed
 
 KIT = f"{WORK}/identity-drift"
 SEEN = control_files.IDENTITY_SEEN
@@ -344,3 +350,111 @@ def named_fields(text: str) -> list[str] | None:
         return None
     named = lines[-1].split("snapshot mismatch", 1)[1].lstrip(" :")
     return [name.strip() for name in named.split(",") if name.strip()]
+
+
+@dataclass(frozen=True)
+class IdentityParams(FaultParams):
+    """An identity fault's parameters: its drift (a :data:`DRIFTS` id)."""
+
+    drift: str
+
+
+class IdentityInjector(Injector):
+    """``identity``: one identity field drifted for the faulted restore alone (``IdentityParams.drift``, a
+    :data:`DRIFTS` entry): its kit prepared in the box, the restore launched through it and a shell that
+    records the value this process sees before it ``exec``s vLLM. Fired when that value differs from the
+    manifest's; not applicable where the box cannot present the drift (said in the box's own words), or runs
+    no shell at all."""
+
+    def __init__(self) -> None:
+        # a drift prepared when the step asked whether the box can present it: its first attempt uses it
+        self._asked: dict[tuple[str, str], Prepared] = {}
+
+    def not_applicable(self, lane: FaultLane, fault: Fault) -> str | None:
+        if not lane.box.has_shell:
+            return "the box runs no shell: a drift is presented by a kit of shell scripts and a recording shell"
+        prepared = self._prepare(lane, fault)
+        if isinstance(prepared, str):
+            return prepared
+        self._asked[(lane.lane.name, fault.id)] = prepared
+        return None
+
+    def _prepare(self, lane: FaultLane, fault: Fault) -> Prepared | str:
+        drift = DRIFTS[params_of(fault, IdentityParams).drift]
+        manifest = lane.state.manifest
+        result = lane.box.sh(drift.prepare_script(manifest), lane.config.timeouts["exec"])
+        if result.exit_code != 0:
+            raise StepFailed(f"preparing the {drift.id} drift in the box failed: {result.tail(5)}")
+        return parse_prepared(drift, result.stdout, manifest)
+
+    def begin(self, at: Attempt) -> None:
+        asked = self._asked.pop((at.lane.lane.name, at.fault.id), None)  # a retry prepares its kit again
+        prepared = asked or self._prepare(at.lane, at.fault)
+        if isinstance(prepared, str):  # the box changed since the step asked: nothing to inject
+            raise StepFailed(f"the {params_of(at.fault, IdentityParams).drift} drift cannot be presented: {prepared}")
+        at.state["prepared"] = prepared
+        injected = cast(IdentityInjected, at.injected)
+        injected.update(
+            {"field": prepared.drift.field, "presents": prepared.drift.presents, "presented": prepared.presented}
+        )
+        at.lane.control.remove(SEEN)
+
+    def end(self, at: Attempt) -> None:
+        """Nothing to undo: the drift lived in the restore's own launch (its kit stays for the next attempt)."""
+
+    def restore(self, at: Attempt) -> ExecResult:
+        """The restore launched through the drift's kit and the recording shell (what its process saw is read
+        back: the evidence that the drift held)."""
+        prepared = at.state["prepared"]
+        assert isinstance(prepared, Prepared)
+        argv = restore_command(prepared, at.port)
+        result = at.lane.command(at.rec, argv, "restore", at.env, "restore-faulted")
+        seen = at.lane.control.read_text(SEEN)
+        manifest = at.lane.state.manifest
+        injected = cast(IdentityInjected, at.injected)
+        injected["seen_by_restore"] = None if seen is None else seen.strip()[:300]
+        injected["manifest_value"] = manifest_value(prepared.drift, manifest, seen or "")[:300]
+        injected["held"] = held(prepared.drift, manifest, seen)
+        return result
+
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
+        return bool(injected.get("held"))
+
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+        """The refusal must name the drifted field, and only it (one field changed)."""
+        field_name = str((results.get("injected") or {}).get("field") or "")
+        named = named_fields("\n".join((obs.stderr_tail, *obs.error_lines)))
+        if not field_name or named is None:
+            return []  # no refusal in vLLM's words: the message check says so
+        if field_name not in named:
+            said = ", ".join(named) or "no field"
+            return [f"the identity check refused, but names {said}, not the drifted {field_name}"]
+        others = [name for name in named if name != field_name]
+        if others:
+            return [
+                f"the identity check names {', '.join(others)} besides the drifted {field_name}: either the check "
+                f"compares a value that did not change or the injection changed more than {field_name}"
+            ]
+        return []
+
+
+KIND = Kind(
+    "identity",
+    IdentityInjector(),
+    IdentityParams,
+    IdentityInjected,
+    faults=tuple(
+        Fault(fault_id, title, "identity", head=before_mutation("snapshot mismatch"), params=IdentityParams(drift))
+        for fault_id, drift, title in (
+            ("identity-drift", "env-added", "identity: an extra VLLM_* variable at restore"),
+            ("identity-env-removed", "env-removed", "identity: a variable of the create's environment unset"),
+            ("identity-env-changed", "env-changed", "identity: a variable of the create's environment changed"),
+            ("identity-host", "host", "identity: another host (/etc/machine-id) at restore"),
+            ("identity-kernel", "kernel", "identity: another kernel release at restore"),
+            ("identity-vllm-version", "vllm-version", "identity: another vLLM version at restore"),
+            ("identity-gpu", "gpu", "identity: another GPU driver version at restore"),
+            ("identity-criu", "criu", "identity: another CRIU version at restore"),
+        )
+    ),
+)
+KINDS = (KIND,)

@@ -1,4 +1,4 @@
-"""The weight-tamper fault (issue #28): a weight shard changed between ``create`` and ``restore``.
+"""The weights kind, the weight-tamper fault (issue #28): a weight shard changed between ``create`` and ``restore``.
 
 A restore re-reads the weights from the model cache (``wake_up(["weights"])`` → ``reload_weights``), and vLLM's
 manifest fingerprints generated caches, never the weights. So the harness makes a private copy of the model's cache
@@ -23,13 +23,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from vsnap_qual import checks
-from vsnap_qual.box import Box
-from vsnap_qual.contract import WORK
+from vsnap_qual import artifact_deps, checks, engine
+from vsnap_qual.box import Box, ExecResult
+from vsnap_qual.contract import WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.model import Canary, Digest, WeightTamper
+from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
+from vsnap_qual.faults.lane import FaultLane
+from vsnap_qual.model import Canary, Digest, WeightsInjected, WeightTamper
+from vsnap_qual.procedure import ANY, Expect, Fault
 
 #: The private HF home of the tamper (its ``hub/`` holds the copy) and the artifact created from it.
 PRIVATE_HOME = f"{WORK}/weights-hf"
@@ -180,7 +183,7 @@ def compare(
 
 
 def problems(record: Mapping[str, Any] | None, exit_code: int | None, message_lines: Sequence[str]) -> list[str]:
-    """What is wrong with the tamper's outcome (:mod:`module docs <vsnap_qual.tamper>`), in words."""
+    """What is wrong with the tamper's outcome (:mod:`module docs <vsnap_qual.faults.kinds.weights>`), in words."""
     if not record:
         return []
     where = f"{record.get('length')} bytes of {record.get('tensor')} in {record.get('shard')}"
@@ -220,3 +223,109 @@ def outcome_words(record: Mapping[str, Any], exit_code: int | None) -> str:
         named += [f"{len(differ)} canary(ies) differ ({', '.join(repr(p) for p in differ[:2])})"] if differ else []
         return "loaded the damage, served it: " + "; ".join(named)
     return "nothing changed"
+
+
+class WeightsInjector(Injector):
+    """``weights`` (issue 28): a weight shard of a private copy of the model's cache entry changed between the
+    private artifact's ``create`` and its ``restore`` (this module); the restored engine, when there is one, is
+    asked its digests and canaries before it is stopped. Not applicable on a box that runs no scripts (the copy
+    and the flip are Python run in the box)."""
+
+    #: the lane's artifact is not this kind's: its own artifact is made, restored and removed by the attempt
+    judges_artifact = False
+
+    def not_applicable(self, lane: FaultLane, fault: Fault) -> str | None:
+        if not lane.box.has_shell:
+            return "the box runs no scripts: the private copy of the model and the flipped bytes are Python in the box"
+        return None
+
+    def begin(self, at: Attempt) -> None:
+        lane, injected = at.lane, cast(WeightsInjected, at.injected)
+        timeout = lane.config.timeouts["http"]
+        reference = lane.peers.get(lane.lane.name)
+        observable = [n for n, d in (reference.digests if reference else {}).items() if d.get("sha256")]
+        copied = private_copy(lane.box, lane.config.model, lane.config.revision, timeout)
+        if isinstance(copied, str):
+            injected["error"] = f"no private copy of the model: {copied}"
+            return
+        home = {"HF_HOME": PRIVATE_HOME, "HF_HUB_CACHE": f"{PRIVATE_HOME}/hub"}
+        lane.box.remove_path(PRIVATE_ARTIFACT)
+        created = lane.snapshot(
+            at.rec,
+            "create",
+            *lane.create_argv(PRIVATE_ARTIFACT),
+            timeout_key="create",
+            env=home,
+            name="create-tampered",
+        )
+        if created.exit_code != 0:
+            injected["error"] = f"create from the private copy exited {created.exit_code}: {created.stderr[-300:]}"
+            return
+        lane.state.shm_owned.update(artifact_deps.outside_files(lane.box, PRIVATE_ARTIFACT))
+        record = flip(lane.box, copied, choose_tensor(copied.tensors, observable), timeout)
+        at.rec.results["weight_tamper"] = record
+        if record.get("sha256_after") and record["sha256_after"] != record["sha256_before"]:
+            injected["tampered"] = f"{record['length']} bytes of {record['tensor']} in {record['shard']}"
+        at.env.update(home)
+
+    def restore(self, at: Attempt) -> ExecResult:
+        """The restore of the private artifact, with the private model cache's environment."""
+        argv = restore_argv(at.port, PRIVATE_ARTIFACT)
+        return at.lane.command(at.rec, argv, "restore", at.env, "restore-faulted")
+
+    def act(self, at: Attempt) -> ExecResult:
+        result = super().act(at)
+        record = at.rec.results.get("weight_tamper")
+        if record is None or not cast(WeightsInjected, at.injected).get("tampered"):
+            return result
+        if result.exit_code != 0:
+            record["outcome"] = record["said"] = "refused"
+            return result
+        lane = at.lane
+        reference = lane.peers.get(lane.lane.name)
+        try:
+            digests, canaries = lane.digests(at.port), lane.canaries(at.port)
+        except (engine.EngineError, OSError) as exc:
+            record["outcome"] = record["said"] = "unasked"
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            return result
+        compared = compare(
+            record,
+            reference.digests if reference else None,
+            reference.canary if reference else None,
+            digests,
+            canaries,
+            lane.config.logprob_tolerance,
+        )
+        compared["said"] = outcome_words(compared, result.exit_code)
+        at.rec.results["weight_tamper"] = compared
+        return result
+
+    def end(self, at: Attempt) -> None:
+        at.lane.box.remove_path(PRIVATE_ARTIFACT)
+        at.lane.box.remove_path(PRIVATE_HOME)
+
+    def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
+        return bool(injected.get("tampered"))
+
+    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+        return problems(results.get("weight_tamper"), obs.exit_code, [obs.stderr_tail, *obs.error_lines])
+
+
+KIND = Kind(
+    "weights",
+    WeightsInjector(),
+    injected=WeightsInjected,
+    faults=(
+        # issue 28: a weight shard changed between create and restore, on a private copy of the model's cache entry
+        # and a private artifact: a refusal, or the damage named by the digests and canaries; the weights unchanged
+        # after the restore is stale weights, a finding against the engine (the kind judges it)
+        Fault(
+            "weight-tampered",
+            "a weight shard changed between create and restore (a private copy of the model)",
+            "weights",
+            head=Expect(ANY, None, None, None, followup_restore=False),
+        ),
+    ),
+)
+KINDS = (KIND,)

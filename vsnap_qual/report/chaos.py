@@ -1,6 +1,6 @@
-"""The chaos figures of one finished run (issue 29), from its ``results.json``: every random-kill fault step
-(``faults.KillInjector``; ``--vsnap-chaos=N`` runs each kill fault N times a lane), per command, signal and phase
-reached (what was running when the signal went: ``kills.phase_reached``), side by side:
+"""The chaos figures of one finished run (issue 29), from its ``results.json``: every fault step of the kill kind
+(``results.kind``; ``--vsnap-chaos=N`` runs each kill fault N times a lane), per command, signal and phase reached
+(what was running when the signal went: ``faults.kinds.kill.phase_reached``), side by side:
 
 - runs: kill steps whose signal went (a step whose every draw missed the command is counted apart);
 - left by the command: runs after which a process of the killed tree was still there before the harness swept,
@@ -26,17 +26,21 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from vsnap_qual.report.kinds import fault_kind
+
 #: the columns of the table, in order
 COLUMNS = ("runs", "left by the command", "leaks after the sweep", "artifact", "failed")
 
 
 def kill_steps(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every step of the kill kind (the latest record of each lane and step)."""
+    """Every step of the kill kind that drew its moment (the latest record of each lane and step)."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for step in results["steps"]:
-        injected = (step.get("results") or {}).get("injected") or {}
-        if step["step"].startswith("fault:") and "offset_s" in injected and "seed" in injected:
-            latest[(step["lane"], step["step"])] = step
+        res = step.get("results") or {}
+        injected = res.get("injected") or {}
+        name = step["step"]
+        if name.startswith("fault:") and fault_kind(name.removeprefix("fault:"), res) == "kill" and "seed" in injected:
+            latest[(step["lane"], name)] = step
     return list(latest.values())
 
 

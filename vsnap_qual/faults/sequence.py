@@ -1,0 +1,301 @@
+"""The one sequence every fault runs, whatever its kind (:func:`run_fault`), and the step around it
+(:func:`fault_step`: inject, observe, judge against the lane's expectation, once more after an ineffective
+injection); then what the faulted action left (:func:`settle_leftovers`) and the follow-up restore of the artifact
+as the failure left it (:func:`followup_restore`). What differs per kind is its injector's (:mod:`.kinds`)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import cast
+
+from vsnap_qual import checks, engine, progress
+from vsnap_qual.box import Box, ProcessRow
+from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
+from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation
+from vsnap_qual.faults.injector import Attempt, Injector, Observation
+from vsnap_qual.faults.judge import expectation_record, judge, observation_record, observe
+from vsnap_qual.faults.lane import FaultLane
+from vsnap_qual.faults.parked import ParkedWatch
+from vsnap_qual.faults.tools import (
+    captured_ids,
+    clear_fired,
+    consumed,
+    credit_teardown,
+    fresh_artifact,
+    kill_leftovers,
+    reset_artifact,
+    restore_retrying_taken,
+    settle,
+    settle_timed,
+    wait_engine_gone,
+)
+from vsnap_qual.model import CapturedIdWait, CleanupAudit, FollowupRestore
+from vsnap_qual.procedure import Fault
+from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.steps import StepFailed
+
+
+# ---- the one sequence ---------------------------------------------------------------------------------------
+def fault_step(lane: FaultLane, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue) -> None:
+    """One ``fault:<id>`` step: inject, observe, judge against this lane's expectations; an injection that did not
+    hold is tried once more before it is reported as ineffective. Fails the step naming every mismatch."""
+    rec.results["kind"] = fault.kind  # recorded first: a step that turns out not applicable says its kind too
+    behaviour, reason = lane_expectation(lane)
+    expect = fault.expect(behaviour)
+    injector = catalogue.injector_for(fault)
+    cannot = injector.not_applicable(lane, fault)
+    if cannot:
+        progress.not_applicable(f"{lane.lane.name}: the box cannot present this fault: {cannot}")
+    observed = run_fault(lane, fault, rec, injector, expect.cleanup)
+    problems = judge(fault, expect, observed, rec.results, injector)
+    if problems and problems[0].startswith("ineffective injection"):
+        first = problems[0]
+        observed = run_fault(lane, fault, rec, injector, expect.cleanup, attempt=2)
+        problems = judge(fault, expect, observed, rec.results, injector)
+        rec.results["retried_after"] = first
+    if (rec.results.get("followup_restore") or {}).get("consumed"):
+        lane.state.consumed_by = fault.id  # the next fault says whose restore used the artifact up
+    rec.results.setdefault("cleanup", CleanupAudit()).setdefault("judged", expect.cleanup)  # recorded either way
+    rec.results.update(
+        {
+            "fault": fault.id,
+            "title": fault.title,
+            "expect": behaviour,
+            "expect_reason": reason,
+            "expected": expectation_record(expect),
+            "observed": observation_record(observed),
+            "mismatches": problems,
+        }
+    )
+    if problems:
+        raise StepFailed(f"{fault.title} ({behaviour} expectations, {reason}): " + "; ".join(problems))
+
+
+class Phases:
+    """Where one fault step's time went, phase by phase (``results.phases``, seconds, summed over a retry), and how
+    much of each phase was spent waiting on the engine (``results.phases_engine``): the evidence
+    ``bench/run_figures.py`` reads the harness's own time from."""
+
+    def __init__(self, into: dict[str, float], engine_into: dict[str, float], engine_clock: Callable[[], float]):
+        self.into, self.engine_into, self.engine_clock = into, engine_into, engine_clock
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started, engine = time.monotonic(), self.engine_clock()
+        try:
+            yield
+        finally:
+            self.into[name] = round(self.into.get(name, 0.0) + time.monotonic() - started, 3)
+            spent = self.engine_clock() - engine
+            self.engine_into[name] = round(self.engine_into.get(name, 0.0) + spent, 3)
+
+
+def run_fault(
+    lane: FaultLane,
+    fault: Fault,
+    rec: StepEvidence,
+    injector: Injector,
+    cleanup_judged: bool = True,
+    attempt: int = 1,
+) -> Observation:
+    """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
+    sequence every kind follows; what differs per kind is its injector's. ``cleanup_judged`` False (this arm's
+    expectation records vLLM's cleanup without judging it): what is left is looked at once, as the command
+    exits, not waited for through the grace, since no outcome of the wait could change the verdict."""
+    timeouts = lane.config.timeouts
+    phase = Phases(
+        rec.results.setdefault("phases", {}),
+        rec.results.setdefault("phases_engine", {}),
+        lambda: lane.recorder.engine_time,
+    )
+    # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
+    # long its teardown took): else this fault would be judged on what the previous one left
+    with phase("captured-id wait before"):
+        before_fault = wait_engine_gone(lane, captured_ids(lane), timeouts["stop"])
+    gone = consumed(lane)
+    if gone:  # the fault starts from an artifact that restores: one engine defect is one finding, not one a fault
+        by = f"the faulted restore of {lane.state.consumed_by}" if lane.state.consumed_by else "an earlier step"
+        with phase("fresh artifact"):
+            why = f"the previous fault artifact was consumed ({', '.join(gone)} gone after {by})"
+            fresh_artifact(lane, rec, gone, why)
+            lane.state.consumed_by = None
+            wait_engine_gone(lane, captured_ids(lane), timeouts["stop"])  # the new artifact's dumped tree gone too
+    with phase("reset"):
+        captured = captured_ids(lane)
+        clear_fired(lane.control)  # a fired record is evidence of this fault only, whatever kind it is
+        reset_artifact(lane)
+        if lane.state.artifact_files is not None:
+            rec.results["artifact_reset"] = lane.state.artifact_files.last_reset
+        # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
+        # fault still listed under one of them must not hide the next restored server from the cleanup
+        baseline = {p["pid"] for p in lane.box.processes()} - captured
+    at = Attempt(lane, fault, rec, lane.ports["fault"], captured, number=attempt)
+    obs, injected, ignore = at.obs, at.injected, at.ignore
+    try:
+        with phase("inject"):
+            injector.begin(at)
+            # the reset put the pristine copy back: its digest, taken once, is the artifact's now, unless this
+            # kind's own injection changed the artifact (then it is taken after the injection, as it stands)
+            files = lane.state.artifact_files
+            pristine = None if injector.undo_before_followup or files is None else files.pristine_digest
+            before = pristine or lane.artifact_digest()
+        with phase("command"):  # the faulted command, its watchers included
+            result = injector.act(at)
+        with phase("observe"):
+            observe(lane, obs, result)
+            obs.fired = injector.fired(obs, injected)
+            if injector.judges_artifact:
+                obs.artifact_unchanged = lane.artifact_digest() == before
+    finally:
+        with phase("release"):
+            injector.end(at)
+    # vLLM's own cleanup after a failure, observed before the harness removes anything. A restore that
+    # succeeded (as some behaviours do for some faults) leaves its server running by design: stop it first.
+    with phase("audit"):
+        if injector.left_serving(at, obs):
+            kill_leftovers(lane.box, baseline, ignore)
+        # the grace (a maximum: a clean state ends it) where vLLM's cleanup is judged, and where what vLLM left
+        # is itself the measure (a kind audited after the sweep: the chaos figures' "left by the command"); an
+        # arm's record alone is looked at once. A tree parked for good in CRIU's restorer ends the wait where this
+        # kind then records what was left without judging it: no more time could change what it left
+        grace = lane.config.cleanup_grace if cleanup_judged or injector.audits_after_sweep else 0.0
+        left, wchan, parked_after, went_after = settle_leftovers(at, injector, baseline, ignore, grace, cleanup_judged)
+        judged = injector.own_cleanup_judged(at, cleanup_judged, left, wchan)
+        # the audit of what was left: waited for (again up to the grace) only where its outcome is judged
+        pids_left = [p["pid"] for p in left]
+        audit = lane.cleanup_audit(pids_left, [at.port] if injector.watches_port else [], grace if judged else 0.0)
+        audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
+        if left:
+            audit["leftover_states"] = {str(p["pid"]): p.get("stat", "") for p in left}
+            audit["leftover_wchan"] = wchan
+        audit["grace_s"] = grace
+        if parked_after is not None:
+            audit["parked_for_good_after_s"] = parked_after
+        if went_after is not None:
+            audit["leftovers_went_after_s"] = went_after
+        audit["judged"] = judged
+        killed = kill_leftovers(lane.box, baseline, set())
+        # killed ones reaped before the follow-up: their teardown is the engine's time where they went
+        credit_teardown(lane, *settle_timed(lane.box, baseline, set(), limit=lane.config.cleanup_grace))
+        if injector.audits_after_sweep:  # what is left once the harness swept: nothing, whatever the action was
+            swept = list(dict.fromkeys([*(p["pid"] for p in left), *killed]))
+            audit["after_sweep"] = lane.cleanup_audit(swept, [at.port] if injector.watches_port else [])
+            audit["after_sweep"]["swept"] = killed
+    with phase("captured-id wait after"):
+        # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
+        # follow-up restore must recreate the captured PIDs (the lane's listing no longer shows exiting ones)
+        after_fault = wait_engine_gone(lane, captured | set(killed), timeouts["stop"])
+        # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
+        # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
+        with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
+            engine.wait_until(lambda: at.port not in lane.box.listening_ports(), lane.config.cleanup_grace, 0.05)
+    with phase("after sweep"):
+        injector.after_sweep(at)
+    engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
+    if engine_left:
+        audit["killed_by_harness"] = engine_left
+    rec.results.update({"injected": injected, "cleanup": audit})
+    waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
+    if waits:
+        rec.results["captured_id_waits"] = waits
+    with phase("follow-up restore"):
+        # the captured IDs were just found free and nothing has started since: the follow-up does not look again
+        ids_free = "still_held" not in after_fault
+        rec.results["followup_restore"] = followup_restore(lane, injector.undo_before_followup, ids_free)
+    return obs
+
+
+def settle_leftovers(
+    at: Attempt, injector: Injector, baseline: set[int], ignore: set[int], grace: float, cleanup_judged: bool
+) -> tuple[list[ProcessRow], dict[str, str], float | None, float | None]:
+    """What the faulted action left after up to ``grace`` seconds, where each leftover waits in the kernel,
+    where the wait ended early because the leftovers were parked for good in CRIU's restorer and this kind does
+    not judge vLLM's cleanup of them (:class:`ParkedWatch`), how long after it began (else None), and where
+    everything left went by itself during the wait, how long it was still there (credited to the engine:
+    :func:`credit_teardown`; else None)."""
+    parked = ParkedWatch(at.lane.box)
+    found: list[tuple[dict[str, str], float]] = []  # where the parked leftovers wait, and when that was found
+    started = time.monotonic()
+
+    def hopeless(left: list[ProcessRow]) -> bool:
+        if not parked(left):
+            return False
+        wchan = leftover_wchan(at.lane.box, [p["pid"] for p in left])
+        if injector.own_cleanup_judged(at, cleanup_judged, left, wchan):
+            return False
+        found.append((wchan, round(time.monotonic() - started, 2)))
+        return True
+
+    left, held_s = settle_timed(at.lane.box, baseline, ignore, limit=grace, hopeless=hopeless)
+    went_after = credit_teardown(at.lane, left, held_s)
+    if found:  # the wait ended on these very leftovers: where they wait was just read
+        wchan, after = found[-1]
+        return left, wchan, after, went_after
+    return left, leftover_wchan(at.lane.box, [p["pid"] for p in left]) if left else {}, None, went_after
+
+
+def leftover_wchan(box: Box, pids: list[int]) -> dict[str, str]:
+    """Where in the kernel each leftover waits (``/proc/<pid>/wchan``, as the box numbers it; keyed as the evidence
+    records it): a process that never left CRIU's restorer waits on a futex there, one that runs vLLM's code mostly
+    in its event loop's poll (what :meth:`Injector.own_cleanup_judged` may read)."""
+    return {str(pid): wchan for pid, wchan in box.wchan(pids).items()}
+
+
+def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = False) -> FollowupRestore:
+    """After a fault, the artifact as the failure left it must still restore and answer vLLM's canary with its
+    oracle (a failed restore must not damage it). Only a corruption the harness injected itself is undone.
+    ``ids_free``: the caller has just seen every captured ID free, with nothing started since."""
+    if undo_injection:
+        reset_artifact(lane)
+    port = lane.ports["fault"]
+    # the captured PIDs are never "already there": a restore re-uses them, so a dying process of the previous
+    # fault still listed under one of them must not hide the next restored server from the cleanup
+    captured = captured_ids(lane)
+    baseline = {p["pid"] for p in lane.box.processes()} - captured
+    # the faulted restore's tree may still be exiting (killed by vLLM's cleanup or ours a moment ago): its PIDs
+    # are the captured ones, which CRIU must recreate, so they must be free first
+    outcome = FollowupRestore()
+    gone = consumed(lane)
+    if gone:  # the faulted restore's exit unlinked what the artifact needs: it is tried all the same, for CRIU's words
+        outcome["consumed"] = gone
+    waited = CapturedIdWait() if ids_free else wait_engine_gone(lane, captured, lane.config.timeouts["stop"])
+    if waited:
+        outcome["captured_ids_wait"] = waited
+    # another host process took a captured PID/TID for a moment (the host's doing): once more
+    result, retried = restore_retrying_taken(lane, restore_argv(port), captured, baseline)
+    outcome.update(cast(FollowupRestore, retried))
+    outcome.update({"exit_code": result.exit_code, "seconds": round(result.seconds, 3)})
+    if result.exit_code == 0:
+        lane.state.timed("restore", result.seconds)  # what a random kill of a restore is drawn over
+    host, reach = lane.endpoint(port)
+    manifest = lane.state.manifest
+    if result.exit_code == 0:
+        try:
+            with lane.recorder.engine_wait():  # an HTTP answer of the engine's, as every canary is
+                got = engine.completion(
+                    reach, lane.served_model, VLLM_CANARY_PROMPT, host=host, timeout=lane.config.timeouts["http"]
+                )
+            outcome["canary"] = got.as_dict()
+            outcome["canary_ok"] = (
+                got.token_ids == manifest.get("oracle_token_ids")
+                and got.text == manifest.get("oracle_text")
+                and abs(got.logprob - float(manifest["oracle_sampled_token_logprob"])) <= lane.config.logprob_tolerance
+            )
+        except (engine.EngineError, OSError) as exc:
+            outcome["canary_ok"] = False
+            outcome["error"] = str(exc)
+    else:
+        outcome["canary_ok"] = False
+        outcome["stderr_tail"] = result.tail(15)
+        # vLLM logs CRIU's words on stdout (0.32; stderr only has the exit status), else only restore.log has them
+        reason = checks.criu_words(
+            result.stdout, result.stderr, lambda: lane.box.read_text(f"{ARTIFACT}/images/restore.log")
+        )
+        if reason:
+            outcome["criu_reason"] = reason
+    kill_leftovers(lane.box, baseline, set())
+    left = settle(lane.box, baseline, set())
+    outcome["cleanup_ok"] = not left and not engine.port_open(reach, host)
+    return outcome
