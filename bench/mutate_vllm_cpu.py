@@ -26,7 +26,7 @@ Output (``--out``, default ``reports/mutate-vllm-cpu``): ``mutants.md`` (the tab
 report directory and ``pytest.log``. A Python program rather than a shell script: the classifier is a pure function
 that ``tests/unit/test_mutants.py`` tests, and the runner reads ``results.json`` and writes the table itself.
 
-    make mutate-vllm-cpu                                    # the control and every mutant (about 75 min on 2 cores)
+    make mutate-vllm-cpu                                    # the control and every mutant (about 80 min on 2 cores)
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 01,12 --out reports/mutants-two
     .venv/bin/python bench/mutate_vllm_cpu.py --dry-run     # the plan: each run's command, nothing started
 """
@@ -506,7 +506,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"**Control** (the unmutated checkout, the union of the selections `{' '.join(control['select'])}`): "
             f"{control.get('headline') or 'no results.json'}, exit {control.get('exit_code')}, "
             f"{control.get('seconds', 0):.0f} s. Failed steps (not counted as catches): {_cell(failed)}."
-            + (f" Left behind: {_cell(json.dumps(control['leaks']))}." if _left(control.get("leaks")) else ""),
+            + _cell(leak_words(control.get("leaks"))),
             "",
         ]
     counts: dict[str, int] = {}
@@ -525,8 +525,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
     for row in doc["mutants"]:
         expected = f"`{row['step']}`: " + "; ".join(f"“{w}”" for w in row["words"])
         actual = "; ".join(f"`{f['step']}`: {f['words']}" for f in row.get("found", [])) or row.get("detail", "")
-        if _left(row.get("leaks")):
-            actual += f" (left behind, removed: {json.dumps(row['leaks'])})"
+        actual += leak_words(row.get("leaks"))
         outcome = row.get("outcome", "not run")
         if row.get("outcome") and not row.get("met_prediction"):
             outcome += " (not as predicted)"
@@ -552,8 +551,17 @@ def markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _left(leaks: Mapping[str, Any] | None) -> bool:
-    return bool(leaks and (leaks.get("containers") or leaks.get("shm") or leaks.get("processes")))
+def leak_words(leaks: Mapping[str, Any] | None) -> str:
+    """What a run left, for the table ("" for nothing): what was the run's (removed here), and what appeared in the
+    host's /dev/shm during it that its evidence does not name (left in place: on a shared host it may be another
+    job's, and an artifact of theirs may need it)."""
+    if not leaks:
+        return ""
+    ours = [*leaks.get("containers", []), *leaks.get("shm", []), *leaks.get("processes", [])]
+    said = f" Left behind by the run, removed by the runner: {', '.join(ours)}." if ours else ""
+    if leaks.get("shm_not_ours"):
+        said += f" New in /dev/shm during the run, not named by it (left in place): {', '.join(leaks['shm_not_ours'])}."
+    return said
 
 
 def _harness_commit() -> dict[str, Any]:

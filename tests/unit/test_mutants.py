@@ -293,7 +293,7 @@ def test_not_reached_and_no_result() -> None:
 def test_the_table_has_a_row_per_mutant_with_its_outcome() -> None:
     first, second = MANIFEST.mutants[:2]
     verdict = classify(CREATE, list(first.words), _steps((CREATE, "failed", " ".join(first.words))), CONTROL)
-    doc = {
+    doc: dict[str, Any] = {
         "generated": "2026-12-08T00:00:00+00:00", "harness": {"commit": "abc1234", "dirty": False},
         "overlay": {"path": "build/vllm-overlay-0.32.0", "head": "bf5ed64"}, "profile_args": ["@p"],
         "control": None, "mutants": [mutant_row(first, None, verdict), mutant_row(second, None, None)],
@@ -302,3 +302,8 @@ def test_the_table_has_a_row_per_mutant_with_its_outcome() -> None:
     rows = [ln for ln in text.splitlines() if ln.startswith(f"| `{first.id}`") or ln.startswith(f"| `{second.id}`")]
     assert len(rows) == 2 and "| caught |" in rows[0] and "| not run |" in rows[1], rows
     assert "**1 of 2 mutants run**: 1 caught; 1 as predicted." in text
+    # what a run left: the run's own (removed by the runner), and what it does not name (left in place)
+    doc["mutants"][0]["leaks"] = {"containers": [], "shm": ["/dev/shm/link_remap.7"], "processes": [],
+                                  "shm_not_ours": ["/dev/shm/sem.mp-x"]}  # fmt: skip
+    row = next(ln for ln in markdown(doc).splitlines() if ln.startswith(f"| `{first.id}`"))
+    assert "removed by the runner: /dev/shm/link_remap.7" in row and "(left in place): /dev/shm/sem.mp-x" in row
