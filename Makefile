@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants unit test test-real lint bench doctor screenshot
+.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants mutate-vllm-cpu unit test test-real lint bench doctor screenshot
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -67,6 +67,11 @@ qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.
 	  --vsnap-overlay=$(VLLM_OVERLAY) --vsnap-overlay-ref=HEAD~1 \
 	  --vsnap-unit-command='PYTHONDONTWRITEBYTECODE=1 pytest tests/vsnap_snapshot -q -rA -p no:cacheprovider --junitxml="$$VSNAP_JUNIT"' \
 	  --vsnap-report-dir=reports/vllm-cpu $(PYTEST_ARGS)
+
+MUTATE_ARGS ?=
+
+mutate-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## on demand, not in CI: mutants of real vLLM 0.32.0's snapshot code through the qualification (docker/vllm-cpu/mutants) → reports/mutate-vllm-cpu/mutants.md
+	$(PY) bench/mutate_vllm_cpu.py --out reports/mutate-vllm-cpu $(MUTATE_ARGS)
 
 screenshot: install  ## docs/report-screenshot.png (+ .json: the templates' sha256, the run) from $(REPORT_DIR)'s report, with headless chromium
 	bash scripts/report-screenshot.sh $(REPORT_DIR)
