@@ -119,7 +119,7 @@ class QualConfig:
     #: CPU smoke mode: vsnap-qual's platform plugin (vsnap_qual/smoke) declares sleep mode on vLLM's CPU platform in
     #: every lane, so real vLLM's CPU build can create and restore snapshots; no GPU, never a GPU qualification
     cpu_smoke: bool = False
-    pull: str = "auto"  # when preflight pulls an image (vsnap_qual.pull)
+    pull: str = "auto"  # when preflight pulls an image (vsnap_qual.runtimes.pull)
     runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed

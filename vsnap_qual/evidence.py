@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import model, probe_copy
+from vsnap_qual import model
 from vsnap_qual.redact import Redactor
+from vsnap_qual.run import probe_copy
 
 __all__ = ["EVIDENCE_FILE", "Evidence", "EvidenceStore", "ReportDirInUse", "read_evidence", "read_records",
            "refuse_used_report_dir"]  # fmt: skip

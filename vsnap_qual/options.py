@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import privileges, runtimes
+from vsnap_qual import runtimes
 from vsnap_qual.config import Variant
 from vsnap_qual.contract import DEFAULT_TIMEOUTS, RUNNERS
+from vsnap_qual.runtimes import privileges
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
@@ -292,7 +293,7 @@ def parse_privileges(value: str) -> str:
 
 
 def parse_pull(value: str) -> str:
-    from vsnap_qual.pull import POLICIES
+    from vsnap_qual.runtimes.pull import POLICIES
 
     value = value.strip()
     if value not in POLICIES:

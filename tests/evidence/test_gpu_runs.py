@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import run_figures
+from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RUN = ROOT / "evidence" / "gpu"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import run_figures
+from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_VLLM = ROOT / "evidence" / "real-vllm"

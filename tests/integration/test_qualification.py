@@ -182,7 +182,7 @@ def test_base_image_fails_head_expectations_where_it_binds_http_first(tmp_path: 
 def test_a_disabled_hook_fails_as_an_ineffective_injection(tmp_path: Path, reference_images: None) -> None:
     import shutil
 
-    from vsnap_qual.probe_copy import BUILT_IN as PROBE_DIR
+    from vsnap_qual.run.probe_copy import BUILT_IN as PROBE_DIR
 
     probe = tmp_path / "probe"
     shutil.copytree(PROBE_DIR, probe)

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import options, preflight, runtimes
+from vsnap_qual import options, runtimes
 from vsnap_qual.config import build_config
-from vsnap_qual.preflight_result import PreflightError, PreflightResult
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run import preflight
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes import host as host_runtime
 

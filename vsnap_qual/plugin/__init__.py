@@ -30,8 +30,8 @@ from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
 from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
 from vsnap_qual.plugin.session import VsnapSession
 from vsnap_qual.plugin.worker import VsnapWorker
-from vsnap_qual.preflight_result import PreflightResult
 from vsnap_qual.recorder import StepRecorder
+from vsnap_qual.run.preflight_result import PreflightResult
 
 __all__ = ["PLUGIN_KEY", "VsnapProcess", "VsnapSession", "VsnapWorker", "active", "lane_for", "process_of"]
 

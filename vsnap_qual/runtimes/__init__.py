@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vsnap_qual.box import Box, BoxSpec, ImageInfo
 
 if TYPE_CHECKING:
+    from vsnap_qual.cli.diagnostics import CheckResult
     from vsnap_qual.config import QualConfig
-    from vsnap_qual.diagnostics import CheckResult
     from vsnap_qual.overlay import OverlayFile
-    from vsnap_qual.preflight_result import PreflightResult
+    from vsnap_qual.run.preflight_result import PreflightResult
 
 DEFAULT_HOST_ROOT = Path("/var/tmp/vsnap-lanes")
 

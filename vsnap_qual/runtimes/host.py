@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import package_probe, procfs
 from vsnap_qual.box import (
     HOST_GRACE_S,
     Bind,
@@ -58,15 +56,17 @@ from vsnap_qual.box import (
     owner_alive,
     owner_label,
 )
+from vsnap_qual.cli.diagnostics import CheckResult
 from vsnap_qual.config import QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
-from vsnap_qual.diagnostics import CheckResult
 from vsnap_qual.model import CpuSample
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.preflight_result import PreflightError, PreflightResult, lane_gpu_result
-from vsnap_qual.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
-from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, EngineOptionError, RuntimeSettings
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run import package_probe
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult, lane_gpu_result
+from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, EngineOptionError, RuntimeSettings, procfs
+from vsnap_qual.runtimes.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
 from vsnap_qual.runtimes.shell import ShellBox
 
 DEFAULT_ROOT = DEFAULT_HOST_ROOT
@@ -122,8 +122,8 @@ def host_environment(python: str, lane_env: dict[str, str], gpus: str) -> dict[s
 
 
 def holder_pythonpath() -> str:
-    """Where the holder's Python finds ``vsnap_qual.host_holder``: the directory holding this package (the lane's
-    Python need not have vsnap-qual installed: the GPU tier runs the harness from a copy on ``PYTHONPATH``)."""
+    """Where the holder's Python finds ``vsnap_qual.runtimes.host_holder``: the directory holding this package (the
+    lane's Python need not have vsnap-qual installed: the GPU tier runs the harness from a copy on ``PYTHONPATH``)."""
     import vsnap_qual
 
     return str(Path(vsnap_qual.__file__).resolve().parents[1])
@@ -243,7 +243,7 @@ class HostLane(ShellBox):
             ]
             if bind.read_only:
                 lines.append(f"mount -o remount,bind,ro {q(bind.target)}")
-        holder = [sys.executable, "-m", "vsnap_qual.host_holder", str(self.socket), str(ready)]
+        holder = [sys.executable, "-m", "vsnap_qual.runtimes.host_holder", str(self.socket), str(ready)]
         lines.append(f"exec {shlex.join(holder)}")
         return "\n".join(lines)
 

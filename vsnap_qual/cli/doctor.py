@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import gpus as gpus_mod
 from vsnap_qual import options, runtimes
 from vsnap_qual.box import port_is_free
+from vsnap_qual.cli.diagnostics import CheckResult
 from vsnap_qual.contract import RUNNERS
-from vsnap_qual.diagnostics import CheckResult
-from vsnap_qual.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
 from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, RuntimeSettings
 
 __all__ = ["CheckResult", "main", "run_checks"]

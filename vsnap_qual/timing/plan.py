@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from vsnap_qual.faults.catalogue import BUILTIN_FAULTS
-from vsnap_qual.step_times import step_times
 
 
 def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]] | None:
@@ -34,6 +33,8 @@ def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]
 
 def step_medians(results: dict[str, Any]) -> dict[str, float]:
     """Median seconds of each step name in a finished run (steps that ran)."""
+    from vsnap_qual.report.step_times import step_times  # not at import: the plan line's module loads with pytest
+
     return {name: times.median for name, times in step_times(results.get("steps") or []).items()}
 
 

@@ -19,7 +19,7 @@ worker runs them today (``suites/conftest.py`` sorts the faults after the lifecy
 
 Nothing is re-judged and no figure is invented: a step that ran without ``engine_seconds`` makes every engine
 figure it would enter "not recorded" (never zero), and a window whose idle time was not recorded is said so. The
-per-step arithmetic is :mod:`vsnap_qual.step_times`'s, as :mod:`vsnap_qual.run_figures` sums it.
+per-step arithmetic is :mod:`vsnap_qual.report.step_times`'s, as :mod:`vsnap_qual.timing.run_figures` sums it.
 Pure: ``bench/critical_path.py`` reads the run and prints.
 """
 
@@ -35,7 +35,7 @@ from vsnap_qual import procedure
 from vsnap_qual.faults.catalogue import BUILTIN_FAULTS, FAULTS_BY_ID
 from vsnap_qual.faults.kinds.hook import HookParams
 from vsnap_qual.report import figures as shown
-from vsnap_qual.step_times import idle_total, step_times, totals
+from vsnap_qual.report.step_times import idle_total, step_times, totals
 
 Chain = Literal["lifecycle", "faults"]
 Weight = Literal["engine", "steps"]

@@ -13,7 +13,7 @@
 
 Run: ``.venv/bin/python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of evidence/gpu/ come
 from it); the benchmarks and the evidence tests import :func:`figures` from here. The per-step arithmetic is
-``vsnap_qual/step_times.py``.
+``vsnap_qual/report/step_times.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual.step_times import idle_total, step_times, totals
+from vsnap_qual.report.step_times import idle_total, step_times, totals
 
 
 def _series(values: list[float]) -> dict[str, Any] | None:
