@@ -143,7 +143,7 @@ def parse_positive_int(value: str) -> int:
 
 
 #: the smallest --vsnap-max-model-len accepted: two of vLLM's default 16-token KV blocks (docs/design.md §6). The
-#: check that matters is config.build_config's: the canary tokens and the longest canary prompt must fit.
+#: check that matters is run.configure.build_config's: the canary tokens and the longest canary prompt must fit.
 MIN_MAX_MODEL_LEN = 32
 
 
@@ -830,7 +830,7 @@ class OptionError(ValueError):
 def parse_values(chosen: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
     """Parse each option's chosen text (unset options without a default become None). The parsed values are
     whatever each option's parse function returns (``OPTIONS``): the command line's one untyped boundary, read by
-    ``config.build_config`` into the typed ``QualConfig``."""
+    ``run.configure.build_config`` into the typed ``QualConfig``."""
     parsed: dict[str, Any] = {}
     for dest, (text, origin) in chosen.items():
         spec = OPTIONS_BY_DEST[dest]

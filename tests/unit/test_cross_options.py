@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import options
-from vsnap_qual.config import build_config
 from vsnap_qual.overlay import OverlayFile
+from vsnap_qual.run.configure import build_config
 from vsnap_qual.run.preflight import check_overlay_compiles
 from vsnap_qual.run.preflight_result import PreflightError
 

@@ -118,7 +118,7 @@ def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     import re
     from pathlib import Path
 
-    from vsnap_qual.config import build_config
+    from vsnap_qual.run.configure import build_config
 
     config = build_config(
         options.parse_standalone(["--vsnap-image=x", "--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40], env={}),
@@ -308,7 +308,7 @@ def test_a_malformed_image_reference_is_refused_naming_the_option_the_origin_and
 def test_the_host_runtime_and_a_registered_runtime_keep_their_own_engine_values(tmp_path) -> None:
     """The grammar is Docker's: the host runtime's engines are Pythons (``--vsnap-python``; an image option is
     refused by that runtime in its own words), and another runtime says what its ``--vsnap-image`` means."""
-    from vsnap_qual.config import build_config
+    from vsnap_qual.run.configure import build_config
 
     base = ["--vsnap-model=org/m", "--vsnap-revision=" + "a" * 40, "--vsnap-gpus=none"]
     host = options.parse_standalone([*base, "--vsnap-runtime=host", f"--vsnap-python={sys.executable}"], env={})

@@ -72,7 +72,7 @@ class VsnapSession(VsnapProcess):
         log.info("active (%s): run %s, lanes %s, report %s", self.why, qual.run_id, _lane_list(qual), qual.report_dir)
         if qual.doctor:
             _doctor_or_usage_error(config)
-        runtime = runtimes.create(qual.runtime, qual.runtime_settings(say=progress.say_line(config)))
+        runtime = runtimes.create(qual.runtime, runtimes.settings_for(qual, say=progress.say_line(config)))
         try:
             result = run_preflight(qual, runtime)
         except PreflightError as exc:
@@ -170,7 +170,7 @@ class VsnapSession(VsnapProcess):
         qual = self.qual
         store = self.store
         with contextlib.suppress(RuntimeFailure):
-            runtime = runtimes.create(qual.runtime, qual.runtime_settings())
+            runtime = runtimes.create(qual.runtime, runtimes.settings_for(qual))
             runtime.sweep(session=qual.run_id)
             runtime.close()
         if config.option.collectonly or not (store.started or store.holds("harness_error")):

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from vsnap_qual.overlay import OverlayFile
     from vsnap_qual.run.preflight_result import PreflightResult
 
+#: the runtime a run uses unless ``--vsnap-runtime`` names another
+DEFAULT = "docker"
 DEFAULT_HOST_ROOT = Path("/var/tmp/vsnap-lanes")
 
 
@@ -47,6 +49,16 @@ class RuntimeSettings:
     #: where a runtime says what it is doing while preflight waits (a pull's progress): the terminal in a pytest
     #: session, else the ``vsnap_qual`` logger
     say: Callable[[str], None] | None = None
+
+
+def settings_for(config: QualConfig, say: Callable[[str], None] | None = None) -> RuntimeSettings:
+    """What a run's runtime is told, from its validated configuration (``say``: where it reports progress)."""
+    return RuntimeSettings(
+        host_root=config.host_root,
+        pull_timeout=config.timeouts["serve"],
+        probe_timeout=config.timeouts["exec"],
+        say=say,
+    )
 
 
 class EngineOptionError(ValueError):
