@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from vsnap_qual import artifact_deps, checks, engine
-from vsnap_qual.box import Box, ExecResult
+from vsnap_qual.box import BoxCommands, ExecResult
 from vsnap_qual.contract import WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
@@ -112,7 +112,7 @@ class Copied:
     tensors: dict[str, dict[str, Any]]
 
 
-def private_copy(box: Box, model: str, revision: str, timeout: float) -> Copied | str:
+def private_copy(box: BoxCommands, model: str, revision: str, timeout: float) -> Copied | str:
     """Make the private copy in the box; the reason when it cannot be made."""
     result = box.exec(["python3", "-c", COPY_SCRIPT, model, revision, PRIVATE_HOME], timeout)
     try:
@@ -132,7 +132,7 @@ def choose_tensor(tensors: Mapping[str, Mapping[str, Any]], observable: Sequence
     return max(named or sizes, key=lambda name: (sizes[name], name))
 
 
-def flip(box: Box, copied: Copied, tensor: str, timeout: float) -> WeightTamper:
+def flip(box: BoxCommands, copied: Copied, tensor: str, timeout: float) -> WeightTamper:
     """Change ``TAMPER_BYTES`` of ``tensor``'s data in the copied shard; the record says where and both sha256."""
     info = copied.tensors[tensor]
     start, end = int(info["start"]), int(info["end"])
