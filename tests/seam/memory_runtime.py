@@ -703,6 +703,9 @@ class MemoryRuntime:
         base = parsed.get("vsnap_base_image")
         return str(parsed.get("vsnap_image") or ""), str(base) if base else None
 
+    def engine_problem(self, value: str) -> str | None:
+        return None  # any name is an in-memory engine
+
     def preflight(self, config: Any, overlay: list[Any]) -> PreflightResult:
         result = lane_gpu_result(config, False, None, overlay)
         for ref in [r for r in (config.image, config.base_image) if r]:

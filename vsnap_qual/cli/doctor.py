@@ -38,7 +38,7 @@ def run_checks(opts: Mapping[str, Any]) -> list[CheckResult]:
     """Every doctor check for the given (parsed) ``--vsnap-*`` options: the runtime's own (it answers, its
     privileges, the arms' engines) and the host's (GPUs, io_uring, model cache, ports)."""
     runtime = runtimes.create(
-        str(opts.get("vsnap_runtime") or "docker"),
+        str(opts.get("vsnap_runtime") or runtimes.DEFAULT),
         RuntimeSettings(host_root=opts.get("vsnap_host_root") or DEFAULT_HOST_ROOT),
     )
     first = runtime.reachable()

@@ -78,6 +78,12 @@ class Runtime(Protocol):
         :class:`EngineOptionError` when options of another runtime are given."""
         ...
 
+    def engine_problem(self, value: str) -> str | None:
+        """What makes ``value``, given to one of :attr:`engine_options`, no engine of this runtime (the Docker
+        runtime: no image reference Docker accepts), with how to write one; None when it is one. Asked as the
+        options are read, so the refusal names where the value came from."""
+        ...
+
     def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
         """Everything about the arms' engines checkable before a lane starts: they exist, where their ``vllm``
         is and which behaviour it implements, the overlay's targets, each lane's GPUs."""
@@ -140,6 +146,11 @@ def unregister(name: str) -> None:
 
 def names() -> list[str]:
     return [*_BUILTIN, *_REGISTERED]
+
+
+def registered() -> list[str]:
+    """The runtimes added with :func:`register` (not built in)."""
+    return list(_REGISTERED)
 
 
 def factory(name: str) -> Factory:

@@ -57,6 +57,7 @@ from vsnap_qual.run import package_probe
 from vsnap_qual.run.package_probe import PackageInfo
 from vsnap_qual.run.preflight_result import PreflightError, PreflightResult, lane_gpu_result
 from vsnap_qual.runtimes import EngineOptionError, RuntimeSettings, privileges, procfs, pull
+from vsnap_qual.runtimes.image_reference import image_reference_error
 from vsnap_qual.runtimes.shell import ShellBox
 
 log = logging.getLogger("vsnap_qual")
@@ -626,6 +627,9 @@ class DockerRuntime:
                 "drop --vsnap-base-image"
             )
         return str(image or ""), str(base) if base else None
+
+    def engine_problem(self, value: str) -> str | None:
+        return image_reference_error(value)
 
     def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
         try:

@@ -614,6 +614,9 @@ class HostRuntime:
         base = parsed.get("vsnap_base_python")
         return str(parsed.get("vsnap_python") or default_python), str(base) if base else None
 
+    def engine_problem(self, value: str) -> str | None:
+        return None  # a Python: --vsnap-python's own parse checks it is an executable file
+
     def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
         """Root and the tools lanes need, each Python's vllm, criu and vllm on the lanes' PATH."""
         problems = check_host(self.root)
