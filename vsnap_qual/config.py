@@ -9,7 +9,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TypedDict, cast
 
 from vsnap_qual import procedure
 from vsnap_qual.contract import (
@@ -29,6 +29,64 @@ class Variant:
 
     name: str
     args: tuple[str, ...]
+
+
+class ParsedOptions(TypedDict, total=False):
+    """Every ``--vsnap-*`` option as ``options.parse_values`` parses it (``options.OPTIONS``: the dest and what its
+    parse function returns; an option with no default is None when unset), and ``vsnap_workers``, xdist's worker
+    count as the plugin adds it. What ``run.configure.build_config`` turns into a :class:`QualConfig` and a runtime
+    reads its engine options and doctor checks from. A test holds it to ``OPTIONS``."""
+
+    vsnap_image: str | None
+    vsnap_base_image: str | None
+    vsnap_overlay: Path | None
+    vsnap_overlay_ref: str
+    vsnap_overlay_files: tuple[str, ...] | None
+    vsnap_unit_command: str | None
+    vsnap_model: str | None
+    vsnap_revision: str | None
+    vsnap_tokenizer_revision: str | None
+    vsnap_dtype: str
+    vsnap_max_model_len: int
+    vsnap_gpu_memory_utilization: float
+    vsnap_engine_args: tuple[str, ...] | None
+    vsnap_env: dict[str, str] | None
+    vsnap_variant: tuple[Variant, ...] | None
+    vsnap_runners: tuple[str, ...]
+    vsnap_prompts: tuple[str, ...] | None
+    vsnap_logprob_tolerance: float
+    vsnap_model_cache: Path | None
+    vsnap_gpus: str
+    vsnap_privileges: str
+    vsnap_runtime: str
+    vsnap_pull: str
+    vsnap_python: Path | None
+    vsnap_base_python: Path | None
+    vsnap_host_root: Path | None
+    vsnap_port_base: int
+    vsnap_timeouts: dict[str, float] | None
+    vsnap_report_dir: Path | None
+    vsnap_expect: str
+    vsnap_base_expect: str
+    vsnap_fault_timeout: float
+    vsnap_probe_dir: Path | None
+    vsnap_secrets: tuple[str, ...] | None
+    vsnap_doctor: bool
+    vsnap_annotate: bool
+    vsnap_cpu_smoke: bool
+    vsnap_kv_tolerance: float
+    vsnap_soak: float
+    vsnap_decode_runs: int
+    vsnap_decode_tolerance: float
+    vsnap_observe: float
+    vsnap_canary_prompts: int
+    vsnap_request_shapes: tuple[str, ...]
+    vsnap_concurrent_requests: int
+    vsnap_canary_tokens: int
+    vsnap_cleanup_grace: float
+    vsnap_kill_seed: int | None
+    vsnap_chaos: int
+    vsnap_workers: int
 
 
 @dataclass(frozen=True)

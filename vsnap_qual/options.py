@@ -16,12 +16,12 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from vsnap_qual import runtimes
-from vsnap_qual.config import Variant
+from vsnap_qual.config import ParsedOptions, Variant
 from vsnap_qual.contract import DEFAULT_TIMEOUTS, RUNNERS
 from vsnap_qual.runtimes import privileges
 
@@ -744,7 +744,7 @@ def check_environment(env: Mapping[str, str], ini: Mapping[str, str], cli: Mappi
         raise OptionError("; ".join(problems))
 
 
-def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> ParsedOptions:
     """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
     cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
     ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
@@ -761,30 +761,32 @@ class OptionError(ValueError):
     """A bad option value; the message names the option, the fix and where the value came from."""
 
 
-def parse_values(chosen: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+def parse_values(chosen: Mapping[str, tuple[str, str]]) -> ParsedOptions:
     """Parse each option's chosen text (unset options without a default become None). The parsed values are
-    whatever each option's parse function returns (``OPTIONS``): the command line's one untyped boundary, read by
-    ``run.configure.build_config`` into the typed ``QualConfig``."""
-    parsed: dict[str, Any] = {}
+    whatever each option's parse function returns (``OPTIONS``), by dest: :class:`ParsedOptions` declares each
+    one's type (a test holds the two together), read by ``run.configure.build_config`` into the ``QualConfig``."""
+    values: dict[str, object] = {}
     for dest, (text, origin) in chosen.items():
         spec = OPTIONS_BY_DEST[dest]
         if text == "" and spec.default == "":
-            parsed[dest] = None
+            values[dest] = None
             continue
         try:
-            parsed[dest] = spec.parse(text)
+            values[dest] = spec.parse(text)
         except argparse.ArgumentTypeError as exc:
             raise OptionError(f"{spec.cli}: {exc} (value from {origin})") from None
+    parsed = cast(ParsedOptions, values)  # each dest's value is its parse function's, as ParsedOptions declares
     runtime = runtimes.create(parsed.get("vsnap_runtime") or runtimes.DEFAULT)
     for cli in runtime.engine_options:  # each runtime says what a well-formed engine of its own is
         dest = OPTIONS_BY_CLI[cli].dest
-        problem = runtime.engine_problem(str(parsed[dest])) if parsed.get(dest) else None
+        given = values.get(dest)
+        problem = runtime.engine_problem(str(given)) if given else None
         if problem:
             raise OptionError(f"{cli}: {problem} (value from {chosen[dest][1]})")
     return parsed
 
 
-def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> ParsedOptions:
     """The same options for the ``vsnap-qual`` commands: command line > ``VSNAP_*`` environment > default."""
     parser = argparse.ArgumentParser(prog="vsnap-qual", add_help=False)
     for spec in OPTIONS:

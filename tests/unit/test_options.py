@@ -364,3 +364,17 @@ def test_a_repeated_variant_option_keeps_each_and_the_environment_gives_one_per_
     with pytest.raises(options.OptionError) as info:
         options.parse_standalone(["--vsnap-variant=x"], env={})
     assert str(info.value).startswith("--vsnap-variant: ") and "(value from --vsnap-variant)" in str(info.value)
+
+
+def test_the_parsed_options_type_is_each_options_parse_result() -> None:
+    """``ParsedOptions`` declares what ``parse_values`` gives each dest: the parse function's return type, or None
+    too where the option has no default (unset, it is None); and nothing else but the plugin's worker count."""
+    import typing
+
+    from vsnap_qual.config import ParsedOptions
+
+    declared = typing.get_type_hints(ParsedOptions)
+    assert set(declared) == {spec.dest for spec in options.OPTIONS} | {"vsnap_workers"}
+    for spec in options.OPTIONS:
+        returned = typing.get_type_hints(spec.parse)["return"]
+        assert declared[spec.dest] == (returned if spec.default else returned | None), spec.dest

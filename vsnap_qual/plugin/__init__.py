@@ -21,7 +21,7 @@ import pytest
 
 from vsnap_qual import hookspecs, options, runtimes
 from vsnap_qual.box import owner_label
-from vsnap_qual.config import Lane, QualConfig, new_run_id
+from vsnap_qual.config import Lane, ParsedOptions, QualConfig, new_run_id
 from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
@@ -108,7 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
     why = active(config)
     if why is None or _only_informs(config):
         return
-    parsed = {**options.resolve(config), "vsnap_workers": xdist_workers(config)}  # how many runners run at once
+    parsed: ParsedOptions = {**options.resolve(config), "vsnap_workers": xdist_workers(config)}  # runners at once
     workerinput = getattr(config, "workerinput", None)
     run_id = (workerinput or {}).get("vsnap_run_id") or new_run_id()
     qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)

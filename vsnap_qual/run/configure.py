@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import pytest
 
 from vsnap_qual import runtimes
-from vsnap_qual.config import QualConfig, kill_seed, new_run_id, prompt_words
+from vsnap_qual.config import ParsedOptions, QualConfig, kill_seed, new_run_id, prompt_words
 from vsnap_qual.contract import DECODE_TOKENS, DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, SECRET_ENV_NAMES, VLLM_CANARY_PROMPT
 
+T = TypeVar("T")
 
-def _get(parsed: dict[str, Any], key: str, default: Any) -> Any:
-    """An option value, or its default when the caller parsed without it (tests build configs by hand)."""
-    value = parsed.get(key)
+
+def _given(value: T | None, default: T) -> T:
+    """An option's value, or its default when the caller parsed without it (tests build configs by hand)."""
     return default if value is None else value
 
 
@@ -26,20 +27,20 @@ def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
     return (VLLM_CANARY_PROMPT, *(p for p in prompts if p != VLLM_CANARY_PROMPT))
 
 
-def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
-    """Cross-field validation and defaults: the parsed options (``options.parse_values``, untyped) become the typed
+def build_config(parsed: ParsedOptions, rootdir: Path, run_id: str | None = None) -> QualConfig:
+    """Cross-field validation and defaults: the parsed options (``options.parse_values``) become the validated
     ``QualConfig`` here. Raises ``pytest.UsageError`` naming the option and the fix."""
     runtime = parsed.get("vsnap_runtime") or runtimes.DEFAULT
     try:
         image, base_image = runtimes.create(runtime).engines(parsed, str(Path(sys.executable).absolute()))
     except runtimes.EngineOptionError as exc:
         raise pytest.UsageError(str(exc)) from None
+    model, revision = parsed.get("vsnap_model") or "", parsed.get("vsnap_revision") or ""
     missing = [
         name
-        for name, value in (("--vsnap-image", image), ("--vsnap-model", parsed.get("vsnap_model")),
-                            ("--vsnap-revision", parsed.get("vsnap_revision")))
+        for name, value in (("--vsnap-image", image), ("--vsnap-model", model), ("--vsnap-revision", revision))
         if not value
-    ]  # fmt: skip
+    ]
     if missing:
         raise pytest.UsageError(
             f"{', '.join(missing)} must be set (command line, VSNAP_* environment or the pytest ini file); "
@@ -48,14 +49,14 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
     if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
         raise pytest.UsageError("--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files")
     prompts = _with_vllm_canary(parsed.get("vsnap_prompts") or DEFAULT_PROMPTS)
-    count = _get(parsed, "vsnap_canary_prompts", 5)
+    count = _given(parsed.get("vsnap_canary_prompts"), 5)
     if count > len(prompts):
         raise pytest.UsageError(
             f"--vsnap-canary-prompts={count} but only {len(prompts)} prompts are available: lower it or give more "
             "prompts with --vsnap-prompts=<file>"
         )
-    canary_tokens = _get(parsed, "vsnap_canary_tokens", 16)
-    max_model_len = _get(parsed, "vsnap_max_model_len", 512)
+    canary_tokens = _given(parsed.get("vsnap_canary_tokens"), 16)
+    max_model_len = _given(parsed.get("vsnap_max_model_len"), 512)
     longest = max(prompts[:count], key=prompt_words)
     need = canary_tokens + prompt_words(longest) + 1
     if need > max_model_len:
@@ -66,7 +67,7 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             f"{canary_tokens} answer tokens need at least {need}; raise --vsnap-max-model-len, lower "
             "--vsnap-canary-tokens or shorten the prompt (--vsnap-prompts)"
         )
-    decode_runs = _get(parsed, "vsnap_decode_runs", 5)
+    decode_runs = _given(parsed.get("vsnap_decode_runs"), 5)
     first = prompts[0]
     decode_need = DECODE_TOKENS + prompt_words(first) + 1
     if decode_runs and decode_need > max_model_len:
@@ -75,8 +76,8 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
             f"prompt ({prompt_words(first)} words) and its {DECODE_TOKENS} tokens need at least {decode_need}; raise "
             "--vsnap-max-model-len or leave the decode speed out (--vsnap-decode-runs=0)"
         )
-    cleanup_grace = _get(parsed, "vsnap_cleanup_grace", 5.0)
-    fault_timeout = _get(parsed, "vsnap_fault_timeout", 300.0)
+    cleanup_grace = _given(parsed.get("vsnap_cleanup_grace"), 5.0)
+    fault_timeout = _given(parsed.get("vsnap_fault_timeout"), 300.0)
     if cleanup_grace * 2 > fault_timeout:
         raise pytest.UsageError(
             f"--vsnap-cleanup-grace={cleanup_grace:g} must be at most half of --vsnap-fault-timeout "
@@ -111,13 +112,13 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
     secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
     return QualConfig(
         runtime=runtime,
-        pull=_get(parsed, "vsnap_pull", "auto"),
+        pull=_given(parsed.get("vsnap_pull"), "auto"),
         host_root=parsed.get("vsnap_host_root") or runtimes.DEFAULT_HOST_ROOT,
         image=image,
         base_image=base_image,
-        model=parsed["vsnap_model"],
-        revision=parsed["vsnap_revision"],
-        tokenizer_revision=parsed.get("vsnap_tokenizer_revision") or parsed["vsnap_revision"],
+        model=model,
+        revision=revision,
+        tokenizer_revision=parsed.get("vsnap_tokenizer_revision") or revision,
         dtype=parsed["vsnap_dtype"],
         max_model_len=max_model_len,
         gpu_memory_utilization=parsed["vsnap_gpu_memory_utilization"],
@@ -145,17 +146,17 @@ def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = Non
         doctor=bool(parsed.get("vsnap_doctor")),
         annotate=bool(parsed.get("vsnap_annotate")),
         cpu_smoke=cpu_smoke,
-        kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
+        kv_tolerance=_given(parsed.get("vsnap_kv_tolerance"), 0.02),
         decode_runs=decode_runs,
-        decode_tolerance=_get(parsed, "vsnap_decode_tolerance", 1.75),
-        soak_s=_get(parsed, "vsnap_soak", 3.0),
-        observe_s=_get(parsed, "vsnap_observe", 30.0),
+        decode_tolerance=_given(parsed.get("vsnap_decode_tolerance"), 1.75),
+        soak_s=_given(parsed.get("vsnap_soak"), 3.0),
+        observe_s=_given(parsed.get("vsnap_observe"), 30.0),
         canary_tokens=canary_tokens,
-        request_shapes=tuple(_get(parsed, "vsnap_request_shapes", ("repeated", "seeded", "concurrent", "long"))),
-        concurrent_requests=_get(parsed, "vsnap_concurrent_requests", 8),
+        request_shapes=tuple(_given(parsed.get("vsnap_request_shapes"), ("repeated", "seeded", "concurrent", "long"))),
+        concurrent_requests=_given(parsed.get("vsnap_concurrent_requests"), 8),
         cleanup_grace=cleanup_grace,
         kill_seed=kill_seed(parsed.get("vsnap_kill_seed"), run_id),
-        chaos=_get(parsed, "vsnap_chaos", 1),
+        chaos=_given(parsed.get("vsnap_chaos"), 1),
         workers=int(parsed.get("vsnap_workers") or 0),
         variants=variants,
     )

@@ -21,13 +21,13 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vsnap_qual.box import Box, BoxSpec, ImageInfo
 
 if TYPE_CHECKING:
     from vsnap_qual.cli.diagnostics import CheckResult
-    from vsnap_qual.config import QualConfig
+    from vsnap_qual.config import ParsedOptions, QualConfig
     from vsnap_qual.overlay import OverlayFile
     from vsnap_qual.run.preflight_result import PreflightResult
 
@@ -45,7 +45,8 @@ class RuntimeSettings:
     #: how long a missing image may take to pull, a one-shot probe to run
     pull_timeout: float = 900.0
     probe_timeout: float = 120.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: a registered runtime's own settings, opaque to the harness (the runtime narrows what it reads)
+    extra: Mapping[str, object] = field(default_factory=dict)
     #: where a runtime says what it is doing while preflight waits (a pull's progress): the terminal in a pytest
     #: session, else the ``vsnap_qual`` logger
     say: Callable[[str], None] | None = None
@@ -73,7 +74,7 @@ class Runtime(Protocol):
     #: how this runtime's arms are named on the command line (head, base), for messages
     engine_options: tuple[str, str]
 
-    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+    def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
         """The head and base arms' engines (an image reference, a Python) from the parsed ``vsnap_*`` options;
         :class:`EngineOptionError` when options of another runtime are given."""
         ...
@@ -110,7 +111,7 @@ class Runtime(Protocol):
         """The doctor's first check: whether the runtime answers at all (nothing else is asked when it does not)."""
         ...
 
-    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+    def doctor(self, opts: ParsedOptions, want_gpu: bool) -> list[CheckResult]:
         """This runtime's own doctor checks (reachable, privileges, the arms' engines)."""
         ...
 

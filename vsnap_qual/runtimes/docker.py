@@ -48,7 +48,7 @@ from vsnap_qual.box import (
     owner_label,
 )
 from vsnap_qual.cli.diagnostics import CheckResult
-from vsnap_qual.config import QualConfig
+from vsnap_qual.config import ParsedOptions, QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.overlay import OverlayFile
@@ -612,7 +612,7 @@ class DockerRuntime:
             self._client = connect()
         return self._client
 
-    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+    def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
         if parsed.get("vsnap_python") or parsed.get("vsnap_base_python"):
             raise EngineOptionError(
                 "--vsnap-python / --vsnap-base-python need --vsnap-runtime=host; with Docker the engine is "
@@ -717,7 +717,7 @@ class DockerRuntime:
             self._client = None
 
     # ---- the doctor -------------------------------------------------------------------------------------------
-    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+    def doctor(self, opts: ParsedOptions, want_gpu: bool) -> list[CheckResult]:
         out = [self._gpu_runtime(want_gpu), *self._privilege_checks(str(opts.get("vsnap_privileges") or "privileged"))]
         for ref, label in ((opts.get("vsnap_image"), "image"), (opts.get("vsnap_base_image"), "base image")):
             if ref:

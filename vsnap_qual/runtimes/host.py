@@ -57,7 +57,7 @@ from vsnap_qual.box import (
     owner_label,
 )
 from vsnap_qual.cli.diagnostics import CheckResult
-from vsnap_qual.config import QualConfig
+from vsnap_qual.config import ParsedOptions, QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.model import CpuSample
@@ -603,7 +603,7 @@ class HostRuntime:
         #: the token of each lane this runtime started, by box name (a fresh box adopts its lane's)
         self.tokens: dict[str, str] = {}
 
-    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+    def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
         given = [f"--vsnap-{n}" for n in ("image", "base-image") if parsed.get("vsnap_" + n.replace("-", "_"))]
         if given:
             raise EngineOptionError(
@@ -714,7 +714,7 @@ class HostRuntime:
             return CheckResult("host lanes", "FAIL", "; ".join(problems), "run as root with util-linux installed")
         return CheckResult("host lanes", "PASS", f"root, unshare and nsenter present; lanes under {self.root}")
 
-    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+    def doctor(self, opts: ParsedOptions, want_gpu: bool) -> list[CheckResult]:
         out = []
         for key, label in (("vsnap_python", "python"), ("vsnap_base_python", "base python")):
             python = opts.get(key) or (sys.executable if key == "vsnap_python" else None)
