@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from vsnap_qual import artifact_deps, checks, engine
 from vsnap_qual.box import BoxCommands, ExecResult
@@ -101,6 +101,16 @@ with open(path, "rb") as f:
 """
 
 
+class TensorSpan(TypedDict):
+    """One tensor of the copied shard as the copy script reads its safetensors header: its dtype and shape, and
+    where its data lies in the file (byte offsets, ``end`` exclusive)."""
+
+    dtype: str
+    shape: list[int]
+    start: int
+    end: int
+
+
 @dataclass
 class Copied:
     """The private copy: the shard copied for real, its sha256, its tensors (``{name: {dtype, shape, start,
@@ -109,7 +119,7 @@ class Copied:
     cache: str
     shard: str
     sha256: str
-    tensors: dict[str, dict[str, Any]]
+    tensors: dict[str, TensorSpan]
 
 
 def private_copy(box: BoxCommands, model: str, revision: str, timeout: float) -> Copied | str:
@@ -124,7 +134,7 @@ def private_copy(box: BoxCommands, model: str, revision: str, timeout: float) ->
     return Copied(str(said["cache"]), str(said["shard"]), str(said["sha256"]), dict(said["tensors"]))
 
 
-def choose_tensor(tensors: Mapping[str, Mapping[str, Any]], observable: Sequence[str]) -> str:
+def choose_tensor(tensors: Mapping[str, TensorSpan], observable: Sequence[str]) -> str:
     """The tensor to damage: the largest one named as a parameter whose digest the ordinary engine reported
     (then a loaded change must show in the digests), else the largest."""
     sizes = {name: int(t["end"]) - int(t["start"]) for name, t in tensors.items() if int(t["end"]) > int(t["start"])}
