@@ -1,7 +1,7 @@
 """The harness's own time before and after a change, side by side in one session (issue 27): the same qualification
 of the reference engine run from two trees of this repository, alternately (before, after, before, after, ...), so
 that both meet the same machine load; medians over ``--runs`` each, from each run's own ``results.json``
-(``vsnap_qual/run_figures.py``'s figures: nothing re-judged, no profiler).
+(``vsnap_qual/timing/run_figures.py``'s figures: nothing re-judged, no profiler).
 
 The "before" tree is a ``git worktree`` of ``--before`` (a commit); both run with this Python and its installed
 dependencies, each importing its own ``vsnap_qual`` (``PYTHONPATH``). Default selection: one runner (V1), head and
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import run_figures
+from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SELECTION = ["--vsnap-runners=v1", "-n", "2", "--vsnap-base-image=vsnap-reference:base"]

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import run_figures
+from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 

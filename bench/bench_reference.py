@@ -95,7 +95,7 @@ def drop_caches(page_cache: str) -> None:
 
 def all_caps_flags() -> list[str]:
     """`--vsnap-privileges=all-caps` as docker CLI flags (every capability the host's bounding set has)."""
-    from vsnap_qual.privileges import container_settings, local_missing_capabilities
+    from vsnap_qual.runtimes.privileges import container_settings, local_missing_capabilities
 
     settings = container_settings("all-caps", local_missing_capabilities())
     flags = ["--pid=host", "--ipc=host", "--network=host", "--security-opt", "systempaths=unconfined"]

@@ -1,5 +1,5 @@
 """Time to a verdict of one finished run: its measured wall beside its critical path, the longest chain of engine
-work that must happen in order (``vsnap_qual/critical_path.py``'s docstring says how it is computed), as a
+work that must happen in order (``vsnap_qual/timing/critical_path.py``'s docstring says how it is computed), as a
 command.
 
 Run: ``.venv/bin/python bench/critical_path.py RUN [--json]``, where RUN is a ``results.json`` (``.gz`` too) or a
@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual.critical_path import markdown, time_to_verdict
+from vsnap_qual.timing.critical_path import markdown, time_to_verdict
 
 RESULTS_NAMES = ("results.json", "results.json.gz", "report/results.json", "report/results.json.gz")
 

@@ -33,7 +33,7 @@ from bench_reference import wait_health  # noqa: E402
 from vsnap_qual import decode_speed, engine  # noqa: E402
 from vsnap_qual.contract import VLLM_CANARY_PROMPT  # noqa: E402
 from vsnap_qual.model import CpuSample, DecodeSpeed  # noqa: E402
-from vsnap_qual.procfs import parse_cpu_sample  # noqa: E402
+from vsnap_qual.runtimes.procfs import parse_cpu_sample  # noqa: E402
 from vsnap_qual.runtimes.shell import _CPU_SAMPLE  # noqa: E402
 
 REVISION = "7f3a9c2e5b1d4086a2e4c6b8d0f1a3c5e7092b4d"

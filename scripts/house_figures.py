@@ -38,7 +38,9 @@ Module counts
 
 Wide interfaces
     A ``Protocol``'s members are the distinct names of its methods, properties and annotated attributes, with those
-    of the package's protocols it extends. A class's methods are its ``def``s (properties and dunders included),
+    of the package's protocols it extends; a protocol that extends others is listed with them (``composes``), and
+    one that declares no member of its own is a composition: the summary says how many it composes and the widest
+    of them. A class's methods are its ``def``s (properties and dunders included),
     its fields its annotated attributes. A TypedDict's fields include those of the package's TypedDicts it extends.
 
 Canary hops
@@ -515,6 +517,8 @@ class ProtocolWidth(TypedDict):
     methods: int
     properties: int
     attributes: int
+    own: int  # the members it declares itself
+    composes: list[str]  # the package's protocols it extends, as written
 
 
 class ClassWidth(TypedDict):
@@ -544,6 +548,8 @@ def interfaces(tree: Tree) -> dict[str, Any]:
             methods = set[str]().union(*(a.methods for a in lineage))
             properties = set[str]().union(*(a.properties for a in lineage))
             attributes = set[str]().union(*(a.attributes for a in lineage)) - methods - properties
+            own = info.methods | info.properties | info.attributes
+            bases = [index.resolve(info.module, b) for b in info.bases]
             protocols.append(
                 ProtocolWidth(
                     name=info.label,
@@ -551,6 +557,8 @@ def interfaces(tree: Tree) -> dict[str, Any]:
                     methods=len(methods),
                     properties=len(properties),
                     attributes=len(attributes),
+                    own=len(own),
+                    composes=[b.label for b in bases if b is not None and index.is_a(b, "Protocol")],
                 )
             )
         else:
@@ -949,7 +957,7 @@ SUMMARY_COLUMNS = (
 def summary_row(label: str, found: Mapping[str, Any]) -> list[str]:
     """The one-row summary docs/design.md keeps, in :data:`SUMMARY_COLUMNS`' order."""
     graph, interface = found["graph"], found["interfaces"]
-    widest = ", ".join(f"`{_short(p['name'])}` {p['members']}" for p in interface["protocols"][:3]) or "none"
+    widest = ", ".join(_protocol_width(p, interface["protocols"]) for p in interface["protocols"][:3]) or "none"
     typed = interface["wide_typed_dicts"]
     canary = found["canary"]
     kinds = found["fault_kind"]
@@ -971,6 +979,15 @@ def summary_row(label: str, found: Mapping[str, Any]) -> list[str]:
         if kinds["kinds_package"]
         else "absent",
     ]
+
+
+def _protocol_width(protocol: ProtocolWidth, protocols: Sequence[ProtocolWidth]) -> str:
+    """```Box` 40``; a composition (no member of its own): ```Box` 40 (7 composed, each ≤ 12)``."""
+    said = f"`{_short(protocol['name'])}` {protocol['members']}"
+    if protocol["composes"] and not protocol["own"]:
+        parts = [p["members"] for p in protocols if p["name"] in protocol["composes"]]
+        said += f" ({len(protocol['composes'])} composed, each ≤ {max(parts, default=0)})"
+    return said
 
 
 def _short(label: str) -> str:
@@ -1026,8 +1043,19 @@ def markdown(label: str, found: Mapping[str, Any]) -> str:
     ]
     out += ["", "## Wide interfaces", ""]
     out += _table(
-        ("Protocol", "members", "methods", "properties", "attributes"),
-        [(p["name"], p["members"], p["methods"], p["properties"], p["attributes"]) for p in interface["protocols"]],
+        ("Protocol", "members", "methods", "properties", "attributes", "own", "composes"),
+        [
+            (
+                p["name"],
+                p["members"],
+                p["methods"],
+                p["properties"],
+                p["attributes"],
+                p["own"],
+                ", ".join(_short(c) for c in p["composes"]) or "-",
+            )
+            for p in interface["protocols"]
+        ],
     )
     out += [
         "",

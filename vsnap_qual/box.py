@@ -238,10 +238,8 @@ class ControlDir(Protocol):
         ...
 
 
-class Box(Protocol):
-    """Everything a lane needs from where its engine runs. Implemented by each runtime (``vsnap_qual.runtimes``);
-    :class:`vsnap_qual.runtimes.shell.ShellBox` implements the process-level operations over ``exec`` for any box
-    with a POSIX shell and ``/proc``."""
+class BoxLife(Protocol):
+    """The box's own life: its names, how its PIDs are numbered, its control directory, a restart and its removal."""
 
     @property
     def name(self) -> str:
@@ -258,6 +256,18 @@ class Box(Protocol):
         """Whether the box's PIDs are PIDs of the harness's machine (host PID namespace, or the host runtime)."""
         ...
 
+    def control(self) -> ControlDir: ...
+    def restart(self, stop_timeout: int = 20) -> None:
+        """Stop and start the same environment: every process gone, the filesystem (the artifact) kept."""
+        ...
+
+    def remove(self) -> None: ...
+
+
+class BoxCommands(Protocol):
+    """Commands in the box: ``exec`` under both bounds, a detached ``spawn``, and a shell script where the box has
+    one."""
+
     @property
     def has_shell(self) -> bool:
         """Whether the box runs the harness's own POSIX shell and Python scripts (``sh``, ``python3 -c``): where it
@@ -265,13 +275,6 @@ class Box(Protocol):
         weight copy) are not applicable, and the fault artifact is digested and reset whole."""
         ...
 
-    @property
-    def connect_proves_listener(self) -> bool:
-        """Whether a connect to :meth:`endpoint` succeeds only while something listens in the box (false where a
-        proxy accepts for published ports)."""
-        ...
-
-    # -- commands -----------------------------------------------------------------------------------------------
     def exec(
         self, argv: list[str], timeout: float, *, env: Mapping[str, str] | None = None, log: Path | None = None
     ) -> ExecResult:
@@ -286,25 +289,21 @@ class Box(Protocol):
         """Start ``argv`` detached in a session of its own, output to ``log_path`` (a box path); its PID."""
         ...
 
+
+class BoxFiles(Protocol):
+    """The box's files as the box sees them: read, write in place, test, list, copy, truncate and digest a path,
+    export and import a tree. Each a named operation: no shell needed of the caller."""
+
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes as the box sees it; None when it does not exist or is not a regular file."""
         ...
 
     def read_text(self, path: str) -> str: ...
-    def export_tree(self, path: str, into: Path) -> None:
-        """Write the directory ``path`` of the box, with everything under it, as a tar archive to ``into`` (a file
-        of this machine; the archive's top entry is the directory's own name)."""
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` over the file ``path`` in place (the same inode, truncated first), as a program in the box
+        would. Fails with :class:`RuntimeFailure`."""
         ...
 
-    def import_tree(self, archive: Path, parent: str) -> None:
-        """Unpack a tar archive of :meth:`export_tree` into the directory ``parent`` of the box (modes, owners and
-        sizes as they were)."""
-        ...
-
-    def ensure_dir(self, path: str, mode: int = 0o700) -> None: ...
-    def remove_path(self, path: str) -> None: ...
-
-    # -- named operations (the fault layer's): one each, no shell needed of the caller -----------------------------
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists in the box (of any type)."""
         ...
@@ -323,48 +322,32 @@ class Box(Protocol):
         """Cut the file ``path`` to ``size`` bytes, in place. Fails with :class:`RuntimeFailure`."""
         ...
 
-    def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` over the file ``path`` in place (the same inode, truncated first), as a program in the box
-        would. Fails with :class:`RuntimeFailure`."""
-        ...
-
     def digest_tree(self, path: str) -> str:
         """A digest of the directory ``path``: every regular file's path and content, every entry's path and mode;
         a directory the box cannot read has the digest of nothing."""
         ...
 
-    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
-        """Send ``SIG<signame>`` (``KILL``, ``TERM``, ``INT``) to each of ``pids`` at once. True: the box sent it;
-        ``strict``: and every one of them was there to receive it."""
+    def export_tree(self, path: str, into: Path) -> None:
+        """Write the directory ``path`` of the box, with everything under it, as a tar archive to ``into`` (a file
+        of this machine; the archive's top entry is the directory's own name)."""
         ...
 
-    def wchan(self, pids: list[int]) -> dict[int, str]:
-        """Where each of ``pids`` waits in the kernel (``/proc/<pid>/wchan``; ``gone`` for one that is not there);
-        an empty mapping where the box could not be asked."""
+    def import_tree(self, archive: Path, parent: str) -> None:
+        """Unpack a tar archive of :meth:`export_tree` into the directory ``parent`` of the box (modes, owners and
+        sizes as they were)."""
         ...
 
-    def thread_waits(self, pids: list[int]) -> dict[int, ThreadWaits]:
-        """For each of ``pids`` that exists, in one look: where each of its threads waits and its CPU ticks so far."""
-        ...
+    def ensure_dir(self, path: str, mode: int = 0o700) -> None: ...
+    def remove_path(self, path: str) -> None: ...
 
-    def hold_port(self, port: int, log_path: str) -> int:
-        """Start a listener of the harness's own on the box's ``port`` (it accepts nothing; output to ``log_path``, a
-        box path); its PID, listed among the box's processes until it is signalled."""
-        ...
 
-    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
-        """Start a watcher that writes ``marker`` (a box path in the control directory) once a socket listens on the
-        box's ``port``, looking every 10 ms (output to ``log_path``); its PID (signal it to stop)."""
-        ...
+class BoxProcesses(Protocol):
+    """The box's processes, numbered as the box numbers them: list, look, identify, signal and stop them, the tasks
+    holding IDs, where their threads wait in the kernel."""
 
-    # -- processes and listeners ------------------------------------------------------------------------------
     def processes(self) -> list[ProcessRow]:
         """The box's processes. Fails closed: raises :class:`RuntimeFailure` when they cannot be listed (an empty
         list would tell a stop or an audit that nothing runs)."""
-        ...
-
-    def listening_ports(self) -> set[int]:
-        """TCP ports in LISTEN state in the box's network namespace."""
         ...
 
     def look(self, pids: list[int]) -> tuple[list[int], set[int]]:
@@ -380,10 +363,28 @@ class Box(Protocol):
         then SIGKILLed."""
         ...
 
+    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
+        """Send ``SIG<signame>`` (``KILL``, ``TERM``, ``INT``) to each of ``pids`` at once. True: the box sent it;
+        ``strict``: and every one of them was there to receive it."""
+        ...
+
     def tasks_held(self, ids: set[int]) -> list[str]:
         """Which of these PIDs/TIDs name any task (a zombie, a thread of another process), as ``PID name state
         tgid ppid``: what CRIU's ``clone3(set_tid)`` meets."""
         ...
+
+    def wchan(self, pids: list[int]) -> dict[int, str]:
+        """Where each of ``pids`` waits in the kernel (``/proc/<pid>/wchan``; ``gone`` for one that is not there);
+        an empty mapping where the box could not be asked."""
+        ...
+
+    def thread_waits(self, pids: list[int]) -> dict[int, ThreadWaits]:
+        """For each of ``pids`` that exists, in one look: where each of its threads waits and its CPU ticks so far."""
+        ...
+
+
+class BoxSharedMemory(Protocol):
+    """The box's ``/dev/shm``: its files, and which of them no process holds."""
 
     def shm(self) -> list[ShmEntry]:
         """The box's ``/dev/shm`` (fails with :class:`RuntimeFailure` when it cannot be listed)."""
@@ -393,6 +394,40 @@ class Box(Protocol):
         """Which of these ``/dev/shm`` names no process the box can see and read holds open or mapped, and which
         processes it could not read (fails with :class:`RuntimeFailure` when the box cannot be asked)."""
         ...
+
+
+class BoxNetwork(Protocol):
+    """The box's network: where the harness reaches a port, which ports listen, a listener of the harness's own, a
+    watch for one."""
+
+    def endpoint(self, port: int) -> tuple[str, int]:
+        """Where the harness reaches the box's ``port`` over TCP."""
+        ...
+
+    @property
+    def connect_proves_listener(self) -> bool:
+        """Whether a connect to :meth:`endpoint` succeeds only while something listens in the box (false where a
+        proxy accepts for published ports)."""
+        ...
+
+    def listening_ports(self) -> set[int]:
+        """TCP ports in LISTEN state in the box's network namespace."""
+        ...
+
+    def hold_port(self, port: int, log_path: str) -> int:
+        """Start a listener of the harness's own on the box's ``port`` (it accepts nothing; output to ``log_path``, a
+        box path); its PID, listed among the box's processes until it is signalled."""
+        ...
+
+    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
+        """Start a watcher that writes ``marker`` (a box path in the control directory) once a socket listens on the
+        box's ``port``, looking every 10 ms (output to ``log_path``); its PID (signal it to stop)."""
+        ...
+
+
+class BoxMachine(Protocol):
+    """The machine as the box sees it: its CPU at a moment, the GPU's compute apps, CRIU's and CUDA's versions and
+    the GPUs."""
 
     def cpu_sample(self) -> CpuSample | None:
         """The box's processes' CPU time and run-queue wait per task, and the machine's busy time, at this moment
@@ -407,18 +442,13 @@ class Box(Protocol):
         """CRIU's version, ``CUDA_VERSION`` and (``gpus``) the GPUs, as the box sees them."""
         ...
 
-    # -- the environment --------------------------------------------------------------------------------------
-    def endpoint(self, port: int) -> tuple[str, int]:
-        """Where the harness reaches the box's ``port`` over TCP."""
-        ...
 
-    def control(self) -> ControlDir: ...
-
-    def restart(self, stop_timeout: int = 20) -> None:
-        """Stop and start the same environment: every process gone, the filesystem (the artifact) kept."""
-        ...
-
-    def remove(self) -> None: ...
+class Box(BoxLife, BoxCommands, BoxFiles, BoxProcesses, BoxSharedMemory, BoxNetwork, BoxMachine, Protocol):
+    """Everything a lane needs from where its engine runs: the narrow protocols above, one per job, composed.
+    Implemented whole by each runtime (``vsnap_qual.runtimes``); :class:`vsnap_qual.runtimes.shell.ShellBox`
+    implements the process-level operations over ``exec`` for any box with a POSIX shell and ``/proc``. A function
+    that needs one job of a box takes that protocol (``faults.parked`` a :class:`BoxProcesses`, the artifact's
+    faults a :class:`BoxFiles`)."""
 
 
 # ---- ownership: which process started a box (a sweep removes boxes of owners that are gone) -------------------

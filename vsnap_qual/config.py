@@ -7,26 +7,17 @@ import hashlib
 import os
 import re
 import secrets
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TypedDict, cast
 
-import pytest
-
-from vsnap_qual import procedure, runtimes
+from vsnap_qual import procedure
 from vsnap_qual.contract import (
-    DECODE_TOKENS,
-    DEFAULT_PROMPTS,
-    DEFAULT_TIMEOUTS,
     RUNNERS,
     SECRET_ENV_NAMES,
-    VLLM_CANARY_PROMPT,
     Arm,
     Runner,
 )
-from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, RuntimeSettings
 
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
@@ -38,6 +29,64 @@ class Variant:
 
     name: str
     args: tuple[str, ...]
+
+
+class ParsedOptions(TypedDict, total=False):
+    """Every ``--vsnap-*`` option as ``options.parse_values`` parses it (``options.OPTIONS``: the dest and what its
+    parse function returns; an option with no default is None when unset), and ``vsnap_workers``, xdist's worker
+    count as the plugin adds it. What ``run.configure.build_config`` turns into a :class:`QualConfig` and a runtime
+    reads its engine options and doctor checks from. A test holds it to ``OPTIONS``."""
+
+    vsnap_image: str | None
+    vsnap_base_image: str | None
+    vsnap_overlay: Path | None
+    vsnap_overlay_ref: str
+    vsnap_overlay_files: tuple[str, ...] | None
+    vsnap_unit_command: str | None
+    vsnap_model: str | None
+    vsnap_revision: str | None
+    vsnap_tokenizer_revision: str | None
+    vsnap_dtype: str
+    vsnap_max_model_len: int
+    vsnap_gpu_memory_utilization: float
+    vsnap_engine_args: tuple[str, ...] | None
+    vsnap_env: dict[str, str] | None
+    vsnap_variant: tuple[Variant, ...] | None
+    vsnap_runners: tuple[str, ...]
+    vsnap_prompts: tuple[str, ...] | None
+    vsnap_logprob_tolerance: float
+    vsnap_model_cache: Path | None
+    vsnap_gpus: str
+    vsnap_privileges: str
+    vsnap_runtime: str
+    vsnap_pull: str
+    vsnap_python: Path | None
+    vsnap_base_python: Path | None
+    vsnap_host_root: Path | None
+    vsnap_port_base: int
+    vsnap_timeouts: dict[str, float] | None
+    vsnap_report_dir: Path | None
+    vsnap_expect: str
+    vsnap_base_expect: str
+    vsnap_fault_timeout: float
+    vsnap_probe_dir: Path | None
+    vsnap_secrets: tuple[str, ...] | None
+    vsnap_doctor: bool
+    vsnap_annotate: bool
+    vsnap_cpu_smoke: bool
+    vsnap_kv_tolerance: float
+    vsnap_soak: float
+    vsnap_decode_runs: int
+    vsnap_decode_tolerance: float
+    vsnap_observe: float
+    vsnap_canary_prompts: int
+    vsnap_request_shapes: tuple[str, ...]
+    vsnap_concurrent_requests: int
+    vsnap_canary_tokens: int
+    vsnap_cleanup_grace: float
+    vsnap_kill_seed: int | None
+    vsnap_chaos: int
+    vsnap_workers: int
 
 
 @dataclass(frozen=True)
@@ -102,6 +151,8 @@ class QualConfig:
     expect: str
     base_expect: str
     fault_timeout: float
+    runtime: str  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
+    host_root: Path  # the host runtime's lane directories
     base_image: str | None = None
     overlay: Path | None = None
     overlay_ref: str = "HEAD"
@@ -119,9 +170,7 @@ class QualConfig:
     #: CPU smoke mode: vsnap-qual's platform plugin (vsnap_qual/smoke) declares sleep mode on vLLM's CPU platform in
     #: every lane, so real vLLM's CPU build can create and restore snapshots; no GPU, never a GPU qualification
     cpu_smoke: bool = False
-    pull: str = "auto"  # when preflight pulls an image (vsnap_qual.pull)
-    runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
-    host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
+    pull: str = "auto"  # when preflight pulls an image (vsnap_qual.runtimes.pull)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
     #: the fixed generation timed on the ordinary engine and after each restore (``vsnap_qual.decode_speed``): runs
     #: per set (0: not measured) and the slowdown allowed (ordinary median / restored median)
@@ -165,11 +214,6 @@ class QualConfig:
     def columns(self) -> tuple[str, ...]:
         """The lanes' columns in the views' order: the runners, then each variant's (``v1``, ``v2``, ``v1+lora``)."""
         return tuple(dict.fromkeys(lane.column for lane in self.lanes))
-
-    def runtime_settings(self, say: Callable[[str], None] | None = None) -> RuntimeSettings:
-        return RuntimeSettings(
-            host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"], say=say
-        )
 
     def engine_argv(self, lane: Lane | None = None) -> list[str]:
         """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``; a variant's lane adds the
@@ -230,17 +274,6 @@ def new_run_id(now: dt.datetime | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def _get(parsed: dict[str, Any], key: str, default: Any) -> Any:
-    """An option value, or its default when the caller parsed without it (tests build configs by hand)."""
-    value = parsed.get(key)
-    return default if value is None else value
-
-
-def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
-    """vLLM's own canary prompt always comes first: the manifest's oracle is its output."""
-    return (VLLM_CANARY_PROMPT, *(p for p in prompts if p != VLLM_CANARY_PROMPT))
-
-
 def prompt_words(prompt: str) -> int:
     """A lower bound of a prompt's tokens without its tokenizer: its whitespace-separated words (the pre-tokenizers
     of the models vLLM serves split on whitespace, so no token spans two words), at least 1."""
@@ -253,140 +286,3 @@ def kill_seed(given: int | None, run_id: str) -> int:
     if given is not None:
         return given
     return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16)
-
-
-def build_config(parsed: dict[str, Any], rootdir: Path, run_id: str | None = None) -> QualConfig:
-    """Cross-field validation and defaults: the parsed options (``options.parse_values``, untyped) become the typed
-    ``QualConfig`` here. Raises ``pytest.UsageError`` naming the option and the fix."""
-    runtime = parsed.get("vsnap_runtime") or "docker"
-    try:
-        image, base_image = runtimes.factory(runtime)(RuntimeSettings()).engines(
-            parsed, str(Path(sys.executable).absolute())
-        )
-    except runtimes.EngineOptionError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    missing = [
-        name
-        for name, value in (("--vsnap-image", image), ("--vsnap-model", parsed.get("vsnap_model")),
-                            ("--vsnap-revision", parsed.get("vsnap_revision")))
-        if not value
-    ]  # fmt: skip
-    if missing:
-        raise pytest.UsageError(
-            f"{', '.join(missing)} must be set (command line, VSNAP_* environment or the pytest ini file); "
-            "e.g. --vsnap-image=vllm/vllm-openai:nightly --vsnap-model=Qwen/Qwen3-0.6B --vsnap-revision=<40 hex>"
-        )
-    if parsed.get("vsnap_overlay_files") and not parsed.get("vsnap_overlay"):
-        raise pytest.UsageError("--vsnap-overlay-files needs --vsnap-overlay=<vLLM checkout> to find the files")
-    prompts = _with_vllm_canary(parsed.get("vsnap_prompts") or DEFAULT_PROMPTS)
-    count = _get(parsed, "vsnap_canary_prompts", 5)
-    if count > len(prompts):
-        raise pytest.UsageError(
-            f"--vsnap-canary-prompts={count} but only {len(prompts)} prompts are available: lower it or give more "
-            "prompts with --vsnap-prompts=<file>"
-        )
-    canary_tokens = _get(parsed, "vsnap_canary_tokens", 16)
-    max_model_len = _get(parsed, "vsnap_max_model_len", 512)
-    longest = max(prompts[:count], key=prompt_words)
-    need = canary_tokens + prompt_words(longest) + 1
-    if need > max_model_len:
-        shown = longest if len(longest) <= 60 else longest[:59] + "…"
-        raise pytest.UsageError(
-            f"--vsnap-max-model-len={max_model_len} is too short for --vsnap-canary-tokens={canary_tokens}: the "
-            f"longest canary prompt ({shown!r}, {prompt_words(longest)} words, at least as many tokens) and its "
-            f"{canary_tokens} answer tokens need at least {need}; raise --vsnap-max-model-len, lower "
-            "--vsnap-canary-tokens or shorten the prompt (--vsnap-prompts)"
-        )
-    decode_runs = _get(parsed, "vsnap_decode_runs", 5)
-    first = prompts[0]
-    decode_need = DECODE_TOKENS + prompt_words(first) + 1
-    if decode_runs and decode_need > max_model_len:
-        raise pytest.UsageError(
-            f"--vsnap-max-model-len={max_model_len} is too short for the decode-speed generation: the first canary "
-            f"prompt ({prompt_words(first)} words) and its {DECODE_TOKENS} tokens need at least {decode_need}; raise "
-            "--vsnap-max-model-len or leave the decode speed out (--vsnap-decode-runs=0)"
-        )
-    cleanup_grace = _get(parsed, "vsnap_cleanup_grace", 5.0)
-    fault_timeout = _get(parsed, "vsnap_fault_timeout", 300.0)
-    if cleanup_grace * 2 > fault_timeout:
-        raise pytest.UsageError(
-            f"--vsnap-cleanup-grace={cleanup_grace:g} must be at most half of --vsnap-fault-timeout "
-            f"({fault_timeout:g} s): a leftover must be found long before the engine's own deadline"
-        )
-    cpu_smoke = bool(parsed.get("vsnap_cpu_smoke"))
-    if cpu_smoke and (parsed.get("vsnap_gpus") or "auto") not in ("auto", "none"):
-        raise pytest.UsageError(
-            f"--vsnap-cpu-smoke cannot run with --vsnap-gpus={parsed.get('vsnap_gpus')}: CPU smoke mode declares "
-            "sleep mode on vLLM's CPU platform and is refused where a lane has a GPU; use --vsnap-gpus=none (or drop "
-            "--vsnap-cpu-smoke to qualify on the GPU)"
-        )
-    unit_command = (parsed.get("vsnap_unit_command") or "").strip()
-    if unit_command and not parsed.get("vsnap_overlay"):
-        raise pytest.UsageError(
-            "--vsnap-unit-command runs from the overlay checkout, and no --vsnap-overlay was given: add "
-            "--vsnap-overlay=<your vLLM checkout> (the command's working directory, with its tests)"
-        )
-    variants = tuple(parsed.get("vsnap_variant") or ())
-    port_base = parsed["vsnap_port_base"]
-    lane_count = len(parsed["vsnap_runners"]) * (2 if base_image else 1) * (1 + len(variants))
-    if port_base and port_base + 10 * lane_count > 65535:
-        raise pytest.UsageError(
-            f"--vsnap-port-base={port_base} leaves too few ports for {lane_count} lanes (ten each, up to "
-            f"{port_base + 10 * lane_count - 1}): lower it to at most {65535 - 10 * lane_count + 1}, or 0 to pick "
-            "free ports"
-        )
-    run_id = run_id or new_run_id()
-    report_dir = parsed.get("vsnap_report_dir") or (rootdir / "reports" / run_id)
-    if not report_dir.is_absolute():
-        report_dir = (rootdir / report_dir).resolve()
-    secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
-    return QualConfig(
-        runtime=runtime,
-        pull=_get(parsed, "vsnap_pull", "auto"),
-        host_root=parsed.get("vsnap_host_root") or DEFAULT_HOST_ROOT,
-        image=image,
-        base_image=base_image,
-        model=parsed["vsnap_model"],
-        revision=parsed["vsnap_revision"],
-        tokenizer_revision=parsed.get("vsnap_tokenizer_revision") or parsed["vsnap_revision"],
-        dtype=parsed["vsnap_dtype"],
-        max_model_len=max_model_len,
-        gpu_memory_utilization=parsed["vsnap_gpu_memory_utilization"],
-        runners=parsed["vsnap_runners"],
-        prompts=prompts[:count],
-        logprob_tolerance=parsed["vsnap_logprob_tolerance"],
-        gpus=parsed["vsnap_gpus"],
-        privileges=parsed["vsnap_privileges"],
-        port_base=port_base,
-        timeouts=parsed.get("vsnap_timeouts") or dict(DEFAULT_TIMEOUTS),
-        report_dir=report_dir,
-        run_id=run_id,
-        expect=parsed["vsnap_expect"],
-        base_expect=parsed["vsnap_base_expect"],
-        fault_timeout=parsed["vsnap_fault_timeout"],
-        overlay=parsed.get("vsnap_overlay"),
-        overlay_ref=parsed.get("vsnap_overlay_ref") or "HEAD",
-        unit_command=unit_command,
-        overlay_files=parsed.get("vsnap_overlay_files") or (),
-        engine_args=parsed.get("vsnap_engine_args") or (),
-        model_cache=parsed.get("vsnap_model_cache"),
-        secret_names=secret_names,
-        probe_dir=parsed.get("vsnap_probe_dir"),
-        env=parsed.get("vsnap_env") or {},
-        doctor=bool(parsed.get("vsnap_doctor")),
-        annotate=bool(parsed.get("vsnap_annotate")),
-        cpu_smoke=cpu_smoke,
-        kv_tolerance=_get(parsed, "vsnap_kv_tolerance", 0.02),
-        decode_runs=decode_runs,
-        decode_tolerance=_get(parsed, "vsnap_decode_tolerance", 1.75),
-        soak_s=_get(parsed, "vsnap_soak", 3.0),
-        observe_s=_get(parsed, "vsnap_observe", 30.0),
-        canary_tokens=canary_tokens,
-        request_shapes=tuple(_get(parsed, "vsnap_request_shapes", ("repeated", "seeded", "concurrent", "long"))),
-        concurrent_requests=_get(parsed, "vsnap_concurrent_requests", 8),
-        cleanup_grace=cleanup_grace,
-        kill_seed=kill_seed(parsed.get("vsnap_kill_seed"), run_id),
-        chaos=_get(parsed, "vsnap_chaos", 1),
-        workers=int(parsed.get("vsnap_workers") or 0),
-        variants=variants,
-    )

@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from vsnap_qual import model, probe_copy
+from vsnap_qual import model
 from vsnap_qual.redact import Redactor
+from vsnap_qual.run import probe_copy
 
 __all__ = ["EVIDENCE_FILE", "Evidence", "EvidenceStore", "ReportDirInUse", "read_evidence", "read_records",
            "refuse_used_report_dir"]  # fmt: skip
@@ -198,13 +198,13 @@ class Evidence:
     """The lines of an evidence file: each a JSON object with a string ``kind``, not yet checked against the
     model (untyped JSON: ``report.parse`` checks it, once); ``malformed_lines`` counts the rest."""
 
-    records: list[dict[str, Any]]
+    records: list[dict[str, object]]
     malformed_lines: int = 0
 
 
 def read_evidence(path: Path) -> Evidence:
     """Parse ``evidence.jsonl``; a torn last line (the run was killed mid-write) is counted, not fatal."""
-    records: list[dict[str, Any]] = []  # JSON objects as written, checked against the model later
+    records: list[dict[str, object]] = []  # JSON objects as written, checked against the model later
     malformed = 0
     with path.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
@@ -222,6 +222,6 @@ def read_evidence(path: Path) -> Evidence:
     return Evidence(records, malformed)
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
+def read_records(path: Path) -> Iterator[dict[str, object]]:
     """The records of an evidence file (:func:`read_evidence`'s: untyped JSON objects), one by one."""
     yield from read_evidence(path).records

@@ -29,7 +29,6 @@ from vsnap_qual import (
     model,
     overlay,
     prefix_cache,
-    probe_copy,
     shapes,
 )
 from vsnap_qual.artifact_files import ArtifactFilesError
@@ -45,7 +44,6 @@ from vsnap_qual.box import (
     free_ports,
     lane_labels,
 )
-from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, Lane, QualConfig
 from vsnap_qual.contract import (
@@ -75,9 +73,11 @@ from vsnap_qual.model import (
     UnitOutcome,
 )
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence, StepRecorder
+from vsnap_qual.run import probe_copy
+from vsnap_qual.run.ci_build import ci_build
+from vsnap_qual.run.package_probe import PackageInfo
 from vsnap_qual.runtimes import Runtime
 from vsnap_qual.steps import (
     LaneState,

@@ -813,7 +813,7 @@ class ProbeCopy(TypedDict):
 
 
 class Invocation(TypedDict):
-    """The command a run was started with (``vsnap_qual.invocation``): pytest's arguments as given (``@file``
+    """The command a run was started with (``vsnap_qual.run.invocation``): pytest's arguments as given (``@file``
     arguments unexpanded), the directory, the Python, and the ``VSNAP_*`` option variables set."""
 
     args: list[str]

@@ -16,13 +16,14 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from vsnap_qual import privileges, runtimes
-from vsnap_qual.config import Variant
+from vsnap_qual import runtimes
+from vsnap_qual.config import ParsedOptions, Variant
 from vsnap_qual.contract import DEFAULT_TIMEOUTS, RUNNERS
+from vsnap_qual.runtimes import privileges
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
@@ -40,73 +41,6 @@ def parse_image(value: str) -> str:
     if any(c.isspace() for c in value):
         raise argparse.ArgumentTypeError(f"{value!r} is not an image reference (e.g. vllm/vllm-openai:nightly)")
     return value
-
-
-# A container image reference as Docker reads it (distribution's reference grammar):
-#   reference := name [":" tag] ["@" digest];  name := [domain "/"] path-component ["/" path-component]*
-# Written here part by part, so a refusal can say which part is wrong and how to write it.
-_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
-_NAME_MAX = 255
-_REFERENCE_EXAMPLE = (
-    "e.g. vllm/vllm-openai:nightly, registry.example.com:5000/team/vllm:v1 or vllm/vllm-openai@sha256:<64 hex>"
-)
-
-
-def image_reference_problem(value: str) -> str | None:
-    """What makes ``value`` no image reference Docker accepts, with how to write it; None when it is one."""
-    if any(c.isspace() for c in value):
-        return "an image reference has no spaces"
-    rest, at, digest = value.partition("@")
-    if at:
-        if not _DIGEST.match(digest):
-            return f"the digest after @ ({digest!r}) must be ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
-        if digest.startswith("sha256:") and len(digest) != len("sha256:") + 64:
-            return f"a sha256 digest has 64 hex digits, {digest!r} has {len(digest) - len('sha256:')}"
-    slash, colon = rest.rfind("/"), rest.rfind(":")
-    name, tag = (rest[:colon], rest[colon + 1 :]) if colon > slash else (rest, None)
-    if tag is not None and not _TAG.match(tag):
-        return (
-            f"the tag after the last ':' ({tag!r}) must be 1 to 128 letters, digits, '_', '.' or '-', not starting "
-            "with '.' or '-'"
-        )
-    if not name:
-        return "the repository name is empty"
-    if len(name) > _NAME_MAX:
-        return f"the repository name is {len(name)} characters long; Docker takes at most {_NAME_MAX}"
-    parts = name.split("/")
-    first = parts[0]
-    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
-        if not _DOMAIN.match(first):
-            return f"the registry {first!r} is no host name (letters, digits, '-', '.'; an optional :PORT)"
-        parts = parts[1:]
-    for part in parts:
-        if not part:
-            return "the repository path has an empty component (a leading, trailing or doubled '/')"
-        if not _PATH_COMPONENT.match(part):
-            if ":" in part:
-                return f"{part!r}: only the registry may carry a :PORT and only the end a :TAG"
-            if part.lower() != part and _PATH_COMPONENT.match(part.lower()):
-                return f"the repository path must be lowercase ({part!r}); write {value.replace(part, part.lower())!r}"
-            return (
-                f"the path component {part!r} must be lowercase letters and digits, separated by one '.', one or "
-                "two '_' or any number of '-', not at either end"
-            )
-    return None
-
-
-def image_reference_error(value: str) -> str | None:
-    """``parse_values``' refusal of a malformed ``--vsnap-image``/``--vsnap-base-image`` for the Docker runtime."""
-    problem = image_reference_problem(value)
-    if problem is None:
-        return None
-    hint = ""
-    if value.startswith(("/", "./", "../", "~")):
-        hint = "; a Python on this host is --vsnap-python with --vsnap-runtime=host"
-    return f"{value!r} is not an image reference: {problem} ({_REFERENCE_EXAMPLE}){hint}"
 
 
 def parse_revision(value: str) -> str:
@@ -142,7 +76,7 @@ def parse_positive_int(value: str) -> int:
 
 
 #: the smallest --vsnap-max-model-len accepted: two of vLLM's default 16-token KV blocks (docs/design.md §6). The
-#: check that matters is config.build_config's: the canary tokens and the longest canary prompt must fit.
+#: check that matters is run.configure.build_config's: the canary tokens and the longest canary prompt must fit.
 MIN_MAX_MODEL_LEN = 32
 
 
@@ -292,7 +226,7 @@ def parse_privileges(value: str) -> str:
 
 
 def parse_pull(value: str) -> str:
-    from vsnap_qual.pull import POLICIES
+    from vsnap_qual.runtimes.pull import POLICIES
 
     value = value.strip()
     if value not in POLICIES:
@@ -426,7 +360,7 @@ def parse_runtime(value: str) -> str:
     registered before the options are read."""
     value = value.strip()
     if value not in runtimes.names():
-        extra = [n for n in runtimes.names() if n not in ("docker", "host")]
+        extra = runtimes.registered()
         raise argparse.ArgumentTypeError(
             f"{value!r}: use 'docker' (each lane a container of --vsnap-image) or 'host' (each lane host processes "
             "of --vsnap-python, no Docker)" + (f", or a registered runtime: {', '.join(extra)}" if extra else "")
@@ -611,7 +545,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "privileged",
         "privileged, all-caps, all-caps-own-pid, host-namespaces or isolated",
     ),
-    OptionSpec("runtime", parse_runtime, "docker", "where lanes run: docker (containers) or host (processes)"),
+    OptionSpec("runtime", parse_runtime, runtimes.DEFAULT, "where lanes run: docker (containers) or host (processes)"),
     OptionSpec(
         "pull",
         parse_pull,
@@ -695,6 +629,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
 )
 OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}
+OPTIONS_BY_CLI = {spec.cli: spec for spec in OPTIONS}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -809,7 +744,7 @@ def check_environment(env: Mapping[str, str], ini: Mapping[str, str], cli: Mappi
         raise OptionError("; ".join(problems))
 
 
-def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> ParsedOptions:
     """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
     cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
     ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
@@ -826,29 +761,32 @@ class OptionError(ValueError):
     """A bad option value; the message names the option, the fix and where the value came from."""
 
 
-def parse_values(chosen: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+def parse_values(chosen: Mapping[str, tuple[str, str]]) -> ParsedOptions:
     """Parse each option's chosen text (unset options without a default become None). The parsed values are
-    whatever each option's parse function returns (``OPTIONS``): the command line's one untyped boundary, read by
-    ``config.build_config`` into the typed ``QualConfig``."""
-    parsed: dict[str, Any] = {}
+    whatever each option's parse function returns (``OPTIONS``), by dest: :class:`ParsedOptions` declares each
+    one's type (a test holds the two together), read by ``run.configure.build_config`` into the ``QualConfig``."""
+    values: dict[str, object] = {}
     for dest, (text, origin) in chosen.items():
         spec = OPTIONS_BY_DEST[dest]
         if text == "" and spec.default == "":
-            parsed[dest] = None
+            values[dest] = None
             continue
         try:
-            parsed[dest] = spec.parse(text)
+            values[dest] = spec.parse(text)
         except argparse.ArgumentTypeError as exc:
             raise OptionError(f"{spec.cli}: {exc} (value from {origin})") from None
-    if (parsed.get("vsnap_runtime") or "docker") == "docker":  # another runtime says what its engines are
-        for dest in ("vsnap_image", "vsnap_base_image"):
-            error = image_reference_error(parsed[dest]) if parsed.get(dest) else None
-            if error:
-                raise OptionError(f"{OPTIONS_BY_DEST[dest].cli}: {error} (value from {chosen[dest][1]})")
+    parsed = cast(ParsedOptions, values)  # each dest's value is its parse function's, as ParsedOptions declares
+    runtime = runtimes.create(parsed.get("vsnap_runtime") or runtimes.DEFAULT)
+    for cli in runtime.engine_options:  # each runtime says what a well-formed engine of its own is
+        dest = OPTIONS_BY_CLI[cli].dest
+        given = values.get(dest)
+        problem = runtime.engine_problem(str(given)) if given else None
+        if problem:
+            raise OptionError(f"{cli}: {problem} (value from {chosen[dest][1]})")
     return parsed
 
 
-def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> ParsedOptions:
     """The same options for the ``vsnap-qual`` commands: command line > ``VSNAP_*`` environment > default."""
     parser = argparse.ArgumentParser(prog="vsnap-qual", add_help=False)
     for spec in OPTIONS:

@@ -234,10 +234,10 @@ def test_a_missing_model_cache_stops_before_setup_with_a_report_and_an_annotatio
 
 def test_the_doctor_checks_the_cache_the_suites_will_mount(nightly: RunNightly) -> None:
     """The doctor runs with the model, revision and cache in its environment (it checks the cache holds that
-    revision: vsnap_qual.doctor's model cache check), before any engine starts."""
+    revision: vsnap_qual.cli.doctor's model cache check), before any engine starts."""
     run = nightly(_github_env(), FAKE_PYTEST_REPORT="1")
     assert run.calls("vsnap-qual") == [["doctor"]]
-    from vsnap_qual import doctor
+    from vsnap_qual.cli import doctor
 
     assert "model_cache_problems" in Path(doctor.__file__).read_text()
 

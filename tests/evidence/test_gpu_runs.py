@@ -6,15 +6,24 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from vsnap_qual import run_figures
+from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RUN = ROOT / "evidence" / "gpu"
 
 
-def _latest() -> tuple[str, str, dict[str, Any]]:
+T = TypeVar("T")
+
+
+def _known(value: T | None) -> T:
+    """A figure every committed run has (None only where a run lacks the steps it is computed from)."""
+    assert value is not None, "the committed run lacks the steps this figure is computed from"
+    return value
+
+
+def _latest() -> tuple[str, str, Any]:
     """The run evidence/gpu/README.md calls the latest full run, the verdict it states, and its results.json."""
     readme = (GPU_RUN / "README.md").read_text()
     heading = re.search(r"^## Latest full run \(`([^`]+)`[^)]*\): (\w+)", readme, re.M)
@@ -64,7 +73,7 @@ def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
     """The figures in the README and evidence/gpu/README.md are bench/run_figures.py's of the latest run."""
     name, _, results = _latest()
     found = run_figures.figures(results)
-    cold, restore = found["cold_start_ready_s"], found["restore_ready_s"]
+    cold, restore = _known(found["cold_start_ready_s"]), _known(found["restore_ready_s"])
     assert (cold["n"], restore["n"]) == (4, 8), "two runners x two arms: 4 cold starts, 8 restores"
     readme = (ROOT / "README.md").read_text().splitlines()
     row = next(line for line in readme if line.startswith("| H200, host runtime"))
@@ -74,7 +83,7 @@ def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
         f"| ordinary cold start, `vllm serve` → `/health` | {cold['median']:.2f} s",
         f"| restore, `vllm snapshot restore` → serving listener | {restore['median']:.2f} s",
         f"| {found['engine_s']:.0f} s / {found['steps_s']:.0f} s |",
-        f"| whole suite wall time | {found['wall_s']:.0f} s",
+        f"| whole suite wall time | {_known(found['wall_s']):.0f} s",
     ):
         assert expected in figures, f"evidence/gpu/README.md lacks {expected!r} ({name})"
 
@@ -114,10 +123,11 @@ def test_the_harness_time_runs_figures_in_the_docs_are_computed_from_their_evide
         and "PASS, 57 of 57" in readme.split("(`2026-12-02-harness-time-v2-79525b5`", 1)[1][:40]
     )
     for found in (before, after):
-        ratio = f"{found['wall_s']:.0f} s / {found['engine_s']:.0f} s = **{found['wall_s'] / found['engine_s']:.2f}**"
+        wall = _known(found["wall_s"])
+        ratio = f"{wall:.0f} s / {found['engine_s']:.0f} s = **{wall / found['engine_s']:.2f}**"
         assert ratio in section, ratio
-        assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
-    less = (after["wall_s"] - after["idle_s"]) / after["engine_s"]
+        assert f"**{_known(found['fault_harness_s'])['median']:.2f} s**" in section
+    less = (_known(after["wall_s"]) - after["idle_s"]) / after["engine_s"]
     assert f"(441 − {after['idle_s']:.1f}) / 351 = {less:.3f}" in section
     table = (GPU_RUN / "2026-12-02-harness-time-v2-79525b5" / "figures.txt").read_text()
     assert table.startswith("verdict                      pass") and "fault phase (harness s)" in table
@@ -129,11 +139,11 @@ def test_the_baseline_options_runs_figures_in_the_docs_are_computed_from_its_evi
     name = "2026-12-02-harness-time-v2-observe0-83b3051"
     found = run_figures.figures(json.loads((GPU_RUN / name / "results.json").read_text()))
     assert found["verdict"] == "pass"
-    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    wall, engine, idle = _known(found["wall_s"]), found["engine_s"], found["idle_s"]
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     assert f"{wall:.0f} s / {engine:.0f} s = **{wall / engine:.2f}**" in section
     assert f"({wall:.0f} − {idle:.0f}) / {engine:.0f} = **{(wall - idle) / engine:.2f}**" in section
-    assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+    assert f"**{_known(found['fault_harness_s'])['median']:.2f} s**" in section
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
 
@@ -158,15 +168,15 @@ def test_the_teardown_runs_figures_in_the_docs_are_computed_from_its_evidence() 
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
     assert found["verdict"] == "pass"
-    wall, engine, idle, held = found["wall_s"], found["engine_s"], found["idle_s"], _held_s(results)
+    wall, engine, idle, held = _known(found["wall_s"]), found["engine_s"], found["idle_s"], _held_s(results)
     assert held > 0, "no teardown recorded: the run predates wait_engine_gone"
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     assert f"{wall:.0f} s / {engine:.0f} s = **{wall / engine:.2f}**" in section
     assert f"{wall:.0f} s / ({engine:.0f} − {held:.1f}) s = {wall / (engine - held):.2f}" in section
     assert f"**{(wall - idle) / engine:.2f}** ({idle:.0f} s idle)" in section
-    assert f"**{found['fault_harness_s']['median']:.2f} s** (n = 48" in section
+    assert f"**{_known(found['fault_harness_s'])['median']:.2f} s** (n = 48" in section
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
-    assert f"{found['fault_harness_s']['median']:.2f} s" in row and f"wall / engine {wall / engine:.2f}" in row
+    assert f"{_known(found['fault_harness_s'])['median']:.2f} s" in row and f"wall / engine {wall / engine:.2f}" in row
     assert f"{wall / (engine - held):.2f} with a killed tree's teardown counted as the harness's" in row
     assert f"{(wall - idle) / engine:.2f} less the soak's idle" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
@@ -244,7 +254,7 @@ def test_the_final_runs_ratio_and_its_outlier_are_its_evidence() -> None:
     name = "2026-12-03-all-checks-6a0923b"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
-    wall, engine = found["wall_s"], found["engine_s"]
+    wall, engine = _known(found["wall_s"]), found["engine_s"]
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     assert (
         found["verdict"] == "pass"
@@ -252,7 +262,7 @@ def test_the_final_runs_ratio_and_its_outlier_are_its_evidence() -> None:
     )
     term = next(s for s in results["steps"] if s["step"] == "fault:term-restore" and s["lane"] == "v2-head")
     assert term["results"]["phases"]["audit"] > 10 and term["results"]["cleanup"]["judged"] is False
-    assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+    assert f"**{_known(found['fault_harness_s'])['median']:.2f} s**" in section
 
 
 def test_the_parked_grace_runs_ratio_is_its_evidence() -> None:
@@ -261,18 +271,18 @@ def test_the_parked_grace_runs_ratio_is_its_evidence() -> None:
     name = "2026-12-03-parked-grace-18cd881"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
-    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    wall, engine, idle = _known(found["wall_s"]), found["engine_s"], found["idle_s"]
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     ratio = wall / engine
     assert found["verdict"] == "pass" and round(ratio, 2) <= 1.15 and f"unrounded {ratio:.3f}" in section
     assert f"**`wall / engine` {ratio:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}" in section
-    assert f"**{found['fault_harness_s']['median']:.2f} s**" in section
+    assert f"**{_known(found['fault_harness_s'])['median']:.2f} s**" in section
     kills = [s for s in results["steps"] if s["step"] in ("fault:term-restore", "fault:kill-restore")]
     assert len(kills) == 4 and not any(s["results"]["cleanup"].get("leftover_processes") for s in kills)
     assert not any("parked_for_good_after_s" in (s["results"] or {}).get("cleanup", {}) for s in results["steps"])
     assert "met no parked tree" in section
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
-    assert f"{found['fault_harness_s']['median']:.2f} s (was 4.19 s); wall / engine {wall / engine:.2f}" in row
+    assert f"{_known(found['fault_harness_s'])['median']:.2f} s (was 4.19 s); wall / engine {wall / engine:.2f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
 
@@ -281,8 +291,8 @@ def test_the_second_parked_grace_runs_ratio_is_its_evidence() -> None:
     name = "2026-12-03-parked-grace-1cfee7b"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
-    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
-    median = found["fault_harness_s"]["median"]
+    wall, engine, idle = _known(found["wall_s"]), found["engine_s"], found["idle_s"]
+    median = _known(found["fault_harness_s"])["median"]
     docs = (GPU_RUN / "README.md").read_text()
     assert found["verdict"] == "pass" and wall / engine <= 1.15 and median <= 1.0
     ratio = f"{wall / engine:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}"
@@ -301,7 +311,7 @@ def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
     name = "2026-12-03-create-shm-f8a668e"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
-    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    wall, engine, idle = _known(found["wall_s"]), found["engine_s"], found["idle_s"]
     creates = _steps(results, "create")
     assert len(creates) == 2 and all(s["results"]["shm_left"] == [] for s in creates)
     assert not any("shm_unread" in s["results"] or "shm_left_not_judged" in s["results"] for s in creates)
@@ -310,12 +320,12 @@ def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
     ratio = wall / engine
     assert found["verdict"] == "pass" and f"Unrounded {ratio:.3f}: over issue 27's 1.15" in section
     assert f"**`wall / engine` {ratio:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}" in section
-    assert f"median **{found['fault_harness_s']['median']:.2f} s**" in section
+    assert f"median **{_known(found['fault_harness_s'])['median']:.2f} s**" in section
     term = next(s for s in results["steps"] if s["lane"] == "v2-head" and s["step"] == "fault:term-create")
     audit = term["results"]["phases"]["audit"]
     assert f"waited {audit:.1f} s" in section and not term["results"]["cleanup"]["leftover_processes"]
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
-    assert f"{found['fault_harness_s']['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
+    assert f"{_known(found['fault_harness_s'])['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
 
@@ -325,7 +335,7 @@ def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
     name = "2026-12-04-teardown-credit-9ffe76a"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
     found = run_figures.figures(results)
-    wall, engine, idle = found["wall_s"], found["engine_s"], found["idle_s"]
+    wall, engine, idle = _known(found["wall_s"]), found["engine_s"], found["idle_s"]
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
     section = " ".join(section.split())
     cleanups = [(s["results"] or {}).get("cleanup") or {} for s in results["steps"]]
@@ -336,11 +346,11 @@ def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
     ratio = wall / engine
     assert found["verdict"] == "pass" and f"Unrounded {ratio:.3f}: over issue 27's 1.15 again" in section
     assert f"**`wall / engine` {ratio:.2f}** ({wall:.0f} s / {engine:.0f} s), {(wall - idle) / engine:.2f}" in section
-    assert f"median **{found['fault_harness_s']['median']:.2f} s**" in section
+    assert f"median **{_known(found['fault_harness_s'])['median']:.2f} s**" in section
     assert f"own time was {wall - engine:.0f} s" in section
     parked = [c["parked_for_good_after_s"] for c in cleanups if "parked_for_good_after_s" in c]
     assert parked == [1.84] and "ended after 1.84 s" in section
     assert all(s["results"]["shm_left"] == [] for s in _steps(results, "create"))
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
-    assert f"{found['fault_harness_s']['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
+    assert f"{_known(found['fault_harness_s'])['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()

@@ -200,7 +200,7 @@ def test_a_probe_removed_after_the_lane_started_does_not_reach_the_lane(
     """Lanes bind the session's copy of the probe in the report directory, not the harness's files: here the probe
     tree given by --vsnap-probe-dir is removed after the lane has started, before its ordinary engine is served,
     and the engine still loads the digest extension from the copy, whose digest the session record keeps."""
-    from vsnap_qual.probe_copy import BUILT_IN, tree_digest
+    from vsnap_qual.run.probe_copy import BUILT_IN, tree_digest
 
     probe = tmp_path / "probe"
     shutil.copytree(BUILT_IN, probe, ignore=shutil.ignore_patterns("__pycache__"))

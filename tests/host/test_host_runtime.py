@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import procfs
 from vsnap_qual.box import Bind, exec_timed_out
+from vsnap_qual.runtimes import procfs
 from vsnap_qual.runtimes.host import LANE_TOKEN, HostLane, HostSpec, sweep
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host lanes need root")  # CI and dev machines are root

@@ -11,8 +11,9 @@ import pytest
 
 from tests.integration.suite_helpers import REFERENCE_BASE, REFERENCE_HEAD
 from vsnap_qual import box as vbox
-from vsnap_qual import options, package_probe
-from vsnap_qual.config import build_config
+from vsnap_qual import options
+from vsnap_qual.run import package_probe
+from vsnap_qual.run.configure import build_config
 from vsnap_qual.runtimes import docker as docker_runtime
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ def test_collection_and_teardown_errors_are_evidence_and_fail_the_verdict(
     assert result.ret == pytest.ExitCode.INTERRUPTED or result.ret == pytest.ExitCode.TESTS_FAILED, text[-3000:]
     errors = [r for r in read_evidence(report / "evidence.jsonl").records if r["kind"] == "harness_error"]
     phases = {e["phase"]: e for e in errors}
-    assert "collection" in phases and "vsnap_no_such_module_anywhere" in phases["collection"]["message"], errors
+    assert "collection" in phases and "vsnap_no_such_module_anywhere" in str(phases["collection"]["message"]), errors
     plans = [r for r in read_evidence(report / "evidence.jsonl").records if r["kind"] == "plan"]
     assert plans and plans[0]["selected"] == []  # no suite step in this run
     verdict = json.loads((report / "results.json").read_text())["verdict"]
@@ -60,8 +60,8 @@ def test_a_teardown_error_is_evidence_and_fails_the_verdict(
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, text[-3000:]
     (error,) = [r for r in read_evidence(report / "evidence.jsonl").records if r["kind"] == "harness_error"]
-    assert error["phase"] == "teardown" and error["nodeid"].endswith("test_passes_but_its_teardown_breaks")
-    assert "sweep saw a container vanish: 404 No such container" in error["message"]
+    assert error["phase"] == "teardown" and str(error["nodeid"]).endswith("test_passes_but_its_teardown_breaks")
+    assert "sweep saw a container vanish: 404 No such container" in str(error["message"])
     verdict = json.loads((report / "results.json").read_text())["verdict"]
     assert verdict["status"] == "fail" and verdict["harness_errors"][0]["phase"] == "teardown"
     assert any("harness error (teardown)" in r and "404 No such container" in r for r in verdict["reasons"])

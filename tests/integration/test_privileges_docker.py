@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from vsnap_qual import box as vbox
-from vsnap_qual import privileges
 from vsnap_qual.box import BoxSpec
 from vsnap_qual.runtimes import docker as docker_runtime
+from vsnap_qual.runtimes import privileges
 from vsnap_qual.runtimes.docker import EngineContainer
 
 if TYPE_CHECKING:

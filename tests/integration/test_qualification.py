@@ -139,7 +139,7 @@ def test_results_and_every_record_the_harness_wrote_validate_against_the_model(f
     errors = list(jsonschema.Draft202012Validator(shipped).iter_errors(full_run.results))
     assert not errors, f"{errors[0].message} at {list(errors[0].absolute_path)}"
     for record in read_evidence(full_run.report_dir / "evidence.jsonl").records:
-        problems = list(jsonschema.Draft202012Validator(model.record_schema(record["kind"])).iter_errors(record))
+        problems = list(jsonschema.Draft202012Validator(model.record_schema(str(record["kind"]))).iter_errors(record))
         assert not problems, f"{record['kind']}: {problems[0].message} at {list(problems[0].absolute_path)}"
     verdict = full_run.results["verdict"]
     assert verdict["status"] == "pass", verdict["reasons"]
@@ -182,7 +182,7 @@ def test_base_image_fails_head_expectations_where_it_binds_http_first(tmp_path: 
 def test_a_disabled_hook_fails_as_an_ineffective_injection(tmp_path: Path, reference_images: None) -> None:
     import shutil
 
-    from vsnap_qual.probe_copy import BUILT_IN as PROBE_DIR
+    from vsnap_qual.run.probe_copy import BUILT_IN as PROBE_DIR
 
     probe = tmp_path / "probe"
     shutil.copytree(PROBE_DIR, probe)

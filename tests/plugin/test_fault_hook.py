@@ -15,7 +15,7 @@ from vsnap_qual.faults import BUILTIN_FAULTS
 ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT = """
 from vsnap_qual.plugin import session as controller
-from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.run.preflight_result import PreflightResult
 
 controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 

@@ -23,7 +23,7 @@ from vsnap_qual.plugin.lane_scheduling import lane_group, xdist_workers
 
 CONFTEST = """
 from vsnap_qual.plugin import session as controller
-from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.run.preflight_result import PreflightResult
 
 controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 """

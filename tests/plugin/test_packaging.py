@@ -22,7 +22,7 @@ SUITE_FILES = {"__init__.py", "conftest.py", "test_lifecycle.py", "test_faults.p
 USER_CONFTEST = """
 import json, os
 from vsnap_qual.plugin import session as controller
-from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.run.preflight_result import PreflightResult
 
 controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 

@@ -20,7 +20,7 @@ from vsnap_qual import progress
 
 CONFTEST = """
 from vsnap_qual.plugin import session as controller
-from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.run.preflight_result import PreflightResult
 
 controller.run_preflight = lambda qual, runtime: PreflightResult(gpus="none")
 """

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import docker
 
 from vsnap_qual.box import LABEL_OWNER, LABEL_SESSION, owner_label
-from vsnap_qual.privileges import container_settings, local_missing_capabilities
+from vsnap_qual.runtimes.privileges import container_settings, local_missing_capabilities
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
@@ -190,7 +190,7 @@ def _run_lane_container(
     mounts: list[Mount],
     privileges: str = "all-caps",
 ) -> Container:
-    """Create and start a lane container in a harness privileges mode (`vsnap_qual.privileges`): by default
+    """Create and start a lane container in a harness privileges mode (`vsnap_qual.runtimes.privileges`): by default
     `all-caps`, what real CRIU needs on a host that refuses `--privileged` (host pid/ipc/network, every
     capability the host's bounding set has, seccomp/AppArmor unconfined, unmasked /proc paths: the CLI's
     `systempaths=unconfined` is empty MaskedPaths/ReadonlyPaths, which the SDK has no parameter for).

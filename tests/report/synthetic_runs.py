@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from vsnap_qual import checks, model, options, procedure
-from vsnap_qual.config import build_config
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.faults.kinds.hook import HookParams
+from vsnap_qual.run.configure import build_config
 
 SECRET = "secret-value-123"
 RUN_ID = "20261129-120000-ab12"

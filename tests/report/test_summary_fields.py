@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from synthetic_runs import MakeRun, RunSpec, record_validator
 
-from vsnap_qual.ci_build import ci_build
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.overlay import checkout_state
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import read_evidence
+from vsnap_qual.run.ci_build import ci_build
 
 
 def _edit_environments(directory: Path, edit) -> None:
@@ -258,7 +258,8 @@ def test_the_invocation_is_the_command_as_given_and_the_source_the_checkouts_hea
     import shlex
     import sys
 
-    from vsnap_qual.invocation import command_line, harness_source, invocation
+    from vsnap_qual.report.markdown import command_line
+    from vsnap_qual.run.invocation import harness_source, invocation
 
     found = invocation(["suites/", "-k", "not fault"], tmp_path, {"VSNAP_IMAGE": "img:1", "HOME": "/root"})
     assert found == {
@@ -283,3 +284,17 @@ def test_the_invocation_is_the_command_as_given_and_the_source_the_checkouts_hea
     assert harness_source(repo / "vsnap_qual") == {"commit": head, "dirty": True}
     (tmp_path / "wheel" / "vsnap_qual").mkdir(parents=True)  # an installed wheel: no checkout of its own
     assert harness_source(tmp_path / "wheel" / "vsnap_qual") is None
+
+
+def test_the_harness_source_by_default_is_the_checkout_this_package_lies_in() -> None:
+    """Called as the session calls it (no argument), the source is the checkout holding this ``vsnap_qual``, whichever
+    of the package's folders the module sits in: its commit, not None."""
+    import vsnap_qual
+    from vsnap_qual.run.invocation import harness_source
+
+    root = Path(vsnap_qual.__file__).resolve().parents[1]
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip("this vsnap_qual is no git checkout's")
+    found = harness_source()
+    assert found is not None and found["commit"] == done.stdout.strip()

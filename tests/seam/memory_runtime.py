@@ -55,12 +55,12 @@ from vsnap_qual.box import (
     TreeEntry,
     free_ports,
 )
+from vsnap_qual.cli.diagnostics import CheckResult
 from vsnap_qual.contract import CONTROL, VLLM_CANARY_PROMPT
 from vsnap_qual.control import MountedControlDir
-from vsnap_qual.diagnostics import CheckResult
-from vsnap_qual.package_probe import PackageInfo
-from vsnap_qual.preflight_result import PreflightResult, lane_gpu_result
 from vsnap_qual.probe.vsnap_probe import control_files
+from vsnap_qual.run.package_probe import PackageInfo
+from vsnap_qual.run.preflight_result import PreflightResult, lane_gpu_result
 
 KV_TOKENS = 4096
 PARAMETERS = ("model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight", "model.norm.weight")
@@ -702,6 +702,9 @@ class MemoryRuntime:
     def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
         base = parsed.get("vsnap_base_image")
         return str(parsed.get("vsnap_image") or ""), str(base) if base else None
+
+    def engine_problem(self, value: str) -> str | None:
+        return None  # any name is an in-memory engine
 
     def preflight(self, config: Any, overlay: list[Any]) -> PreflightResult:
         result = lane_gpu_result(config, False, None, overlay)

@@ -232,7 +232,7 @@ def test_the_docker_sdk_is_not_imported_on_the_way_to_a_host_lane() -> None:
     faults, the report) loads no docker SDK."""
     code = (
         "import sys, vsnap_qual.plugin, vsnap_qual.runtimes.host, vsnap_qual.lane, vsnap_qual.faults, "
-        "vsnap_qual.faults.tools, vsnap_qual.doctor, vsnap_qual.report, vsnap_qual.cli\n"
+        "vsnap_qual.faults.tools, vsnap_qual.cli.doctor, vsnap_qual.report, vsnap_qual.cli\n"
         "from vsnap_qual import runtimes\n"
         "runtimes.create('host')\n"
         "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith('docker.')))"

@@ -20,13 +20,15 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import adapters, checks, faults, model, options, package_probe, prefix_cache, shapes, steps
+from vsnap_qual import adapters, checks, faults, model, options, prefix_cache, shapes, steps
 from vsnap_qual.box import ExecResult, ShmHolders
-from vsnap_qual.config import Lane, Variant, build_config
+from vsnap_qual.config import Lane, Variant
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.lane import lane_environment
 from vsnap_qual.model import Canary
 from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.run import package_probe
+from vsnap_qual.run.configure import build_config
 
 REF = CanaryOutput("The capital of France is", [12095], " Paris", -0.42)
 AUDIT_OK = {"pids_gone": True, "ports_closed": True, "gpu_idle": None, "link_remaps_equal": True, "ok": True}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import options
-from vsnap_qual.config import build_config
+from vsnap_qual.run.configure import build_config
 
 BASE = ["--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40]
 

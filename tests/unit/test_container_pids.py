@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual import procfs
 from vsnap_qual.box import RuntimeFailure
+from vsnap_qual.runtimes import procfs
 from vsnap_qual.runtimes.docker import container_pids
 
 

@@ -1,4 +1,4 @@
-"""Time to a verdict (``vsnap_qual/critical_path.py``, ``bench/critical_path.py``): the critical path of a run's
+"""Time to a verdict (``vsnap_qual/timing/critical_path.py``, ``bench/critical_path.py``): the critical path of a run's
 steps beside its measured wall, on small synthetic runs whose answer is known, and on the committed GPU run."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 
 from vsnap_qual import model, procedure
-from vsnap_qual.critical_path import markdown, time_to_verdict
 from vsnap_qual.faults.catalogue import FAULTS_BY_ID
+from vsnap_qual.timing.critical_path import markdown, time_to_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where the committed GPU runs are (docs/gpu-run/ until issue 43 moved them)

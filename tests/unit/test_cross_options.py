@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import options
-from vsnap_qual.config import build_config
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.preflight import check_overlay_compiles
-from vsnap_qual.preflight_result import PreflightError
+from vsnap_qual.run.configure import build_config
+from vsnap_qual.run.preflight import check_overlay_compiles
+from vsnap_qual.run.preflight_result import PreflightError
 
 BASE = ["--vsnap-image=img:1", "--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40]
 

@@ -11,7 +11,7 @@ import pytest
 from vsnap_qual import decode_speed
 from vsnap_qual.model import CpuSample, CpuShare, DecodeSpeed
 from vsnap_qual.options import parse_slowdown
-from vsnap_qual.procfs import parse_cpu_sample
+from vsnap_qual.runtimes.procfs import parse_cpu_sample
 
 DEFAULT = 1.75  # --vsnap-decode-tolerance's default (vsnap_qual/options.py)
 

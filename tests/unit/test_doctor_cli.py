@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from vsnap_qual import cli, doctor, options
+from vsnap_qual import cli, options
+from vsnap_qual.cli import doctor
 
 
 def test_doctor_help_lists_every_option_with_its_variable() -> None:

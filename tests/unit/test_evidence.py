@@ -105,8 +105,8 @@ def test_an_empty_directory_is_no_runs_evidence(tmp_path):
 
 
 def test_the_report_dir_check_creates_nothing(tmp_path):
-    from vsnap_qual.preflight import check_report_dir
-    from vsnap_qual.preflight_result import PreflightError
+    from vsnap_qual.run.preflight import check_report_dir
+    from vsnap_qual.run.preflight_result import PreflightError
 
     check_report_dir(tmp_path / "reports" / "my-change")
     assert list(tmp_path.iterdir()) == []

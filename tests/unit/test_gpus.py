@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vsnap_qual import gpus
+from vsnap_qual.run import gpus
 
 A, B, C = "GPU-aaaaaaaa-1111", "GPU-bbbbbbbb-2222", "GPU-cccccccc-3333"
 RUNNERS = ("v1", "v2")

@@ -3,8 +3,8 @@ host's GPU list is given)."""
 
 from __future__ import annotations
 
-from vsnap_qual import doctor
-from vsnap_qual import gpus as gpus_mod
+from vsnap_qual.cli import doctor
+from vsnap_qual.run import gpus as gpus_mod
 
 A, B = "GPU-aaaaaaaa-1111", "GPU-bbbbbbbb-2222"
 

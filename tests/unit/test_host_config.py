@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import options
-from vsnap_qual.config import build_config
+from vsnap_qual.run.configure import build_config
 
 BASE = ["--vsnap-model=vsnap/tiny-qwen3", "--vsnap-revision=" + "a" * 40]
 
@@ -49,12 +49,12 @@ def test_docker_stays_the_default(tmp_path):
 
 
 def test_the_host_lanes_holder_is_found_without_an_installed_harness():
-    """The holder runs as ``python -m vsnap_qual.host_holder`` under the lane's Python, which on a GPU host has no
-    vsnap-qual installed (the tier runs the harness from a copy): its PYTHONPATH must hold this package. (The
+    """The holder runs as ``python -m vsnap_qual.runtimes.host_holder`` under the lane's Python, which on a GPU host
+    has no vsnap-qual installed (the tier runs the harness from a copy): its PYTHONPATH must hold this package. (The
     runtime moving into ``runtimes/`` once pointed it one directory too deep: every lane of the H200's tier failed
     to start, while CPU runs, whose Python has the harness installed, passed.)"""
     from pathlib import Path
 
     from vsnap_qual.runtimes.host import holder_pythonpath
 
-    assert (Path(holder_pythonpath()) / "vsnap_qual" / "host_holder.py").is_file()
+    assert (Path(holder_pythonpath()) / "vsnap_qual" / "runtimes" / "host_holder.py").is_file()

@@ -154,11 +154,42 @@ def test_protocol_members_class_methods_and_wide_typed_dicts(house, tmp_path):
     found = house.interfaces(house.read_tree(tmp_path))
 
     assert found["protocols"] == [
-        {"name": "vsnap_qual.box.Box", "members": 4, "methods": 2, "properties": 1, "attributes": 1},
-        {"name": "vsnap_qual.box.Commands", "members": 1, "methods": 1, "properties": 0, "attributes": 0},
-    ]
+        {
+            "name": "vsnap_qual.box.Box", "members": 4, "methods": 2, "properties": 1, "attributes": 1, "own": 3,
+            "composes": ["vsnap_qual.box.Commands"],
+        },
+        {
+            "name": "vsnap_qual.box.Commands", "members": 1, "methods": 1, "properties": 0, "attributes": 0, "own": 1,
+            "composes": [],
+        },
+    ]  # fmt: skip
     assert found["largest_classes"] == [{"name": "vsnap_qual.box.Local", "methods": 2, "fields": 1}]
     assert found["wide_typed_dicts"] == [{"name": "vsnap_qual.model.Step", "fields": 21}]
+
+
+def test_a_protocol_that_only_composes_others_counts_their_members_and_says_it_composes_them(house, tmp_path):
+    write_package(
+        tmp_path,
+        {
+            "box.py": """\
+                from typing import Protocol
+                class Files(Protocol):
+                    def read(self) -> bytes: ...
+                    def write(self) -> None: ...
+                class Commands(Protocol):
+                    def sh(self) -> str: ...
+                class Box(Files, Commands, Protocol):
+                    \"\"\"Both.\"\"\"
+            """,
+        },
+    )
+    found = house.interfaces(house.read_tree(tmp_path))
+
+    box = found["protocols"][0]
+    assert (box["name"], box["members"], box["own"]) == ("vsnap_qual.box.Box", 3, 0)
+    assert box["composes"] == ["vsnap_qual.box.Files", "vsnap_qual.box.Commands"]
+    assert house._protocol_width(box, found["protocols"]) == "`Box` 3 (2 composed, each ≤ 2)"
+    assert house._protocol_width(found["protocols"][1], found["protocols"]) == "`Files` 2"
 
 
 def test_a_fault_kinds_places_are_its_names_and_data_not_the_verb(house, tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import faults, procedure, run_figures
+from vsnap_qual import faults, procedure
 from vsnap_qual.box import ExecResult, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
@@ -33,6 +33,7 @@ from vsnap_qual.faults.kinds import identity as drifts
 from vsnap_qual.faults.kinds.hook import HookParams
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.steps import LaneState
+from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = {"point": "wake-raise", "pid": 7}

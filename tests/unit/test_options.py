@@ -118,7 +118,7 @@ def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     import re
     from pathlib import Path
 
-    from vsnap_qual.config import build_config
+    from vsnap_qual.run.configure import build_config
 
     config = build_config(
         options.parse_standalone(["--vsnap-image=x", "--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40], env={}),
@@ -308,7 +308,7 @@ def test_a_malformed_image_reference_is_refused_naming_the_option_the_origin_and
 def test_the_host_runtime_and_a_registered_runtime_keep_their_own_engine_values(tmp_path) -> None:
     """The grammar is Docker's: the host runtime's engines are Pythons (``--vsnap-python``; an image option is
     refused by that runtime in its own words), and another runtime says what its ``--vsnap-image`` means."""
-    from vsnap_qual.config import build_config
+    from vsnap_qual.run.configure import build_config
 
     base = ["--vsnap-model=org/m", "--vsnap-revision=" + "a" * 40, "--vsnap-gpus=none"]
     host = options.parse_standalone([*base, "--vsnap-runtime=host", f"--vsnap-python={sys.executable}"], env={})
@@ -364,3 +364,17 @@ def test_a_repeated_variant_option_keeps_each_and_the_environment_gives_one_per_
     with pytest.raises(options.OptionError) as info:
         options.parse_standalone(["--vsnap-variant=x"], env={})
     assert str(info.value).startswith("--vsnap-variant: ") and "(value from --vsnap-variant)" in str(info.value)
+
+
+def test_the_parsed_options_type_is_each_options_parse_result() -> None:
+    """``ParsedOptions`` declares what ``parse_values`` gives each dest: the parse function's return type, or None
+    too where the option has no default (unset, it is None); and nothing else but the plugin's worker count."""
+    import typing
+
+    from vsnap_qual.config import ParsedOptions
+
+    declared = typing.get_type_hints(ParsedOptions)
+    assert set(declared) == {spec.dest for spec in options.OPTIONS} | {"vsnap_workers"}
+    for spec in options.OPTIONS:
+        returned = typing.get_type_hints(spec.parse)["return"]
+        assert declared[spec.dest] == (returned if spec.default else returned | None), spec.dest

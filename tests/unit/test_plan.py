@@ -1,13 +1,14 @@
-"""The plan line before a run (``vsnap_qual/plan.py``): the stall faults' floor and an estimate from a finished run
-in the report root, scaled to the steps this run requires and the lanes that run at once."""
+"""The plan line before a run (``vsnap_qual/timing/plan.py``): the stall faults' floor and an estimate from a finished
+run in the report root, scaled to the steps this run requires and the lanes that run at once."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from vsnap_qual import plan, procedure
+from vsnap_qual import procedure
 from vsnap_qual.faults import BUILTIN_FAULTS
+from vsnap_qual.timing import plan
 
 LANES = ["v1-head", "v2-head", "v1-base", "v2-base"]
 IDS = [f.id for f in BUILTIN_FAULTS]

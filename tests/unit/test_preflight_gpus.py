@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import options, preflight, runtimes
-from vsnap_qual.config import build_config
-from vsnap_qual.preflight_result import PreflightError, PreflightResult
+from vsnap_qual import options, runtimes
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run import preflight
+from vsnap_qual.run.configure import build_config
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult
 from vsnap_qual.runtimes import docker as docker_runtime
 from vsnap_qual.runtimes import host as host_runtime
 
@@ -28,7 +29,7 @@ def _config(tmp_path: Path, *argv: str, workers: int = 0):
 
 
 def _preflight(config):
-    return preflight.run_preflight(config, runtimes.create(config.runtime, config.runtime_settings()))
+    return preflight.run_preflight(config, runtimes.create(config.runtime, runtimes.settings_for(config)))
 
 
 @pytest.fixture

@@ -7,9 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from vsnap_qual import preflight, privileges, runtimes
+from vsnap_qual import runtimes
 from vsnap_qual.box import BoxSpec
-from vsnap_qual.preflight_result import PreflightError
+from vsnap_qual.run import preflight
+from vsnap_qual.run.preflight_result import PreflightError
+from vsnap_qual.runtimes import privileges
 from vsnap_qual.runtimes.docker import container_kwargs
 
 # This project's machines: every capability but CAP_SYS_RESOURCE (bit 24).

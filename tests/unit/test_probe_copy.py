@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vsnap_qual.probe_copy import BUILT_IN, copy_probe, tree_digest
+from vsnap_qual.run.probe_copy import BUILT_IN, copy_probe, tree_digest
 
 
 def _probe(root: Path) -> Path:

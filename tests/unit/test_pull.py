@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import pull
 from vsnap_qual.box import ImageInfo, RuntimeFailure
-from vsnap_qual.runtimes import RuntimeSettings
+from vsnap_qual.runtimes import RuntimeSettings, pull
 from vsnap_qual.runtimes import docker as docker_runtime
 
 TAG = "vllm/vllm-openai:nightly"

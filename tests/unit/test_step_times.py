@@ -1,13 +1,13 @@
-"""A run's time per step (``vsnap_qual/step_times.py``): the one arithmetic the report's timing sentence, the plan
-line's estimate and ``bench/run_figures.py`` share."""
+"""A run's time per step (``vsnap_qual/report/step_times.py``): the one arithmetic the report's timing sentence, the
+plan line's estimate and ``bench/run_figures.py`` share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from vsnap_qual import plan, run_figures
 from vsnap_qual.report.html import harness_time
-from vsnap_qual.step_times import step_times, totals
+from vsnap_qual.report.step_times import step_times, totals
+from vsnap_qual.timing import plan, run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = [
@@ -52,7 +52,7 @@ def test_the_report_the_plan_and_the_bench_say_the_same_times() -> None:
 def test_the_observation_windows_idle_time_is_kept_apart_from_the_harnesss_work() -> None:
     """A restore's watch pauses (``results.soak.idle_s``) are the window the user asked for: step_times keeps them
     apart, so the harness's own work is its time less the engine's and the window's."""
-    from vsnap_qual.step_times import idle_total, step_times
+    from vsnap_qual.report.step_times import idle_total, step_times
 
     times = step_times(
         [

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vsnap_qual import package_probe
-from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.run import package_probe
+from vsnap_qual.run.preflight_result import PreflightResult
 from vsnap_qual.runtimes import RuntimeSettings
 from vsnap_qual.runtimes.host import HostRuntime
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from vsnap_qual import package_probe
 from vsnap_qual.faults.injector import Injector, Kind
 from vsnap_qual.faults.kinds import artifact, hook, identity, kill, occupy, weights
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import Behaviour
 from vsnap_qual.procedure import Fault
+from vsnap_qual.run import package_probe
 from vsnap_qual.steps import StepFailed
 
 #: The built-in kinds, in the order their faults run (a lane's steps, the coverage, the report): a new built-in kind

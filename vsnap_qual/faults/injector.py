@@ -128,7 +128,7 @@ class Observation:
     exit_code: int | None = None
     http_bound: bool = False
     http_bound_by: list[str] = field(default_factory=list)
-    error_json: dict[str, Any] | None = None  # vLLM's error.json: any JSON it wrote
+    error_json: dict[str, object] | None = None  # vLLM's error.json: any JSON object it wrote
     phase: str | None = None
     fired: bool = False
     fired_records: list[FiredRecord] = field(default_factory=list)

@@ -59,7 +59,8 @@ def observe(lane: FaultLane, obs: Observation, result: ExecResult) -> None:
     if text.strip():
         try:
             obs.error_json = json.loads(text)
-            obs.phase = obs.error_json.get("phase") if isinstance(obs.error_json, dict) else None
+            phase = obs.error_json.get("phase") if isinstance(obs.error_json, dict) else None
+            obs.phase = None if phase is None else str(phase)
         except ValueError:
             obs.error_json = {"unparsable": text[:500]}
     obs.fired_records = fired_records(lane.control)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from vsnap_qual.box import Box, ProcessRow, ThreadWaits
+from vsnap_qual.box import BoxProcesses, ProcessRow, ThreadWaits
 
 #: how long a leftover set must look parked, unchanged, before a wait for it stops
 PARKED_FOR = 1.5
@@ -33,10 +33,10 @@ def criu_action(args: str) -> str | None:
 
 class ParkedWatch:
     """Called with the leftovers at each look of a wait (:func:`vsnap_qual.faults.tools.settle`): True once they are
-    parked for good (the module's rule), looked at through the box's :meth:`~vsnap_qual.box.Box.thread_waits`.
+    parked for good (the module's rule), looked at through the box's :meth:`~vsnap_qual.box.BoxProcesses.thread_waits`.
     ``clock`` is injectable for tests of the rule alone."""
 
-    def __init__(self, box: Box, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, box: BoxProcesses, clock: Callable[[], float] = time.monotonic) -> None:
         self.box = box
         self.clock = clock
         self.since: float | None = None

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from vsnap_qual import checks, engine, progress
-from vsnap_qual.box import Box, ProcessRow
+from vsnap_qual.box import BoxProcesses, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
 from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation
 from vsnap_qual.faults.injector import Attempt, Injector, Observation
@@ -236,7 +236,7 @@ def settle_leftovers(
     return left, leftover_wchan(at.lane.box, [p["pid"] for p in left]) if left else {}, None, went_after
 
 
-def leftover_wchan(box: Box, pids: list[int]) -> dict[str, str]:
+def leftover_wchan(box: BoxProcesses, pids: list[int]) -> dict[str, str]:
     """Where in the kernel each leftover waits (``/proc/<pid>/wchan``, as the box numbers it; keyed as the evidence
     records it): a process that never left CRIU's restorer waits on a futex there, one that runs vLLM's code mostly
     in its event loop's poll (what :meth:`Injector.own_cleanup_judged` may read)."""

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from vsnap_qual import artifact_deps, checks
 from vsnap_qual.artifact_files import ArtifactFiles, ArtifactFilesError
-from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow, RuntimeFailure
+from vsnap_qual.box import BoxFiles, BoxProcesses, ControlDir, ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
 from vsnap_qual.faults.lane import FaultLane
@@ -89,7 +89,7 @@ def fresh_artifact(lane: FaultLane, rec: StepEvidence, gone: list[str], why: str
     )
 
 
-def thread_ids(box: Box) -> set[int]:
+def thread_ids(box: BoxFiles) -> set[int]:
     """The TID of every thread the artifact captured: CRIU writes one ``images/core-<tid>.img`` per thread and
     must recreate each with exactly that TID (a process's threads follow its PID, so they are not in the
     manifest's process tree)."""
@@ -134,8 +134,8 @@ def fired_records(control: ControlDir) -> list[FiredRecord]:
 
 
 class ListenerScan:
-    """A watcher in the box for a LISTEN socket on the port, every 10 ms (:meth:`vsnap_qual.box.Box.watch_listener`):
-    whether HTTP was bound, as the box itself saw it."""
+    """A watcher in the box for a LISTEN socket on the port, every 10 ms
+    (:meth:`vsnap_qual.box.BoxNetwork.watch_listener`): whether HTTP was bound, as the box itself saw it."""
 
     def __init__(self, lane: FaultLane, port: int) -> None:
         self.lane, self.port = lane, port
@@ -159,13 +159,13 @@ class ListenerScan:
 
 
 # ---- what a command left, and the captured IDs -------------------------------------------------------------
-def new_processes(box: Box, baseline: set[int], ignore: set[int]) -> list[ProcessRow]:
+def new_processes(box: BoxProcesses, baseline: set[int], ignore: set[int]) -> list[ProcessRow]:
     """The box's processes that are neither in ``baseline`` nor in ``ignore``."""
     return [p for p in box.processes() if p["pid"] not in baseline and p["pid"] not in ignore]
 
 
 def settle(
-    box: Box,
+    box: BoxProcesses,
     baseline: set[int],
     ignore: set[int],
     limit: float = 5.0,
@@ -177,7 +177,7 @@ def settle(
 
 
 def settle_timed(
-    box: Box,
+    box: BoxProcesses,
     baseline: set[int],
     ignore: set[int],
     limit: float = 5.0,
@@ -211,7 +211,7 @@ def credit_teardown(lane: FaultLane, left: list[ProcessRow], held_s: float) -> f
     return held_s
 
 
-def kill_leftovers(box: Box, baseline: set[int], ignore: set[int]) -> list[int]:
+def kill_leftovers(box: BoxProcesses, baseline: set[int], ignore: set[int]) -> list[int]:
     """SIGKILL every process new since ``baseline`` (less ``ignore``); the PIDs it went to."""
     leftovers = [p["pid"] for p in new_processes(box, baseline, ignore)]
     if leftovers:
@@ -219,7 +219,7 @@ def kill_leftovers(box: Box, baseline: set[int], ignore: set[int]) -> list[int]:
     return leftovers
 
 
-def ids_held(box: Box, ids: set[int]) -> list[str]:
+def ids_held(box: BoxProcesses, ids: set[int]) -> list[str]:
     """Which of these PIDs/TIDs still name a task in the lane's PID namespace, whatever it is: a process of the
     lane or not, a thread of another process, a zombie, one still tearing down its GPU context after SIGKILL.
     That is what vLLM's ``os.kill(pid, 0)`` availability probe and CRIU's ``clone3(set_tid)`` see, whereas the
@@ -227,7 +227,7 @@ def ids_held(box: Box, ids: set[int]) -> list[str]:
     return box.tasks_held(ids)
 
 
-def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
+def wait_ids_free(box: BoxProcesses, ids: set[int], limit: float) -> CapturedIdWait:
     """Wait (up to ``limit`` s) until none of ``ids`` names a task any more; what was waited for is evidence.
     ``held_s``: until the last look that still found one held (its start), the least time the tasks' own
     teardown took; the rest of ``waited_s`` is the looks' (:func:`wait_engine_gone` credits it to the engine)."""

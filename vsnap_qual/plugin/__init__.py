@@ -21,7 +21,7 @@ import pytest
 
 from vsnap_qual import hookspecs, options, runtimes
 from vsnap_qual.box import owner_label
-from vsnap_qual.config import Lane, QualConfig, build_config, new_run_id
+from vsnap_qual.config import Lane, ParsedOptions, QualConfig, new_run_id
 from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
@@ -30,8 +30,9 @@ from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
 from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
 from vsnap_qual.plugin.session import VsnapSession
 from vsnap_qual.plugin.worker import VsnapWorker
-from vsnap_qual.preflight_result import PreflightResult
 from vsnap_qual.recorder import StepRecorder
+from vsnap_qual.run.configure import build_config
+from vsnap_qual.run.preflight_result import PreflightResult
 
 __all__ = ["PLUGIN_KEY", "VsnapProcess", "VsnapSession", "VsnapWorker", "active", "lane_for", "process_of"]
 
@@ -107,7 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
     why = active(config)
     if why is None or _only_informs(config):
         return
-    parsed = {**options.resolve(config), "vsnap_workers": xdist_workers(config)}  # how many runners run at once
+    parsed: ParsedOptions = {**options.resolve(config), "vsnap_workers": xdist_workers(config)}  # runners at once
     workerinput = getattr(config, "workerinput", None)
     run_id = (workerinput or {}).get("vsnap_run_id") or new_run_id()
     qual = build_config(parsed, Path(config.invocation_params.dir), run_id=run_id)
@@ -177,7 +178,7 @@ def vsnap_preflight(request: pytest.FixtureRequest, vsnap_config: QualConfig) ->
 @pytest.fixture(scope="session")
 def vsnap_runtime(vsnap_config: QualConfig) -> Iterator[runtimes.Runtime]:
     """Where this process's lanes run (``--vsnap-runtime``); this process's leftovers are swept at the end."""
-    runtime = runtimes.create(vsnap_config.runtime, vsnap_config.runtime_settings())
+    runtime = runtimes.create(vsnap_config.runtime, runtimes.settings_for(vsnap_config))
     yield runtime
     runtime.sweep(session=vsnap_config.run_id, owner=owner_label())  # this process's leftovers only
     runtime.close()

@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import model, probe_copy, progress
+from vsnap_qual import model, progress
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.lane import LaneRun
 from vsnap_qual.plugin.items import item_lane_step, item_step
-from vsnap_qual.preflight_result import PreflightResult
 from vsnap_qual.redact import Redactor
+from vsnap_qual.run import probe_copy
+from vsnap_qual.run.preflight_result import PreflightResult
 from vsnap_qual.steps import OrdinaryReference
 
 log = progress.log  # logger "vsnap_qual": the harness's own messages

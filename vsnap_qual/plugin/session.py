@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from vsnap_qual import __version__, invocation, model, options, plan, probe_copy, procedure, progress, runtimes
+from vsnap_qual import __version__, model, options, procedure, progress, runtimes
 from vsnap_qual.box import RuntimeFailure
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import QualConfig
@@ -23,8 +23,10 @@ from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.plugin.items import item_step
 from vsnap_qual.plugin.lane_scheduling import lane_scheduling, numprocesses
 from vsnap_qual.plugin.process import VsnapProcess, log
-from vsnap_qual.preflight import check_report_dir, run_preflight
-from vsnap_qual.preflight_result import PreflightError, PreflightResult
+from vsnap_qual.run import invocation, probe_copy
+from vsnap_qual.run.preflight import check_report_dir, run_preflight
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult
+from vsnap_qual.timing import plan
 
 if TYPE_CHECKING:
     from vsnap_qual.report import ReportPaths
@@ -70,7 +72,7 @@ class VsnapSession(VsnapProcess):
         log.info("active (%s): run %s, lanes %s, report %s", self.why, qual.run_id, _lane_list(qual), qual.report_dir)
         if qual.doctor:
             _doctor_or_usage_error(config)
-        runtime = runtimes.create(qual.runtime, qual.runtime_settings(say=progress.say_line(config)))
+        runtime = runtimes.create(qual.runtime, runtimes.settings_for(qual, say=progress.say_line(config)))
         try:
             result = run_preflight(qual, runtime)
         except PreflightError as exc:
@@ -168,7 +170,7 @@ class VsnapSession(VsnapProcess):
         qual = self.qual
         store = self.store
         with contextlib.suppress(RuntimeFailure):
-            runtime = runtimes.create(qual.runtime, qual.runtime_settings())
+            runtime = runtimes.create(qual.runtime, runtimes.settings_for(qual))
             runtime.sweep(session=qual.run_id)
             runtime.close()
         if config.option.collectonly or not (store.started or store.holds("harness_error")):
@@ -227,7 +229,7 @@ class VsnapSession(VsnapProcess):
 
     def _nothing_selected(self, terminalreporter: Any) -> None:
         """pytest's exit 5 on the suites: say what the selection could have chosen."""
-        from vsnap_qual.selection import nothing_selected_lines
+        from vsnap_qual.run.selection import nothing_selected_lines
 
         config = self.config
         terminalreporter.section("vsnap-qual")
@@ -271,7 +273,7 @@ def _required_coverage(qual: QualConfig, pre: PreflightResult, catalogue: FaultC
 
 def _doctor_or_usage_error(config: pytest.Config) -> None:
     """``--vsnap-doctor``: the doctor's checks first; a failed required check stops the run before any lane."""
-    from vsnap_qual import doctor
+    from vsnap_qual.cli import doctor
 
     results = doctor.run_checks(options.resolve(config))
     failed = [r for r in results if r.status == "FAIL" and r.required]

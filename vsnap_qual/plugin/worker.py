@@ -10,7 +10,7 @@ import json
 import pytest
 
 from vsnap_qual.plugin.process import VsnapProcess
-from vsnap_qual.preflight_result import PreflightResult
+from vsnap_qual.run.preflight_result import PreflightResult
 
 
 class VsnapWorker(VsnapProcess):

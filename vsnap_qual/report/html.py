@@ -39,7 +39,7 @@ from vsnap_qual.report.frames import (
 )
 from vsnap_qual.report.markdown import SIMULATED_LABEL
 from vsnap_qual.report.recorded import option_value
-from vsnap_qual.step_times import step_times, totals
+from vsnap_qual.report.step_times import step_times, totals
 
 if TYPE_CHECKING:
     import jinja2

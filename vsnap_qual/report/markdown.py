@@ -150,14 +150,20 @@ def harness_commit(results: model.Results) -> str:
     return f" at `{source['commit'][:12]}`{dirty}"
 
 
+def command_line(found: model.Invocation) -> str:
+    """The command a run was started with (``run.invocation`` records it), to run again: ``cd DIR && VSNAP_X=1
+    PYTHON -m pytest ARGS``, each part shell-quoted."""
+    env = " ".join(f"{name}={shlex.quote(value)}" for name, value in found["environment"].items())
+    command = shlex.join([found["python"], "-m", "pytest", *found["args"]])
+    return f"cd {shlex.quote(found['dir'])} && " + (f"{env} " if env else "") + command
+
+
 def reproduce(results: model.Results) -> list[str]:
     """The exact command the run was started with, in a ``<details>`` block: its directory, the ``VSNAP_*``
     option variables it read, the Python and pytest's arguments as given (``@file`` arguments unexpanded)."""
     found = results["run"].get("invocation")
     if not found:
         return []
-    from vsnap_qual.invocation import command_line
-
     version = results["run"].get("harness_version") or "unknown"
     return [
         "<details><summary>Command to reproduce this run</summary>",

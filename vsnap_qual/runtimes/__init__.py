@@ -21,16 +21,18 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vsnap_qual.box import Box, BoxSpec, ImageInfo
 
 if TYPE_CHECKING:
-    from vsnap_qual.config import QualConfig
-    from vsnap_qual.diagnostics import CheckResult
+    from vsnap_qual.cli.diagnostics import CheckResult
+    from vsnap_qual.config import ParsedOptions, QualConfig
     from vsnap_qual.overlay import OverlayFile
-    from vsnap_qual.preflight_result import PreflightResult
+    from vsnap_qual.run.preflight_result import PreflightResult
 
+#: the runtime a run uses unless ``--vsnap-runtime`` names another
+DEFAULT = "docker"
 DEFAULT_HOST_ROOT = Path("/var/tmp/vsnap-lanes")
 
 
@@ -43,10 +45,21 @@ class RuntimeSettings:
     #: how long a missing image may take to pull, a one-shot probe to run
     pull_timeout: float = 900.0
     probe_timeout: float = 120.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: a registered runtime's own settings, opaque to the harness (the runtime narrows what it reads)
+    extra: Mapping[str, object] = field(default_factory=dict)
     #: where a runtime says what it is doing while preflight waits (a pull's progress): the terminal in a pytest
     #: session, else the ``vsnap_qual`` logger
     say: Callable[[str], None] | None = None
+
+
+def settings_for(config: QualConfig, say: Callable[[str], None] | None = None) -> RuntimeSettings:
+    """What a run's runtime is told, from its validated configuration (``say``: where it reports progress)."""
+    return RuntimeSettings(
+        host_root=config.host_root,
+        pull_timeout=config.timeouts["serve"],
+        probe_timeout=config.timeouts["exec"],
+        say=say,
+    )
 
 
 class EngineOptionError(ValueError):
@@ -61,9 +74,15 @@ class Runtime(Protocol):
     #: how this runtime's arms are named on the command line (head, base), for messages
     engine_options: tuple[str, str]
 
-    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+    def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
         """The head and base arms' engines (an image reference, a Python) from the parsed ``vsnap_*`` options;
         :class:`EngineOptionError` when options of another runtime are given."""
+        ...
+
+    def engine_problem(self, value: str) -> str | None:
+        """What makes ``value``, given to one of :attr:`engine_options`, no engine of this runtime (the Docker
+        runtime: no image reference Docker accepts), with how to write one; None when it is one. Asked as the
+        options are read, so the refusal names where the value came from."""
         ...
 
     def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
@@ -92,7 +111,7 @@ class Runtime(Protocol):
         """The doctor's first check: whether the runtime answers at all (nothing else is asked when it does not)."""
         ...
 
-    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+    def doctor(self, opts: ParsedOptions, want_gpu: bool) -> list[CheckResult]:
         """This runtime's own doctor checks (reachable, privileges, the arms' engines)."""
         ...
 
@@ -128,6 +147,11 @@ def unregister(name: str) -> None:
 
 def names() -> list[str]:
     return [*_BUILTIN, *_REGISTERED]
+
+
+def registered() -> list[str]:
+    """The runtimes added with :func:`register` (not built in)."""
+    return list(_REGISTERED)
 
 
 def factory(name: str) -> Factory:

@@ -33,8 +33,6 @@ import docker.utils
 from docker.client import DockerClient
 from docker.models.containers import Container, _create_container_args
 
-from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import package_probe, privileges, procfs, pull
 from vsnap_qual.box import (
     HOST_GRACE_S,
     LABEL_OWNER,
@@ -49,14 +47,17 @@ from vsnap_qual.box import (
     owner_alive,
     owner_label,
 )
-from vsnap_qual.config import QualConfig
+from vsnap_qual.cli.diagnostics import CheckResult
+from vsnap_qual.config import ParsedOptions, QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
-from vsnap_qual.diagnostics import CheckResult
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.package_probe import PackageInfo
-from vsnap_qual.preflight_result import PreflightError, PreflightResult, lane_gpu_result
-from vsnap_qual.runtimes import EngineOptionError, RuntimeSettings
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run import package_probe
+from vsnap_qual.run.package_probe import PackageInfo
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult, lane_gpu_result
+from vsnap_qual.runtimes import EngineOptionError, RuntimeSettings, privileges, procfs, pull
+from vsnap_qual.runtimes.image_reference import image_reference_error
 from vsnap_qual.runtimes.shell import ShellBox
 
 log = logging.getLogger("vsnap_qual")
@@ -250,7 +251,7 @@ def gpu_device_requests(gpus: str) -> list[Any]:
 
 
 def container_kwargs(spec: BoxSpec) -> dict[str, object]:
-    """Docker SDK arguments for the spec's privileges mode (see ``vsnap_qual.privileges``)."""
+    """Docker SDK arguments for the spec's privileges mode (see ``vsnap_qual.runtimes.privileges``)."""
     settings = privileges.container_settings(spec.privileges, privileges.local_missing_capabilities())
     kwargs: dict[str, object] = {}  # the docker SDK's keyword arguments
     if settings.privileged:
@@ -611,7 +612,7 @@ class DockerRuntime:
             self._client = connect()
         return self._client
 
-    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+    def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
         if parsed.get("vsnap_python") or parsed.get("vsnap_base_python"):
             raise EngineOptionError(
                 "--vsnap-python / --vsnap-base-python need --vsnap-runtime=host; with Docker the engine is "
@@ -626,6 +627,9 @@ class DockerRuntime:
                 "drop --vsnap-base-image"
             )
         return str(image or ""), str(base) if base else None
+
+    def engine_problem(self, value: str) -> str | None:
+        return image_reference_error(value)
 
     def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
         try:
@@ -713,7 +717,7 @@ class DockerRuntime:
             self._client = None
 
     # ---- the doctor -------------------------------------------------------------------------------------------
-    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+    def doctor(self, opts: ParsedOptions, want_gpu: bool) -> list[CheckResult]:
         out = [self._gpu_runtime(want_gpu), *self._privilege_checks(str(opts.get("vsnap_privileges") or "privileged"))]
         for ref, label in ((opts.get("vsnap_image"), "image"), (opts.get("vsnap_base_image"), "base image")):
             if ref:

@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from vsnap_qual import gpus as gpus_mod
-from vsnap_qual import package_probe, procfs
 from vsnap_qual.box import (
     HOST_GRACE_S,
     Bind,
@@ -58,15 +56,17 @@ from vsnap_qual.box import (
     owner_alive,
     owner_label,
 )
-from vsnap_qual.config import QualConfig
+from vsnap_qual.cli.diagnostics import CheckResult
+from vsnap_qual.config import ParsedOptions, QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
-from vsnap_qual.diagnostics import CheckResult
 from vsnap_qual.model import CpuSample
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.preflight_result import PreflightError, PreflightResult, lane_gpu_result
-from vsnap_qual.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
-from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, EngineOptionError, RuntimeSettings
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run import package_probe
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult, lane_gpu_result
+from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, EngineOptionError, RuntimeSettings, procfs
+from vsnap_qual.runtimes.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
 from vsnap_qual.runtimes.shell import ShellBox
 
 DEFAULT_ROOT = DEFAULT_HOST_ROOT
@@ -122,8 +122,8 @@ def host_environment(python: str, lane_env: dict[str, str], gpus: str) -> dict[s
 
 
 def holder_pythonpath() -> str:
-    """Where the holder's Python finds ``vsnap_qual.host_holder``: the directory holding this package (the lane's
-    Python need not have vsnap-qual installed: the GPU tier runs the harness from a copy on ``PYTHONPATH``)."""
+    """Where the holder's Python finds ``vsnap_qual.runtimes.host_holder``: the directory holding this package (the
+    lane's Python need not have vsnap-qual installed: the GPU tier runs the harness from a copy on ``PYTHONPATH``)."""
     import vsnap_qual
 
     return str(Path(vsnap_qual.__file__).resolve().parents[1])
@@ -243,7 +243,7 @@ class HostLane(ShellBox):
             ]
             if bind.read_only:
                 lines.append(f"mount -o remount,bind,ro {q(bind.target)}")
-        holder = [sys.executable, "-m", "vsnap_qual.host_holder", str(self.socket), str(ready)]
+        holder = [sys.executable, "-m", "vsnap_qual.runtimes.host_holder", str(self.socket), str(ready)]
         lines.append(f"exec {shlex.join(holder)}")
         return "\n".join(lines)
 
@@ -603,7 +603,7 @@ class HostRuntime:
         #: the token of each lane this runtime started, by box name (a fresh box adopts its lane's)
         self.tokens: dict[str, str] = {}
 
-    def engines(self, parsed: Mapping[str, Any], default_python: str) -> tuple[str, str | None]:
+    def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
         given = [f"--vsnap-{n}" for n in ("image", "base-image") if parsed.get("vsnap_" + n.replace("-", "_"))]
         if given:
             raise EngineOptionError(
@@ -613,6 +613,9 @@ class HostRuntime:
         # The arm's engine environment is its Python: the image fields carry its path through the evidence.
         base = parsed.get("vsnap_base_python")
         return str(parsed.get("vsnap_python") or default_python), str(base) if base else None
+
+    def engine_problem(self, value: str) -> str | None:
+        return None  # a Python: --vsnap-python's own parse checks it is an executable file
 
     def preflight(self, config: QualConfig, overlay: list[OverlayFile]) -> PreflightResult:
         """Root and the tools lanes need, each Python's vllm, criu and vllm on the lanes' PATH."""
@@ -711,7 +714,7 @@ class HostRuntime:
             return CheckResult("host lanes", "FAIL", "; ".join(problems), "run as root with util-linux installed")
         return CheckResult("host lanes", "PASS", f"root, unshare and nsenter present; lanes under {self.root}")
 
-    def doctor(self, opts: Mapping[str, Any], want_gpu: bool) -> list[CheckResult]:
+    def doctor(self, opts: ParsedOptions, want_gpu: bool) -> list[CheckResult]:
         out = []
         for key, label in (("vsnap_python", "python"), ("vsnap_base_python", "base python")):
             python = opts.get(key) or (sys.executable if key == "vsnap_python" else None)

@@ -28,7 +28,7 @@ from vsnap_qual.box import (
     listening_ports,
 )
 from vsnap_qual.model import CpuSample
-from vsnap_qual.procfs import parse_cpu_sample
+from vsnap_qual.runtimes.procfs import parse_cpu_sample
 
 #: state and start time of process $p (after the comm field, which may hold spaces and parentheses)
 _IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"

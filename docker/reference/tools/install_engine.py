@@ -3,7 +3,7 @@
 
 The dist-info also holds `vsnap-labels.json`: the same `ai.vsnap.*` labels the reference image carries (what the
 engine is, what it simulates), so a Python with this package installed (the host runtime's target) says what it is
-as the image does; vsnap-qual reads them (`vsnap_qual/package_probe.py`) as it reads any target's labels.
+as the image does; vsnap-qual reads them (`vsnap_qual/run/package_probe.py`) as it reads any target's labels.
 
 Usage: python3 install_engine.py ENGINE_DIR FLAVOUR SITE_PACKAGES BIN_DIR
 The flavour overlay (engine/flavours/<flavour>/vllm/...) replaces or adds modules of the common package.

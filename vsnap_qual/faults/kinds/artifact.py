@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from vsnap_qual.box import Box, RuntimeFailure
+from vsnap_qual.box import BoxFiles, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT
 from vsnap_qual.faults.injector import Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
@@ -19,7 +19,7 @@ from vsnap_qual.steps import StepFailed
 MANIFEST = f"{ARTIFACT}/manifest.json"
 
 
-def corrupt_manifest(box: Box) -> None:
+def corrupt_manifest(box: BoxFiles) -> None:
     """``schema_version`` 1 → 2, the manifest written back in place (same inode), compact with sorted keys as vLLM
     writes it."""
     try:
@@ -30,7 +30,7 @@ def corrupt_manifest(box: Box) -> None:
         raise StepFailed(f"could not change the manifest: {exc}") from None
 
 
-def truncate_image(box: Box) -> str:
+def truncate_image(box: BoxFiles) -> str:
     """Truncate the largest process core image to half; its path. A core image, not a pages image: CRIU 4.2.1 fails
     a short core image cleanly (``Read N bytes while M expected``, ``Restoring FAILED.``), but its restorer spins
     on a short pages image instead of failing, and vLLM passes CRIU no timeout (README: findings)."""

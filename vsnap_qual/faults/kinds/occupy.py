@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from vsnap_qual import engine
-from vsnap_qual.box import Box
+from vsnap_qual.box import BoxCommands
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
@@ -31,7 +31,7 @@ def cursor_past(ids: set[int]) -> int:
     return past if past < int(Path("/proc/sys/kernel/pid_max").read_text()) else 300
 
 
-def move_pid_cursor_past(box: Box, ids: set[int]) -> bool:
+def move_pid_cursor_past(box: BoxCommands, ids: set[int]) -> bool:
     """Set the PID namespace's allocation cursor (``ns_last_pid``) past the captured IDs, so that processes and
     threads forked after an injection that set it just below a captured PID do not take the other captured IDs
     (CRIU must recreate each captured PID and TID; the threads' TIDs follow their process's PID)."""

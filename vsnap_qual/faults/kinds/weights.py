@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from vsnap_qual import artifact_deps, checks, engine
-from vsnap_qual.box import Box, ExecResult
+from vsnap_qual.box import BoxCommands, ExecResult
 from vsnap_qual.contract import WORK, restore_argv
 from vsnap_qual.engine import CanaryOutput
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
@@ -101,6 +101,16 @@ with open(path, "rb") as f:
 """
 
 
+class TensorSpan(TypedDict):
+    """One tensor of the copied shard as the copy script reads its safetensors header: its dtype and shape, and
+    where its data lies in the file (byte offsets, ``end`` exclusive)."""
+
+    dtype: str
+    shape: list[int]
+    start: int
+    end: int
+
+
 @dataclass
 class Copied:
     """The private copy: the shard copied for real, its sha256, its tensors (``{name: {dtype, shape, start,
@@ -109,10 +119,10 @@ class Copied:
     cache: str
     shard: str
     sha256: str
-    tensors: dict[str, dict[str, Any]]
+    tensors: dict[str, TensorSpan]
 
 
-def private_copy(box: Box, model: str, revision: str, timeout: float) -> Copied | str:
+def private_copy(box: BoxCommands, model: str, revision: str, timeout: float) -> Copied | str:
     """Make the private copy in the box; the reason when it cannot be made."""
     result = box.exec(["python3", "-c", COPY_SCRIPT, model, revision, PRIVATE_HOME], timeout)
     try:
@@ -124,7 +134,7 @@ def private_copy(box: Box, model: str, revision: str, timeout: float) -> Copied 
     return Copied(str(said["cache"]), str(said["shard"]), str(said["sha256"]), dict(said["tensors"]))
 
 
-def choose_tensor(tensors: Mapping[str, Mapping[str, Any]], observable: Sequence[str]) -> str:
+def choose_tensor(tensors: Mapping[str, TensorSpan], observable: Sequence[str]) -> str:
     """The tensor to damage: the largest one named as a parameter whose digest the ordinary engine reported
     (then a loaded change must show in the digests), else the largest."""
     sizes = {name: int(t["end"]) - int(t["start"]) for name, t in tensors.items() if int(t["end"]) > int(t["start"])}
@@ -132,7 +142,7 @@ def choose_tensor(tensors: Mapping[str, Mapping[str, Any]], observable: Sequence
     return max(named or sizes, key=lambda name: (sizes[name], name))
 
 
-def flip(box: Box, copied: Copied, tensor: str, timeout: float) -> WeightTamper:
+def flip(box: BoxCommands, copied: Copied, tensor: str, timeout: float) -> WeightTamper:
     """Change ``TAMPER_BYTES`` of ``tensor``'s data in the copied shard; the record says where and both sha256."""
     info = copied.tensors[tensor]
     start, end = int(info["start"]), int(info["end"])

@@ -12,7 +12,7 @@ from vsnap_qual import overlay as overlay_mod
 from vsnap_qual.box import port_is_free
 from vsnap_qual.config import QualConfig
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.preflight_result import PreflightError, PreflightResult
+from vsnap_qual.run.preflight_result import PreflightError, PreflightResult
 from vsnap_qual.runtimes import Runtime
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")

@@ -1,5 +1,5 @@
 """The host lane's namespace holder: a child subreaper that runs the lane's commands (``python -m
-vsnap_qual.host_holder SOCKET READY``, started by ``host_runtime`` inside the lane's mount namespace).
+vsnap_qual.runtimes.host_holder SOCKET READY``, started by ``host_runtime`` inside the lane's mount namespace).
 
 Every lane process descends from it, so orphans (a detached server, a CRIU-restored tree whose parent exited)
 are reparented to it and reaped here, whatever the host's init does (some never reap). It is the analogue of a

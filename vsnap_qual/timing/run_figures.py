@@ -13,7 +13,7 @@
 
 Run: ``.venv/bin/python bench/run_figures.py reports/<run>/results.json`` (the H200 figures of evidence/gpu/ come
 from it); the benchmarks and the evidence tests import :func:`figures` from here. The per-step arithmetic is
-``vsnap_qual/step_times.py``.
+``vsnap_qual/report/step_times.py``.
 """
 
 from __future__ import annotations
@@ -23,42 +23,80 @@ import datetime as dt
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from vsnap_qual.step_times import idle_total, step_times, totals
+from vsnap_qual import model
+from vsnap_qual.report.step_times import idle_total, step_times, totals
 
 
-def _series(values: list[float]) -> dict[str, Any] | None:
+class Series(TypedDict):
+    """Some seconds, one per step or phase that ran: their median, count, least, most and sum."""
+
+    median: float
+    n: int
+    min: float
+    max: float
+    total: float
+
+
+class StepHarness(TypedDict):
+    """One step name's time over every lane that ran it: the engine's, the step's, the observation window's idle
+    seconds, and the median of the harness's own."""
+
+    n: int
+    engine_s: float
+    steps_s: float
+    harness_median_s: float
+    idle_s: float
+
+
+class RunFigures(TypedDict):
+    """A finished run's figures; a series is None where the run has no such step."""
+
+    harness_by_step: dict[str, StepHarness]
+    fault_phases: dict[str, Series | None]
+    fault_harness_s: Series | None
+    verdict: str
+    cold_start_ready_s: Series | None
+    restore_ready_s: Series | None
+    followup_restore_s: Series | None
+    create_s: Series | None
+    engine_s: float
+    steps_s: float
+    idle_s: float
+    wall_s: float | None
+
+
+def _series(values: list[float]) -> Series | None:
     if not values:
         return None
-    return {
-        "median": statistics.median(values), "n": len(values), "min": min(values), "max": max(values),
-        "total": sum(values),
-    }  # fmt: skip
+    return Series(median=statistics.median(values), n=len(values), min=min(values), max=max(values), total=sum(values))
 
 
-def figures(results: dict[str, Any]) -> dict[str, Any]:
+def figures(results: model.Results) -> RunFigures:
     """The run's figures; a series is None where the run has no such step."""
     steps = results["steps"]
 
     def ready(*names: str) -> list[float]:
-        return [s["results"]["ready_seconds"] for s in steps if s["step"] in names and s["outcome"] == "passed"]
+        passed = [s["results"].get("ready_seconds") for s in steps if s["step"] in names and s["outcome"] == "passed"]
+        return [seconds for seconds in passed if seconds is not None]
 
     followups = [
         s["results"]["followup_restore"]["seconds"]
         for s in steps
         if str(s["step"]).startswith("fault:") and ((s["results"] or {}).get("followup_restore") or {}).get("seconds")
     ]
-    run = results["run"]
+    started, ended = results["run"].get("started"), results["run"].get("ended")
     wall = None
-    if run.get("started") and run.get("ended"):
-        wall = (dt.datetime.fromisoformat(run["ended"]) - dt.datetime.fromisoformat(run["started"])).total_seconds()
+    if started and ended:
+        wall = (dt.datetime.fromisoformat(ended) - dt.datetime.fromisoformat(started)).total_seconds()
     times = step_times(steps)
     harness = {
-        name: {"n": t.n, "engine_s": t.engine_total, "steps_s": t.total, "harness_median_s": t.harness_median,
-               "idle_s": t.idle_total}
+        name: StepHarness(
+            n=t.n, engine_s=t.engine_total, steps_s=t.total, harness_median_s=t.harness_median, idle_s=t.idle_total
+        )
         for name, t in times.items()
-    }  # fmt: skip
+    }
     # each phase's own time less what it spent waiting on the engine (``results.phases_engine``, where recorded)
     phases: dict[str, list[float]] = {}
     for s in steps:
@@ -84,7 +122,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _line(name: str, series: dict[str, Any] | None) -> str:
+def _line(name: str, series: Series | None) -> str:
     if series is None:
         return f"{name:28s} -"
     return f"{name:28s} median {series['median']:.2f} s (n={series['n']}, {series['min']:.2f}–{series['max']:.2f})"

@@ -167,7 +167,8 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
-    from vsnap_qual import doctor, options
+    from vsnap_qual import options
+    from vsnap_qual.cli import doctor
 
     given = [
         spec.given_as(value) for spec in options.OPTIONS if (value := getattr(args, spec.dest, None)) is not None
@@ -203,7 +204,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.passthrough = rest
     return SUBCOMMANDS[args.command].run(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,17 +1,17 @@
 """What a run was started with, so that its summary can say how to run it again: the command line as pytest
 received it (``@file`` arguments unexpanded), the directory it ran in, the Python, the ``VSNAP_*`` option variables
-it read, and the harness's own source commit when it runs from a git checkout."""
+it read, and the harness's own source commit when it runs from a git checkout. The summary renders it as a command
+to run again (``report.markdown.command_line``)."""
 
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from vsnap_qual import model
+from vsnap_qual import model, options
 
 _GIT_TIMEOUT_S = 10
 
@@ -19,8 +19,6 @@ _GIT_TIMEOUT_S = 10
 def invocation(args: Sequence[str], directory: Path | str, environ: Mapping[str, str]) -> model.Invocation:
     """The command as given: ``args`` are pytest's invocation arguments; the environment keeps only the
     ``VSNAP_*`` variables of options (they take part in the run: command line > environment > ini)."""
-    from vsnap_qual import options  # not at import: the report's views need command_line alone
-
     known = {spec.env for spec in options.OPTIONS}
     return model.Invocation(
         args=[str(a) for a in args],
@@ -30,17 +28,10 @@ def invocation(args: Sequence[str], directory: Path | str, environ: Mapping[str,
     )
 
 
-def command_line(found: model.Invocation) -> str:
-    """``cd DIR && VSNAP_X=1 PYTHON -m pytest ARGS``, each part shell-quoted."""
-    env = " ".join(f"{name}={shlex.quote(value)}" for name, value in found["environment"].items())
-    command = shlex.join([found["python"], "-m", "pytest", *found["args"]])
-    return f"cd {shlex.quote(found['dir'])} && " + (f"{env} " if env else "") + command
-
-
 def harness_source(package_dir: Path | None = None) -> model.HarnessSource | None:
     """The commit of the git checkout the harness runs from (an editable install of a clone) and whether it has
     uncommitted changes; None for an installed wheel (no checkout of its own)."""
-    package_dir = package_dir or Path(__file__).resolve().parent
+    package_dir = package_dir or Path(__file__).resolve().parents[1]  # vsnap_qual/, this module in run/
     root = package_dir.parent
 
     def git(*args: str) -> str | None:
@@ -63,6 +54,8 @@ def harness_source(package_dir: Path | None = None) -> model.HarnessSource | Non
 
 
 def _main() -> None:  # pragma: no cover - a debugging aid
+    from vsnap_qual.report.markdown import command_line  # the summary's rendering of it
+
     print(command_line(invocation(sys.argv[1:], os.getcwd(), os.environ)))
 
 

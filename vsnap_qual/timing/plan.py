@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from vsnap_qual.faults.catalogue import BUILTIN_FAULTS
-from vsnap_qual.step_times import step_times
 
 
-def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest finished run (``results.json``) in the report root other than this run's directory."""
+def previous_run(report_root: Path, exclude: Path) -> tuple[Path, object] | None:
+    """The newest finished run (``results.json``) in the report root other than this run's directory: its folder
+    and its JSON as loaded (any run's, of any harness version: :func:`step_medians` reads what it needs)."""
     if not report_root.is_dir():
         return None
     found = sorted(
@@ -32,9 +31,14 @@ def previous_run(report_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]
     return None
 
 
-def step_medians(results: dict[str, Any]) -> dict[str, float]:
-    """Median seconds of each step name in a finished run (steps that ran)."""
-    return {name: times.median for name, times in step_times(results.get("steps") or []).items()}
+def step_medians(results: object) -> dict[str, float]:
+    """Median seconds of each step name in a finished run's ``results.json`` (steps that ran); none where it holds
+    no list of steps."""
+    from vsnap_qual.report.step_times import step_times  # not at import: the plan line's module loads with pytest
+
+    steps = results.get("steps") if isinstance(results, dict) else None
+    records = [step for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
+    return {name: times.median for name, times in step_times(records).items()}
 
 
 def _minutes(seconds: float) -> str:
@@ -48,7 +52,7 @@ def plan_line(
     fault_timeout: float,
     observe_s: float,
     parallel: int,
-    previous: tuple[Path, dict[str, Any]] | None,
+    previous: tuple[Path, object] | None,
 ) -> str:
     """``plan: 4 lanes, 116 required steps (19 faults per lane), fault timeout 20 s, window 30 s; at least …``;
     ``parallel``: how many lanes run at once (one worker per runner under xdist)."""

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from vsnap_qual import model
 
-BUILT_IN = Path(__file__).parent / "probe"
+BUILT_IN = Path(__file__).parents[1] / "probe"  # vsnap_qual/probe, this module in run/
 COPY_NAME = "probe"
 #: CPU smoke mode's platform plugin (``--vsnap-cpu-smoke``), copied and bound the same way
-SMOKE_BUILT_IN = Path(__file__).parent / "smoke"
+SMOKE_BUILT_IN = Path(__file__).parents[1] / "smoke"
 SMOKE_COPY_NAME = "smoke"
 
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from vsnap_qual import gpus as gpus_mod
 from vsnap_qual import options, runtimes
 from vsnap_qual.box import port_is_free
+from vsnap_qual.cli.diagnostics import CheckResult
+from vsnap_qual.config import ParsedOptions
 from vsnap_qual.contract import RUNNERS
-from vsnap_qual.diagnostics import CheckResult
-from vsnap_qual.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run.preflight import IO_URING_FIX, IO_URING_SYSCTL, io_uring_problem, model_cache_problems
 from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, RuntimeSettings
 
 __all__ = ["CheckResult", "main", "run_checks"]
@@ -34,11 +34,11 @@ def _smi(args: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def run_checks(opts: Mapping[str, Any]) -> list[CheckResult]:
+def run_checks(opts: ParsedOptions) -> list[CheckResult]:
     """Every doctor check for the given (parsed) ``--vsnap-*`` options: the runtime's own (it answers, its
     privileges, the arms' engines) and the host's (GPUs, io_uring, model cache, ports)."""
     runtime = runtimes.create(
-        str(opts.get("vsnap_runtime") or "docker"),
+        str(opts.get("vsnap_runtime") or runtimes.DEFAULT),
         RuntimeSettings(host_root=opts.get("vsnap_host_root") or DEFAULT_HOST_ROOT),
     )
     first = runtime.reachable()
@@ -54,15 +54,15 @@ def run_checks(opts: Mapping[str, Any]) -> list[CheckResult]:
     if want_gpu:
         add(_lane_gpus(gpus, tuple(opts.get("vsnap_runners") or RUNNERS), has_gpu))
     out.append(_io_uring())
-    cache = opts.get("vsnap_model_cache")
-    if cache and opts.get("vsnap_model") and opts.get("vsnap_revision"):
-        problems = model_cache_problems(Path(cache), opts["vsnap_model"], opts["vsnap_revision"])
+    cache, model, revision = opts.get("vsnap_model_cache"), opts.get("vsnap_model"), opts.get("vsnap_revision")
+    if cache and model and revision:
+        problems = model_cache_problems(Path(cache), model, revision)
         add(
             CheckResult(
                 "model cache",
                 "FAIL" if problems else "PASS",
-                "; ".join(problems) or f"{opts['vsnap_model']} complete at {opts['vsnap_revision'][:12]}",
-                f"huggingface-cli download {opts['vsnap_model']} --revision {opts['vsnap_revision']}",
+                "; ".join(problems) or f"{model} complete at {revision[:12]}",
+                f"huggingface-cli download {model} --revision {revision}",
             )
         )
     else:

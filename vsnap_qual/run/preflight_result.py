@@ -7,10 +7,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import gpus as gpus_mod
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.package_probe import PackageInfo
+from vsnap_qual.run import gpus as gpus_mod
+from vsnap_qual.run.package_probe import PackageInfo
 
 
 class PreflightError(Exception):
@@ -26,7 +26,7 @@ class PreflightResult:
     packages: dict[str, PackageInfo] = field(default_factory=dict)  # ref -> the package probe's answer
     overlay: list[OverlayFile] = field(default_factory=list)
     lane_gpus: dict[str, str] = field(default_factory=dict)  # runner -> "none" | "all" | "GPU-<uuid>"
-    #: ref -> what preflight's pull did (``vsnap_qual.pull``): why, the digest pulled, Docker's status or error
+    #: ref -> what preflight's pull did (``vsnap_qual.runtimes.pull``): why, the digest pulled, Docker's status or error
     pulls: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def gpus_for(self, lane: Lane) -> str:

@@ -2,8 +2,9 @@
 ``engine_seconds`` (waiting on its commands, starts, stops and HTTP answers) and the harness's, the rest.
 
 The one place this arithmetic is written: the report's timing sentence (``report.html.harness_time``), the plan
-line's estimate (``plan.step_medians``) and ``bench/run_figures.py`` read it from here. Pure and import-light (no
-pandas): the plan line runs in pytest's header.
+line's estimate (``timing.plan.step_medians``), ``timing.run_figures`` and ``timing.critical_path`` read it from here.
+It lives with the report, a reader of recorded steps like them, so the report imports nothing above its island.
+Pure and import-light (no pandas).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ worker runs them today (``suites/conftest.py`` sorts the faults after the lifecy
 
 Nothing is re-judged and no figure is invented: a step that ran without ``engine_seconds`` makes every engine
 figure it would enter "not recorded" (never zero), and a window whose idle time was not recorded is said so. The
-per-step arithmetic is :mod:`vsnap_qual.step_times`'s, as :mod:`vsnap_qual.run_figures` sums it.
+per-step arithmetic is :mod:`vsnap_qual.report.step_times`'s, as :mod:`vsnap_qual.timing.run_figures` sums it.
 Pure: ``bench/critical_path.py`` reads the run and prints.
 """
 
@@ -29,13 +29,13 @@ import datetime as dt
 import graphlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from vsnap_qual import procedure
+from vsnap_qual import model, procedure
 from vsnap_qual.faults.catalogue import BUILTIN_FAULTS, FAULTS_BY_ID
 from vsnap_qual.faults.kinds.hook import HookParams
 from vsnap_qual.report import figures as shown
-from vsnap_qual.step_times import idle_total, step_times, totals
+from vsnap_qual.report.step_times import idle_total, step_times, totals
 
 Chain = Literal["lifecycle", "faults"]
 Weight = Literal["engine", "steps"]
@@ -100,7 +100,7 @@ class StepNode:
     idle_s: float | None
     #: the step had a window (``results.soak``) whose idle time was not recorded
     idle_unrecorded: bool
-    results: Mapping[str, Any] = field(repr=False, compare=False)
+    results: model.StepResults = field(repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -290,14 +290,14 @@ def _time(value: object) -> dt.datetime | None:
         return None
 
 
-def session_seconds(run: Mapping[str, Any]) -> float | None:
+def session_seconds(run: model.RunInfo) -> float | None:
     """The session's wall: its ``session`` record's start to its ``session_end`` (``results.run``), as
     ``run_figures`` says it; None where either is missing (a killed run has no end)."""
     started, ended = _time(run.get("started")), _time(run.get("ended"))
     return (ended - started).total_seconds() if started and ended else None
 
 
-def lane_name(step: Mapping[str, Any]) -> str:
+def lane_name(step: Mapping[str, object]) -> str:
     """The step's lane (``v1-head``, ``v1-head-lora``): its record's ``lane``, else made from its column
     (``runner``: ``v1``, ``v1+lora``) and arm as ``config.Lane.name`` makes it."""
     if step.get("lane"):
@@ -315,7 +315,7 @@ def chain_of(step_name: str) -> Chain:
     return "lifecycle"
 
 
-def workers_by_box(results: Mapping[str, Any]) -> dict[tuple[str, str], str]:
+def workers_by_box(results: model.RunEvidence) -> dict[tuple[str, str], str]:
     """Which worker ran each (lane, purpose)'s box, from the run's environment records (empty where none says)."""
     found: dict[tuple[str, str], str] = {}
     for lane in results.get("lanes") or []:
@@ -326,7 +326,7 @@ def workers_by_box(results: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     return found
 
 
-def nodes(results: Mapping[str, Any]) -> list[StepNode]:
+def nodes(results: model.RunEvidence) -> list[StepNode]:
     """The run's step records as nodes, in record order."""
     steps = list(results.get("steps") or [])
     starts = [t for t in (_time(s.get("started")) for s in steps) if t is not None]
@@ -375,9 +375,9 @@ def chains(run: Sequence[StepNode]) -> dict[tuple[str, Chain], list[StepNode]]:
     return out
 
 
-def _record(node: StepNode) -> dict[str, Any]:
+def _record(node: StepNode) -> dict[str, object]:
     """The node as ``step_times`` reads a step record."""
-    record: dict[str, Any] = {"step": node.step, "seconds": node.seconds, "results": node.results}
+    record: dict[str, object] = {"step": node.step, "seconds": node.seconds, "results": node.results}
     if node.engine_s is not None:
         record["engine_seconds"] = node.engine_s
     return record
@@ -554,7 +554,7 @@ def stall_faults(run: Sequence[StepNode]) -> FaultGroup:
     return _group("stall faults", "HookParams.stall (the hook stalls recovery)", members)
 
 
-def _expected(node: StepNode) -> Mapping[str, Any]:
+def _expected(node: StepNode) -> model.FaultExpectation | dict[str, object]:
     expected = node.results.get("expected")
     return expected if isinstance(expected, Mapping) else {}
 
@@ -605,7 +605,7 @@ def followups(run: Sequence[StepNode]) -> Followups:
 
 
 # ---- the whole ------------------------------------------------------------------------------------------------
-def time_to_verdict(results: Mapping[str, Any], pytest_seconds: float | None = None) -> TimeToVerdict:
+def time_to_verdict(results: model.Results, pytest_seconds: float | None = None) -> TimeToVerdict:
     """The benchmark's figures of one run (``results.json`` as read); ``pytest_seconds``: pytest's own session
     time where the caller found it (``junit.xml``)."""
     run = nodes(results)
@@ -620,7 +620,7 @@ def time_to_verdict(results: Mapping[str, Any], pytest_seconds: float | None = N
     ends = [n.ended_s for n in run if n.ended_s is not None]
     wall = Wall(
         steps_s=(max(ends) - min(starts)) if starts and ends else None,
-        session_s=session_seconds(results.get("run") or {}),
+        session_s=session_seconds(results["run"]) if results.get("run") else None,
         pytest_s=pytest_seconds,
     )
     engine = None if missing else engine_total
