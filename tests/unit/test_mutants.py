@@ -29,6 +29,7 @@ from bench.mutate_vllm_cpu import (
 )
 from vsnap_qual import procedure
 from vsnap_qual.contract import RUNNERS
+from vsnap_qual.faults.catalogue import BUILTIN_FAULTS, FAULTS_BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = load_manifest()
@@ -102,7 +103,7 @@ def test_each_entry_names_a_real_step_on_the_overlaid_arm_and_a_finding(mutant: 
     assert runner in RUNNERS and arm == "head", mutant.step  # the overlay goes on the head arm only
     step = procedure.step(name)  # KeyError: not a step of the procedure
     if procedure.is_fault_step(name):
-        assert name.removeprefix(procedure.FAULT_PREFIX) in procedure.FAULTS_BY_ID, name
+        assert name.removeprefix(procedure.FAULT_PREFIX) in FAULTS_BY_ID, name
     assert step.applies(arm, overlaid=True, unit=True), mutant.step
     assert mutant.words and all(len(w) >= 8 for w in mutant.words), mutant.words
     assert all("\n" not in text.strip() for text in (mutant.area, mutant.breaks, mutant.why))
@@ -171,7 +172,8 @@ def _closure(step: str) -> set[str]:
 
 def _candidates() -> list[str]:
     """Every step a V1 head lane with an overlay and a unit command runs."""
-    return [s.name for s in (*procedure.LIFECYCLE, *procedure.FAULT_STEPS) if s.applies("head", True, True)]
+    steps = [*procedure.LIFECYCLE, procedure.FAULT_ARTIFACT_STEP, *(procedure.step(f.step) for f in BUILTIN_FAULTS)]
+    return [s.name for s in steps if s.applies("head", True, True)]
 
 
 def test_the_suites_are_read_right() -> None:
