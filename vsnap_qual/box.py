@@ -396,7 +396,7 @@ class Box(Protocol):
 
     def cpu_sample(self) -> CpuSample | None:
         """The box's processes' CPU time and run-queue wait per task, and the machine's busy time, at this moment
-        (``vsnap_qual.decode_speed``); None where the box cannot tell."""
+        (``vsnap_qual.engine.decode_speed``); None where the box cannot tell."""
         ...
 
     def gpu_apps(self) -> set[int] | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from vsnap_qual import model, overlay
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine.client import CanaryOutput
 
 #: The snapshot boundary ``vllm snapshot inspect`` must name (contract §6).
 BOUNDARY = "post-engine-init-reloadable-state-released"

@@ -123,8 +123,8 @@ class QualConfig:
     runtime: str = "docker"  # a registered runtime (vsnap_qual.runtimes): docker, host, or one a conftest added
     host_root: Path = field(default_factory=lambda: DEFAULT_HOST_ROOT)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
-    #: the fixed generation timed on the ordinary engine and after each restore (``vsnap_qual.decode_speed``): runs
-    #: per set (0: not measured) and the slowdown allowed (ordinary median / restored median)
+    #: the fixed generation timed on the ordinary engine and after each restore (``vsnap_qual.engine.decode_speed``):
+    #: runs per set (0: not measured) and the slowdown allowed (ordinary median / restored median)
     decode_runs: int = 5
     decode_tolerance: float = 1.75
     soak_s: float = 3.0  # liveness soak after each restore
@@ -132,7 +132,7 @@ class QualConfig:
     #: until at least this many seconds after its restore exited
     observe_s: float = 30.0
     canary_tokens: int = 16  # greedy tokens per multi-token canary
-    #: request shapes recorded on the ordinary reference and compared after every restore (vsnap_qual.shapes)
+    #: request shapes recorded on the ordinary reference and compared after every restore (vsnap_qual.engine.shapes)
     request_shapes: tuple[str, ...] = ("repeated", "seeded", "concurrent", "long")
     concurrent_requests: int = 8
     cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone

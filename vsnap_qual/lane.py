@@ -19,19 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import (
-    adapters,
-    artifact_deps,
-    audit,
-    decode_speed,
-    engine,
-    exits,
-    model,
-    overlay,
-    prefix_cache,
-    probe_copy,
-    shapes,
-)
+from vsnap_qual import artifact_deps, audit, exits, model, overlay, probe_copy
 from vsnap_qual.artifact_files import ArtifactFilesError
 from vsnap_qual.box import (
     Bind,
@@ -61,7 +49,9 @@ from vsnap_qual.contract import (
     restore_argv,
 )
 from vsnap_qual.control import MountedControlDir, read_json_files
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import adapters, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine import client as engine
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.model import (
     Canary,
     CleanupAudit,
@@ -489,7 +479,7 @@ class LaneRun:
         return metrics
 
     def decode_speed(self, port: int) -> DecodeSpeed | None:
-        """The fixed generation's speed (``vsnap_qual.decode_speed``); None when ``--vsnap-decode-runs=0``."""
+        """The fixed generation's speed (``vsnap_qual.engine.decode_speed``); None when ``--vsnap-decode-runs=0``."""
         runs = self.config.decode_runs
         if runs <= 0:
             return None
@@ -508,7 +498,8 @@ class LaneRun:
         return decode_speed.measure(generate, runs, self._metrics(port), sample=self.box.cpu_sample)
 
     def prefix_cache(self, port: int, canary_ids: list[int]) -> PrefixCacheProbe:
-        """The prefix-cache prompt asked twice, vLLM's counters read around each ask (``vsnap_qual.prefix_cache``)."""
+        """The prefix-cache prompt asked twice, vLLM's counters read around each ask
+        (``vsnap_qual.engine.prefix_cache``)."""
         host, reach = self.endpoint(port)
         timeout = self.config.timeouts["http"]
 

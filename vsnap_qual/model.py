@@ -393,7 +393,7 @@ class CpuSample(TypedDict):
 
 class CpuShare(TypedDict):
     """Between two :class:`CpuSample` around a set of timed runs: how much CPU the engine used and how long its
-    tasks waited for one, and how much the machine's other work used (``vsnap_qual.decode_speed.cpu_share``)."""
+    tasks waited for one, and how much the machine's other work used (``vsnap_qual.engine.decode_speed.cpu_share``)."""
 
     wall_s: float
     engine_cpu_s: float
@@ -410,7 +410,7 @@ class CpuShare(TypedDict):
 
 
 class DecodeSpeed(TypedDict):
-    """A fixed greedy generation timed after a warm-up (``vsnap_qual.decode_speed``): tokens per second of each
+    """A fixed greedy generation timed after a warm-up (``vsnap_qual.engine.decode_speed``): tokens per second of each
     run and their median; vLLM's speculative-decoding counters over the runs where it decodes speculatively."""
 
     tokens: int
@@ -448,7 +448,7 @@ class DecodeJudgement(TypedDict, total=False):
 
 
 class PrefixAsk(TypedDict, total=False):
-    """One ask of the prefix-cache prompt (``vsnap_qual.prefix_cache``) and what vLLM's counters moved by."""
+    """One ask of the prefix-cache prompt (``vsnap_qual.engine.prefix_cache``) and what vLLM's counters moved by."""
 
     answer: Canary
     queried_tokens: float
@@ -456,7 +456,7 @@ class PrefixAsk(TypedDict, total=False):
 
 
 class PrefixCacheProbe(TypedDict, total=False):
-    """A token-id prompt of whole KV blocks asked twice (``vsnap_qual.prefix_cache``); ``not_judged`` where it
+    """A token-id prompt of whole KV blocks asked twice (``vsnap_qual.engine.prefix_cache``); ``not_judged`` where it
     could not be asked, and why."""
 
     block_size: int

@@ -19,14 +19,15 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import adapters, checks, decode_speed, overlay, prefix_cache, progress, shapes, unit
+from vsnap_qual import checks, overlay, progress, unit
 from vsnap_qual.artifact_deps import SHM
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import LINK_REMAP, ServerHandle
 from vsnap_qual.box import ExecResult, ShmHolders
 from vsnap_qual.config import Lane, QualConfig, Variant
 from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS, VLLM_CANARY_PROMPT
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import adapters, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.exits import ExitWatch
 from vsnap_qual.model import (
     Behaviour,
@@ -105,7 +106,7 @@ class OrdinaryReference:
     decode: DecodeSpeed | None = None
     #: the canaries asked through each LoRA adapter the lane serves (``--lora-modules`` of a variant)
     adapters: dict[str, list[Canary]] = field(default_factory=dict)
-    #: the prefix-cache prompt asked twice (``vsnap_qual.prefix_cache``)
+    #: the prefix-cache prompt asked twice (``vsnap_qual.engine.prefix_cache``)
     prefix: PrefixCacheProbe | None = None
 
 

@@ -14,8 +14,8 @@ import docker.errors
 import pytest
 
 from vsnap_qual import box as vbox
-from vsnap_qual import decode_speed
 from vsnap_qual.box import BoxSpec
+from vsnap_qual.engine import decode_speed
 from vsnap_qual.faults import parked
 from vsnap_qual.model import CpuSample
 from vsnap_qual.runtimes import docker as docker_runtime
@@ -185,7 +185,7 @@ def _until_it_ran(box: EngineContainer, tid: str, deadline_s: float = 30.0) -> t
 
 
 def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace(box: EngineContainer) -> None:
-    """The decode-speed check's CPU figures (vsnap_qual.decode_speed): this box shares the host's PID namespace,
+    """The decode-speed check's CPU figures (vsnap_qual.engine.decode_speed): this box shares the host's PID namespace,
     so /proc lists the host's processes too; only the container's own count as the engine's."""
     outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
     inside = box.spawn(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"], "/tmp/spinner.log")

@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import adapters, checks, faults, model, options, package_probe, prefix_cache, shapes, steps
+from vsnap_qual import checks, faults, model, options, package_probe, steps
 from vsnap_qual.box import ExecResult, ShmHolders
 from vsnap_qual.config import Lane, Variant, build_config
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import adapters, prefix_cache, shapes
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.lane import lane_environment
 from vsnap_qual.model import Canary
 from vsnap_qual.recorder import StepEvidence

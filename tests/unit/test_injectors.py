@@ -551,9 +551,9 @@ def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lan
     """A blocker that never accepts stops answering once the host connect poll filled its backlog: the port's
     (and the PID's) check in place comes before the watchers start, just before the command."""
     port = INJECTORS["port"]
-    real_start, real_enter = port.at_restore_start, injector_module.engine.ListenerWatch.__enter__
+    real_start, real_enter = port.at_restore_start, injector_module.client.ListenerWatch.__enter__
     monkeypatch.setattr(port, "at_restore_start", lambda at: (lane.log.append("verified"), real_start(at))[1])
-    watch = injector_module.engine.ListenerWatch
+    watch = injector_module.client.ListenerWatch
     monkeypatch.setattr(watch, "__enter__", lambda self: (lane.log.append("watching"), real_enter(self))[1])
     _run(lane, FAULTS_BY_ID["port-in-use"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]

@@ -268,7 +268,7 @@ def _lane_answering(answers: list[Any], ordinary: list[Any] | None) -> Any:
 
 def test_a_restored_killed_create_is_asked_the_lanes_canaries_and_each_compared_with_the_ordinary_engine():
     from vsnap_qual.contract import VLLM_CANARY_PROMPT
-    from vsnap_qual.engine import CanaryOutput
+    from vsnap_qual.engine.client import CanaryOutput
 
     first = CanaryOutput(VLLM_CANARY_PROMPT, [5], " a", -0.5)
     second = CanaryOutput("p", [1, 2], " b c", -0.1, [-0.1, -0.2])

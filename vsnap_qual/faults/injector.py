@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from vsnap_qual import engine
 from vsnap_qual.box import ExecResult, ProcessRow
+from vsnap_qual.engine import client
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.tools import ListenerScan
 from vsnap_qual.model import FiredRecord
@@ -91,7 +91,7 @@ class Injector:
         the box watching its port (whether HTTP was bound during the failed restore)."""
         self.at_restore_start(at)
         host, reach = at.lane.endpoint(at.port)
-        with engine.ListenerWatch(reach, host) as watch, ListenerScan(at.lane, at.port) as scan:
+        with client.ListenerWatch(reach, host) as watch, ListenerScan(at.lane, at.port) as scan:
             at.ignore.add(scan.pid or 0)
             with self.restoring(at):
                 result = self.restore(at)

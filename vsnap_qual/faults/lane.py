@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from vsnap_qual import engine
 from vsnap_qual.box import Box, ControlDir, ExecResult, ShmHolders
 from vsnap_qual.config import Lane, QualConfig
 from vsnap_qual.contract import ARTIFACT
+from vsnap_qual.engine import client
 from vsnap_qual.model import CleanupAudit, Digest
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.steps import LaneState, OrdinaryReference
@@ -35,7 +35,7 @@ class FaultLane(Protocol):
 
     def endpoint(self, port: int) -> tuple[str, int]: ...
     def pid_alive(self, pid: int) -> bool: ...
-    def canaries(self, port: int) -> list[engine.CanaryOutput]: ...
+    def canaries(self, port: int) -> list[client.CanaryOutput]: ...
     def digests(self, port: int) -> dict[str, Digest]: ...
     def command(
         self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str

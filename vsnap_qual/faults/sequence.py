@@ -10,9 +10,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from vsnap_qual import checks, engine, progress
+from vsnap_qual import checks, progress
 from vsnap_qual.box import Box, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
+from vsnap_qual.engine import client
 from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation
 from vsnap_qual.faults.injector import Attempt, Injector, Observation
 from vsnap_qual.faults.judge import expectation_record, judge, observation_record, observe
@@ -189,8 +190,8 @@ def run_fault(
         after_fault = wait_engine_gone(lane, captured | set(killed), timeouts["stop"])
         # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
         # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
-        with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
-            engine.wait_until(lambda: at.port not in lane.box.listening_ports(), lane.config.cleanup_grace, 0.05)
+        with contextlib.suppress(client.EngineError):  # still bound: the follow-up restore then says so itself
+            client.wait_until(lambda: at.port not in lane.box.listening_ports(), lane.config.cleanup_grace, 0.05)
     with phase("after sweep"):
         injector.after_sweep(at)
     engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
@@ -274,7 +275,7 @@ def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = Fal
     if result.exit_code == 0:
         try:
             with lane.recorder.engine_wait():  # an HTTP answer of the engine's, as every canary is
-                got = engine.completion(
+                got = client.completion(
                     reach, lane.served_model, VLLM_CANARY_PROMPT, host=host, timeout=lane.config.timeouts["http"]
                 )
             outcome["canary"] = got.as_dict()
@@ -283,7 +284,7 @@ def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = Fal
                 and got.text == manifest.get("oracle_text")
                 and abs(got.logprob - float(manifest["oracle_sampled_token_logprob"])) <= lane.config.logprob_tolerance
             )
-        except (engine.EngineError, OSError) as exc:
+        except (client.EngineError, OSError) as exc:
             outcome["canary_ok"] = False
             outcome["error"] = str(exc)
     else:
@@ -297,5 +298,5 @@ def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = Fal
             outcome["criu_reason"] = reason
     kill_leftovers(lane.box, baseline, set())
     left = settle(lane.box, baseline, set())
-    outcome["cleanup_ok"] = not left and not engine.port_open(reach, host)
+    outcome["cleanup_ok"] = not left and not client.port_open(reach, host)
     return outcome

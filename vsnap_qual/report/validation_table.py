@@ -607,7 +607,7 @@ def _decode(run: model.RunEvidence) -> model.Check:
 
 def _prefix_cache(run: model.RunEvidence) -> model.Check:
     """Judged by the restores: a prompt of whole KV blocks asked twice answers as on the ordinary engine, ask by
-    ask, and hits its prefix cache as the ordinary engine did (``vsnap_qual.prefix_cache``)."""
+    ask, and hits its prefix cache as the ordinary engine did (``vsnap_qual.engine.prefix_cache``)."""
     name = "prefix cache after restore: a repeated prompt of whole KV blocks answers and hits as on the ordinary engine"
     judged = [
         (key, judgement)

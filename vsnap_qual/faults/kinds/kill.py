@@ -29,11 +29,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from vsnap_qual import checks, engine
+from vsnap_qual import checks
 from vsnap_qual.audit import port_listening
 from vsnap_qual.box import ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import client
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation, params_of
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.parked import criu_action
@@ -213,7 +214,7 @@ def ask_canaries(lane: FaultLane, port: int) -> KilledCanaries:
         ]
     try:
         got = lane.canaries(port)
-    except (engine.EngineError, OSError) as exc:
+    except (client.EngineError, OSError) as exc:
         return KilledCanaries(ok=False, error=f"{type(exc).__name__}: {exc}", compared=[])
     tolerance = lane.config.logprob_tolerance
     # the ordinary engine was asked the same plan; without it, only vLLM's canary (the first) has an oracle

@@ -11,9 +11,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from vsnap_qual import engine
 from vsnap_qual.box import Box
 from vsnap_qual.contract import CONTROL
+from vsnap_qual.engine import client
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import PidInjected, PortInjected
@@ -158,7 +158,7 @@ def block_port(lane: FaultLane, port: int) -> int:
     connect to it; its PID (the harness's sweep ends it with the faulted command's leftovers)."""
     pid = lane.box.hold_port(port, f"{CONTROL}/{control_files.FAULTS_DIR}/blocker-{port}.log")
     host, reach = lane.endpoint(port)
-    engine.wait_until(lambda: engine.port_open(reach, host), 10.0)
+    client.wait_until(lambda: client.port_open(reach, host), 10.0)
     return pid
 
 
@@ -174,7 +174,7 @@ class PortInjector(Injector):
 
     def at_restore_start(self, at: Attempt) -> None:
         host, reach = at.lane.endpoint(at.port)
-        cast(PortInjected, at.injected)["bound_at_restore"] = engine.port_open(reach, host)
+        cast(PortInjected, at.injected)["bound_at_restore"] = client.port_open(reach, host)
 
     def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("bound_at_restore"))

@@ -25,10 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from vsnap_qual import artifact_deps, checks, engine
+from vsnap_qual import artifact_deps, checks
 from vsnap_qual.box import Box, ExecResult
 from vsnap_qual.contract import WORK, restore_argv
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import client
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import Canary, Digest, WeightsInjected, WeightTamper
@@ -285,7 +286,7 @@ class WeightsInjector(Injector):
         reference = lane.peers.get(lane.lane.name)
         try:
             digests, canaries = lane.digests(at.port), lane.canaries(at.port)
-        except (engine.EngineError, OSError) as exc:
+        except (client.EngineError, OSError) as exc:
             record["outcome"] = record["said"] = "unasked"
             record["error"] = f"{type(exc).__name__}: {exc}"
             return result

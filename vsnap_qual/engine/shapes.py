@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from vsnap_qual import model
 from vsnap_qual.contract import REQUEST_SHAPES as SHAPES
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine.client import CanaryOutput
 
 __all__ = ["SHAPES", "Request", "compare", "long_prompt", "plan", "self_consistency", "send"]
 #: the sampling of the seeded shape (any temperature > 0 and top-p < 1 would do: vLLM seeds per request)
