@@ -69,16 +69,8 @@ from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.runtimes import Runtime
-from vsnap_qual.steps import (
-    LaneState,
-    OrdinaryReference,
-    RestoreRun,
-    ServerHandle,
-    StepFailed,
-    canary_plan,
-    skip_if_limitation,
-    vllm_reason,
-)
+from vsnap_qual.steps import LaneState, OrdinaryReference, RestoreRun, ServerHandle, canary_plan
+from vsnap_qual.vllm_words import StepFailed, skip_if_limitation, vllm_reason
 
 log = logging.getLogger("vsnap_qual")
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shlex
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -19,13 +17,13 @@ from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import checks, overlay, progress, unit
+from vsnap_qual import checks, overlay, unit, vllm_words
 from vsnap_qual.artifact_deps import SHM
 from vsnap_qual.artifact_files import ArtifactFiles
 from vsnap_qual.audit import LINK_REMAP, ServerHandle
 from vsnap_qual.box import ExecResult, ShmHolders
-from vsnap_qual.config import Lane, QualConfig, Variant
-from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS, VLLM_CANARY_PROMPT
+from vsnap_qual.config import Lane, QualConfig
+from vsnap_qual.contract import VLLM_CANARY_PROMPT
 from vsnap_qual.engine import adapters, decode_speed, prefix_cache, shapes
 from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.exits import ExitWatch
@@ -48,39 +46,9 @@ from vsnap_qual.model import (
     UnitRun,
 )
 from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
 
 __all__ = ["ServerHandle", "StepEvidence"]
-
-
-class StepFailed(AssertionError):
-    """A qualification check did not hold; the message says what differs."""
-
-
-EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)|Value error)\b.*")
-
-
-def vllm_reason(text: str) -> str:
-    """The most telling line of an engine's failure output: a known limitation, else the last exception line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if any(marker in line for marker in LIMITATIONS):
-            return line
-    for line in reversed(lines):
-        if EXCEPTION_LINE.match(line):
-            return line
-    return lines[-1] if lines else "(no output)"
-
-
-def skip_if_limitation(reason: str, *, cpu_smoke: bool, variant: Variant | None = None) -> None:
-    """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim): not applicable when
-    it is, in CPU smoke mode, a runner vLLM's CPU build does not have, or, in an engine-feature variant's lane, vLLM
-    refusing the feature; an environment limitation otherwise (not a qualification: the verdict is not a pass)."""
-    if cpu_smoke and any(marker in reason for marker in CPU_NOT_APPLICABLE):
-        progress.not_applicable(f"vLLM's CPU build has no such runner: {reason}")
-    if variant is not None and any(marker in reason for marker in FEATURE_REFUSALS):
-        progress.not_applicable(f"vLLM refuses variant {variant.name} ({shlex.join(variant.args)}): {reason}")
-    if any(marker in reason for marker in LIMITATIONS):
-        pytest.skip(f"environment limitation: {reason}")
 
 
 @dataclass(frozen=True)
@@ -227,12 +195,6 @@ def canary_plan(config: QualConfig) -> list[tuple[str, int]]:
     else:
         plan += [(p, 1) for p in config.prompts if p != VLLM_CANARY_PROMPT]
     return plan
-
-
-def check(condition: bool, message: str) -> None:
-    """A qualification check; failing raises :class:`StepFailed` with the message."""
-    if not condition:
-        raise StepFailed(message)
 
 
 def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
@@ -492,7 +454,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
     restored = run.snapshot_restore(rec, step)
     result = restored.result
-    collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
+    collision = vllm_words.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment: restore once more
         rec.results["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
         restored = run.snapshot_restore(rec, step)
@@ -501,9 +463,9 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
         error_json = run.artifact_file("error.json")
         rec.results["error_json"] = json.loads(error_json) if error_json.strip() else None
         rec.results["vllm_reason"] = vllm_reason(result.stderr or result.stdout)
-        said_vllm = checks.short_command(rec.results["vllm_reason"])
+        said_vllm = vllm_words.short_command(rec.results["vllm_reason"])
         # CRIU's words: vLLM logs them on stdout (0.32); else they are only in the artifact's restore.log (0.31)
-        reason = checks.criu_words(result.stdout, result.stderr, lambda: run.artifact_file("images/restore.log"))
+        reason = vllm_words.criu_words(result.stdout, result.stderr, lambda: run.artifact_file("images/restore.log"))
         if reason:
             rec.results["criu_reason"] = reason
         said = f"; CRIU: {reason[0]}" if reason else ""
@@ -511,7 +473,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
         if consumed:
             rec.results["consumed"] = consumed
             raise StepFailed(
-                f"{checks.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
+                f"{vllm_words.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
                 f"and which {'this box never had' if step == 'fresh-box' else 'are gone'}; vllm snapshot restore "
                 f"exited {result.exit_code}: {said_vllm}{said}\n{result.tail()}"
             )

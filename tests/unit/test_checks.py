@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual import checks, faults, model, options, package_probe, steps
+from vsnap_qual import checks, faults, model, options, package_probe, steps, vllm_words
 from vsnap_qual.box import ExecResult, ShmHolders
 from vsnap_qual.config import Lane, Variant, build_config
 from vsnap_qual.engine import adapters, prefix_cache, shapes
@@ -28,6 +28,7 @@ from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.lane import lane_environment
 from vsnap_qual.model import Canary
 from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.vllm_words import StepFailed
 
 REF = CanaryOutput("The capital of France is", [12095], " Paris", -0.42)
 AUDIT_OK = {"pids_gone": True, "ports_closed": True, "gpu_idle": None, "link_remaps_equal": True, "ok": True}
@@ -425,7 +426,7 @@ def test_a_restore_whose_parameters_changed_fails_with_the_names() -> None:
     lane = FakeLane(digests_after=_digests(a="1", b="changed"))
     steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"parameter digests differ .* 1/2 unchanged; changed \['b'\]"):
+    with pytest.raises(StepFailed, match=r"parameter digests differ .* 1/2 unchanged; changed \['b'\]"):
         steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["digest_compare"]["ok"] is False and rec.results["ready_seconds"] == 0.5
 
@@ -446,7 +447,7 @@ def test_a_restore_that_decodes_slowly_fails_after_a_second_set_of_runs_and_a_pa
     assert rec.results["decode_speed"]["median_tps"] == 390.0
     slow = _restored_lane(decode_after=160.0)  # 2.5x slower than the ordinary 400 tokens/s
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"decodes 2\.50× slower than the ordinary engine: 160\.0 vs 400\.0"):
+    with pytest.raises(StepFailed, match=r"decodes 2\.50× slower than the ordinary engine: 160\.0 vs 400\.0"):
         steps.restore(slow, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["decode_judgement"]["retried"] and rec.results["decode_retry"]["median_tps"] == 160.0
 
@@ -457,7 +458,7 @@ def test_a_restore_that_lost_prefix_caching_fails_with_every_answer_right() -> N
     assert rec.results["prefix_cache_judgement"]["ok"] is True
     assert rec.results["prefix_cache"]["asks"][1]["hit_tokens"] == 32.0
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"prefix caching lost after the restore: the repeated \d+-token prompt"):
+    with pytest.raises(StepFailed, match=r"prefix caching lost after the restore: the repeated \d+-token prompt"):
         steps.restore(_restored_lane(prefix_hits_after=False), rec, "restore-1")  # type: ignore[arg-type]
     assert all(c["ok"] for c in rec.results["canary_compare"]) and rec.results["digest_compare"]["ok"]
 
@@ -465,11 +466,11 @@ def test_a_restore_that_lost_prefix_caching_fails_with_every_answer_right() -> N
 def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:
     assert steps.restore(_restored_lane(), _rec(), "restore-1") is None  # type: ignore[func-returns-value]
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"KV capacity after restore is 3,072 tokens, but the snapshot was "):
+    with pytest.raises(StepFailed, match=r"KV capacity after restore is 3,072 tokens, but the snapshot was "):
         steps.restore(_restored_lane(kv_restored=3072), rec, "restore-1")  # type: ignore[arg-type]
     judged = rec.results["kv_judgement"]
     assert (judged["ok"], judged["restored"], judged["created"]) == (False, 3072, 4096)
-    with pytest.raises(steps.StepFailed, match="not observable"):
+    with pytest.raises(StepFailed, match="not observable"):
         steps.restore(_restored_lane(kv_restored=None), _rec(), "restore-1")  # type: ignore[arg-type]
 
 
@@ -485,7 +486,7 @@ def test_a_restored_server_that_dies_during_the_soak_fails_naming_when_with_its_
     lane = _restored_lane(probes_until_death=2)  # alive for the first look, dead at the next
     lane.config.soak_s = 60.0
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"restored server died [0-9.]+ s after vllm snapshot restore exited 0"):
+    with pytest.raises(StepFailed, match=r"restored server died [0-9.]+ s after vllm snapshot restore exited 0"):
         steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     soak = rec.results["soak"]
     assert soak["alive"] is False and soak["log_tail"] == "EngineCore: killed" and soak["probes"] == 1
@@ -498,7 +499,7 @@ def test_the_observation_window_outlasts_the_soak_and_is_recorded() -> None:
     lane.config.observe_s = 60.0
     rec = _rec()
     died = r"restored server died [0-9.]+ s after .*\(watched 60 s after restore-1\)"
-    with pytest.raises(steps.StepFailed, match=died):
+    with pytest.raises(StepFailed, match=died):
         steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     soak = rec.results["soak"]
     assert soak["alive"] is False and soak["probes"] == 2 and soak["window_s"] == 60.0
@@ -520,7 +521,7 @@ def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() ->
         {"pid": 12, "start_time": "101", "cmdline": "python3 -m vllm.v1.engine.core", "gpu_holder": True},
     ]
     rec = _rec()
-    with pytest.raises(steps.StepFailed) as failure:
+    with pytest.raises(StepFailed) as failure:
         steps.ordinary_reference(lane, rec)  # type: ignore[arg-type]
     message = str(failure.value)
     assert "still alive 5 s after SIGTERM" in message
@@ -555,7 +556,7 @@ def test_canary_plan_keeps_the_one_token_vllm_canary_first() -> None:
 def test_an_inspect_field_changed_by_a_restore_is_named_with_the_step() -> None:
     lane = _restored_lane()
     lane.inspected = {**_manifest(), "artifact_bytes": 999}
-    with pytest.raises(steps.StepFailed, match=r"inspect output changed after restore-1: fields artifact_bytes"):
+    with pytest.raises(StepFailed, match=r"inspect output changed after restore-1: fields artifact_bytes"):
         steps.restore(lane, _rec(), "restore-1")  # type: ignore[arg-type]
 
 
@@ -599,7 +600,7 @@ def test_expectations_come_from_what_the_image_implements_unless_an_option_names
     assert faults.lane_expectation(_expecting("auto", "head", base))[0] == "base"
     overridden = _expecting("head", "head", base)
     assert faults.lane_expectation(overridden) == ("head", "--vsnap-expect=head") and overridden.box.asked == 0
-    with pytest.raises(steps.StepFailed, match="--vsnap-base-expect=auto: cannot tell"):
+    with pytest.raises(StepFailed, match="--vsnap-base-expect=auto: cannot tell"):
         faults.lane_expectation(_expecting("auto", "base", {"snapshot_behaviour": "none"}))
 
 
@@ -622,7 +623,7 @@ def test_a_restore_whose_cuda_holders_left_the_gpu_fails() -> None:
     steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["gpu_engaged"] == {"holders": holders, "gpu_apps": sorted(holders)}
     lane.gpu_listed = set()
-    with pytest.raises(steps.StepFailed, match="CUDA holders .* are not on the GPU"):
+    with pytest.raises(StepFailed, match="CUDA holders .* are not on the GPU"):
         steps.restore(lane, _rec(), "restore-1")  # type: ignore[arg-type]
 
 
@@ -671,11 +672,12 @@ def test_a_pid_reused_by_another_process_is_not_a_leftover() -> None:
 def test_a_captured_id_taken_by_another_host_process_is_told_apart_from_an_engine_failure() -> None:
     busy = "INFO CRIU restore.log (tail):\n(00.1) Error (criu/cr-restore.c:123): Unable to create a thread: -17\n"
     assert (
-        checks.captured_id_collision(busy, "") == "(00.1) Error (criu/cr-restore.c:123): Unable to create a thread: -17"
+        vllm_words.captured_id_collision(busy, "")
+        == "(00.1) Error (criu/cr-restore.c:123): Unable to create a thread: -17"
     )
     truncated = "INFO CRIU restore.log (tail):\nRead 10 bytes while 20 expected from core-1.img\nRestoring FAILED.\n"
-    assert checks.captured_id_collision(truncated, "") is None
-    assert checks.captured_id_collision("Unable to create a thread: -17", "") is None  # not CRIU's log tail
+    assert vllm_words.captured_id_collision(truncated, "") is None
+    assert vllm_words.captured_id_collision("Unable to create a thread: -17", "") is None  # not CRIU's log tail
 
 
 def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
@@ -688,7 +690,7 @@ def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
     failed = ExecResult(["vllm"], 1, stdout, "subprocess.CalledProcessError: returned non-zero exit status 1.", 0, 1)
     lane.snapshot_restore = lambda record, step: steps.RestoreRun(failed, 8001, 1.0)  # type: ignore[method-assign]
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"exited 1: subprocess.Called.*; error.json=None; CRIU: .*psm_2196"):
+    with pytest.raises(StepFailed, match=r"exited 1: subprocess.Called.*; error.json=None; CRIU: .*psm_2196"):
         steps.restore(lane, rec, "restore-1")  # type: ignore[arg-type]
     assert rec.results["criu_reason"][-1].endswith("Restoring FAILED.")
 
@@ -715,12 +717,12 @@ def test_an_artifact_whose_outside_files_are_gone_is_one_named_finding_in_criu_s
     lane.files["images/restore.log"] = CRIU_031
     failed = ExecResult(["vllm"], 1, "", f"Traceback …\n{SAYS_031}", 0, 1)
     lane.snapshot_restore = lambda record, step: steps.RestoreRun(failed, 8003, 1.0)  # type: ignore[method-assign]
-    with pytest.raises(steps.StepFailed) as info:
+    with pytest.raises(StepFailed) as info:
         steps.restore(lane, rec := _rec(), "restore-after-stop")  # type: ignore[arg-type]
     first = str(info.value).splitlines()[0]
     assert first.startswith(
         f"the artifact is not self-contained: its restore needs {SEGMENTS[1]}, which it does not carry and which are "
-        f"gone; vllm snapshot restore exited 1: {checks.short_command(SAYS_031)}; CRIU: (01.2) Error "
+        f"gone; vllm snapshot restore exited 1: {vllm_words.short_command(SAYS_031)}; CRIU: (01.2) Error "
         "(criu/files-reg.c:2353): Can't open"
     )
     assert "Command '[… criu restore …]' returned non-zero exit status 1." in first
@@ -728,18 +730,18 @@ def test_an_artifact_whose_outside_files_are_gone_is_one_named_finding_in_criu_s
     assert rec.results["consumed"] == [SEGMENTS[1]]
     # the same failure with every file still there is an ordinary failed restore, in the same words
     lane.shm_gone = set()
-    with pytest.raises(steps.StepFailed, match=r"^vllm snapshot restore exited 1: SnapshotRestoreError"):
+    with pytest.raises(StepFailed, match=r"^vllm snapshot restore exited 1: SnapshotRestoreError"):
         steps.restore(lane, rec := _rec(), "restore-after-stop")  # type: ignore[arg-type]
     assert "consumed" not in rec.results
 
 
 def test_criu_s_words_come_from_restore_log_only_when_vllm_says_criu_restore_failed() -> None:
     log = lambda: CRIU_031  # noqa: E731
-    assert checks.criu_words("", SAYS_031, log)[0].endswith(
+    assert vllm_words.criu_words("", SAYS_031, log)[0].endswith(
         "Can't open file dev/shm/psm_302eb8ff on restore: No such file or directory"
     )
     # a restore that failed before CRIU ran: the log is an earlier restore's (its harmless Error lines are not words)
-    assert checks.criu_words("", "SnapshotCompatibilityError: snapshot mismatch: environment", log) == []
+    assert vllm_words.criu_words("", "SnapshotCompatibilityError: snapshot mismatch: environment", log) == []
 
 
 def test_what_the_checks_record_is_the_evidence_model() -> None:
@@ -762,11 +764,11 @@ def test_what_the_checks_record_is_the_evidence_model() -> None:
 def test_a_runner_the_cpu_build_lacks_is_not_applicable_only_in_cpu_smoke_mode() -> None:
     words = "ValueError: Model Runner V2 requires Triton"
     with pytest.raises(pytest.skip.Exception, match="^not applicable: vLLM's CPU build has no such runner: Value"):
-        steps.skip_if_limitation(words, cpu_smoke=True)
+        vllm_words.skip_if_limitation(words, cpu_smoke=True)
     # on a GPU image the same words are a limitation of that image: a skip that keeps the run from passing
     with pytest.raises(pytest.skip.Exception, match="^environment limitation: ValueError: Model Runner V2"):
-        steps.skip_if_limitation(words, cpu_smoke=False)
-    steps.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=True)  # a defect: the step fails on
+        vllm_words.skip_if_limitation(words, cpu_smoke=False)
+    vllm_words.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=True)  # a defect: the step fails on
 
 
 def test_a_feature_vllm_refuses_is_not_applicable_only_in_that_variants_lane() -> None:
@@ -774,9 +776,9 @@ def test_a_feature_vllm_refuses_is_not_applicable_only_in_that_variants_lane() -
     spec = Variant("spec", ("--speculative-config", '{"method": "ngram"}'))
     expected = '^not applicable: vLLM refuses variant spec \\(--speculative-config \'{"method": "ngram"}\'\\): Value'
     with pytest.raises(pytest.skip.Exception, match=expected):
-        steps.skip_if_limitation(words, cpu_smoke=False, variant=spec)
-    steps.skip_if_limitation(words, cpu_smoke=False)  # the plain configuration refused: the step fails on
-    steps.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=False, variant=spec)  # a defect: fails
+        vllm_words.skip_if_limitation(words, cpu_smoke=False, variant=spec)
+    vllm_words.skip_if_limitation(words, cpu_smoke=False)  # the plain configuration refused: the step fails on
+    vllm_words.skip_if_limitation("RuntimeError: CUDA out of memory", cpu_smoke=False, variant=spec)  # a defect: fails
 
 
 def test_cpu_smoke_lanes_find_the_smoke_platform_after_the_probe(tmp_path: Path) -> None:
@@ -839,7 +841,7 @@ def test_the_unit_step_fails_only_on_failures_new_on_the_head_arm() -> None:
     assert rec.results["unit"]["judged"].startswith("recorded (1 passed, 3 failed, 0 skipped)")
     base = _unit_lane("base", _junit(a="failed", b="failed", c="passed", d="skipped"))
     base.unit_peers = head.unit_peers
-    with pytest.raises(steps.StepFailed) as info:
+    with pytest.raises(StepFailed) as info:
         steps.unit_step(base, rec := _rec())  # type: ignore[arg-type]
     assert str(info.value) == (
         "2 unit test(s) fail on the head arm and not on the base arm: ['tests.t::c', 'tests.t::d'] "
@@ -860,13 +862,13 @@ def test_the_unit_step_fails_only_on_failures_new_on_the_head_arm() -> None:
 
 def test_without_a_base_arm_every_unit_failure_counts_and_no_junit_is_a_failure() -> None:
     alone = _unit_lane("head", _junit(a="passed", b="failed"), base_image=None)
-    with pytest.raises(steps.StepFailed, match=r"1 unit test\(s\) failed \(1 passed, 1 failed, 0 skipped\)"):
+    with pytest.raises(StepFailed, match=r"1 unit test\(s\) failed \(1 passed, 1 failed, 0 skipped\)"):
         steps.unit_step(alone, _rec())  # type: ignore[arg-type]
     silent = _unit_lane("head", None)
-    with pytest.raises(steps.StepFailed, match=r"wrote no JUnit to \$VSNAP_JUNIT \(exit 1\)"):
+    with pytest.raises(StepFailed, match=r"wrote no JUnit to \$VSNAP_JUNIT \(exit 1\)"):
         steps.unit_step(silent, _rec())  # type: ignore[arg-type]
     garbled = _unit_lane("head", "<testsuite><testcase")
-    with pytest.raises(steps.StepFailed, match="JUnit cannot be read"):
+    with pytest.raises(StepFailed, match="JUnit cannot be read"):
         steps.unit_step(garbled, _rec())  # type: ignore[arg-type]
 
 
@@ -898,10 +900,10 @@ def test_request_shapes_are_recorded_twice_on_the_ordinary_engine_and_compared_a
 
 def test_a_restored_engine_wrong_for_one_shape_fails_naming_the_shape_and_the_first_divergence() -> None:
     lane = _shaped_lane(wrong_shape="seeded")
-    with pytest.raises(steps.StepFailed, match=r"request shapes differ from the ordinary reference: seeded request 1"):
+    with pytest.raises(StepFailed, match=r"request shapes differ from the ordinary reference: seeded request 1"):
         steps.restore(lane, _rec(), "restore-1")  # type: ignore[arg-type]
     rec = _rec()
-    with pytest.raises(steps.StepFailed) as failure:
+    with pytest.raises(StepFailed) as failure:
         steps.restore(_shaped_lane(wrong_shape="seeded"), rec, "restore-1")  # type: ignore[arg-type]
     assert "first diverging position 2" in str(failure.value)
 
@@ -938,11 +940,11 @@ def test_vllms_command_error_is_quoted_with_the_argument_list_cut_to_the_program
         "vllm.snapshot.runtime.SnapshotRestoreError: Command '['env', 'PATH=/opt/x:/bin', '/opt/vsnap-criu/sbin/criu', "
         "'restore', '-L', '/opt/vsnap-criu/lib/criu', '--pidfile', '/a/restored.pid']' returned non-zero exit status 1."
     )
-    assert checks.short_command(said) == (
+    assert vllm_words.short_command(said) == (
         "vllm.snapshot.runtime.SnapshotRestoreError: Command '[… criu restore …]' returned non-zero exit status 1."
     )
     other = "CalledProcessError: Command '['ls', '-l']' returned non-zero exit status 2."
-    assert checks.short_command(other) == other  # not a snapshot program: vLLM's words as they were
+    assert vllm_words.short_command(other) == other  # not a snapshot program: vLLM's words as they were
 
 
 def test_criu_s_words_are_the_same_whether_vllm_logged_them_or_the_log_was_read() -> None:
@@ -953,7 +955,7 @@ def test_criu_s_words_are_the_same_whether_vllm_logged_them_or_the_log_was_read(
     )
     read = "8269: Error (criu/files-reg.c:2353): Can't open file dev/shm/psm_ac8c0f76 on restore: No such file or "
     read += "directory"
-    assert checks.criu_reason(logged) == checks.criu_reason(read) == [read]
+    assert vllm_words.criu_reason(logged) == vllm_words.criu_reason(read) == [read]
 
 
 def test_a_link_remap_is_the_leak_of_the_lane_whose_dump_made_it_whoever_looks_first(tmp_path) -> None:
@@ -1037,14 +1039,14 @@ def test_each_lora_adapter_is_asked_the_canaries_on_the_ordinary_engine_and_afte
     assert all(c["ok"] for group in rec.results["adapter_compare"].values() for c in group)
     lane.adapters_dropped = True  # a wake that dropped the adapters: requests through them get the base model
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"adapter 'tiny': 1 of 1 canaries differ .* lost or changed"):
+    with pytest.raises(StepFailed, match=r"adapter 'tiny': 1 of 1 canaries differ .* lost or changed"):
         steps.restore(lane, rec, "restore-2")  # type: ignore[arg-type]
     assert rec.results["adapter_compare"]["big"][0]["ok"] is False
 
 
 def test_an_adapter_that_changes_no_canary_fails_the_ordinary_reference_as_an_ineffective_check() -> None:
     lane = _lora_lane(shift=0.0)
-    with pytest.raises(steps.StepFailed, match=r"adapter 'tiny' answers every one of the 1 canaries as the base"):
+    with pytest.raises(StepFailed, match=r"adapter 'tiny' answers every one of the 1 canaries as the base"):
         steps.ordinary_reference(lane, _rec())  # type: ignore[arg-type]
 
 
@@ -1065,7 +1067,7 @@ def test_a_create_that_leaves_an_unheld_name_in_dev_shm_fails_but_delivers_its_a
     lane.shm_listed = [{"other"}, {"other", "psm_1", "sem.mp-x1", "link_remap.7", "held-by-another-lane"}]
     lane.shm_held = {"held-by-another-lane"}
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"left in /dev/shm .*: /dev/shm/sem\.mp-x1 \(") as failed:
+    with pytest.raises(StepFailed, match=r"left in /dev/shm .*: /dev/shm/sem\.mp-x1 \(") as failed:
         steps.create(lane, rec)  # type: ignore[arg-type]
     assert "). sem.mp-*: a Python multiprocessing lock or semaphore" in str(failed.value)
     assert steps.shm_kinds(["/dev/shm/psm_1", "/dev/shm/x"]) == ""
@@ -1080,7 +1082,7 @@ def test_a_create_check_that_could_not_read_a_process_names_it_in_the_evidence_a
     lane.shm_listed = [set(), {"sem.mp-x1"}]
     lane.shm_unread = ["1 process_api"]
     rec = _rec()
-    with pytest.raises(steps.StepFailed, match=r"could not read 1 \(1 process_api\): each has a capability"):
+    with pytest.raises(StepFailed, match=r"could not read 1 \(1 process_api\): each has a capability"):
         steps.create(lane, rec)  # type: ignore[arg-type]
     assert rec.results["shm_unread"] == ["1 process_api"] and rec.results["shm_left"] == ["/dev/shm/sem.mp-x1"]
     many = [f"{pid} p{pid}" for pid in range(1, 8)]

@@ -13,7 +13,7 @@ from vsnap_qual import procedure
 from vsnap_qual.config import Lane
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.recorder import StepRecorder
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 
 def _recorder(tmp_path: Path) -> StepRecorder:

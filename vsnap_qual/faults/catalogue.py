@@ -13,7 +13,7 @@ from vsnap_qual.faults.kinds import artifact, hook, identity, kill, occupy, weig
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import Behaviour
 from vsnap_qual.procedure import Fault
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 #: The built-in kinds, in the order their faults run (a lane's steps, the coverage, the report): a new built-in kind
 #: is one module of ``kinds/`` and one line here.

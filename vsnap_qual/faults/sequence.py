@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from vsnap_qual import checks, progress
+from vsnap_qual import progress, vllm_words
 from vsnap_qual.box import Box, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
 from vsnap_qual.engine import client
@@ -35,7 +35,7 @@ from vsnap_qual.faults.tools import (
 from vsnap_qual.model import CapturedIdWait, CleanupAudit, FollowupRestore
 from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 
 # ---- the one sequence ---------------------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = Fal
         outcome["canary_ok"] = False
         outcome["stderr_tail"] = result.tail(15)
         # vLLM logs CRIU's words on stdout (0.32; stderr only has the exit status), else only restore.log has them
-        reason = checks.criu_words(
+        reason = vllm_words.criu_words(
             result.stdout, result.stderr, lambda: lane.box.read_text(f"{ARTIFACT}/images/restore.log")
         )
         if reason:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from vsnap_qual import artifact_deps, checks
+from vsnap_qual import artifact_deps, vllm_words
 from vsnap_qual.artifact_files import ArtifactFiles, ArtifactFilesError
 from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
@@ -19,7 +19,8 @@ from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import StepFailed, check, shm_left_by_create, skip_if_limitation, vllm_reason
+from vsnap_qual.steps import shm_left_by_create
+from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
 
 BACKUP = f"{WORK}/artifact.pristine"
 
@@ -269,13 +270,13 @@ def restore_retrying_taken(
     lane: FaultLane, argv: list[str], captured: set[int], baseline: set[int]
 ) -> tuple[ExecResult, dict[str, object]]:
     """A restore of the harness's own (a fault's follow-up, a killed create's artifact) tried once more where it
-    failed only because a captured ID was taken at that moment (:func:`checks.captured_id_taken`: CRIU's clone
+    failed only because a captured ID was taken at that moment (:func:`vllm_words.captured_id_taken`: CRIU's clone
     met EEXIST, or vLLM's pre-check found a captured PID occupied), which says nothing of the artifact. Before the
     second try the lane's own leftovers are stopped and the IDs waited free. Returned with the evidence:
     ``retried_after`` and ``held_at_retry`` (who held them), and ``ids_taken`` where the second try met the same."""
     with lane.recorder.engine_wait():
         result: ExecResult = lane.box.exec(argv, lane.config.timeouts["restore"])
-    taken = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
+    taken = vllm_words.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
     if not taken:
         return result, {}
     said: dict[str, object] = {"retried_after": taken, "held_at_retry": ids_held(lane.box, captured)}
@@ -283,7 +284,7 @@ def restore_retrying_taken(
     wait_engine_gone(lane, captured, lane.config.cleanup_grace)
     with lane.recorder.engine_wait():
         result = lane.box.exec(argv, lane.config.timeouts["restore"])
-    again = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
+    again = vllm_words.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
     if again:
         said["ids_taken"] = again
     return result, said

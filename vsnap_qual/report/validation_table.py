@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from vsnap_qual import checks, model, overlay, procedure
+from vsnap_qual import model, overlay, procedure, vllm_words
 from vsnap_qual.report import figures
 from vsnap_qual.report.frames import (
     CanaryRow,
@@ -367,7 +367,7 @@ def _self_contained(run: model.RunEvidence) -> model.Check:
         if not words and source.get("criu_reason"):
             words = [f"CRIU: {(source.get('criu_reason') or [''])[0]}"]
             if step in _ALONE and res.get("vllm_reason"):
-                words.append(f"vLLM: {checks.short_command(str(res.get('vllm_reason')))}")
+                words.append(f"vLLM: {vllm_words.short_command(str(res.get('vllm_reason')))}")
     fresh = [
         procedure.label(r, a, s) for (r, a, s), record in latest.items() if record["results"].get("fresh_artifact")
     ]

@@ -31,7 +31,7 @@ from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import IdentityInjected
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.procedure import Fault, FaultParams, before_mutation
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 KIT = f"{WORK}/identity-drift"
 SEEN = control_files.IDENTITY_SEEN

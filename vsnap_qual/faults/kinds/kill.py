@@ -47,7 +47,7 @@ from vsnap_qual.faults.tools import (
 )
 from vsnap_qual.model import KilledArtifact, KilledCanaries, KillInjected
 from vsnap_qual.procedure import ANY, Expect, Fault, FaultParams
-from vsnap_qual.steps import vllm_reason
+from vsnap_qual.vllm_words import vllm_reason
 
 #: where a killed create writes (never the fault artifact: that one stays pristine for the other faults)
 KILLED_CREATE = f"{WORK}/fault-create"
@@ -116,7 +116,7 @@ def command_tree(procs: list[ProcessRow], command: str, target: str) -> tuple[in
 
 
 def refusal_words(text: str) -> str:
-    """The refusal's own message (``steps.vllm_reason``: a known limitation, vLLM's exception line, else its last
+    """The refusal's own message (``vllm_words.vllm_reason``: a known limitation, vLLM's exception line, else its last
     line); empty where it wrote nothing."""
     return vllm_reason(text) if text.strip() else ""
 
