@@ -615,6 +615,7 @@ def _calls(where: str, what: str) -> Check:
 
 
 ENGINE = "vsnap_qual/engine/client.py:completion"
+LANE_API = "vsnap_qual/lane/engine_api.py:LaneEngineApi.canaries"
 RESTORE = "vsnap_qual/steps.py:restore"
 RECORDER = "vsnap_qual/recorder.py:StepRecorder.step"
 STORE = "vsnap_qual/evidence.py:EvidenceStore.write"
@@ -735,6 +736,23 @@ CANARY_CHAINS: tuple[CanaryChain, ...] = (
                 RESTORE,
                 "returned: steps.restore asks the lane through the LaneTools protocol",
                 (_calls(RESTORE, "canaries"), Check("vsnap_qual/steps.py:LaneTools", "declares", "canaries")),
+            ),
+            *_RECORDED_TO_HTML,
+        ),
+        last="1b1de2bce2778a9310b8bd4c13d436b28aba69f7",
+    ),
+    CanaryChain(
+        start=ENGINE,
+        hops=(
+            Hop(
+                LANE_API,
+                "returned: the lane's engine API asks engine.client.completion for each prompt of the canary plan",
+                (_calls(LANE_API, "completion"),),
+            ),
+            Hop(
+                RESTORE,
+                "returned: steps.restore asks the lane's engine API (lane.api, the EngineApi protocol)",
+                (_calls(RESTORE, "canaries"), Check("vsnap_qual/lane/protocols.py:EngineApi", "declares", "canaries")),
             ),
             *_RECORDED_TO_HTML,
         ),

@@ -41,9 +41,10 @@ class Variant:
 
 
 @dataclass(frozen=True)
-class Lane:
-    """One container's worth of qualification: a model runner on one image arm, in the plain configuration or in
-    one engine-feature variant."""
+class LaneSpec:
+    """What a lane is made from: one container's worth of qualification, a model runner on one image arm, in the
+    plain configuration or in one engine-feature variant (the lane itself, its box, services and state, is
+    ``lane.LaneRun``, whose ``spec`` this is)."""
 
     runner: Runner
     arm: Arm  # "head" (image under test + overlay) | "base" (unmodified base image)
@@ -150,15 +151,15 @@ class QualConfig:
         return max(1, min(self.workers, len(self.runners)))
 
     @property
-    def lanes(self) -> tuple[Lane, ...]:
+    def lanes(self) -> tuple[LaneSpec, ...]:
         """The plain configuration's lanes (every runner's head arm, then its base arm), then each variant's in the
         same order: a base arm always after the head arm it compares with."""
         runners = [cast(Runner, r) for r in self.runners]  # parse_runners admits only the contract's names
-        lanes: list[Lane] = []
+        lanes: list[LaneSpec] = []
         for variant in (None, *self.variants):
-            lanes += [Lane(r, "head", self.image, self.expect, self.overlay is not None, variant) for r in runners]
+            lanes += [LaneSpec(r, "head", self.image, self.expect, self.overlay is not None, variant) for r in runners]
             if self.base_image:
-                lanes += [Lane(r, "base", self.base_image, self.base_expect, False, variant) for r in runners]
+                lanes += [LaneSpec(r, "base", self.base_image, self.base_expect, False, variant) for r in runners]
         return tuple(lanes)
 
     @property
@@ -171,7 +172,7 @@ class QualConfig:
             host_root=self.host_root, pull_timeout=self.timeouts["serve"], probe_timeout=self.timeouts["exec"], say=say
         )
 
-    def engine_argv(self, lane: Lane | None = None) -> list[str]:
+    def engine_argv(self, spec: LaneSpec | None = None) -> list[str]:
         """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``; a variant's lane adds the
         variant's after the user's ``--vsnap-engine-args``."""
         return [
@@ -189,14 +190,14 @@ class QualConfig:
             "--worker-extension-cls",
             "vsnap_probe.digest.DigestExtension",
             *self.engine_args,
-            *(lane.variant_args if lane else ()),
+            *(spec.variant_args if spec else ()),
         ]
 
-    def fixed_ports(self, lane: Lane) -> dict[str, int] | None:
+    def fixed_ports(self, spec: LaneSpec) -> dict[str, int] | None:
         """The lane's ports when ``--vsnap-port-base`` is set; None means pick free ports."""
         if not self.port_base:
             return None
-        offset = 10 * self.lanes.index(lane)  # ten ports a lane, in the lanes' order
+        offset = 10 * self.lanes.index(spec)  # ten ports a lane, in the lanes' order
         return {name: self.port_base + offset + i for i, name in enumerate(PORT_NAMES)}
 
     def secret_values(self) -> list[str]:

@@ -688,8 +688,9 @@ class StepResults(TypedDict, total=False):
     #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
     link_remaps_made: list[str]
     #: create: /dev/shm files new since just before it that no process holds and the artifact does not name (a
-    #: leak of the create: ``steps.shm_left_by_create``); where the box cannot see every holder (then the new files
-    #: the artifact does not name) or for the fault lane's own artifact, recorded and not judged (``files``, ``why``)
+    #: leak of the create: ``lane.snapshot_cli.shm_left_by_create``); where the box cannot see every holder (then
+    #: the new files the artifact does not name) or for the fault lane's own artifact, recorded and not judged
+    #: (``files``, ``why``)
     shm_left: list[str]
     shm_left_not_judged: dict[str, Any]
     #: create: the processes (``PID comm``) whose fds and maps the look for holders of those files could not read
@@ -882,7 +883,7 @@ class CiBuild(TypedDict, total=False):
 
 #: The lane's GPU as ``nvidia-smi`` names it, the first one it lists (``name``, ``uuid``, ``driver``,
 #: ``memory_mib``) and how many it lists (``count``). A map of facts rather than a ``TypedDict``: the lane
-#: gathers them as a plain dictionary (``docker_lane.LaneRun.start``).
+#: gathers them as a plain dictionary (``lane.environment.LaneEnvironment.record_environment``).
 Gpu = dict[str, str | int | None]
 
 
@@ -891,7 +892,7 @@ class Environment(TypedDict):
     run in more than one container (``purpose``: the lifecycle, the faults), each with its record."""
 
     time: str
-    #: the lane's column (``config.Lane.column``): its model runner, ``+<variant>`` for a variant's lane
+    #: the lane's column (``config.LaneSpec.column``): its model runner, ``+<variant>`` for a variant's lane
     runner: str
     arm: Arm
     lane: NotRequired[str]
@@ -923,7 +924,7 @@ class Step(TypedDict):
     """A step record as ``results.json`` carries it (the record without ``kind``)."""
 
     time: str
-    #: the lane's column (``config.Lane.column``): its model runner, ``+<variant>`` for a variant's lane
+    #: the lane's column (``config.LaneSpec.column``): its model runner, ``+<variant>`` for a variant's lane
     runner: str
     arm: Arm
     lane: NotRequired[str]

@@ -10,15 +10,21 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pytest
 
 from vsnap_qual import progress
 from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS
 
-if TYPE_CHECKING:
-    from vsnap_qual.config import Variant
+
+class NamedVariant(Protocol):
+    """An engine-feature variant as vLLM's refusal of it is said (``config.Variant``): its name and arguments."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def args(self) -> tuple[str, ...]: ...
 
 
 class StepFailed(AssertionError):
@@ -40,7 +46,7 @@ def vllm_reason(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def skip_if_limitation(reason: str, *, cpu_smoke: bool, variant: Variant | None = None) -> None:
+def skip_if_limitation(reason: str, *, cpu_smoke: bool, variant: NamedVariant | None = None) -> None:
     """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim): not applicable when
     it is, in CPU smoke mode, a runner vLLM's CPU build does not have, or, in an engine-feature variant's lane, vLLM
     refusing the feature; an environment limitation otherwise (not a qualification: the verdict is not a pass)."""

@@ -8,8 +8,9 @@ from typing import Any
 import docker.errors
 import pytest
 
-from vsnap_qual import audit, checks, steps
+from vsnap_qual import checks, steps
 from vsnap_qual.box import BoxSpec, RuntimeFailure, exec_timed_out
+from vsnap_qual.lane import audit
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.runtimes.docker import EngineContainer
 from vsnap_qual.vllm_words import StepFailed
@@ -56,7 +57,7 @@ def test_an_error_while_auditing_is_a_failed_audit_that_names_it(tmp_path: Path)
 
 def test_stopping_a_server_whose_processes_cannot_be_listed_fails_instead_of_stopping_nothing() -> None:
     with pytest.raises(RuntimeFailure, match="cannot list the processes"):
-        audit.strict_stop(_BrokenBox(), steps.ServerHandle(port=8000, root_pid=101, pids=[101]), 5.0, [])  # type: ignore[arg-type]
+        audit.strict_stop(_BrokenBox(), audit.ServerHandle(port=8000, root_pid=101, pids=[101]), 5.0, [])  # type: ignore[arg-type]
 
 
 def test_a_restore_failure_is_not_replaced_by_the_cleanup_failure_after_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,8 @@ from vsnap_qual.box import ExecResult, ShmEntry
 from vsnap_qual.faults import ANY
 from vsnap_qual.faults import tools as injection
 from vsnap_qual.faults.kinds.occupy import PidHolder
+from vsnap_qual.lane.state import FaultState
 from vsnap_qual.runtimes.shell import ShellBox
-from vsnap_qual.steps import LaneState
 
 TAIL = "CRIU restore.log (tail):\n"
 COLLISION = TAIL + "(00.2) pie: 41: Error (criu/pie/restorer.c:2185): Unable to create a thread: -17\n"
@@ -49,14 +49,16 @@ class Box:
     def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
         return ShellBox.signal(self, pids, signame, strict=strict)  # type: ignore[arg-type]
 
+    def endpoint(self, port: int) -> tuple[str, int]:
+        return "127.0.0.1", port
+
 
 def _run(box: Box) -> Any:
     return SimpleNamespace(
         box=box,
         ports={"fault": 1},  # nothing listens on port 1
-        state=LaneState(manifest={"process_tree": [40, 41]}),
+        state=FaultState(manifest={"process_tree": [40, 41]}),
         recorder=SimpleNamespace(engine_wait=contextlib.nullcontext, engine_time=0.0),
-        endpoint=lambda port: ("127.0.0.1", port),
         config=SimpleNamespace(timeouts={"restore": 60, "http": 5, "stop": 60}, cleanup_grace=5.0),
     )
 
@@ -256,7 +258,8 @@ def test_occupying_a_pid_moves_the_cursor_past_every_captured_id_in_the_same_com
     past = target + 600
     assert past < pid_max, f"no free PID found below {pid_max - 600}"
     box = LocalBox([])
-    run = SimpleNamespace(box=box, pid_alive=lambda pid: Path(f"/proc/{pid}").exists())
+    servers = SimpleNamespace(alive=lambda pids: [pid for pid in pids if Path(f"/proc/{pid}").exists()])
+    run = SimpleNamespace(box=box, servers=servers)
     holder = PidHolder(run, target, past)  # type: ignore[arg-type]
     try:
         occupied = holder.occupy()

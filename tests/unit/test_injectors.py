@@ -7,32 +7,31 @@ runs here)."""
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import json
-import os
 import socket
 import subprocess
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.support.fake_lane import FakeLane, fault_lane
 from vsnap_qual import faults, procedure, run_figures
-from vsnap_qual.box import ExecResult, RuntimeFailure
-from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
-from vsnap_qual.control import MountedControlDir
+from vsnap_qual.box import ExecResult
+from vsnap_qual.contract import ARTIFACT, WORK
 from vsnap_qual.faults import BUILTIN_FAULTS, FAULTS_BY_ID, Fault, FaultCatalogue, Observation
 from vsnap_qual.faults import BUILTIN_INJECTORS as INJECTORS
 from vsnap_qual.faults import injector as injector_module
 from vsnap_qual.faults.kinds import identity as drifts
 from vsnap_qual.faults.kinds.hook import HookParams
+from vsnap_qual.lane.state import FaultState
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import LaneState
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = {"point": "wake-raise", "pid": 7}
@@ -197,168 +196,13 @@ def test_only_a_create_is_judged_on_its_target_directory():
 
 
 # ---- the sequence on a fake lane ---------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class FakeBox:
-    """The lane's box: its named operations are recorded (a set of paths stands in for the lane's files); a port
-    blocker binds a real listener here; the identity kind's shell scripts are recorded."""
-
-    def __init__(self, log: list[Any]) -> None:
-        self.log = log
-        self.files: set[str] = set()
-        self.fail_touch = False
-        self.listeners: list[socket.socket] = []
-
-    has_shell = True
-
-    def sh(self, script: str, timeout: float = 60.0) -> ExecResult:
-        self.log.append(("sh", script))
-        return ExecResult(["sh", "-c", script], 0, "", "", 0.0, 0.0)
-
-    def exists(self, path: str) -> bool:
-        return path in self.files
-
-    def write_bytes(self, path: str, data: bytes) -> None:
-        self.log.append(("write", path))
-        if self.fail_touch:
-            raise RuntimeFailure(f"cannot write {path}")
-        self.files.add(path)
-
-    def copy_tree(self, source: str, target: str, *, replace: bool = False) -> None:
-        self.log.append(("copy", source, target, replace))
-
-    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
-        self.log.append(("signal", list(pids), signame))
-        return True
-
-    def wchan(self, pids: list[int]) -> dict[int, str]:
-        return {}
-
-    def thread_waits(self, pids: list[int]) -> dict[int, Any]:
-        return {}
-
-    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
-        self.log.append(("watch", log_path))
-        return 2**22 + 1  # above any pid_max: no process of this machine
-
-    def hold_port(self, port: int, log_path: str) -> int:
-        self.log.append(("hold", log_path))
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))
-        s.listen(1)
-        self.listeners.append(s)
-        return 2**22 + 1
-
-    def processes(self) -> list[dict[str, Any]]:
-        return []
-
-    def listening_ports(self) -> set[int]:
-        return {int(s.getsockname()[1]) for s in self.listeners if s.fileno() != -1}
-
-    def read_text(self, path: str) -> str:
-        return ""
-
-    def remove_path(self, path: str) -> None:
-        self.log.append(("remove", path))
-        self.files.discard(path)
-
-    def tasks_held(self, ids: set[int]) -> list[str]:
-        return []
-
-    host_pid_namespace = False
-
-    def exec(self, argv: list[str], timeout: float, **_: Any) -> ExecResult:
-        self.log.append(("exec", " ".join(argv)))
-        return ExecResult(argv, 1, "", "the follow-up restore is not run here", 0.0, 0.0)
-
-    def close(self) -> None:
-        for s in self.listeners:
-            s.close()
-
-
-class FakeRun:
-    """A fault lane (``faults.FaultLane``): the faulted command's result is chosen by the test (``on_restore``);
-    its control directory is a real one of this test's."""
-
-    def __init__(self, control: Path) -> None:
-        (control / "faults").mkdir(parents=True)
-        self.control_host = control
-        self.work = control.parent / "work"
-        self.control = MountedControlDir(control)
-        self.log: list[Any] = []
-        self.box = FakeBox(self.log)
-        self.ports = {"fault": _free_port()}
-        self.state = LaneState(manifest={"process_tree": [], "environment": [["VLLM_NO_USAGE_STATS", "h"]]})
-        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext, engine_time=0.0)
-        self.served_model = "m"
-        self.lane = SimpleNamespace(name="v1/head")
-        self.config = SimpleNamespace(
-            timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0, "exec": 30.0},
-            cleanup_grace=0.1,
-            fault_timeout=2.0,
-            engine_argv=lambda: ["--model", "m"],
-        )
-        self.stderr = "Error: restore lock held"
-        self.on_restore: Any = None
-        self.armed_at_restore: dict[str, Any] | None = None
-
-    def artifact_digest(self) -> str:
-        self.log.append("digest")
-        return "same"
-
-    def endpoint(self, port: int) -> tuple[str, int]:
-        return "127.0.0.1", port
-
-    def create_argv(self, target: str = "/vsnap/work/artifact") -> list[str]:
-        return ["--model", "m", "--snapshot-dir", target]
-
-    def _command(self, record: StepEvidence, argv: list[str], env: dict[str, str] | None) -> ExecResult:
-        self.log.append(("command", argv[:3], dict(env or {})))
-        armed = self.control_host / "faults" / "armed.json"
-        self.armed_at_restore = json.loads(armed.read_text()) if armed.exists() else None
-        if self.on_restore:
-            self.on_restore(self)
-        record.exit_code = 1
-        return ExecResult(argv, 1, "", self.stderr, 0.0, 0.25)
-
-    def restore(self, record: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
-        return self._command(record, ["vllm", "snapshot", "restore", name], env)
-
-    def snapshot(self, record: StepEvidence, action: str, *args: str, **kw: Any) -> ExecResult:
-        return self._command(record, ["vllm", "snapshot", action, kw.get("name", action)], kw.get("env"))
-
-    def command(self, record, argv, timeout_key, env, name):  # type: ignore[no-untyped-def]
-        """The identity kind's launch and recording shell, run for real here: the lane's control directory and
-        work directory are this test's, and ``vllm`` is a stand-in that fails the way a refusing engine does."""
-        self.log.append(("command", argv[:1], dict(env or {})))
-        bin_dir = self.control_host / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        (bin_dir / "vllm").write_text("#!/bin/sh\necho 'snapshot mismatch: environment' >&2\nexit 1\n")
-        (bin_dir / "vllm").chmod(0o755)
-        local = [a.replace(CONTROL, str(self.control_host)).replace(WORK, str(self.work)) for a in argv]
-        full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
-        done = subprocess.run(local, env=full, capture_output=True, text=True, timeout=30)
-        record.exit_code = done.returncode
-        return ExecResult(argv, done.returncode, done.stdout, done.stderr, 0.0, 0.1)
-
-    def cleanup_audit(self, pids: list[int], ports: list[int], grace: float | None = None) -> dict[str, Any]:
-        self.log.append(("audit", ports))
-        return {"ok": True, "ports_open": [], "link_remaps_equal": True}
-
-    def pid_alive(self, pid: int) -> bool:
-        return False
-
-
 @pytest.fixture
-def lane(tmp_path: Path):  # type: ignore[no-untyped-def]
-    run = FakeRun(tmp_path / "control")
-    yield run
-    run.box.close()
+def lane(tmp_path: Path) -> Iterator[FakeLane[FaultState]]:
+    """A fault lane (``tests/support/fake_lane.py``): its box the in-memory one, its faulted command's result chosen
+    by the test (``on_restore``), its control directory a real one of this test's."""
+    fake = fault_lane(tmp_path / "control")
+    yield fake
+    fake.box.remove()
 
 
 def _rec() -> StepEvidence:
@@ -366,10 +210,14 @@ def _rec() -> StepEvidence:
 
 
 def _run(
-    lane: FakeRun, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue | None = None, judged: bool = True
+    lane: FakeLane[FaultState],
+    fault: Fault,
+    rec: StepEvidence,
+    catalogue: FaultCatalogue | None = None,
+    judged: bool = True,
 ) -> Observation:
     catalogue = catalogue or FaultCatalogue.builtin()
-    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault), judged)  # type: ignore[arg-type]
+    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault), judged)
 
 
 class Recording(faults.Injector):
@@ -440,14 +288,14 @@ def test_the_documented_conftest_example_works(lane, touch_fails):
     conftest["pytest_vsnap_add_faults"](catalogue=catalogue)
     fault = next(f for f in catalogue.faults if f.id == "lock-held")
     assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)], catalogue.ids)
-    lane.box.fail_touch = touch_fails
-    lane.on_restore = lambda lane: lane.log.append(("lock at restore", set(lane.box.files)))
+    lock = "/vsnap/work/artifact/restore.lock"
+    lane.box.fail_writes = touch_fails
+    lane.on_restore = lambda lane: lane.log.append(("lock at restore", lane.box.exists(lock)))
     rec = _rec()
     obs = _run(lane, fault, rec, catalogue)
-    lock = "/vsnap/work/artifact/restore.lock"
     assert obs.fired is not touch_fails and rec.results["injected"] == {"lock": not touch_fails}
-    assert ("lock at restore", set() if touch_fails else {lock}) in lane.log
-    assert lock not in lane.box.files, "released after the action"
+    assert ("lock at restore", not touch_fails) in lane.log
+    assert not lane.box.exists(lock), "released after the action"
     problems = faults.judge(fault, fault.expect("base"), obs, rec.results, catalogue.injector_for(fault))
     if touch_fails:
         assert problems == [
@@ -460,7 +308,7 @@ def test_the_documented_conftest_example_works(lane, touch_fails):
 
 
 def test_a_hook_fault_is_armed_at_its_point_during_the_restore_and_disarmed_after(lane):
-    def hook_fires(run: FakeRun) -> None:
+    def hook_fires(run: FakeLane[FaultState]) -> None:
         (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
 
     lane.on_restore = hook_fires
@@ -502,8 +350,8 @@ def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch
     assert obs.fired and obs.exit_code == 1 and "snapshot mismatch" in obs.stderr_tail
     # a restore path that drops the drift (the variable never reached the process) did not fire, whatever the
     # engine printed
-    real = lane.command
-    monkeypatch.setattr(lane, "command", lambda rec, argv, key, env, name: real(rec, argv[2:], key, env, name))
+    real = lane.cli.command
+    monkeypatch.setattr(lane.cli, "command", lambda rec, argv, key, env, name: real(rec, argv[2:], key, env, name))
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
     assert rec.results["injected"]["held"] is False and not obs.fired
@@ -535,7 +383,7 @@ def test_a_drift_asked_about_is_prepared_once_for_its_first_attempt(lane, monkey
 
 
 def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
-    def hook_fires(run: FakeRun) -> None:
+    def hook_fires(run: FakeLane[FaultState]) -> None:
         (run.control_host / "faults" / "fired-sleep-raise-7.json").write_text("{}")
 
     lane.on_restore = hook_fires
@@ -580,7 +428,7 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
 
     monkeypatch.setattr(lane.box, "signal", signal)
 
-    def restore_until_signalled(run: FakeRun) -> None:
+    def restore_until_signalled(run: FakeLane[FaultState]) -> None:
         listing[:] = [wrapper, restore]
         (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
         assert signalled.wait(10), "the restore was never signalled"
@@ -598,22 +446,24 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
     """Our own blocker is killed after the audit and the port is free again before the follow-up restore binds
     it (seen in .ci/run: "address already in use" on a follow-up); ``killed_by_harness`` names the engine's
     leftovers only, never the harness's own helpers."""
-    blocker = 2**22 + 7
     box = lane.box
-    real_hold = box.hold_port
-    monkeypatch.setattr(box, "hold_port", lambda port, log: blocker if real_hold(port, log) else 0)
-    monkeypatch.setattr(
-        box,
-        "processes",
-        lambda: [{"pid": blocker, "args": "python3 -c blocker"}] if box.listeners and not closing else [],
-    )
-    real_signal = box.signal
     closing: list[socket.socket] = []
+    real_signal = box.signal
 
     def signal(pids: list[int], signame: str, *, strict: bool = False) -> bool:
-        if signame == "KILL" and blocker in pids:
-            closing.extend(box.listeners)  # gone from the process listing at once; its socket closes later
-            threading.Timer(0.5, lambda: [sock.close() for sock in closing]).start()
+        held = [pid for pid in pids if pid in box.blockers]
+        if signame == "KILL" and held:
+            for pid in held:  # gone from the process listing at once; its socket closes later
+                box.rows.pop(pid, None)
+                closing.append(box.blockers[pid])
+
+                def close(pid: int = pid, sock: socket.socket = box.blockers[pid]) -> None:
+                    with box.lock:
+                        box.blockers.pop(pid, None)
+                        sock.close()
+
+                threading.Timer(0.5, close).start()
+            pids = [pid for pid in pids if pid not in held]
         return real_signal(pids, signame, strict=strict)
 
     monkeypatch.setattr(box, "signal", signal)
@@ -625,7 +475,7 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
         return real_exec(argv, timeout, **kw)
 
     monkeypatch.setattr(box, "exec", exec_)
-    lane.config.cleanup_grace = 2.0
+    lane.configure(cleanup_grace=2.0)
     rec = _rec()
     _run(lane, FAULTS_BY_ID["port-in-use"], rec)
     assert free_at_followup and all(free_at_followup), "the follow-up restore met the blocker's port"
@@ -651,7 +501,7 @@ def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_ju
         return real_signal(pids, signame, strict=strict)
 
     monkeypatch.setattr(lane.box, "signal", signal)
-    lane.config.cleanup_grace = 1.0
+    lane.configure(cleanup_grace=1.0)
     rec = _rec()
     _run(lane, FAULTS_BY_ID["wake-raise"], rec, judged=judged)
     audit = rec.results["cleanup"]
@@ -665,7 +515,7 @@ def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):
     """``results.phases``: the harness's own time is read from the run's evidence (``bench/run_figures.py``)."""
     slow = 0.2
 
-    def slow_restore(run: FakeRun) -> None:
+    def slow_restore(run: FakeLane[FaultState]) -> None:
         time.sleep(slow)
 
     lane.on_restore = slow_restore
@@ -719,26 +569,36 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
     assert found["idle_s"] == 1.5 and found["harness_by_step"]["restore-1"]["idle_s"] == 1.5
 
 
-def _kept(digest: str) -> Any:
-    """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them."""
-    return SimpleNamespace(pristine_digest=digest, reset=lambda box: None, last_reset="0 entries put back or removed")
+def _kept(lane: FakeLane[FaultState], pristine: str) -> Any:
+    """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them: the
+    pristine copy's digest, and a digest of the artifact now ("same"), recorded in the lane's log."""
+
+    def digest(box: object) -> str:
+        lane.log.append("digest")
+        return "same"
+
+    return SimpleNamespace(
+        artifact=ARTIFACT, pristine_digest=pristine, digest=digest, reset=lambda box: None,
+        last_reset="0 entries put back or removed",
+    )  # fmt: skip
 
 
 def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection_changes_the_artifact(lane):
     """Hashing the artifact is the costliest probe on real vLLM (2.4 GB): the reset puts the pristine copy back, so
     its digest, taken once, stands for the artifact before a fault whose injection leaves it alone."""
-    lane.state.artifact_files = _kept("same")
+    lane.state.artifact_files = _kept(lane, "same")
     _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.count("digest") == 1 and steps.index("command") < steps.index("digest"), steps
     lane.log.clear()
-    lane.state.artifact_files = _kept("other")  # the pristine copy's digest differs from the artifact's now: judged
+    # the pristine copy's digest differs from the artifact's now: judged
+    lane.state.artifact_files = _kept(lane, "other")
     obs = _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     assert obs.artifact_unchanged is False
 
 
 def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(lane, monkeypatch):
-    lane.state.artifact_files = _kept("same")
+    lane.state.artifact_files = _kept(lane, "same")
     monkeypatch.setattr(INJECTORS["image"], "begin", lambda at: at.lane.log.append("corrupted"))
     _run(lane, FAULTS_BY_ID["image-truncated"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
@@ -800,7 +660,7 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
 
     monkeypatch.setattr(lane.box, "signal", signal)
 
-    def restore_listed_late(run: FakeRun) -> None:
+    def restore_listed_late(run: FakeLane[FaultState]) -> None:
         time.sleep(0.3)  # the draw (at most 0.05 s) is long past
         listing[:] = [wrapper, restore]
         deadline = time.monotonic() + 5
@@ -810,7 +670,7 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
 
     lane.on_restore = restore_listed_late
     lane.state.timings["restore"] = 0.05
-    lane.config.kill_seed = 5
+    lane.configure(kill_seed=5)
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["kill-restore"], rec)
     injected = rec.results["injected"]
@@ -834,8 +694,8 @@ def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vll
         "processes",
         lambda: [{"pid": lingering, "ppid": 1, "sid": lingering, "args": "python3 dying"}] if started else [],
     )
-    lane.config.cleanup_grace = 0.5
-    lane.config.kill_seed = 1
+    lane.configure(cleanup_grace=0.5)
+    lane.configure(kill_seed=1)
     lane.state.timings["restore"] = 0.01
     rec = _rec()
     _run(lane, FAULTS_BY_ID["kill-restore"], rec, judged=False)
@@ -847,7 +707,7 @@ def test_a_kills_draw_is_the_steps_attempt_so_the_same_fault_replays_the_same_mo
     """Issue 29: the draw is seeded by the seed, lane, fault and the step's attempt (the retry after an
     ineffective first is attempt 2), never by how often the injector has run before: a fault run again replays."""
     lane.state.timings["restore"] = 0.05
-    lane.config.kill_seed = 9
+    lane.configure(kill_seed=9)
     injector = FaultCatalogue.builtin().injector_for(FAULTS_BY_ID["kill-restore"])
     drawn = []
     for attempt in (1, 1, 2):

@@ -4,6 +4,7 @@ and what the judge says of the artifact and the sweep. The kind's run against th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from vsnap_qual.faults import BUILTIN_FAULTS as FAULTS
 from vsnap_qual.faults import BUILTIN_INJECTORS, FAULTS_BY_ID, FaultCatalogue, Observation, parked
 from vsnap_qual.faults.kinds import kill as kills
 from vsnap_qual.faults.kinds.kill import KillParams
+from vsnap_qual.model import KilledCanaries
 from vsnap_qual.report import chaos
 
 
@@ -37,9 +39,9 @@ def test_a_draw_replays_from_its_seed_lane_fault_and_attempt():
 
 
 def test_a_kill_is_drawn_over_the_shortest_duration_the_command_took_in_the_lane():
-    from vsnap_qual.steps import LaneState
+    from vsnap_qual.lane.state import FaultState
 
-    state = LaneState()
+    state = FaultState()
     for seconds in (0.62, 0.5504, 0.71):
         state.timed("restore", seconds)
     state.timed("create", 3.0)
@@ -250,34 +252,34 @@ def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_serve
         assert ("completed" in at.injected) is left
 
 
-def _lane_answering(answers: list[Any], ordinary: list[Any] | None) -> Any:
-    from types import SimpleNamespace
+def _asked(tmp_path: Path, answers: list[Any], ordinary: list[Any] | None) -> KilledCanaries:
+    """What ``ask_canaries`` says of a fake fault lane whose server answers ``answers``, compared with the ordinary
+    engine's ``ordinary`` answers (None: no ordinary reference)."""
+    from tests.support.fake_lane import fault_lane
+    from vsnap_qual.lane.state import OrdinaryReference
 
-    from vsnap_qual.steps import LaneState, OrdinaryReference
-
-    oracle = {"oracle_token_ids": [5], "oracle_text": " a", "oracle_sampled_token_logprob": -0.5}
-    state = LaneState(manifest=oracle)
-    if ordinary is not None:
-        state.ordinary = OrdinaryReference([c.as_dict() for c in ordinary], {}, None)
-
-    def canaries(port: int) -> list[Any]:
-        return answers
-
-    return SimpleNamespace(state=state, canaries=canaries, config=SimpleNamespace(logprob_tolerance=0.01))
+    lane = fault_lane(tmp_path / f"lane-{len(list(tmp_path.iterdir()))}" / "control")
+    lane.state.manifest = {"oracle_token_ids": [5], "oracle_text": " a", "oracle_sampled_token_logprob": -0.5}
+    lane.configure(logprob_tolerance=0.01)
+    lane.canary_answers = answers
+    reference = None if ordinary is None else OrdinaryReference([c.as_dict() for c in ordinary], {}, None)
+    return kills.ask_canaries(lane, 1, reference)
 
 
-def test_a_restored_killed_create_is_asked_the_lanes_canaries_and_each_compared_with_the_ordinary_engine():
+def test_a_restored_killed_create_is_asked_the_lanes_canaries_and_each_compared_with_the_ordinary_engine(
+    tmp_path: Path,
+) -> None:
     from vsnap_qual.contract import VLLM_CANARY_PROMPT
     from vsnap_qual.engine.client import CanaryOutput
 
     first = CanaryOutput(VLLM_CANARY_PROMPT, [5], " a", -0.5)
     second = CanaryOutput("p", [1, 2], " b c", -0.1, [-0.1, -0.2])
-    assert kills.ask_canaries(_lane_answering([first, second], [first, second]), 1)["ok"] is True
+    assert _asked(tmp_path, [first, second], [first, second])["ok"] is True
     wrong = CanaryOutput("p", [1, 3], " b d", -0.1, [-0.1, -0.2])
-    said = kills.ask_canaries(_lane_answering([first, wrong], [first, second]), 1)
+    said = _asked(tmp_path, [first, wrong], [first, second])
     assert said["ok"] is False and [c["ok"] for c in said["compared"]] == [True, False]
-    assert kills.ask_canaries(_lane_answering([first], [first, second]), 1)["ok"] is False  # an answer missing
+    assert _asked(tmp_path, [first], [first, second])["ok"] is False  # an answer missing
     # no ordinary reference in the lane: vLLM's canary against the fault artifact's oracle
-    alone = kills.ask_canaries(_lane_answering([first, wrong], None), 1)
+    alone = _asked(tmp_path, [first, wrong], None)
     assert alone["ok"] is True and alone["against"] == "the fault artifact's oracle"
-    assert kills.ask_canaries(_lane_answering([wrong], None), 1)["ok"] is False
+    assert _asked(tmp_path, [wrong], None)["ok"] is False

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from vsnap_qual import procedure
-from vsnap_qual.config import Lane
+from vsnap_qual.config import LaneSpec
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.recorder import StepRecorder
 from vsnap_qual.vllm_words import StepFailed
 
 
 def _recorder(tmp_path: Path) -> StepRecorder:
-    lane = Lane(runner="v1", arm="head", image="img", expect="head", overlaid=False)
-    return StepRecorder(lane=lane, store=EvidenceStore(tmp_path))
+    spec = LaneSpec(runner="v1", arm="head", image="img", expect="head", overlaid=False)
+    return StepRecorder(spec=spec, store=EvidenceStore(tmp_path))
 
 
 def _fail(recorder: StepRecorder, step: str, delivered: bool) -> None:

@@ -117,10 +117,10 @@ def lane_expectation(lane: FaultLane) -> tuple[Behaviour, str]:
     they name one, else (``auto``) what the lane's installed snapshot package implements, probed in the lane
     (with its overlay) by a plain interpreter before the lane's first engine command. Probed once per lane."""
     if lane.state.expectation is None:
-        option = "--vsnap-expect" if lane.lane.arm == "head" else "--vsnap-base-expect"
-        if lane.lane.expect == "head":
+        option = "--vsnap-expect" if lane.spec.arm == "head" else "--vsnap-base-expect"
+        if lane.spec.expect == "head":
             lane.state.expectation = ("head", f"{option}=head")
-        elif lane.lane.expect == "base":
+        elif lane.spec.expect == "base":
             lane.state.expectation = ("base", f"{option}=base")
         else:
             probe = lane.box.exec(["python3", "-c", package_probe.SCRIPT], lane.config.timeouts["exec"])

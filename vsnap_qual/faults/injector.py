@@ -90,7 +90,7 @@ class Injector:
         """The faulted action: ``vllm snapshot restore``, with a connect poll from here and a listener scan in
         the box watching its port (whether HTTP was bound during the failed restore)."""
         self.at_restore_start(at)
-        host, reach = at.lane.endpoint(at.port)
+        host, reach = at.lane.box.endpoint(at.port)
         with client.ListenerWatch(reach, host) as watch, ListenerScan(at.lane, at.port) as scan:
             at.ignore.add(scan.pid or 0)
             with self.restoring(at):
@@ -114,7 +114,7 @@ class Injector:
 
     def restore(self, at: Attempt) -> ExecResult:
         """The faulted ``vllm snapshot restore`` of the fault artifact, with the injection's environment."""
-        return at.lane.restore(at.rec, at.port, name="restore-faulted", env=at.env)
+        return at.lane.cli.restore_at(at.rec, at.port, name="restore-faulted", env=at.env)
 
     def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
         """What else is wrong with this kind's outcome (judged after the stderr message, before cleanup)."""

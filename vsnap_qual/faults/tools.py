@@ -10,16 +10,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from vsnap_qual import artifact_deps, vllm_words
-from vsnap_qual.artifact_files import ArtifactFiles, ArtifactFilesError
+from vsnap_qual import vllm_words
 from vsnap_qual.box import Box, ControlDir, ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
 from vsnap_qual.faults.lane import FaultLane
+from vsnap_qual.lane import artifact_deps
+from vsnap_qual.lane.artifact_files import ArtifactFiles, ArtifactFilesError
+from vsnap_qual.lane.snapshot_cli import shm_left_by_create
 from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import shm_left_by_create
 from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
 
 BACKUP = f"{WORK}/artifact.pristine"
@@ -47,19 +48,19 @@ def make_artifact(lane: FaultLane, rec: StepEvidence, name: str) -> None:
     box.remove_path(ARTIFACT)
     box.remove_path(BACKUP)
     env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{lane.config.fault_timeout:g}"}
-    shm_before = lane.shm_names()
-    result = lane.snapshot(rec, "create", *lane.create_argv(), timeout_key="create", env=env, name=name)
+    shm_before = lane.cli.shm_names()
+    result = lane.cli.snapshot(rec, "create", *lane.cli.create_argv(), timeout_key="create", env=env, name=name)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
-        skip_if_limitation(reason, cpu_smoke=lane.config.cpu_smoke, variant=lane.lane.variant)
+        skip_if_limitation(reason, cpu_smoke=lane.config.cpu_smoke, variant=lane.spec.variant)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     lane.state.timed("create", result.seconds)
     lane.state.manifest = json.loads(box.read_text(f"{ARTIFACT}/manifest.json"))
     lane.state.captured_tids = thread_ids(box)
     lane.state.outside_files = artifact_deps.outside_files(box)
     lane.state.shm_owned.update(lane.state.outside_files)
-    shm_left_by_create(lane, shm_before, rec, judged=False)  # recorded, and removed with the lane
-    lane.claim_made_remaps("fault-artifact")
+    shm_left_by_create(lane.cli, lane.state, shm_before, rec, judged=False)  # recorded, and removed with the lane
+    lane.cli.claim_made_remaps("fault-artifact")
     try:
         box.copy_tree(ARTIFACT, BACKUP)
     except RuntimeFailure as exc:
@@ -120,6 +121,19 @@ def reset_artifact(lane: FaultLane) -> None:
         lane.box.copy_tree(BACKUP, ARTIFACT, replace=True)
     except RuntimeFailure as exc:
         check(False, f"cannot reset the artifact: {exc}")
+
+
+def artifact_digest(lane: FaultLane) -> str:
+    """A digest over the fault artifact's files (path, mode, content): from its kept hashes where the lane keeps
+    them (only the changed files read, :mod:`vsnap_qual.lane.artifact_files`), else the whole tree's; one the box
+    cannot read differs from every digest."""
+    files = lane.state.artifact_files
+    if files is not None and files.artifact == ARTIFACT:
+        try:
+            return files.digest(lane.box)
+        except ArtifactFilesError as exc:
+            return f"unreadable: {exc}"
+    return lane.box.digest_tree(ARTIFACT)
 
 
 # ---- the probe's records and the listener watch -----------------------------------------------------------
@@ -255,7 +269,7 @@ def wait_ids_free(box: Box, ids: set[int], limit: float) -> CapturedIdWait:
 def wait_engine_gone(lane: FaultLane, ids: set[int], limit: float) -> CapturedIdWait:
     """:func:`wait_ids_free` where the IDs are held by the engine's own tree going away (stopped or killed a
     moment ago, its GPU context tearing down): that teardown is the engine's time, as a stop's wait for its
-    processes is (``LaneTools.stop``); only the looks' overrun past it is the harness's."""
+    processes is (``Servers.stop``); only the looks' overrun past it is the harness's."""
     waited = wait_ids_free(lane.box, ids, limit)
     lane.recorder.engine_time += waited.get("held_s", 0.0)
     return waited

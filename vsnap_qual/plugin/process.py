@@ -20,11 +20,10 @@ from vsnap_qual.clock import utc_now
 from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
-from vsnap_qual.lane import LaneRun
+from vsnap_qual.lane import LaneRun, Peers
 from vsnap_qual.plugin.items import item_lane_step, item_step
 from vsnap_qual.preflight_result import PreflightResult
 from vsnap_qual.redact import Redactor
-from vsnap_qual.steps import OrdinaryReference
 
 log = progress.log  # logger "vsnap_qual": the harness's own messages
 PREFLIGHT_FILE = "preflight.json"
@@ -45,8 +44,7 @@ class VsnapProcess:
         self.store = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()), deferred=True)
         self.preflight: PreflightResult | None = None  # what preflight learned (pytest_sessionstart)
         self.session_record: model.SessionRecord | None = None  # written first when the run starts
-        self.peers: dict[str, OrdinaryReference] = {}  # lane name -> ordinary reference, within this process
-        self.unit_peers: dict[str, dict[str, model.UnitOutcome]] = {}  # lane name -> unit outcomes, ditto
+        self.peers = Peers()  # what this process's lanes hand each other (both arms of a runner run here)
         self.deselected: list[pytest.Item] = []  # what the user's selection left out (pytest_deselected)
 
     def hold_session(self, result: PreflightResult, record: model.SessionRecord) -> None:

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from vsnap_qual import checks
-from vsnap_qual.audit import port_listening
 from vsnap_qual.box import ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
 from vsnap_qual.engine import client
@@ -45,6 +44,8 @@ from vsnap_qual.faults.tools import (
     settle,
     wait_engine_gone,
 )
+from vsnap_qual.lane.audit import port_listening
+from vsnap_qual.lane.state import OrdinaryReference
 from vsnap_qual.model import KilledArtifact, KilledCanaries, KillInjected
 from vsnap_qual.procedure import ANY, Expect, Fault, FaultParams
 from vsnap_qual.vllm_words import vllm_reason
@@ -178,6 +179,8 @@ def judge_killed_create(lane: FaultLane) -> KilledArtifact:
             out.update(KilledArtifact(outcome="refused by restore", message=said))
         else:
             out["outcome"] = "restored"
+            # against the fault artifact's oracle: a fault lane's own state has never held the ordinary
+            # reference (that is the lifecycle lane's, in ``lane.peers``)
             out["canaries"] = ask_canaries(lane, port)
         stop_restored(lane, baseline, captured)
         return out
@@ -195,11 +198,10 @@ def what_is_left(lane: FaultLane, limit: int = 40) -> list[str]:
     return [".", *(f"./{e.path}" for e in entries)][:limit]
 
 
-def ask_canaries(lane: FaultLane, port: int) -> KilledCanaries:
-    """The lane's canaries (``FaultLane.canaries``) asked of a server restored from a killed create's artifact,
-    each compared with the ordinary engine's answer; where this run has no ordinary reference in the lane (the
-    faults run alone), vLLM's canary (the first) compared with the fault artifact's oracle (same engine, model)."""
-    ordinary = lane.state.ordinary
+def ask_canaries(lane: FaultLane, port: int, ordinary: OrdinaryReference | None = None) -> KilledCanaries:
+    """The lane's canaries (``EngineApi.canaries``) asked of a server restored from a killed create's artifact,
+    each compared with ``ordinary``'s answer; without one, vLLM's canary (the first) compared with the fault
+    artifact's oracle (same engine, model)."""
     manifest = lane.state.manifest
     if ordinary is not None:
         wanted = [CanaryOutput.of(c) for c in ordinary.canary]
@@ -213,7 +215,7 @@ def ask_canaries(lane: FaultLane, port: int) -> KilledCanaries:
             )
         ]
     try:
-        got = lane.canaries(port)
+        got = lane.api.canaries(port)
     except (client.EngineError, OSError) as exc:
         return KilledCanaries(ok=False, error=f"{type(exc).__name__}: {exc}", compared=[])
     tolerance = lane.config.logprob_tolerance
@@ -270,7 +272,7 @@ class KillInjector(Injector):
         if duration is None:
             raise RuntimeError(f"no unfaulted {command} of this lane was timed before {fault.id}")
         seed, attempt = lane.config.kill_seed, at.number
-        offset, fraction = draw(seed, lane.lane.name, fault.id, attempt, duration)
+        offset, fraction = draw(seed, lane.spec.name, fault.id, attempt, duration)
         cast(KillInjected, at.injected).update(
             {
                 "seed": seed,
@@ -298,10 +300,10 @@ class KillInjector(Injector):
             result = super().act(at)  # the faulted restore, watched for HTTP; the killer runs around it
         else:
             with self.restoring(at):
-                result = at.lane.snapshot(
+                result = at.lane.cli.snapshot(
                     at.rec,
                     "create",
-                    *at.lane.create_argv(KILLED_CREATE),
+                    *at.lane.cli.create_argv(KILLED_CREATE),
                     timeout_key="create",
                     name="create-killed",
                 )
