@@ -242,9 +242,9 @@ def _unreadable(box: EngineContainer) -> set[int]:
 
 
 def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_unheld(box: EngineContainer) -> None:
-    """The probe behind the create's /dev/shm check (steps.shm_left_by_create) against real /proc: a file kept
-    open, one only mapped (its fd closed, as a semaphore is), one nobody holds; a name that only starts like a held
-    one is not held by it."""
+    """The probe behind the create's /dev/shm check (lane.snapshot_cli.shm_left_by_create) against real /proc: a
+    file kept open, one only mapped (its fd closed, as a semaphore is), one nobody holds; a name that only starts like
+    a held one is not held by it."""
     tag = f"vsnap-test-{os.getpid()}"
     names = {k: f"{tag}-{k}" for k in ("open", "mapped", "unheld")}
     names["prefix"] = names["mapped"][:-1]  # "…-mappe": a held name's prefix, a file of its own

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -26,14 +26,20 @@ from vsnap_qual.engine import adapters
 from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.lane.environment import lane_environment
 from vsnap_qual.lane.state import FaultState
+from vsnap_qual.model import CleanupAudit, Digest, FreshImport, ImportedModule, OverlayFileResult
 from vsnap_qual.vllm_words import StepFailed
 
 REF = CanaryOutput("The capital of France is", [12095], " Paris", -0.42)
-AUDIT_OK = {"pids_gone": True, "ports_closed": True, "gpu_idle": None, "link_remaps_equal": True, "ok": True}
+AUDIT_OK = CleanupAudit(pids_gone=True, ports_closed=True, gpu_idle=None, link_remaps_equal=True, ok=True)
 
 
-def _digests(**shas: str | None) -> dict[str, dict[str, Any]]:
-    return {name: {"sha256": sha, "shape": [2], "dtype": "float16"} for name, sha in shas.items()}
+def _audit(**changes: Any) -> CleanupAudit:
+    """A cleanup audit that found nothing left, but for ``changes``."""
+    return cast(CleanupAudit, {**AUDIT_OK, **changes})
+
+
+def _digests(**shas: str | None) -> dict[str, Digest]:
+    return {name: Digest(sha256=sha, shape=[2], dtype="float16") for name, sha in shas.items()}
 
 
 def test_digest_comparison_never_passes_when_nothing_was_observed() -> None:
@@ -47,15 +53,15 @@ def test_digest_comparison_never_passes_when_nothing_was_observed() -> None:
 
 
 def test_a_changed_buffer_is_named_as_a_buffer_and_fails_the_digests() -> None:
-    reference = {**_digests(w="1"), "rotary.cos_sin_cache": {"sha256": "c", "source": "buffer"}}
-    reference["attn.k_scale"] = {"sha256": "s", "source": "buffer"}
-    zeroed = {**reference, "attn.k_scale": {"sha256": "0", "source": "buffer"}}
+    reference = {**_digests(w="1"), "rotary.cos_sin_cache": Digest(sha256="c", source="buffer")}
+    reference["attn.k_scale"] = Digest(sha256="s", source="buffer")
+    zeroed = {**reference, "attn.k_scale": Digest(sha256="0", source="buffer")}
     compare = checks.compare_digests(reference, zeroed)
     assert not compare["ok"] and compare["changed"] == compare["changed_buffers"] == ["attn.k_scale"]
     assert compare["buffers"] == 2 and compare["unchanged"] == 2 and compare["total"] == 3
     detail = checks.digest_findings(compare)[0].detail
     assert detail.startswith("buffer digests differ") and "buffers changed ['attn.k_scale'] (of 2 buffers)" in detail
-    both = checks.compare_digests(reference, {**zeroed, "w": {"sha256": "2"}})
+    both = checks.compare_digests(reference, {**zeroed, "w": Digest(sha256="2")})
     detail = checks.digest_findings(both)[0].detail
     assert detail.startswith("parameter digests differ") and "changed ['w']" in detail and "buffers changed" in detail
     assert checks.compare_digests(reference, dict(reference))["ok"]
@@ -76,7 +82,7 @@ def test_ordinary_reference_findings() -> None:
     message = checks.failure_message(checks.ordinary_findings(_digests(a=empty, b=None), AUDIT_OK))
     assert message is not None and "digested as empty bytes" in message and "['a']" in message
     assert "all unobservable" in str(checks.failure_message(checks.ordinary_findings(_digests(a=None), AUDIT_OK)))
-    leaked = {**AUDIT_OK, "ok": False, "pids_gone": False, "pids_alive": [7]}
+    leaked = _audit(ok=False, pids_gone=False, pids_alive=[7])
     assert "PIDs alive [7]" in str(checks.failure_message(checks.ordinary_findings(_digests(a="1"), leaked)))
 
 
@@ -139,17 +145,19 @@ def test_restart_and_overlay_findings() -> None:
     assert '-{"a": 1, "b": 2} | +{"b": 2, "a": 1}' in reordered  # the diff itself
     failed = checks.failure_message(checks.restart_findings("c1", "c1", AUDIT_OK, 2, text, "no such artifact"))
     assert failed is not None and "vllm snapshot inspect exited 2: 'no such artifact'" in failed
-    imported = [{"role": "worker", "sha256": "h"}]
+    imported = [ImportedModule(pid=None, role="worker", path=None, sha256="h")]
     assert checks.overlay_file_ok("h", imported, 0, "h")
     assert checks.overlay_file_ok("h", [], 0, "h")  # CLI-only code: the fresh interpreter's import verifies it
     assert not checks.overlay_file_ok("h", [], 0, "other")
-    assert not checks.overlay_file_ok("h", [*imported, {"role": "api_server", "sha256": "old"}], 0, "h")
+    api_server = ImportedModule(pid=None, role="api_server", path=None, sha256="old")
+    assert not checks.overlay_file_ok("h", [*imported, api_server], 0, "h")
     assert not checks.overlay_file_ok("h", imported, 1, None)
-    fresh = {"exit_code": 0, "path": "/o/vllm/x.py", "sha256": "h"}
-    unused = {"relative": "vllm/snapshot/unused_mod.py", "host_sha256": "h", "imported": [], "fresh_import": fresh}
+    fresh = FreshImport(exit_code=0, path="/o/vllm/x.py", sha256="h")
+    unused = OverlayFileResult(relative="vllm/snapshot/unused_mod.py", host_sha256="h", imported=[], fresh_import=fresh)
     (finding,) = checks.overlay_findings([unused])
     assert finding.ok and "overlaid, not imported by the engine" in finding.detail and "{" not in finding.detail
-    elsewhere = {**unused, "imported": [{"pid": 41, "role": "engine_core", "path": "/opt/x.py", "sha256": "old"}]}
+    elsewhere = OverlayFileResult(**unused)
+    elsewhere["imported"] = [ImportedModule(pid=41, role="engine_core", path="/opt/x.py", sha256="old")]
     (finding,) = checks.overlay_findings([elsewhere])
     assert not finding.ok and finding.detail.startswith("overlay not in effect: vllm/snapshot/unused_mod.py")
     assert "{" not in finding.detail and "/opt/x.py" in finding.detail
@@ -178,14 +186,13 @@ def test_multi_token_canaries_report_the_first_diverging_position() -> None:
 
 
 def test_link_remaps_name_the_file_and_the_lane() -> None:
-    audit = {
-        **AUDIT_OK,
-        "ok": False,
-        "link_remaps_equal": False,
-        "lane": "v1-head",
-        "step": "restart",
-        "link_remaps_ours": ["/dev/shm/link_remap.42|2049|7|600|0"],
-    }
+    audit = _audit(
+        ok=False,
+        link_remaps_equal=False,
+        lane="v1-head",
+        step="restart",
+        link_remaps_ours=["/dev/shm/link_remap.42|2049|7|600|0"],
+    )
     text = checks.audit_problems(audit)
     assert text == "link remap left in /dev/shm by lane v1-head (found after restart): /dev/shm/link_remap.42"
 
@@ -238,7 +245,7 @@ def test_gpu_engaged_after_restore_is_judged_only_with_a_gpu() -> None:
     ],
 )
 def test_the_package_probe_tells_the_snapshot_behaviour_from_the_installed_package(
-    tmp_path, files: dict[str, str], behaviour: str
+    tmp_path: Path, files: dict[str, str], behaviour: str
 ) -> None:
     import subprocess
     import sys
@@ -356,7 +363,7 @@ def test_criu_s_words_are_the_same_whether_vllm_logged_them_or_the_log_was_read(
     assert vllm_words.criu_reason(logged) == vllm_words.criu_reason(read) == [read]
 
 
-def test_a_link_remap_is_the_leak_of_the_lane_whose_dump_made_it_whoever_looks_first(tmp_path) -> None:
+def test_a_link_remap_is_the_leak_of_the_lane_whose_dump_made_it_whoever_looks_first(tmp_path: Path) -> None:
     """CRIU names a link remap by its dump's file id (``link_remap.<id>``), not by a PID: the artifact whose images
     list it is the dump that made it. With a shared /dev/shm, lane v2-head's audit sees v1-head's remap first: it
     is v1-head's, made by its create, and v2-head's own new entry stays v2-head's."""
@@ -370,14 +377,14 @@ def test_a_link_remap_is_the_leak_of_the_lane_whose_dump_made_it_whoever_looks_f
     v2 = audit.AuditScope(lane="v2-head", grace=0.0, gpus=False, claims=tmp_path)
     audit.claim_made_remaps(v1, ["/dev/shm/link_remap.5"], "create")
     listing = audit.link_remaps([made, unmade])
-    seen_by_v2 = audit.attribute_link_remaps(box, v2, listing)  # type: ignore[arg-type]
+    seen_by_v2 = audit.attribute_link_remaps(box, v2, listing)
     assert seen_by_v2["link_remaps_others"] == {"v1-head": [made.line]}
     assert seen_by_v2["link_remaps_ours"] == [unmade.line]  # no artifact names it: first seen, by v2-head
     assert seen_by_v2["link_remaps_made_by"] == {made.line: "v1-head create"}
-    seen_by_v1 = audit.attribute_link_remaps(box, v1, listing)  # type: ignore[arg-type]
+    seen_by_v1 = audit.attribute_link_remaps(box, v1, listing)
     assert seen_by_v1["link_remaps_ours"] == [made.line]
     assert seen_by_v1["link_remaps_others"] == {"v2-head": [unmade.line]}
-    text = checks.audit_problems({**AUDIT_OK, "ok": False, "lane": "v1-head", "step": "restart", **seen_by_v1})
+    text = checks.audit_problems(_audit(**{"ok": False, "lane": "v1-head", "step": "restart", **seen_by_v1}))
     assert text == (
         "link remap left in /dev/shm by lane v1-head (found after restart): "
         "/dev/shm/link_remap.5 (made by the dump of v1-head's create)"

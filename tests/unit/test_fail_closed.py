@@ -31,7 +31,7 @@ class _Top:
 
 def test_a_process_listing_docker_refuses_raises_instead_of_returning_nothing() -> None:
     spec = BoxSpec(name="vsnap-lane", engine="x", image_id="x", labels={}, environment={})
-    box = EngineContainer(None, _Top(), spec, Path("/nonexistent"))  # type: ignore[arg-type]
+    box = EngineContainer(None, _Top(), spec, Path("/nonexistent"))
     with pytest.raises(RuntimeFailure, match="cannot list the processes of vsnap-lane: 500 Server Error"):
         box.processes()
 

@@ -22,7 +22,7 @@ def _row(pid: int, ppid: int, sid: int, args: str) -> ProcessRow:
     return {"pid": pid, "ppid": ppid, "sid": sid, "stat": "S", "args": args}
 
 
-def test_a_draw_replays_from_its_seed_lane_fault_and_attempt():
+def test_a_draw_replays_from_its_seed_lane_fault_and_attempt() -> None:
     first = kills.draw(7, "v1/head", "kill-create", 1, 10.0)
     assert kills.draw(7, "v1/head", "kill-create", 1, 10.0) == first  # the same four: the same moment
     others = {
@@ -38,7 +38,7 @@ def test_a_draw_replays_from_its_seed_lane_fault_and_attempt():
     assert min(f for _, f in offsets) < 0.1 and max(f for _, f in offsets) > 0.9  # over the whole span
 
 
-def test_a_kill_is_drawn_over_the_shortest_duration_the_command_took_in_the_lane():
+def test_a_kill_is_drawn_over_the_shortest_duration_the_command_took_in_the_lane() -> None:
     from vsnap_qual.lane.state import FaultState
 
     state = FaultState()
@@ -59,14 +59,14 @@ PROCS = [
 ]  # fmt: skip
 
 
-def test_the_signal_goes_to_the_commands_whole_tree_never_to_the_harness_wrapper_or_another_target():
+def test_the_signal_goes_to_the_commands_whole_tree_never_to_the_harness_wrapper_or_another_target() -> None:
     root, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
     assert root == 201
     assert sorted(p["pid"] for p in tree) == [201, 202, 203]  # descendants and session, wrapper (200) left out
     assert kills.command_tree(PROCS, "create", "/vsnap/work/artifact") == (None, [])
 
 
-def test_a_session_the_command_only_joined_is_not_its_tree():
+def test_a_session_the_command_only_joined_is_not_its_tree() -> None:
     """The host runtime runs every command of a lane in the session of its namespace holder: a kill of that
     session took the lane down (the first H200 chaos run: "its namespace holder is gone"). Only the command's
     descendants are its tree there."""
@@ -85,7 +85,7 @@ def test_a_session_the_command_only_joined_is_not_its_tree():
     assert root == 13 and sorted(p["pid"] for p in tree) == [13, 14, 15]
 
 
-def test_the_phase_reached_is_read_from_the_process_names():
+def test_the_phase_reached_is_read_from_the_process_names() -> None:
     _, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
     assert kills.phase_reached("restore", tree, captured_alive=True) == "criu restore"
     assert parked.criu_action("/usr/sbin/criu dump -t 5 -D x") == "dump"
@@ -111,7 +111,9 @@ def test_the_phase_reached_is_read_from_the_process_names():
         ),
     ],
 )
-def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_the_ordinary_engine(killed, problem):
+def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_the_ordinary_engine(
+    killed: dict[str, Any], problem: str | None
+) -> None:
     said = kills.killed_artifact_problems(killed)
     assert (said == []) if problem is None else (len(said) == 1 and problem in said[0]), said
 
@@ -120,7 +122,7 @@ def _judged(results: dict[str, Any]) -> list[str]:
     return BUILTIN_INJECTORS["kill"].problems(Observation(exit_code=137), results)
 
 
-def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did():
+def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did() -> None:
     clean = {"cleanup": {"after_sweep": {"ok": True}}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
     assert _judged(clean) == []
     leaked = {**clean, "cleanup": {"after_sweep": {"ok": False, "pids_alive": [9], "gpu_idle": False}}}
@@ -140,7 +142,7 @@ def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_di
     assert len(said) == 1 and "was never tried" in said[0] and taken in said[0], said
 
 
-def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id():
+def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id() -> None:
     catalogue = FaultCatalogue.builtin()
     catalogue.repeat_kills(3)
     kinds = [f for f in catalogue.faults if f.kind == "kill"]
@@ -154,7 +156,7 @@ def _step(name: str, outcome: str, injected: dict[str, Any], **results: Any) -> 
     return {"lane": "v1-head", "step": name, "outcome": outcome, "results": {"injected": injected, **results}}
 
 
-def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
+def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure() -> None:
     base = {"seed": 11, "command": "create", "signal": "SIGKILL", "offset_s": 1.0, "attempt": 1}
     ok_sweep = {"after_sweep": {"ok": True}}
     run = {
@@ -184,7 +186,7 @@ def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
     assert "; left: parked 1" in text
 
 
-def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_restore():
+def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_restore() -> None:
     """The first H200 chaos run: SIGTERM to the restore's tree while CRIU restored left the restored engine core
     stopped, holding GPU memory, in 9 of 18; vLLM never signals a PID it has not pinned (its contract), so there is
     no cleanup of vLLM's to judge there: what was left is recorded, the harness's sweep is judged."""
@@ -225,7 +227,7 @@ def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_resto
     assert len(said) == 1 and said[0].startswith("cleanup incomplete"), said
 
 
-def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_server_by_design():
+def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_server_by_design() -> None:
     """The CPU chaos run: SIGTERM near the end of a restore killed the controller after it had completed (exit
     143, no error path of vLLM's ran) and the restored server, serving, was judged a leftover. A server that
     serves on the port after an exit by the signal itself (or 0) runs by design: the harness stops it first."""
@@ -238,7 +240,8 @@ def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_serve
         fault = SimpleNamespace(id="f", kind="kill", params=KillParams(command, signal.removeprefix("SIG")))
         return SimpleNamespace(lane=SimpleNamespace(box=box), port=8000, fault=fault, injected={"signal": signal})
 
-    serving, silent = {8000}, set()
+    serving: set[int] = {8000}
+    silent: set[int] = set()
     for signal, command, code, ports, left in (
         ("SIGTERM", "restore", 143, serving, True),
         ("SIGKILL", "restore", 137, serving, True),

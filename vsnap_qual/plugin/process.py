@@ -115,11 +115,11 @@ class VsnapProcess:
             progress.mark_report(report, found[0].name, found[1])
         if report.failed and call.when == "call":
             for name in ("vsnap_lane_run", "vsnap_fault_lane"):
-                run = getattr(item, "funcargs", {}).get(name)
-                if isinstance(run, LaneRun) and run.recorder.last_logs:
-                    for path in run.recorder.last_logs[-2:]:
+                lane = getattr(item, "funcargs", {}).get(name)
+                if isinstance(lane, LaneRun) and lane.recorder.last_logs:
+                    for path in lane.recorder.last_logs[-2:]:
                         try:
-                            text = (run.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
+                            text = (lane.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
                         except OSError:
                             continue
                         report.sections.append((f"vsnap log {path}", text))
