@@ -17,6 +17,7 @@ from vsnap_qual.config import Variant
 from vsnap_qual.engine import shapes
 from vsnap_qual.lane.audit import ServerHandle
 from vsnap_qual.lane.protocols import RestoreRun
+from vsnap_qual.lane.servers import ServeFailed
 from vsnap_qual.lane.snapshot_cli import shm_kinds, shm_left_by_create, unread_words
 from vsnap_qual.lane.state import LifecycleState
 from vsnap_qual.model import CleanupAudit
@@ -496,3 +497,18 @@ def test_the_fault_lanes_own_create_records_what_it_left_and_removes_it_without_
     said = rec.results["shm_left_not_judged"]
     assert said["files"] == ["/dev/shm/sem.mp-x2"] and "fault lane" in said["why"]
     assert lane.state.shm_owned == {"/dev/shm/sem.mp-x2"} and "shm_left" not in rec.results
+
+
+def test_an_ordinary_server_that_never_became_ready_stays_the_lanes_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vllm serve`` that never answered ``/health`` fails the step; its server (started, perhaps still running) is
+    the lane's server for the steps after it, as a restored one is, until one stops it."""
+    lane = lifecycle_lane()
+    handle = ServerHandle(port=8000, root_pid=10)
+
+    def never_ready(rec: StepEvidence) -> ServerHandle:
+        raise ServeFailed("vllm serve did not answer /health within 1 s", handle)
+
+    monkeypatch.setattr(lane.servers, "serve", never_ready)
+    with pytest.raises(StepFailed, match="did not answer /health"):
+        steps.ordinary_reference(lane, _rec())
+    assert lane.state.server is handle
