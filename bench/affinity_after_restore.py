@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_reference import all_caps_flags, docker, free_port, wait_health  # noqa: E402
 from decode_under_load import _sample as box_sample  # noqa: E402
 
-from vsnap_qual import decode_speed, engine  # noqa: E402
 from vsnap_qual.contract import VLLM_CANARY_PROMPT  # noqa: E402
+from vsnap_qual.engine import client, decode_speed  # noqa: E402
 from vsnap_qual.model import DecodeSpeed  # noqa: E402
 
 MODEL = "vsnap/tiny-qwen3"
@@ -82,7 +82,7 @@ def move(box: str, pid: int, cpus: str) -> None:
 
 def timed(box: str, port: int, model: str, runs: int) -> DecodeSpeed:
     def generate() -> int:
-        return len(engine.completion(port, model, VLLM_CANARY_PROMPT, max_tokens=decode_speed.TOKENS).token_ids)
+        return len(client.completion(port, model, VLLM_CANARY_PROMPT, max_tokens=decode_speed.TOKENS).token_ids)
 
     return decode_speed.measure(generate, runs, sample=lambda: box_sample(box))
 

@@ -1,5 +1,5 @@
-"""The decode-speed check on a busy machine: does the machine's slowdown (``vsnap_qual.decode_speed``) account for
-other work on the CPUs, and only for that?
+"""The decode-speed check on a busy machine: does the machine's slowdown (``vsnap_qual.engine.decode_speed``)
+account for other work on the CPUs, and only for that?
 
 One reference engine serves in a container; its fixed generation is timed (``decode_speed.measure``, the harness's
 own code, with the Docker box's CPU sample) while 0..N busy processes run on the host beside it (the other work of
@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_reference import wait_health  # noqa: E402
 
-from vsnap_qual import decode_speed, engine  # noqa: E402
 from vsnap_qual.contract import VLLM_CANARY_PROMPT  # noqa: E402
+from vsnap_qual.engine import client, decode_speed  # noqa: E402
 from vsnap_qual.model import CpuSample, DecodeSpeed  # noqa: E402
 from vsnap_qual.runtimes.procfs import parse_cpu_sample  # noqa: E402
 from vsnap_qual.runtimes.shell import _CPU_SAMPLE  # noqa: E402
@@ -65,7 +65,7 @@ def _serve(name: str, port: int) -> None:
 
 def _measure(name: str, port: int, runs: int) -> DecodeSpeed:
     def generate() -> int:
-        answer = engine.completion(port, MODEL, VLLM_CANARY_PROMPT, max_tokens=decode_speed.TOKENS)
+        answer = client.completion(port, MODEL, VLLM_CANARY_PROMPT, max_tokens=decode_speed.TOKENS)
         return len(answer.token_ids)
 
     return decode_speed.measure(generate, runs, sample=lambda: _sample(name))

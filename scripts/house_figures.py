@@ -622,8 +622,8 @@ def _calls(where: str, what: str) -> Check:
     return Check(where, "calls", what)
 
 
-ENGINE = "vsnap_qual/engine.py:completion"
-LANE = "vsnap_qual/lane.py:LaneRun.canaries"
+ENGINE = "vsnap_qual/engine/client.py:completion"
+LANE_API = "vsnap_qual/lane/engine_api.py:LaneEngineApi.canaries"
 RESTORE = "vsnap_qual/steps.py:restore"
 RECORDER = "vsnap_qual/recorder.py:StepRecorder.step"
 STORE = "vsnap_qual/evidence.py:EvidenceStore.write"
@@ -635,95 +635,134 @@ HTML_CANARY = "vsnap_qual/report/html.py:_canary"
 BUILD_VIEW = "vsnap_qual/report/html.py:build_view"
 TEMPLATE = "vsnap_qual/report/templates/report.html.j2"
 
-#: Read from the code of 5330513 (the base of issue 43); oldest first.
+#: The hops from the step's record to the HTML page (the report's side of every chain since 5330513).
+_RECORDED_TO_HTML: tuple[Hop, ...] = (
+    Hop(
+        RECORDER,
+        "record: restore writes rec.results['canary'] (model.StepResults) into the StepEvidence "
+        "the recorder's step yields; the step reads evidence.results when it ends",
+        (
+            Check(RESTORE, "writes", "canary"),
+            Check(RESTORE, "reads", "results"),
+            Check("vsnap_qual/model.py:StepResults", "declares", "canary"),
+            Check(RECORDER, "reads", "results"),
+        ),
+    ),
+    Hop(
+        STORE,
+        "argument: the step hands model.StepRecord(results=...) to the evidence store",
+        (Check(RECORDER, "writes", "results"), _calls(RECORDER, "write")),
+    ),
+    Hop(
+        READER,
+        "file: one JSON line of evidence.jsonl, read back when the session ends",
+        (
+            _calls(STORE, "_line"),
+            _calls("vsnap_qual/evidence.py:EvidenceStore._line", "dumps"),
+            _calls(READER, "loads"),
+        ),
+    ),
+    Hop(
+        ASSEMBLE,
+        "returned to report.assemble.assemble_path, which hands Evidence.records to assemble "
+        "(each line checked by parse.record, kept as RunEvidence.steps)",
+        (
+            _calls("vsnap_qual/report/assemble.py:assemble_path", "read_evidence"),
+            _calls("vsnap_qual/report/assemble.py:assemble_path", "assemble"),
+            Check(ASSEMBLE, "reads", "records"),
+            _calls(ASSEMBLE, "record"),
+            Check(ASSEMBLE, "writes", "steps"),
+        ),
+    ),
+    Hop(
+        CANARY_FRAME,
+        "argument: assemble hands the RunEvidence to frames.compare_all, which hands it on; "
+        "canary_frame reads each restore's results['canary']",
+        (
+            _calls(ASSEMBLE, "compare_all"),
+            _calls(COMPARE_ALL, "canary_frame"),
+            Check(CANARY_FRAME, "reads", "results"),
+            Check(CANARY_FRAME, "reads", "canary"),
+        ),
+    ),
+    Hop(
+        COMPARE_ALL,
+        "returned: the canary table (a DataFrame of CanaryRow)",
+        (_calls(COMPARE_ALL, "canary_frame"),),
+    ),
+    Hop(
+        HTML_CANARY,
+        "record: compare_all keeps it as Comparisons.canary, carried by assemble's Assembled "
+        "through write_reports, render_reports and render_html to build_view; html._canary reads it",
+        (
+            Check(COMPARE_ALL, "writes", "canary"),
+            Check("vsnap_qual/report/frames.py:Comparisons", "declares", "canary"),
+            Check(HTML_CANARY, "reads", "canary"),
+        ),
+    ),
+    Hop(BUILD_VIEW, "returned: the runner's CanaryBlocks", (_calls(BUILD_VIEW, "_canary"),)),
+    Hop(
+        TEMPLATE,
+        "record: build_view writes ReportView.canary; render_html renders the template with it",
+        (
+            Check(BUILD_VIEW, "writes", "canary"),
+            _calls("vsnap_qual/report/html.py:render_html", "build_view"),
+            Check("vsnap_qual/report/html.py:_template", "names", "report.html.j2"),
+            Check(TEMPLATE, "names", "canary"),
+        ),
+    ),
+)
+
+#: Each read from the code it describes (the first from 5330513, the base of issue 43); oldest first.
 CANARY_CHAINS: tuple[CanaryChain, ...] = (
     CanaryChain(
-        start=ENGINE,
+        start="vsnap_qual/engine.py:completion",
         hops=(
             Hop(
-                LANE,
+                "vsnap_qual/lane.py:LaneRun.canaries",
                 "returned: LaneRun.canaries asks engine.completion for each prompt of the canary plan",
-                (_calls(LANE, "completion"),),
+                (_calls("vsnap_qual/lane.py:LaneRun.canaries", "completion"),),
             ),
             Hop(
                 RESTORE,
                 "returned: steps.restore asks the lane through the LaneTools protocol",
                 (_calls(RESTORE, "canaries"), Check("vsnap_qual/steps.py:LaneTools", "declares", "canaries")),
             ),
+            *_RECORDED_TO_HTML,
+        ),
+        last="b18151af2141ace3407e7c2577a81b85156cfbac",
+    ),
+    CanaryChain(
+        start=ENGINE,
+        hops=(
             Hop(
-                RECORDER,
-                "record: restore writes rec.results['canary'] (model.StepResults) into the StepEvidence "
-                "the recorder's step yields; the step reads evidence.results when it ends",
-                (
-                    Check(RESTORE, "writes", "canary"),
-                    Check(RESTORE, "reads", "results"),
-                    Check("vsnap_qual/model.py:StepResults", "declares", "canary"),
-                    Check(RECORDER, "reads", "results"),
-                ),
+                "vsnap_qual/lane.py:LaneRun.canaries",
+                "returned: LaneRun.canaries asks engine.client.completion for each prompt of the canary plan",
+                (_calls("vsnap_qual/lane.py:LaneRun.canaries", "completion"),),
             ),
             Hop(
-                STORE,
-                "argument: the step hands model.StepRecord(results=...) to the evidence store",
-                (Check(RECORDER, "writes", "results"), _calls(RECORDER, "write")),
+                RESTORE,
+                "returned: steps.restore asks the lane through the LaneTools protocol",
+                (_calls(RESTORE, "canaries"), Check("vsnap_qual/steps.py:LaneTools", "declares", "canaries")),
+            ),
+            *_RECORDED_TO_HTML,
+        ),
+        last="1b1de2bce2778a9310b8bd4c13d436b28aba69f7",
+    ),
+    CanaryChain(
+        start=ENGINE,
+        hops=(
+            Hop(
+                LANE_API,
+                "returned: the lane's engine API asks engine.client.completion for each prompt of the canary plan",
+                (_calls(LANE_API, "completion"),),
             ),
             Hop(
-                READER,
-                "file: one JSON line of evidence.jsonl, read back when the session ends",
-                (
-                    _calls(STORE, "_line"),
-                    _calls("vsnap_qual/evidence.py:EvidenceStore._line", "dumps"),
-                    _calls(READER, "loads"),
-                ),
+                RESTORE,
+                "returned: steps.restore asks the lane's engine API (lane.api, the EngineApi protocol)",
+                (_calls(RESTORE, "canaries"), Check("vsnap_qual/lane/protocols.py:EngineApi", "declares", "canaries")),
             ),
-            Hop(
-                ASSEMBLE,
-                "returned to report.assemble.assemble_path, which hands Evidence.records to assemble "
-                "(each line checked by parse.record, kept as RunEvidence.steps)",
-                (
-                    _calls("vsnap_qual/report/assemble.py:assemble_path", "read_evidence"),
-                    _calls("vsnap_qual/report/assemble.py:assemble_path", "assemble"),
-                    Check(ASSEMBLE, "reads", "records"),
-                    _calls(ASSEMBLE, "record"),
-                    Check(ASSEMBLE, "writes", "steps"),
-                ),
-            ),
-            Hop(
-                CANARY_FRAME,
-                "argument: assemble hands the RunEvidence to frames.compare_all, which hands it on; "
-                "canary_frame reads each restore's results['canary']",
-                (
-                    _calls(ASSEMBLE, "compare_all"),
-                    _calls(COMPARE_ALL, "canary_frame"),
-                    Check(CANARY_FRAME, "reads", "results"),
-                    Check(CANARY_FRAME, "reads", "canary"),
-                ),
-            ),
-            Hop(
-                COMPARE_ALL,
-                "returned: the canary table (a DataFrame of CanaryRow)",
-                (_calls(COMPARE_ALL, "canary_frame"),),
-            ),
-            Hop(
-                HTML_CANARY,
-                "record: compare_all keeps it as Comparisons.canary, carried by assemble's Assembled "
-                "through write_reports, render_reports and render_html to build_view; html._canary reads it",
-                (
-                    Check(COMPARE_ALL, "writes", "canary"),
-                    Check("vsnap_qual/report/frames.py:Comparisons", "declares", "canary"),
-                    Check(HTML_CANARY, "reads", "canary"),
-                ),
-            ),
-            Hop(BUILD_VIEW, "returned: the runner's CanaryBlocks", (_calls(BUILD_VIEW, "_canary"),)),
-            Hop(
-                TEMPLATE,
-                "record: build_view writes ReportView.canary; render_html renders the template with it",
-                (
-                    Check(BUILD_VIEW, "writes", "canary"),
-                    _calls("vsnap_qual/report/html.py:render_html", "build_view"),
-                    Check("vsnap_qual/report/html.py:_template", "names", "report.html.j2"),
-                    Check(TEMPLATE, "names", "canary"),
-                ),
-            ),
+            *_RECORDED_TO_HTML,
         ),
     ),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from vsnap_qual import faults, procedure
-from vsnap_qual.lane import LaneRun
+from vsnap_qual.lane import FaultState, LaneRun
 from vsnap_qual.procedure import Fault
 
 pytestmark = pytest.mark.fault
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.fault
 
 class TestFaults:
     @pytest.mark.vsnap_step(procedure.FAULT_ARTIFACT)
-    def test_fault_artifact(self, vsnap_fault_lane: LaneRun, request: pytest.FixtureRequest) -> None:
+    def test_fault_artifact(self, vsnap_fault_lane: LaneRun[FaultState], request: pytest.FixtureRequest) -> None:
         """The fault lane's own artifact, created with a short VLLM_SNAPSHOT_TIMEOUT_S, and a pristine copy."""
         with vsnap_fault_lane.recorder.step(procedure.FAULT_ARTIFACT, request.node.nodeid) as rec:
             # which expectations judge this lane's faults, chosen before its first engine command
@@ -27,7 +27,7 @@ class TestFaults:
     @pytest.mark.vsnap_step(procedure.FAULT_PREFIX)  # the step is fault:<id> of the parametrized fault
     def test_fault(
         self,
-        vsnap_fault_lane: LaneRun,
+        vsnap_fault_lane: LaneRun[FaultState],
         vsnap_fault: Fault,
         vsnap_faults: faults.FaultCatalogue,
         request: pytest.FixtureRequest,

@@ -431,7 +431,7 @@ class BoxMachine(Protocol):
 
     def cpu_sample(self) -> CpuSample | None:
         """The box's processes' CPU time and run-queue wait per task, and the machine's busy time, at this moment
-        (``vsnap_qual.decode_speed``); None where the box cannot tell."""
+        (``vsnap_qual.engine.decode_speed``); None where the box cannot tell."""
         ...
 
     def gpu_apps(self) -> set[int] | None:

@@ -16,13 +16,12 @@ import difflib
 import hashlib
 import json
 import math
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from vsnap_qual import model, overlay
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine.client import CanaryOutput
 
 #: The snapshot boundary ``vllm snapshot inspect`` must name (contract §6).
 BOUNDARY = "post-engine-init-reloadable-state-released"
@@ -560,93 +559,3 @@ def inspect_stable_findings(
             f"inspect output changed after {after_step}: fields {', '.join(changes)} ({shown})",
         )
     ]
-
-
-_COMMAND = re.compile(r"Command '\[(?P<argv>[^\]]*)\]'")
-
-
-def short_command(text: str) -> str:
-    """vLLM's ``Command '[...]' returned non-zero exit status N`` with the argument list cut to the program and its
-    subcommand (``'[… criu restore …]'``): the words are vLLM's, the dozen paths and flags are in the evidence."""
-
-    def cut(match: re.Match[str]) -> str:
-        words = re.findall(r"'([^']*)'", match.group("argv"))
-        programs = [i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] in ("criu", "cuda-checkpoint")]
-        if not programs:
-            return match.group(0)
-        at = programs[0]
-        said = " ".join([words[at].rsplit("/", 1)[-1], *words[at + 1 : at + 2]])
-        return f"Command '[… {said} …]'"
-
-    return _COMMAND.sub(cut, text)
-
-
-# ---- host collisions (not the engine's defect) --------------------------------------------------------------
-#: How every step that met the finding begins its message: one engine defect, said the same way wherever it shows.
-NOT_SELF_CONTAINED = "the artifact is not self-contained"
-
-_COLLISION = ("Unable to create a thread: -17", "File exists", "-17 (File exists)")
-
-
-#: CRIU's ``Error`` lines that a successful restore prints too (a container without tun, a capped RLIMIT_NOFILE):
-#: never the reason a restore failed
-_CRIU_BENIGN = ("Unable to create tun", "Can't setup RLIMIT_NOFILE")
-
-
-def criu_reason(stdout: str) -> list[str]:
-    """CRIU's own reason for a failed dump or restore: its ``Error (criu/…)`` lines and its verdict line
-    (``Restoring FAILED.``), which vLLM logs on stdout under ``CRIU restore.log (tail):`` (its stderr has only
-    the exit status of the criu command). The first (the cause; CRIU's errors cascade after it) and the last two,
-    oldest first, lines a successful restore prints too left out; empty when there are none."""
-    lines = [
-        _VLLM_LOG_PREFIX.sub("", ln).strip()
-        for ln in stdout.splitlines()
-        if ("Error (criu/" in ln or "FAILED" in ln) and not any(b in ln for b in _CRIU_BENIGN)
-    ]
-    return lines if len(lines) <= 3 else [lines[0], *lines[-2:]]
-
-
-#: vLLM's logger prefix on each line of CRIU's log it repeats (``(MainProcess pid=12247) ERROR 12-02 02:25:18
-#: [runtime.py:546]``): CRIU's words are what follows, the same whether vLLM logged them or the log was read
-_VLLM_LOG_PREFIX = re.compile(r"^.*?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]*\]\s*")
-
-
-_CRIU_FAILED = re.compile(r"criu.*restore.*returned non-zero exit status")
-
-
-def criu_words(stdout: str, stderr: str, restore_log: Callable[[], str]) -> list[str]:
-    """CRIU's reason for a failed restore: from vLLM's stdout (0.32 logs the tail of CRIU's log there), else, when
-    vLLM says its ``criu restore`` command failed, from the artifact's ``images/restore.log`` (0.31 logs nothing;
-    read only then: a successful restore's log has harmless ``Error`` lines of its own)."""
-    reason = criu_reason(stdout)
-    if reason or not _CRIU_FAILED.search(stderr):
-        return reason
-    return criu_reason(restore_log())
-
-
-def captured_id_collision(stdout: str, stderr: str) -> str | None:
-    """CRIU could not recreate a captured PID or thread ID because another process on the host took it between
-    vLLM's PID check and CRIU's clone (EEXIST, -17): with host PID namespaces on a busy host that is the host's
-    doing, not the engine's. The CRIU log line that says so, else None."""
-    if "CRIU restore.log (tail):" not in stdout:
-        return None
-    tail = stdout.split("CRIU restore.log (tail):", 1)[1]
-    for line in tail.splitlines():
-        if any(marker in line for marker in _COLLISION):
-            return line.strip()
-    return None
-
-
-#: vLLM's pre-check before CRIU runs (``os.kill(pid, 0)`` on each captured PID) found one taken
-PID_OCCUPIED = "captured PID is already occupied"
-
-
-def captured_id_taken(stdout: str, stderr: str) -> str | None:
-    """A restore refused because a captured ID was taken at that moment, in words that say whose check saw it:
-    CRIU's clone (:func:`captured_id_collision`), or vLLM's pre-check (``captured PID is already occupied``).
-    Either says nothing of the artifact; None for any other failure."""
-    collision = captured_id_collision(stdout, stderr)
-    if collision:
-        return f"CRIU could not recreate a captured ID (another process took it): {collision}"
-    said = next((ln.strip() for ln in reversed(stderr.splitlines()) if PID_OCCUPIED in ln), None)
-    return f"vLLM's pre-check found a captured PID taken (another process held it): {said}" if said else None

@@ -90,9 +90,10 @@ class ParsedOptions(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
-class Lane:
-    """One container's worth of qualification: a model runner on one image arm, in the plain configuration or in
-    one engine-feature variant."""
+class LaneSpec:
+    """What a lane is made from: one container's worth of qualification, a model runner on one image arm, in the
+    plain configuration or in one engine-feature variant (the lane itself, its box, services and state, is
+    ``lane.LaneRun``, whose ``spec`` this is)."""
 
     runner: Runner
     arm: Arm  # "head" (image under test + overlay) | "base" (unmodified base image)
@@ -172,8 +173,8 @@ class QualConfig:
     cpu_smoke: bool = False
     pull: str = "auto"  # when preflight pulls an image (vsnap_qual.runtimes.pull)
     kv_tolerance: float = 0.02  # |snapshot - ordinary| / ordinary KV capacity allowed
-    #: the fixed generation timed on the ordinary engine and after each restore (``vsnap_qual.decode_speed``): runs
-    #: per set (0: not measured) and the slowdown allowed (ordinary median / restored median)
+    #: the fixed generation timed on the ordinary engine and after each restore (``vsnap_qual.engine.decode_speed``):
+    #: runs per set (0: not measured) and the slowdown allowed (ordinary median / restored median)
     decode_runs: int = 5
     decode_tolerance: float = 1.75
     soak_s: float = 3.0  # liveness soak after each restore
@@ -181,7 +182,7 @@ class QualConfig:
     #: until at least this many seconds after its restore exited
     observe_s: float = 30.0
     canary_tokens: int = 16  # greedy tokens per multi-token canary
-    #: request shapes recorded on the ordinary reference and compared after every restore (vsnap_qual.shapes)
+    #: request shapes recorded on the ordinary reference and compared after every restore (vsnap_qual.engine.shapes)
     request_shapes: tuple[str, ...] = ("repeated", "seeded", "concurrent", "long")
     concurrent_requests: int = 8
     cleanup_grace: float = 5.0  # seconds a stopped or failed tree has to be gone
@@ -199,15 +200,15 @@ class QualConfig:
         return max(1, min(self.workers, len(self.runners)))
 
     @property
-    def lanes(self) -> tuple[Lane, ...]:
+    def lanes(self) -> tuple[LaneSpec, ...]:
         """The plain configuration's lanes (every runner's head arm, then its base arm), then each variant's in the
         same order: a base arm always after the head arm it compares with."""
         runners = [cast(Runner, r) for r in self.runners]  # parse_runners admits only the contract's names
-        lanes: list[Lane] = []
+        lanes: list[LaneSpec] = []
         for variant in (None, *self.variants):
-            lanes += [Lane(r, "head", self.image, self.expect, self.overlay is not None, variant) for r in runners]
+            lanes += [LaneSpec(r, "head", self.image, self.expect, self.overlay is not None, variant) for r in runners]
             if self.base_image:
-                lanes += [Lane(r, "base", self.base_image, self.base_expect, False, variant) for r in runners]
+                lanes += [LaneSpec(r, "base", self.base_image, self.base_expect, False, variant) for r in runners]
         return tuple(lanes)
 
     @property
@@ -215,7 +216,7 @@ class QualConfig:
         """The lanes' columns in the views' order: the runners, then each variant's (``v1``, ``v2``, ``v1+lora``)."""
         return tuple(dict.fromkeys(lane.column for lane in self.lanes))
 
-    def engine_argv(self, lane: Lane | None = None) -> list[str]:
+    def engine_argv(self, spec: LaneSpec | None = None) -> list[str]:
         """The engine arguments shared by ``vllm serve`` and ``vllm snapshot create``; a variant's lane adds the
         variant's after the user's ``--vsnap-engine-args``."""
         return [
@@ -233,14 +234,14 @@ class QualConfig:
             "--worker-extension-cls",
             "vsnap_probe.digest.DigestExtension",
             *self.engine_args,
-            *(lane.variant_args if lane else ()),
+            *(spec.variant_args if spec else ()),
         ]
 
-    def fixed_ports(self, lane: Lane) -> dict[str, int] | None:
+    def fixed_ports(self, spec: LaneSpec) -> dict[str, int] | None:
         """The lane's ports when ``--vsnap-port-base`` is set; None means pick free ports."""
         if not self.port_base:
             return None
-        offset = 10 * self.lanes.index(lane)  # ten ports a lane, in the lanes' order
+        offset = 10 * self.lanes.index(spec)  # ten ports a lane, in the lanes' order
         return {name: self.port_base + offset + i for i, name in enumerate(PORT_NAMES)}
 
     def secret_values(self) -> list[str]:

@@ -86,5 +86,5 @@ def restore_argv(port: int, artifact: str = ARTIFACT) -> list[str]:
 #: Tokens of the fixed generation whose speed is timed on the ordinary engine and after each restore (issue 28).
 DECODE_TOKENS = 64
 
-#: The request shapes a restored engine is compared on beyond one greedy prompt alone (vsnap_qual.shapes).
+#: The request shapes a restored engine is compared on beyond one greedy prompt alone (vsnap_qual.engine.shapes).
 REQUEST_SHAPES = ("repeated", "seeded", "concurrent", "long")

@@ -393,7 +393,7 @@ class CpuSample(TypedDict):
 
 class CpuShare(TypedDict):
     """Between two :class:`CpuSample` around a set of timed runs: how much CPU the engine used and how long its
-    tasks waited for one, and how much the machine's other work used (``vsnap_qual.decode_speed.cpu_share``)."""
+    tasks waited for one, and how much the machine's other work used (``vsnap_qual.engine.decode_speed.cpu_share``)."""
 
     wall_s: float
     engine_cpu_s: float
@@ -410,7 +410,7 @@ class CpuShare(TypedDict):
 
 
 class DecodeSpeed(TypedDict):
-    """A fixed greedy generation timed after a warm-up (``vsnap_qual.decode_speed``): tokens per second of each
+    """A fixed greedy generation timed after a warm-up (``vsnap_qual.engine.decode_speed``): tokens per second of each
     run and their median; vLLM's speculative-decoding counters over the runs where it decodes speculatively."""
 
     tokens: int
@@ -448,7 +448,7 @@ class DecodeJudgement(TypedDict, total=False):
 
 
 class PrefixAsk(TypedDict, total=False):
-    """One ask of the prefix-cache prompt (``vsnap_qual.prefix_cache``) and what vLLM's counters moved by."""
+    """One ask of the prefix-cache prompt (``vsnap_qual.engine.prefix_cache``) and what vLLM's counters moved by."""
 
     answer: Canary
     queried_tokens: float
@@ -456,7 +456,7 @@ class PrefixAsk(TypedDict, total=False):
 
 
 class PrefixCacheProbe(TypedDict, total=False):
-    """A token-id prompt of whole KV blocks asked twice (``vsnap_qual.prefix_cache``); ``not_judged`` where it
+    """A token-id prompt of whole KV blocks asked twice (``vsnap_qual.engine.prefix_cache``); ``not_judged`` where it
     could not be asked, and why."""
 
     block_size: int
@@ -688,8 +688,9 @@ class StepResults(TypedDict, total=False):
     #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
     link_remaps_made: list[str]
     #: create: /dev/shm files new since just before it that no process holds and the artifact does not name (a
-    #: leak of the create: ``steps.shm_left_by_create``); where the box cannot see every holder (then the new files
-    #: the artifact does not name) or for the fault lane's own artifact, recorded and not judged (``files``, ``why``)
+    #: leak of the create: ``lane.snapshot_cli.shm_left_by_create``); where the box cannot see every holder (then
+    #: the new files the artifact does not name) or for the fault lane's own artifact, recorded and not judged
+    #: (``files``, ``why``)
     shm_left: list[str]
     shm_left_not_judged: dict[str, Any]
     #: create: the processes (``PID comm``) whose fds and maps the look for holders of those files could not read
@@ -882,7 +883,7 @@ class CiBuild(TypedDict, total=False):
 
 #: The lane's GPU as ``nvidia-smi`` names it, the first one it lists (``name``, ``uuid``, ``driver``,
 #: ``memory_mib``) and how many it lists (``count``). A map of facts rather than a ``TypedDict``: the lane
-#: gathers them as a plain dictionary (``docker_lane.LaneRun.start``).
+#: gathers them as a plain dictionary (``lane.environment.LaneEnvironment.record_environment``).
 Gpu = dict[str, str | int | None]
 
 
@@ -891,7 +892,7 @@ class Environment(TypedDict):
     run in more than one container (``purpose``: the lifecycle, the faults), each with its record."""
 
     time: str
-    #: the lane's column (``config.Lane.column``): its model runner, ``+<variant>`` for a variant's lane
+    #: the lane's column (``config.LaneSpec.column``): its model runner, ``+<variant>`` for a variant's lane
     runner: str
     arm: Arm
     lane: NotRequired[str]
@@ -923,7 +924,7 @@ class Step(TypedDict):
     """A step record as ``results.json`` carries it (the record without ``kind``)."""
 
     time: str
-    #: the lane's column (``config.Lane.column``): its model runner, ``+<variant>`` for a variant's lane
+    #: the lane's column (``config.LaneSpec.column``): its model runner, ``+<variant>`` for a variant's lane
     runner: str
     arm: Arm
     lane: NotRequired[str]

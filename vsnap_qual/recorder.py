@@ -1,6 +1,6 @@
 """Step bookkeeping of a lane, whatever runtime it has: outcomes, prerequisites, one typed evidence record per
-step, engine time, log paths. (The lane is ``lane.LaneRun``; the steps are ``steps``; the table is
-``procedure``.)"""
+step, engine time, log paths. (The lane is ``lane.LaneRun``, whose recorder this is; the steps are ``steps``; the
+table is ``procedure``.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from vsnap_qual import model, procedure, progress
 from vsnap_qual.clock import utc_now, utc_time
-from vsnap_qual.config import Lane
+from vsnap_qual.config import LaneSpec
 from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.model import StepResults
@@ -38,7 +38,7 @@ class StepRecorder:
     """Records a lane's steps: each ends as one ``step`` evidence record; a step whose prerequisite did not pass
     is skipped naming it."""
 
-    lane: Lane
+    spec: LaneSpec
     store: EvidenceStore
     purpose: Purpose = "lifecycle"
     outcomes: dict[str, str] = field(default_factory=dict)  # step -> "passed" | failure message
@@ -55,10 +55,10 @@ class StepRecorder:
                 continue
             if outcome is not None and outcome.startswith(f"skipped: {model.NOT_APPLICABLE_PREFIX}"):
                 why = outcome.splitlines()[0][:300].removeprefix(f"skipped: {model.NOT_APPLICABLE_PREFIX}")
-                progress.not_applicable(f"{self.lane.name}: {step} is not applicable ({why})")
+                progress.not_applicable(f"{self.spec.name}: {step} is not applicable ({why})")
             if outcome != "passed":
                 reason = "did not run" if outcome is None else outcome.splitlines()[0][:300]
-                pytest.skip(f"{self.lane.name}: prerequisite {step} did not pass ({reason})")
+                pytest.skip(f"{self.spec.name}: prerequisite {step} did not pass ({reason})")
 
     @contextlib.contextmanager
     def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[StepEvidence]:
@@ -93,9 +93,9 @@ class StepRecorder:
             record = model.StepRecord(
                 kind="step",
                 time=utc_now(),
-                runner=self.lane.column,
-                arm=self.lane.arm,
-                lane=self.lane.name,
+                runner=self.spec.column,
+                arm=self.spec.arm,
+                lane=self.spec.name,
                 purpose=self.purpose,
                 step=name,
                 nodeid=nodeid,
@@ -110,8 +110,8 @@ class StepRecorder:
                 logs=evidence.logs,
                 results=evidence.results,
             )
-            if self.lane.variant:
-                record["variant"] = self.lane.variant.name
+            if self.spec.variant:
+                record["variant"] = self.spec.variant.name
             self.store.write(record)
 
     @contextlib.contextmanager
@@ -125,7 +125,7 @@ class StepRecorder:
 
     def log(self, evidence: StepEvidence, name: str) -> Path:
         """A new log file of the step (in the report directory), listed in its evidence."""
-        path = self.store.log_path(f"{self.lane.name}-{self.purpose}", name)
+        path = self.store.log_path(f"{self.spec.name}-{self.purpose}", name)
         self.keep_log(evidence, path)
         return path
 

@@ -1,237 +1,45 @@
-"""The qualification steps, each a short sequence over a lane's toolset (:class:`LaneTools`), in the order a
-maintainer runs them by hand: observe through the tools, record the results, judge with ``checks``.
+"""The qualification steps, each a short sequence over the services of a lane, in the order a maintainer runs
+them by hand: observe through the services, record the results, judge with ``checks``.
 
-The toolset is a ``Protocol``: ``lane.LaneRun`` implements it over any runtime's box; a test implements the same
-methods and nothing here changes. Step bookkeeping (one evidence record per step, prerequisites) is
-``recorder.StepRecorder``; the step order, titles and prerequisites are ``procedure``.
+Each step takes its lane typed by the narrow protocol of what it reads (``lane.protocols``: :class:`ServingLane`
+for a step that runs the engine, :class:`ReferenceLane` for one that compares what was recorded, ...), and reaches
+a service by name (``lane.servers.serve(rec)``, ``lane.api.canaries(port)``, ``lane.cli.restore(rec, step)``):
+``lane.LaneRun`` implements them over any runtime's box; a test's fake lane implements the same members and
+nothing here changes. Step bookkeeping (one evidence record per step, prerequisites) is ``recorder.StepRecorder``;
+the step order, titles and prerequisites are ``procedure``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shlex
 import time
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import pytest
 
-from vsnap_qual import adapters, checks, decode_speed, overlay, prefix_cache, progress, shapes, unit
-from vsnap_qual.artifact_deps import SHM
-from vsnap_qual.artifact_files import ArtifactFiles
-from vsnap_qual.audit import LINK_REMAP, ServerHandle
-from vsnap_qual.box import ExecResult, ShmHolders
-from vsnap_qual.config import Lane, QualConfig, Variant
-from vsnap_qual.contract import CPU_NOT_APPLICABLE, FEATURE_REFUSALS, LIMITATIONS, VLLM_CANARY_PROMPT
-from vsnap_qual.engine import CanaryOutput
-from vsnap_qual.exits import ExitWatch
+from vsnap_qual import checks, overlay, vllm_words
+from vsnap_qual.contract import VLLM_CANARY_PROMPT
+from vsnap_qual.engine import adapters, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine.client import CanaryOutput
+from vsnap_qual.lane import unit
+from vsnap_qual.lane.audit import ServerHandle
+from vsnap_qual.lane.exits import ExitWatch
+from vsnap_qual.lane.protocols import FreshBoxLane, OverlayLane, ReferenceLane, ServingLane, UnitLane
+from vsnap_qual.lane.servers import ServeFailed
+from vsnap_qual.lane.snapshot_cli import shm_kinds, shm_left_by_create, unread_words
+from vsnap_qual.lane.state import InspectChanged, OrdinaryReference
 from vsnap_qual.model import (
-    Behaviour,
     Canary,
     CanaryCompare,
     CleanupAudit,
-    DecodeSpeed,
-    Digest,
-    FreshImport,
     InspectChange,
-    KeptAdapter,
     LeftoverProcess,
-    OverlayFileResult,
-    PrefixCacheProbe,
     ShapeRecord,
     Soak,
-    UnitOutcome,
     UnitRun,
 )
 from vsnap_qual.recorder import StepEvidence
-
-__all__ = ["ServerHandle", "StepEvidence"]
-
-
-class StepFailed(AssertionError):
-    """A qualification check did not hold; the message says what differs."""
-
-
-EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)|Value error)\b.*")
-
-
-def vllm_reason(text: str) -> str:
-    """The most telling line of an engine's failure output: a known limitation, else the last exception line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if any(marker in line for marker in LIMITATIONS):
-            return line
-    for line in reversed(lines):
-        if EXCEPTION_LINE.match(line):
-            return line
-    return lines[-1] if lines else "(no output)"
-
-
-def skip_if_limitation(reason: str, *, cpu_smoke: bool, variant: Variant | None = None) -> None:
-    """Skip the step when vLLM says the environment cannot do it (a reason quoted verbatim): not applicable when
-    it is, in CPU smoke mode, a runner vLLM's CPU build does not have, or, in an engine-feature variant's lane, vLLM
-    refusing the feature; an environment limitation otherwise (not a qualification: the verdict is not a pass)."""
-    if cpu_smoke and any(marker in reason for marker in CPU_NOT_APPLICABLE):
-        progress.not_applicable(f"vLLM's CPU build has no such runner: {reason}")
-    if variant is not None and any(marker in reason for marker in FEATURE_REFUSALS):
-        progress.not_applicable(f"vLLM refuses variant {variant.name} ({shlex.join(variant.args)}): {reason}")
-    if any(marker in reason for marker in LIMITATIONS):
-        pytest.skip(f"environment limitation: {reason}")
-
-
-@dataclass(frozen=True)
-class RestoreRun:
-    """One ``vllm snapshot restore`` and when its listener first accepted a connection."""
-
-    result: ExecResult
-    port: int
-    first_bound: float | None
-
-
-@dataclass
-class OrdinaryReference:
-    """What the ordinary ``vllm serve`` answered: every restore (and the base arm) is compared with it."""
-
-    canary: list[Canary]
-    digests: dict[str, Digest]
-    kv_tokens: int | None
-    #: the request shapes' requests and the ordinary engine's answers (None: no shapes asked for)
-    shape_requests: list[shapes.Request] = field(default_factory=list)
-    shapes: ShapeRecord | None = None
-    #: the fixed generation's speed (None: not measured, ``--vsnap-decode-runs=0``)
-    decode: DecodeSpeed | None = None
-    #: the canaries asked through each LoRA adapter the lane serves (``--lora-modules`` of a variant)
-    adapters: dict[str, list[Canary]] = field(default_factory=dict)
-    #: the prefix-cache prompt asked twice (``vsnap_qual.prefix_cache``)
-    prefix: PrefixCacheProbe | None = None
-
-
-@dataclass
-class InspectChanged:
-    """The first step after which ``vllm snapshot inspect`` printed something else, and what changed."""
-
-    step: str
-    changes: dict[str, InspectChange]
-
-
-@dataclass
-class LaneState:
-    """What a lane's steps hand on to each other."""
-
-    ordinary: OrdinaryReference | None = None
-    #: ``vllm snapshot inspect``'s output: vLLM's manifest, any JSON it prints
-    manifest: dict[str, Any] = field(default_factory=dict)
-    inspect_sha256: str | None = None
-    #: its exact output (a later change is said by field, or as order or spacing only, with the diff)
-    inspect_text: str | None = None
-    inspect_changed: InspectChanged | None = None
-    server: ServerHandle | None = None
-    kv_snapshot: int | None = None
-    #: the fault lane: every thread the fault artifact captured (its ``images/core-*.img``)
-    captured_tids: set[int] = field(default_factory=set)
-    #: the fault lane: the behaviour its faults are judged by, and why (probed once)
-    expectation: tuple[Behaviour, str] | None = None
-    #: the /dev/shm files the lane's (latest) artifact needs from outside it (``artifact_deps.outside_files``)
-    outside_files: list[str] = field(default_factory=list)
-    #: every such file of every artifact the lane made: removed when the lane's box goes (with host IPC they
-    #: would stay in the host's /dev/shm, hundreds of MB each, until reboot)
-    shm_owned: set[str] = field(default_factory=set)
-    #: the fault lane: the fault whose restore consumed the fault artifact (its outside files gone), if one did
-    consumed_by: str | None = None
-    #: the fault artifact's files and its pristine copy's (``artifact_files``), read once when it is made: every
-    #: reset puts that copy back, so the digest before a fault that does not change the artifact itself is the
-    #: copy's; the digest and the reset then read and copy only what changed
-    artifact_files: ArtifactFiles | None = None
-    #: the fault lane: the shortest seconds an unfaulted ``create`` and ``restore`` of the fault artifact took
-    #: (what a random kill's offset is drawn over: ``faults.kinds.kill.draw``)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def timed(self, command: str, seconds: float) -> None:
-        """An unfaulted ``command`` took ``seconds``: the shortest seen is kept."""
-        seconds = round(seconds, 3)
-        self.timings[command] = min(self.timings.get(command, seconds), seconds)
-
-
-class LaneTools(Protocol):
-    """What a lifecycle step may do in its lane: the toolset the steps are written against (``lane.LaneRun`` over
-    any runtime's box; a test's fake lane)."""
-
-    lane: Lane
-    config: QualConfig
-    state: LaneState
-    #: the ordinary references of the lanes this process ran, by lane name (the base arm compares with the head's)
-    peers: dict[str, OrdinaryReference]
-    #: the unit step's outcomes of the lanes this process ran, by lane name (the base arm judges the head's)
-    unit_peers: dict[str, dict[str, UnitOutcome]]
-
-    @property
-    def served_model(self) -> str: ...
-
-    # servers
-    def serve(self, rec: StepEvidence) -> ServerHandle: ...
-    def stop(self, handle: ServerHandle) -> list[LeftoverProcess]: ...
-    def health(self, port: int) -> bool: ...
-    def gpu_apps(self) -> set[int] | None: ...
-    def alive(self, pids: list[int]) -> list[int]: ...
-    def identify(self, pids: list[int]) -> dict[int, str]: ...
-    def restored_log_tail(self, lines: int = 40) -> str: ...
-    def server_log(self, rec: StepEvidence) -> str: ...
-    def restored_server(self, port: int) -> ServerHandle | None: ...
-    def listening(self, port: int) -> bool: ...
-
-    # observations through the engine's API
-    def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]: ...
-    def keep_adapter(self, name: str, path: str) -> KeptAdapter: ...
-
-    def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]: ...
-    def digests(self, port: int) -> dict[str, Digest]: ...
-    def decode_speed(self, port: int) -> DecodeSpeed | None: ...
-    def prefix_cache(self, port: int, canary_ids: list[int]) -> PrefixCacheProbe: ...
-    def kv(self, port: int, log_text: str | None = None) -> tuple[int | None, str]: ...
-    def snapshot_kv(self) -> int | None: ...
-
-    # snapshot commands and the artifact
-    def snapshot_create(self, rec: StepEvidence) -> ExecResult: ...
-    def snapshot_inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult: ...
-    def snapshot_restore(self, rec: StepEvidence, step: str) -> RestoreRun: ...
-    def outside_files(self) -> list[str]: ...
-    def shm_names(self) -> set[str]: ...
-    def shm_unheld(self, names: list[str]) -> ShmHolders | None: ...
-    def watch_exits(self, pids: list[int]) -> ExitWatch: ...
-    def claim_made_remaps(self, step: str) -> list[str]: ...
-    def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]: ...
-    def absent_files(self, paths: list[str]) -> list[str]: ...
-    def artifact_file(self, name: str) -> str: ...
-    def keep_child_log(self, rec: StepEvidence) -> None: ...
-
-    # the lane's environment
-    def environment_id(self) -> str: ...
-    def restart(self) -> None: ...
-    def audit(self, pids: list[int], ports: list[int]) -> CleanupAudit: ...
-    def overlay_imports(self) -> list[OverlayFileResult]: ...
-    def fresh_import(self, module: str) -> FreshImport: ...
-    def probe_loaded_pids(self) -> list[int]: ...
-    def fresh_box(self) -> AbstractContextManager[LaneTools]: ...
-
-
-def canary_plan(config: QualConfig) -> list[tuple[str, int]]:
-    """The canary requests, in order: vLLM's own one-token canary first (the manifest's oracle is its output),
-    then every canary prompt for ``--vsnap-canary-tokens`` greedy tokens."""
-    plan = [(VLLM_CANARY_PROMPT, 1)]
-    if config.canary_tokens > 1:
-        plan += [(p, config.canary_tokens) for p in config.prompts]
-    else:
-        plan += [(p, 1) for p in config.prompts if p != VLLM_CANARY_PROMPT]
-    return plan
-
-
-def check(condition: bool, message: str) -> None:
-    """A qualification check; failing raises :class:`StepFailed` with the message."""
-    if not condition:
-        raise StepFailed(message)
+from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
 
 
 def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
@@ -242,30 +50,35 @@ def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
 
 
 # ---- the lifecycle steps (contract §3, qualification.md), each called by one suite test ------------------------
-# Each is a short sequence over the lane's toolset (``LaneTools``): observe, record, judge (``checks``).
-def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
+# Each is a short sequence over the lane's services: observe, record, judge (``checks``).
+def ordinary_reference(lane: ServingLane, rec: StepEvidence) -> None:
     """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
-    handle = run.serve(rec)
-    modules = adapters.lora_modules(run.config.engine_argv(run.lane))
-    if modules:
-        rec.results["adapters"] = {name: run.keep_adapter(name, path) for name, path in modules.items()}
     try:
-        canary = run.canaries(handle.port)
-        adapter_canary = {name: run.canaries(handle.port, name) for name in modules}
-        digests = run.digests(handle.port)
-        kv, source = run.kv(handle.port, run.server_log(rec))
-        requests, record = shape_reference(run, handle.port, [c.as_dict() for c in canary])
-        decode = run.decode_speed(handle.port)
-        prefix = run.prefix_cache(handle.port, prefix_cache.canary_ids([c.as_dict() for c in canary]))
+        handle = lane.servers.serve(rec)
+    except ServeFailed as failed:
+        lane.state.server = failed.handle  # the server that never became ready is the lane's until it is stopped
+        raise
+    lane.state.server = handle
+    modules = adapters.lora_modules(lane.config.engine_argv(lane.spec))
+    if modules:
+        rec.results["adapters"] = {name: lane.api.keep_adapter(name, path) for name, path in modules.items()}
+    try:
+        canary = lane.api.canaries(handle.port)
+        adapter_canary = {name: lane.api.canaries(handle.port, name) for name in modules}
+        digests = lane.api.digests(handle.port)
+        kv, source = lane.api.kv(handle.port, lane.servers.server_log(rec))
+        requests, record = shape_reference(lane, handle.port, [c.as_dict() for c in canary])
+        decode = lane.api.decode_speed(handle.port)
+        prefix = lane.api.prefix_cache(handle.port, prefix_cache.canary_ids([c.as_dict() for c in canary]))
     finally:
-        leftovers = run.stop(handle)
-        run.state.server = None
-    audit = strict_audit(run, handle, leftovers)
+        leftovers = lane.servers.stop(handle)
+        lane.state.server = None
+    audit = strict_audit(lane, handle, leftovers)
     ordinary = OrdinaryReference(
         [c.as_dict() for c in canary], digests, kv, requests, record, decode,
         {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix,
     )  # fmt: skip
-    run.state.ordinary = run.peers[run.lane.name] = ordinary
+    lane.state.ordinary = lane.peers.ordinary[lane.spec.name] = ordinary
     rec.results.update(
         {
             "canary": ordinary.canary,
@@ -286,39 +99,46 @@ def ordinary_reference(run: LaneTools, rec: StepEvidence) -> None:
     require_findings(
         [
             *checks.ordinary_findings(digests, audit),
-            *adapters.effect_findings(canary, adapter_canary, run.config.logprob_tolerance),
+            *adapters.effect_findings(canary, adapter_canary, lane.config.logprob_tolerance),
         ]
     )
 
 
-def shape_reference(run: LaneTools, port: int, canary: list[Canary]) -> tuple[list[shapes.Request], ShapeRecord | None]:
+def shape_reference(
+    lane: ServingLane, port: int, canary: list[Canary]
+) -> tuple[list[shapes.Request], ShapeRecord | None]:
     """The request shapes on the ordinary engine, each asked twice: the answers every restore is compared with,
     and per shape whether the engine answered the same way both times (else it is not judged after a restore:
     the engine's own non-determinism, reported as such)."""
-    cfg = run.config
+    cfg = lane.config
     if not cfg.request_shapes:
         return [], None
     long_ids = shapes.long_prompt(canary, cfg.max_model_len, cfg.canary_tokens)
     requests = shapes.plan(
-        cfg.request_shapes, canary_plan(cfg), cfg.prompts, cfg.canary_tokens, cfg.concurrent_requests, long_ids
+        cfg.request_shapes,
+        shapes.canary_plan(cfg.prompts, cfg.canary_tokens),
+        cfg.prompts,
+        cfg.canary_tokens,
+        cfg.concurrent_requests,
+        long_ids,
     )
-    first = run.shape_answers(port, requests)
-    again = run.shape_answers(port, requests)
+    first = lane.api.shape_answers(port, requests)
+    again = lane.api.shape_answers(port, requests)
     steady = shapes.self_consistency(first, again, canary, cfg.logprob_tolerance, checks.compare_canary)
     return requests, ShapeRecord(answers=first, self_consistent=steady)
 
 
-def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[LeftoverProcess]) -> CleanupAudit:
+def strict_audit(lane: ServingLane, handle: ServerHandle, leftovers: list[LeftoverProcess]) -> CleanupAudit:
     """The cleanup audit after a stop, with the processes that outlived the grace (by PID, start time and
     command line; GPU holders first): any leftover fails the audit, even though the harness then killed it."""
-    audit = run.audit(handle.pids, [handle.port])
-    drop_reused(run, audit, {int(t["pid"]): str(t["start_time"]) for t in handle.tree})
-    audit.update({"leftovers": leftovers, "grace_s": run.config.cleanup_grace, "tree": handle.tree})
+    audit = lane.servers.audit(handle.pids, [handle.port])
+    drop_reused(lane, audit, {int(t["pid"]): str(t["start_time"]) for t in handle.tree})
+    audit.update({"leftovers": leftovers, "grace_s": lane.config.cleanup_grace, "tree": handle.tree})
     if handle.shm_held:  # what the tree's own cleanup must have removed, but what an artifact of the lane needs
-        there = [p for p in handle.shm_held if p not in set(run.absent_files(handle.shm_held))]
+        there = [p for p in handle.shm_held if p not in set(lane.cli.absent_files(handle.shm_held))]
         audit["shm_held"] = list(handle.shm_held)
-        audit["shm_kept"] = [p for p in there if p in run.state.outside_files]
-        audit["shm_left"] = [p for p in there if p not in run.state.outside_files]
+        audit["shm_kept"] = [p for p in there if p in lane.state.outside_files]
+        audit["shm_left"] = [p for p in there if p not in lane.state.outside_files]
         if audit["shm_left"]:
             audit["ok"] = False
     if leftovers:
@@ -326,13 +146,13 @@ def strict_audit(run: LaneTools, handle: ServerHandle, leftovers: list[LeftoverP
     return audit
 
 
-def drop_reused(run: LaneTools, audit: CleanupAudit, recorded: dict[int, str]) -> None:
+def drop_reused(lane: ServingLane, audit: CleanupAudit, recorded: dict[int, str]) -> None:
     """A PID the audit found alive is a leftover only if it is the same process (same start time) as the one
     recorded: with host PID namespaces (PIDs wrap at kernel.pid_max) another process may have it by now."""
     alive = list(audit.get("pids_alive") or [])
     if not alive or not recorded or audit.get("error"):
         return
-    now = run.identify(alive)
+    now = lane.servers.identify(alive)
     reused = [p for p in alive if p in recorded and now.get(p) != recorded[p]]
     if not reused:
         return
@@ -343,32 +163,32 @@ def drop_reused(run: LaneTools, audit: CleanupAudit, recorded: dict[int, str]) -
     )
 
 
-def create(run: LaneTools, rec: StepEvidence) -> None:
+def create(lane: ServingLane, rec: StepEvidence) -> None:
     """``vllm snapshot create`` (offline), then the captured tree must be gone, and the create must leave nothing
     in ``/dev/shm`` that no process holds and its artifact does not name (:func:`shm_left_by_create`). An artifact
     published with its tree gone is delivered to the steps after it, whatever that last check found."""
-    shm_before = run.shm_names()
-    result = run.snapshot_create(rec)
+    shm_before = lane.cli.shm_names()
+    result = lane.cli.create(rec)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
         rec.results["vllm_reason"] = reason
-        skip_if_limitation(reason, cpu_smoke=run.config.cpu_smoke, variant=run.lane.variant)
+        skip_if_limitation(reason, cpu_smoke=lane.config.cpu_smoke, variant=lane.spec.variant)
         raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
-    manifest_text = run.artifact_file("manifest.json")
+    manifest_text = lane.cli.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
-    run.state.outside_files = run.outside_files()
-    run.state.shm_owned.update(run.state.outside_files)
-    rec.results["outside_files"] = run.state.outside_files
-    made = run.claim_made_remaps("create")
+    lane.state.outside_files = lane.cli.outside_files()
+    lane.state.shm_owned.update(lane.state.outside_files)
+    rec.results["outside_files"] = lane.state.outside_files
+    made = lane.cli.claim_made_remaps("create")
     if made:
         rec.results["link_remaps_made"] = made
-    run.state.kv_snapshot = run.snapshot_kv()
-    run.keep_child_log(rec)
-    audit = run.audit(list(manifest.get("process_tree") or []), [])
+    lane.state.kv_snapshot = lane.cli.snapshot_kv()
+    lane.cli.keep_child_log(rec)
+    audit = lane.servers.audit(list(manifest.get("process_tree") or []), [])
     rec.results.update(
         {
-            "kv_tokens": run.state.kv_snapshot,
+            "kv_tokens": lane.state.kv_snapshot,
             "artifact_bytes": manifest.get("artifact_bytes"),
             "process_tree": manifest.get("process_tree"),
             "cleanup": audit,
@@ -376,7 +196,7 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     )
     require_findings(checks.audit_findings(audit, "after create"))
     rec.delivered = True
-    left = shm_left_by_create(run, shm_before, rec)
+    left = shm_left_by_create(lane.cli, lane.state, shm_before, rec)
     check(
         not left,
         "vllm snapshot create left in /dev/shm what no process holds and its artifact does not name: "
@@ -386,131 +206,66 @@ def create(run: LaneTools, rec: StepEvidence) -> None:
     )
 
 
-#: what a /dev/shm name says of its maker (the name's prefix), for the create check's message: Python's words
-SHM_KINDS = {
-    "sem.mp-": "a Python multiprocessing lock or semaphore made outside a fork context, whose name CPython unlinks "
-    '"when the object is garbage collected or the process shuts down" (multiprocessing/synchronize.py), or its '
-    "resource tracker does; a dump's SIGKILL stops both",
-}
-
-
-def shm_kinds(files: list[str]) -> str:
-    """``. sem.mp-*: …`` for each kind of name in ``files`` that :data:`SHM_KINDS` knows ("" for none)."""
-    names = [path.rsplit("/", 1)[-1] for path in files]
-    return "".join(
-        f". {prefix}*: {words}" for prefix, words in SHM_KINDS.items() if any(n.startswith(prefix) for n in names)
-    )
-
-
-def unread_words(unread: list[str], shown: int = 4) -> str:
-    """The processes the holder look could not read, as the create check's message names them ("" for none;
-    the first ``shown`` by name, the rest counted: all are in ``results.shm_unread``)."""
-    if not unread:
-        return ""
-    named = ", ".join(unread[:shown]) + (f" and {len(unread) - shown} more" if len(unread) > shown else "")
-    return (
-        f"; no process it could read holds them, and it could not read {len(unread)} ({named}): each has a "
-        "capability the box lacks, so none is this lane's engine"
-    )
-
-
-class ShmLooks(Protocol):
-    """What :func:`shm_left_by_create` needs of a lane (the lifecycle's and the fault lane's)."""
-
-    state: LaneState
-
-    def shm_names(self) -> set[str]: ...
-    def shm_unheld(self, names: list[str]) -> ShmHolders | None: ...
-
-
-def shm_left_by_create(run: ShmLooks, before: set[str], rec: StepEvidence, judged: bool = True) -> list[str]:
-    """The ``/dev/shm`` files new since just before the create that no process holds and the artifact does not
-    name (``artifact_deps.outside_files``; CRIU's ``link_remap.*`` have their own audit): a leak of the create,
-    since its dumped tree is gone and no restore looks for them. Judged (returned) only where the box sees every
-    process that could hold one (the host's PID namespace: a box of its own cannot see another lane's holders)
-    and the caller judges (``judged``: the fault lane's own artifact is not, one finding being one); recorded in
-    ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. A process the box cannot read is taken
-    to hold none of them (:class:`ShmHolders`: it has a capability the box lacks, so it is none of this lane's
-    engine); where one was met, ``results.shm_unread`` names it. What no process holds is removed with the lane
-    (``LaneState.shm_owned``)."""
-    outside = {path.rsplit("/", 1)[-1] for path in run.state.outside_files}
-    new = sorted(name for name in run.shm_names() - before if name not in outside and not name.startswith(LINK_REMAP))
-    holders = run.shm_unheld(new)
-    files = [SHM + name for name in (new if holders is None else holders.unheld)]
-    if holders is not None:
-        run.state.shm_owned.update(files)
-        if files and holders.unread:
-            rec.results["shm_unread"] = holders.unread
-        if judged:
-            rec.results["shm_left"] = files
-            return files
-    if files:
-        why = (
-            "the box has a PID namespace of its own: it cannot see every process that may hold them"
-            if holders is None
-            else "the fault lane's own artifact: a create's leak is judged once, at the lifecycle's create"
-        )
-        rec.results["shm_left_not_judged"] = {"files": files, "why": why}
-    return []
-
-
-def inspect_expectations(run: LaneTools, gpu_uuid: str | None) -> checks.InspectExpectations:
-    """What this lane's ``inspect`` must print: the configuration, and the ordinary run's oracle output."""
-    cfg = run.config
-    reference = run.state.ordinary.canary if run.state.ordinary else []
+def inspect_expectations(lane: ServingLane) -> checks.InspectExpectations:
+    """What this lane's ``inspect`` must print: the configuration, its GPU (the one requested, else the only one it
+    sees), and the ordinary engine's oracle output."""
+    cfg = lane.config
+    reference = lane.state.ordinary.canary if lane.state.ordinary else []
     oracle = next((c for c in reference if c["prompt"] == VLLM_CANARY_PROMPT), None)
     return checks.InspectExpectations(
         model=cfg.model,
-        served_model=run.served_model,
+        served_model=lane.api.served_model,
         revision=cfg.revision,
         tokenizer_revision=cfg.tokenizer_revision,
         logprob_tolerance=cfg.logprob_tolerance,
-        gpu_uuid=gpu_uuid,
+        gpu_uuid=lane.environment.gpu_uuid,
         reference_oracle=CanaryOutput.of(oracle) if oracle else None,
     )
 
 
-def inspect(run: LaneTools, rec: StepEvidence, gpu_uuid: str | None) -> None:
+def inspect(lane: ServingLane, rec: StepEvidence) -> None:
     """``vllm snapshot inspect``: the upstream e2e's field checks and the output's sha256."""
-    result = run.snapshot_inspect(rec)
+    result = lane.cli.inspect(rec)
     check(result.exit_code == 0, f"vllm snapshot inspect exited {result.exit_code}:\n{result.tail()}")
     try:
         manifest = json.loads(result.stdout)
     except json.JSONDecodeError as exc:
         raise StepFailed(f"inspect printed no JSON ({exc}): {result.stdout[:300]}") from None
-    run.state.manifest = manifest
-    run.state.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
-    run.state.inspect_text = result.stdout
-    found = checks.inspect_checks(manifest, inspect_expectations(run, gpu_uuid))
-    rec.results.update({"sha256": run.state.inspect_sha256, "manifest": manifest, "checks": found})
+    lane.state.manifest = manifest
+    lane.state.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
+    lane.state.inspect_text = result.stdout
+    found = checks.inspect_checks(manifest, inspect_expectations(lane))
+    rec.results.update({"sha256": lane.state.inspect_sha256, "manifest": manifest, "checks": found})
     require_findings(checks.inspect_findings(found))
 
 
-def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
+def restore(lane: ServingLane, rec: StepEvidence, step: str) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference, KV
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
-    restored = run.snapshot_restore(rec, step)
+    restored = lane.cli.restore(rec, step)
     result = restored.result
-    collision = checks.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
+    collision = vllm_words.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment: restore once more
         rec.results["retried_after"] = f"CRIU could not recreate a captured ID (another process took it): {collision}"
-        restored = run.snapshot_restore(rec, step)
+        restored = lane.cli.restore(rec, step)
         result = restored.result
     if result.exit_code != 0:
-        error_json = run.artifact_file("error.json")
+        error_json = lane.cli.artifact_file("error.json")
         rec.results["error_json"] = json.loads(error_json) if error_json.strip() else None
         rec.results["vllm_reason"] = vllm_reason(result.stderr or result.stdout)
-        said_vllm = checks.short_command(rec.results["vllm_reason"])
+        said_vllm = vllm_words.short_command(rec.results["vllm_reason"])
         # CRIU's words: vLLM logs them on stdout (0.32); else they are only in the artifact's restore.log (0.31)
-        reason = checks.criu_words(result.stdout, result.stderr, lambda: run.artifact_file("images/restore.log"))
+        reason = vllm_words.criu_words(
+            result.stdout, result.stderr, lambda: lane.cli.artifact_file("images/restore.log")
+        )
         if reason:
             rec.results["criu_reason"] = reason
         said = f"; CRIU: {reason[0]}" if reason else ""
-        consumed = run.absent_files(run.state.outside_files)
+        consumed = lane.cli.absent_files(lane.state.outside_files)
         if consumed:
             rec.results["consumed"] = consumed
             raise StepFailed(
-                f"{checks.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
+                f"{vllm_words.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
                 f"and which {'this box never had' if step == 'fresh-box' else 'are gone'}; vllm snapshot restore "
                 f"exited {result.exit_code}: {said_vllm}{said}\n{result.tail()}"
             )
@@ -518,59 +273,63 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             f"vllm snapshot restore exited {result.exit_code}: {said_vllm}; "
             f"error.json={error_json.strip() or None}{said}\n{result.tail()}"
         )
-    handle = run.restored_server(restored.port)
+    handle = lane.servers.restored_server(restored.port)
     check(handle is not None, "restore exited 0 but restored.pid is missing")
     assert handle is not None
-    run.state.server = handle
+    lane.state.server = handle
     try:
-        check(run.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
-        canary = run.canaries(handle.port)
-        reference = run.state.ordinary
-        adapter_canary = {name: run.canaries(handle.port, name) for name in (reference.adapters if reference else {})}
-        digests = run.digests(handle.port)
-        kv, kv_source = run.kv(handle.port)
+        check(lane.servers.listening(handle.port), f"restore exited 0 but nothing listens on port {handle.port}")
+        canary = lane.api.canaries(handle.port)
+        reference = lane.state.ordinary
+        adapter_canary = {
+            name: lane.api.canaries(handle.port, name) for name in (reference.adapters if reference else {})
+        }
+        digests = lane.api.digests(handle.port)
+        kv, kv_source = lane.api.kv(handle.port)
         shape_answers = (
-            run.shape_answers(handle.port, reference.shape_requests) if reference and reference.shape_requests else {}
+            lane.api.shape_answers(handle.port, reference.shape_requests)
+            if reference and reference.shape_requests
+            else {}
         )
-        decode = run.decode_speed(handle.port)
+        decode = lane.api.decode_speed(handle.port)
         decode_retry, decode_judgement = None, None
         if decode is not None:
             decode_judgement = decode_speed.judge(
-                reference.decode if reference else None, decode, run.config.decode_tolerance
+                reference.decode if reference else None, decode, lane.config.decode_tolerance
             )
             if decode_speed.needs_retry(decode_judgement):  # a shared CPU's moment, or a slowdown that stays
-                decode_retry = run.decode_speed(handle.port)
+                decode_retry = lane.api.decode_speed(handle.port)
                 decode_judgement = decode_speed.judge(
-                    reference.decode if reference else None, decode, run.config.decode_tolerance, decode_retry
+                    reference.decode if reference else None, decode, lane.config.decode_tolerance, decode_retry
                 )
         # after the decode speed, as on the ordinary engine: both have answered the same requests before it
-        prefix = run.prefix_cache(handle.port, prefix_cache.canary_ids(reference.canary if reference else []))
+        prefix = lane.api.prefix_cache(handle.port, prefix_cache.canary_ids(reference.canary if reference else []))
     except Exception as exc:
         # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
-        soak = probe_liveness(run, handle, result.ended, f"{type(exc).__name__}: {exc}")
+        soak = probe_liveness(lane, handle, result.ended, f"{type(exc).__name__}: {exc}")
         rec.results["soak"] = soak
         if not soak["alive"]:
             require_findings(checks.soak_findings(soak, f"during the {step} checks"))
         raise
-    ordinary = run.state.ordinary
+    ordinary = lane.state.ordinary
     check(ordinary is not None, "no ordinary reference to compare the restored server with")
     assert ordinary is not None
     expected = [CanaryOutput.of(c) for c in ordinary.canary]
-    tolerance = run.config.logprob_tolerance
+    tolerance = lane.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, canary, strict=True)]
     digest_compare = checks.compare_digests(ordinary.digests, digests)
     adapter_compare = adapters.compare(ordinary.adapters, adapter_canary, tolerance)
     prefix_judgement = prefix_cache.judge(ordinary.prefix, prefix, tolerance)
     kv_judgement = checks.kv_judgement(
-        kv, run.state.kv_snapshot, ordinary.kv_tokens, run.config.kv_tolerance, kv_source
+        kv, lane.state.kv_snapshot, ordinary.kv_tokens, lane.config.kv_tolerance, kv_source
     )
-    holders = [int(p) for p in run.state.manifest.get("cuda_holders") or []]
-    apps = run.gpu_apps()
+    holders = [int(p) for p in lane.state.manifest.get("cuda_holders") or []]
+    apps = lane.servers.gpu_apps()
     gpu_engaged = checks.gpu_engaged_findings(holders, apps, step)
-    changes = inspect_changes(run, rec, f"inspect-after-{step}")
-    if changes and run.state.inspect_changed is None:  # for the later steps: the step after which it changed
-        run.state.inspect_changed = InspectChanged(step, changes)
-    soak = soak_server(run, handle, result.ended)
+    changes = inspect_changes(lane, rec, f"inspect-after-{step}")
+    if changes and lane.state.inspect_changed is None:  # for the later steps: the step after which it changed
+        lane.state.inspect_changed = InspectChanged(step, changes)
+    soak = soak_server(lane, handle, result.ended)
     shape_compare = (
         shapes.compare(ordinary.shapes, ordinary.canary, shape_answers, tolerance, checks.compare_canary)
         if ordinary.shapes is not None
@@ -587,7 +346,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             "kv_tokens": kv,
             "kv_source": kv_source,
             "kv_ordinary": ordinary.kv_tokens,
-            "kv_create": run.state.kv_snapshot,
+            "kv_create": lane.state.kv_snapshot,
             "kv_judgement": kv_judgement,
             "inspect_changes": changes,
             "soak": soak,
@@ -612,7 +371,7 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
             rec.results["decode_retry"] = decode_retry
     require_findings(
         [
-            *checks.soak_findings(soak, f"watched {run.config.observe_s:g} s after {step}"),
+            *checks.soak_findings(soak, f"watched {lane.config.observe_s:g} s after {step}"),
             *checks.restore_findings(compare, digest_compare),
             *adapters.restore_findings(adapter_compare, step),
             *checks.shape_findings(shape_compare, soak.get("repeated_mismatch") or [], not_judged),
@@ -625,21 +384,21 @@ def restore(run: LaneTools, rec: StepEvidence, step: str) -> None:
     )
 
 
-def inspect_changes(run: LaneTools, rec: StepEvidence, name: str) -> dict[str, InspectChange]:
+def inspect_changes(lane: ServingLane, rec: StepEvidence, name: str) -> dict[str, InspectChange]:
     """``vllm snapshot inspect`` again: the fields that differ from what the inspect step printed."""
-    result = run.snapshot_inspect(rec, name=name)
+    result = lane.cli.inspect(rec, name=name)
     try:
         now = json.loads(result.stdout)
     except json.JSONDecodeError:
         return {"(output)": {"before": "JSON", "after": f"exit {result.exit_code}: {result.stdout[:200]!r}"}}
-    return checks.manifest_changes(run.state.manifest, now)
+    return checks.manifest_changes(lane.state.manifest, now)
 
 
-def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: str = "") -> Soak:
+def probe_liveness(lane: ServingLane, handle: ServerHandle, since: float, reason: str = "") -> Soak:
     """One look at a restored server: its processes, ``/health``. ``died_after_s`` counts from ``since`` (when
     ``vllm snapshot restore`` exited 0)."""
-    gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
-    healthy = run.health(handle.port)
+    gone = sorted(set(handle.pids) - set(lane.servers.alive(handle.pids)))
+    healthy = lane.api.health(handle.port)
     alive = not gone and healthy
     out = Soak(alive=alive, probes=0, seconds=0.0)
     if not alive:
@@ -648,7 +407,7 @@ def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: s
                 "died_after_s": round(time.time() - since, 2),
                 "reason": (f"processes gone {gone}" if gone else "/health did not answer 200")
                 + (f" ({reason})" if reason else ""),
-                "log_tail": run.restored_log_tail(),
+                "log_tail": lane.servers.restored_log_tail(),
             }
         )
     return out
@@ -658,23 +417,23 @@ def probe_liveness(run: LaneTools, handle: ServerHandle, since: float, reason: s
 PROBE_PAUSE = 0.25
 
 
-def soak_server(run: LaneTools, handle: ServerHandle, since: float) -> Soak:
+def soak_server(lane: ServingLane, handle: ServerHandle, since: float) -> Soak:
     """The soak and the observation window after a restore: ``/health`` and the restored tree's processes every
     0.25 s, vLLM's canary among them, for ``--vsnap-soak`` seconds and at least until ``--vsnap-observe`` seconds
     after the restore exited (``since``; the step's checks ran inside that window); the first failure ends it
     with when, why and what the restored tree wrote."""
-    window = run.config.observe_s
-    seconds = run.config.soak_s
+    window = lane.config.observe_s
+    seconds = lane.config.soak_s
     started = time.time()
-    ordinary = run.state.ordinary
-    repeat = "repeated" in run.config.request_shapes
+    ordinary = lane.state.ordinary
+    repeat = "repeated" in lane.config.request_shapes
     reference = ordinary.canary if ordinary is not None and repeat else None
-    with run.watch_exits(handle.pids) as exits:
-        return _watch(run, handle, since, exits, started, window, seconds, reference)
+    with lane.servers.watch_exits(handle.pids) as exits:
+        return _watch(lane, handle, since, exits, started, window, seconds, reference)
 
 
 def _watch(
-    run: LaneTools,
+    lane: ServingLane,
     handle: ServerHandle,
     since: float,
     exits: ExitWatch,
@@ -688,27 +447,27 @@ def _watch(
     idle = 0.0
     last_ok = since
     while True:
-        look = probe_liveness(run, handle, since)
+        look = probe_liveness(lane, handle, since)
         if look["alive"] and (probes % 4 == 3 or time.time() - started >= seconds):
             try:
-                answers = run.canaries(handle.port)
+                answers = lane.api.canaries(handle.port)
                 canaries += 1
                 if reference is not None:  # the repeated-request shape: every round's answers, not only the first
                     differ = [
                         c
                         for e, a in zip(reference, answers, strict=False)
-                        if not (c := checks.compare_canary(CanaryOutput.of(e), a, run.config.logprob_tolerance))["ok"]
+                        if not (c := checks.compare_canary(CanaryOutput.of(e), a, lane.config.logprob_tolerance))["ok"]
                     ]
                     mismatch += differ[: max(0, 3 - len(mismatch))]
             except Exception as exc:
-                look = probe_liveness(run, handle, since, f"canary request: {type(exc).__name__}: {exc}")
+                look = probe_liveness(lane, handle, since, f"canary request: {type(exc).__name__}: {exc}")
                 if look["alive"]:
                     look.update(
                         {
                             "alive": False,
                             "died_after_s": round(time.time() - since, 2),
                             "reason": f"canary request failed: {exc}",
-                            "log_tail": run.restored_log_tail(),
+                            "log_tail": lane.servers.restored_log_tail(),
                         }
                     )
         died = not look["alive"]
@@ -721,7 +480,7 @@ def _watch(
                  "seconds": round((time.time() if died else last_ok) - started, 2)}
             )  # fmt: skip
             if died:
-                gone = sorted(set(handle.pids) - set(run.alive(handle.pids)))
+                gone = sorted(set(handle.pids) - set(lane.servers.alive(handle.pids)))
                 exits.wait_for(gone)
                 look.update({"exit": exits.ended(gone or handle.pids), "last_ok_after_s": round(last_ok - since, 2)})
             else:
@@ -733,15 +492,15 @@ def _watch(
         idle += PROBE_PAUSE
 
 
-def restart(run: LaneTools, rec: StepEvidence) -> None:
+def restart(lane: ServingLane, rec: StepEvidence) -> None:
     """Stop and start the same lane environment; the restored server must be alive until then and gone after,
     inspect output unchanged (a changed field is named, with the step after which it first changed)."""
-    before = run.environment_id()
-    handle = run.state.server
+    before = lane.environment.id()
+    handle = lane.state.server
     findings: list[checks.Finding] = []
-    recorded = run.identify(handle.pids) if handle is not None else {}
+    recorded = lane.servers.identify(handle.pids) if handle is not None else {}
     if handle is not None:
-        look = probe_liveness(run, handle, time.time())
+        look = probe_liveness(lane, handle, time.time())
         rec.results["alive_before_restart"] = look["alive"]
         if not look["alive"]:
             findings.append(
@@ -752,48 +511,48 @@ def restart(run: LaneTools, rec: StepEvidence) -> None:
                     f"log tail:\n{look.get('log_tail') or '(empty)'}",
                 )
             )
-    run.restart()
-    after = run.environment_id()
-    audit = run.audit(handle.pids if handle else [], [handle.port] if handle else [])
-    drop_reused(run, audit, recorded)
+    lane.environment.restart()
+    after = lane.environment.id()
+    audit = lane.servers.audit(handle.pids if handle else [], [handle.port] if handle else [])
+    drop_reused(lane, audit, recorded)
     audit["step"] = "seen at the restart"
-    run.state.server = None
-    result = run.snapshot_inspect(rec, name="inspect-after-restart")
+    lane.state.server = None
+    result = lane.cli.inspect(rec, name="inspect-after-restart")
     sha_after = hashlib.sha256(result.stdout.encode()).hexdigest()
     try:
-        changes = checks.manifest_changes(run.state.manifest, json.loads(result.stdout))
+        changes = checks.manifest_changes(lane.state.manifest, json.loads(result.stdout))
     except json.JSONDecodeError:
         changes = {}
     rec.results.update(
         {
             "container_id_before": before,
             "container_id_after": after,
-            "sha256_before": run.state.inspect_sha256,
+            "sha256_before": lane.state.inspect_sha256,
             "sha256_after": sha_after,
             "inspect_changes": changes,
             "cleanup": audit,
         }
     )
-    found = checks.restart_findings(before, after, audit, result.exit_code, run.state.inspect_text, result.stdout)
+    found = checks.restart_findings(before, after, audit, result.exit_code, lane.state.inspect_text, result.stdout)
     if changes:
-        first = run.state.inspect_changed
+        first = lane.state.inspect_changed
         when = f"{first.step} (and still after the container restart)" if first else "the container restart"
         found = [f for f in found if f.check != "inspect unchanged"]
         found += checks.inspect_stable_findings(changes, when)
     require_findings([*findings, *found])
 
 
-def stop_restored(run: LaneTools, rec: StepEvidence) -> bool:
+def stop_restored(lane: ServingLane, rec: StepEvidence) -> bool:
     """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left.
     Whether there was one to stop (it raises on what the stop or its audit found)."""
-    handle = run.state.server
+    handle = lane.state.server
     if handle is None:
         return False
-    look = probe_liveness(run, handle, time.time())
+    look = probe_liveness(lane, handle, time.time())
     rec.results["alive_at_stop"] = look["alive"]
-    leftovers = run.stop(handle)
-    audit = strict_audit(run, handle, leftovers)
-    run.state.server = None
+    leftovers = lane.servers.stop(handle)
+    audit = strict_audit(lane, handle, leftovers)
+    lane.state.server = None
     rec.results["cleanup"] = audit
     findings = checks.audit_findings(audit, "after restore")
     if not look["alive"]:
@@ -806,46 +565,46 @@ def stop_restored(run: LaneTools, rec: StepEvidence) -> bool:
     return True
 
 
-def restore_then_stop(run: LaneTools, rec: StepEvidence, step: str) -> None:
+def restore_then_stop(lane: ServingLane, rec: StepEvidence, step: str) -> None:
     """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
     failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place).
     A restored server stopped cleanly marks the step ``delivered``, passed or failed on its checks (a later step
     that needs only a stopped restored instance runs after it: ``procedure.Step.delivered``)."""
     try:
-        restore(run, rec, step)
+        restore(lane, rec, step)
     except BaseException:
         try:
-            rec.delivered = stop_restored(run, rec)
+            rec.delivered = stop_restored(lane, rec)
         except Exception as cleanup:
             error = f"{type(cleanup).__name__}: {cleanup}"
             rec.results["cleanup_error"] = error
             audit = rec.results.setdefault("cleanup", CleanupAudit(ok=False))
             audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
         raise
-    rec.delivered = stop_restored(run, rec)
+    rec.delivered = stop_restored(lane, rec)
 
 
-def restore_after_stop(run: LaneTools, rec: StepEvidence) -> None:
+def restore_after_stop(lane: ServingLane, rec: StepEvidence) -> None:
     """The artifact restores again in the same box after the last restored server was stopped the way a scale-down
     stops it (SIGTERM, and its own cleanup): the same checks, then the same stop and audit. An artifact that
     depends on what the restored engine cleans up on its way out fails here, in its own words."""
-    restore_then_stop(run, rec, "restore-after-stop")
+    restore_then_stop(lane, rec, "restore-after-stop")
 
 
-def fresh_box_restore(run: LaneTools, rec: StepEvidence) -> None:
+def fresh_box_restore(lane: FreshBoxLane, rec: StepEvidence) -> None:
     """The artifact restores in a fresh box of the same image holding nothing else of this lane (its own IPC
     namespace, an empty ``/dev/shm``): the same checks as the first restore, then the stop and audit. An artifact
     that depends on state outside it (shared-memory segments, files of the box it was made in) fails here."""
-    with run.fresh_box() as fresh:
-        rec.results["box"] = fresh.environment_id()
+    with lane.fresh_box() as fresh:
+        rec.results["box"] = fresh.environment.id()
         restore_then_stop(fresh, rec, "fresh-box")
 
 
-def overlay_verification(run: LaneTools, rec: StepEvidence) -> None:
+def overlay_verification(lane: OverlayLane, rec: StepEvidence) -> None:
     """Every overlaid file is the one imported: in each engine process, and by a fresh interpreter."""
-    files = run.overlay_imports()
+    files = lane.overlay.imports()
     for item in files:
-        fresh = run.fresh_import(item["module"])
+        fresh = lane.overlay.fresh_import(item["module"])
         item["fresh_import"] = fresh
         item["fresh_ok"] = fresh["exit_code"] == 0 and fresh["sha256"] == item["host_sha256"]
         item["ok"] = checks.overlay_file_ok(item["host_sha256"], item["imported"], fresh["exit_code"], fresh["sha256"])
@@ -857,17 +616,17 @@ def overlay_verification(run: LaneTools, rec: StepEvidence) -> None:
         item["finding"], item["finding_detail"] = overlay.file_finding(item)
     rec.results["files"] = files
     rec.results["summary"] = overlay.findings_line(files)[1]
-    rec.results["probe_loaded_pids"] = run.probe_loaded_pids()
+    rec.results["probe_loaded_pids"] = lane.overlay.probe_loaded_pids()
     require_findings(checks.overlay_findings(files))
 
 
-def unit_step(run: LaneTools, rec: StepEvidence) -> None:
+def unit_step(lane: UnitLane, rec: StepEvidence) -> None:
     """The user's unit command from the overlay checkout in this lane's box, per test id. With a base arm, the head
     arm records and the base arm judges: only failures new on the head arm fail (pre-existing ones are listed);
     without one, any failure fails."""
-    result, junit_xml, kept = run.run_unit_command(rec)
+    result, junit_xml, kept = lane.overlay.run_unit_command(rec)
     record = UnitRun(
-        command=run.config.unit_command, exit_code=result.exit_code, seconds=round(result.seconds, 1), junit=kept
+        command=lane.config.unit_command, exit_code=result.exit_code, seconds=round(result.seconds, 1), junit=kept
     )
     rec.results["unit"] = record
     if junit_xml is None:
@@ -881,19 +640,19 @@ def unit_step(run: LaneTools, rec: StepEvidence) -> None:
         raise StepFailed(f"the unit command's JUnit cannot be read: {exc}") from None
     record["counts"], record["failed"] = unit.counts(found), unit.failed(found)
     check(bool(found), f"the unit command ran no test (exit {result.exit_code}): {result.tail()}")
-    run.unit_peers[run.lane.name] = found
+    lane.peers.unit[lane.spec.name] = found
     shown = unit.counts(found)
     summary = f"{shown['passed']} passed, {shown['failed']} failed, {shown['skipped']} skipped"
-    if run.lane.arm == "head":
-        if run.config.base_image is not None:
+    if lane.spec.arm == "head":
+        if lane.config.base_image is not None:
             record["judged"] = f"recorded ({summary}); judged against the base arm by its unit step"
             return
         record["judged"] = "alone (no base arm): every failure counts"
         check(not record["failed"], f"{len(record['failed'])} unit test(s) failed ({summary}): {record['failed'][:10]}")
         return
-    head = run.unit_peers.get(run.lane.peer("head"))
+    head = lane.peers.unit.get(lane.spec.peer("head"))
     if head is None:
-        pytest.skip(f"{run.lane.name}: the head arm's unit outcomes are not available to judge against")
+        pytest.skip(f"{lane.spec.name}: the head arm's unit outcomes are not available to judge against")
     new, pre, fixed = unit.against_base(head, found)
     record["judged"] = "the head arm's failures against this (base) arm's"
     record["new_on_head"], record["pre_existing"], record["fixed_on_head"] = new, pre, fixed
@@ -904,15 +663,15 @@ def unit_step(run: LaneTools, rec: StepEvidence) -> None:
     )
 
 
-def compare_arms(run: LaneTools, rec: StepEvidence) -> None:
+def compare_arms(lane: ReferenceLane, rec: StepEvidence) -> None:
     """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
-    head = run.peers.get(run.lane.peer("head"))
-    ordinary = run.state.ordinary
+    head = lane.peers.ordinary.get(lane.spec.peer("head"))
+    ordinary = lane.state.ordinary
     if not head or ordinary is None:
-        pytest.skip(f"{run.lane.name}: the head arm's ordinary reference is not available to compare with")
+        pytest.skip(f"{lane.spec.name}: the head arm's ordinary reference is not available to compare with")
     expected = [CanaryOutput.of(c) for c in head.canary]
     actual = [CanaryOutput.of(c) for c in ordinary.canary]
-    tolerance = run.config.logprob_tolerance
+    tolerance = lane.config.logprob_tolerance
     compare = [checks.compare_canary(e, a, tolerance) for e, a in zip(expected, actual, strict=True)]
     digests = checks.compare_digests(head.digests, ordinary.digests)
     # each adapter's canaries through the base image's engine against the head's (the same variant lane's)

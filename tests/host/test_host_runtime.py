@@ -121,7 +121,7 @@ def test_processes_are_the_lanes_own(lane_factory: StartLane) -> None:
 
 
 def test_a_cpu_sample_reads_the_lanes_own_tasks(lane_factory: StartLane) -> None:
-    """The decode-speed check's CPU figures (vsnap_qual.decode_speed): the lane shares the host's PID namespace
+    """The decode-speed check's CPU figures (vsnap_qual.engine.decode_speed): the lane shares the host's PID namespace
     and cgroup; only its members' tasks count as the engine's."""
     lane = lane_factory()
     outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine

@@ -14,8 +14,8 @@ import docker.errors
 import pytest
 
 from vsnap_qual import box as vbox
-from vsnap_qual import decode_speed
 from vsnap_qual.box import BoxSpec
+from vsnap_qual.engine import decode_speed
 from vsnap_qual.faults import parked
 from vsnap_qual.model import CpuSample
 from vsnap_qual.runtimes import docker as docker_runtime
@@ -185,7 +185,7 @@ def _until_it_ran(box: EngineContainer, tid: str, deadline_s: float = 30.0) -> t
 
 
 def test_a_cpu_sample_reads_the_boxs_own_tasks_even_with_the_hosts_pid_namespace(box: EngineContainer) -> None:
-    """The decode-speed check's CPU figures (vsnap_qual.decode_speed): this box shares the host's PID namespace,
+    """The decode-speed check's CPU figures (vsnap_qual.engine.decode_speed): this box shares the host's PID namespace,
     so /proc lists the host's processes too; only the container's own count as the engine's."""
     outside = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the machine
     inside = box.spawn(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"], "/tmp/spinner.log")
@@ -242,9 +242,9 @@ def _unreadable(box: EngineContainer) -> set[int]:
 
 
 def test_a_dev_shm_name_is_held_by_an_open_fd_or_a_mapping_alone_and_otherwise_unheld(box: EngineContainer) -> None:
-    """The probe behind the create's /dev/shm check (steps.shm_left_by_create) against real /proc: a file kept
-    open, one only mapped (its fd closed, as a semaphore is), one nobody holds; a name that only starts like a held
-    one is not held by it."""
+    """The probe behind the create's /dev/shm check (lane.snapshot_cli.shm_left_by_create) against real /proc: a
+    file kept open, one only mapped (its fd closed, as a semaphore is), one nobody holds; a name that only starts like
+    a held one is not held by it."""
     tag = f"vsnap-test-{os.getpid()}"
     names = {k: f"{tag}-{k}" for k in ("open", "mapped", "unheld")}
     names["prefix"] = names["mapped"][:-1]  # "…-mappe": a held name's prefix, a file of its own

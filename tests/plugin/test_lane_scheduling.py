@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual.config import Lane, Variant
+from vsnap_qual.config import LaneSpec, Variant
 from vsnap_qual.plugin.lane_scheduling import lane_group, xdist_workers
 
 CONFTEST = """
@@ -71,7 +71,7 @@ def test_xdist_worker_count_comes_from_the_session() -> None:
 
 
 def test_lane_group_reads_the_lane_among_the_parameters() -> None:
-    lanes = [Lane("v1", "head", "i", "head", False), Lane("v2", "base", "b", "base", False)]
+    lanes = [LaneSpec("v1", "head", "i", "head", False), LaneSpec("v2", "base", "b", "base", False)]
     assert lane_group("t.py::T::test_a[v1-head]", lanes) == "vsnap-runner-v1"
     assert lane_group("t.py::T::test_fault[v2-base-wake-raise]", lanes) == "vsnap-runner-v2"
     assert lane_group("t.py::T::test_x[wake-v2-base]", lanes) == "vsnap-runner-v2"
@@ -83,7 +83,7 @@ def test_lane_group_reads_the_lane_among_the_parameters() -> None:
 def test_a_variants_lanes_share_their_runners_worker() -> None:
     """A variant's lanes go with their runner (one worker, one GPU): its base arm after its head arm."""
     nopc = Variant("nopc", ("--no-enable-prefix-caching",))
-    lanes = [Lane("v1", "head", "i", "head", False), Lane("v2", "head", "i", "head", False, nopc)]
+    lanes = [LaneSpec("v1", "head", "i", "head", False), LaneSpec("v2", "head", "i", "head", False, nopc)]
     assert lane_group("t.py::T::test_a[v2-head-nopc]", lanes) == "vsnap-runner-v2"
     assert lane_group("t.py::T::test_fault[v2-head-nopc-wake-raise]", lanes) == "vsnap-runner-v2"
     assert lane_group("t.py::T::test_a[v2-head]", lanes) is None  # the plain v2 lane is not one of this run

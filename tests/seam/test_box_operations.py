@@ -1,13 +1,12 @@
 """The box's named operations (``vsnap_qual.box.Box``: what the fault kinds do to a box instead of shell strings)
 behave alike where they are implemented: once for every box with a shell (``runtimes.shell.ShellBox``, here over
 this machine's own ``sh`` and ``/proc``, as the Docker and host runtimes run it in theirs) and once in the in-memory
-box of the third runtime (``tests/seam/memory_runtime.py``). The same assertions run against both."""
+box of the third runtime (``tests/support/memory_box.py``). The same assertions run against both."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,22 +14,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.memory_box import MemoryBox
 from vsnap_qual.box import Bind, BoxSpec, ExecResult, ProcessRow, RuntimeFailure, free_ports
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.runtimes.shell import ShellBox
 
 HERE = Path(__file__).parent
-
-
-def _memory_runtime() -> Any:
-    sys.path.insert(0, str(HERE))
-    try:
-        import memory_runtime
-    except ValueError:  # registered already by another import in this process
-        memory_runtime = sys.modules["memory_runtime"]
-    finally:
-        sys.path.remove(str(HERE))
-    return memory_runtime
 
 
 class LocalShellBox(ShellBox):
@@ -62,7 +51,7 @@ def box(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, s
         return
     spec = BoxSpec(name="ops", engine="memory:head", image_id="i", labels={}, environment={},
                    binds=[Bind(CONTROL, control, read_only=False)])  # fmt: skip
-    memory = _memory_runtime().MemoryBox(spec)
+    memory = MemoryBox(spec)
     yield memory, "/vsnap/work"
     memory.remove()
 
@@ -108,7 +97,7 @@ def test_a_write_keeps_the_file_and_its_inode(tmp_path: Path) -> None:
 def test_a_held_port_is_listed_watched_and_ended_by_a_signal(box: tuple[Any, str], tmp_path: Path) -> None:
     b, root = box
     (port,) = free_ports(1)
-    marker = f"{CONTROL}/faults/listen-{port}" if isinstance(b, _memory_runtime().MemoryBox) else str(tmp_path / "m")
+    marker = f"{CONTROL}/faults/listen-{port}" if isinstance(b, MemoryBox) else str(tmp_path / "m")
     local_marker = tmp_path / "control" / "faults" / f"listen-{port}" if marker.startswith(CONTROL) else Path(marker)
     watcher = b.watch_listener(port, marker, str(tmp_path / "watch.log"))
     holder = b.hold_port(port, str(tmp_path / "hold.log"))

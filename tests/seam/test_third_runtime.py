@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def pytest_unconfigure(config):
 
 def _run(
     tmp_path: Path, *args: str, expect: tuple[str, ...] = ("--vsnap-expect=base", "--vsnap-base-expect=base")
-) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], list[str]]:
     (tmp_path / "spy_plugin.py").write_text(SPY)
     report = tmp_path / "report"
     modules = tmp_path / "modules.json"
@@ -204,25 +205,19 @@ def test_a_kind_of_a_conftests_own_is_one_module_and_runs_on_the_runtime_registe
     assert "v1/head/fault:manifest-byte" in results["coverage"]["required"]
 
 
-def environment_of(results: dict, lane: str) -> dict:
+def environment_of(results: dict[str, Any], lane: str) -> dict[str, Any]:
     return next(x["environment"] for x in results["lanes"] if x["environment"] and x["environment"]["lane"] == lane)
 
 
 def test_the_endpoint_is_the_runtimes_not_the_lanes_port(tmp_path: Path) -> None:
     """The memory box publishes each lane port under another local port: every request the harness made went
     there, so nothing assumes it reaches the box's own port number on loopback."""
-    sys.path.insert(0, str(HERE))
-    try:
-        import memory_runtime
-    except ValueError:  # registered already by another import in this process
-        memory_runtime = sys.modules["memory_runtime"]
-    finally:
-        sys.path.remove(str(HERE))
+    from tests.support.memory_box import MemoryBox
     from vsnap_qual.box import Bind, BoxSpec
 
     spec = BoxSpec(name="n", engine="e", image_id="i", labels={}, environment={},
                    binds=[Bind("/vsnap/control", tmp_path, read_only=False)])  # fmt: skip
-    box = memory_runtime.MemoryBox(spec)
+    box = MemoryBox(spec)
     host, real = box.endpoint(18000)
     assert (host, box.endpoint(18000)[1]) == ("127.0.0.1", real) and real != 18000
 

@@ -1,10 +1,10 @@
-"""The LoRA adapter checks (``vsnap_qual.adapters``, issue 28): each adapter's canaries compared through the same
+"""The LoRA adapter checks (``vsnap_qual.engine.adapters``, issue 28): each adapter's canaries compared through the same
 adapter, after a restore and between the base image and the image under test."""
 
 from __future__ import annotations
 
-from vsnap_qual import adapters
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import adapters
+from vsnap_qual.engine.client import CanaryOutput
 
 
 def _answer(prompt: str, ids: list[int]) -> CanaryOutput:

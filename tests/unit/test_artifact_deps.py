@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual import artifact_deps
 from vsnap_qual.box import ShmEntry
+from vsnap_qual.lane import artifact_deps
 
 
 class FilesAndShm:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual import artifact_files
-from vsnap_qual.artifact_files import ArtifactFiles, Entry, parse_listing
 from vsnap_qual.box import ExecResult
+from vsnap_qual.lane import artifact_files
+from vsnap_qual.lane.artifact_files import ArtifactFiles, Entry, parse_listing
 
 
 class ShellBox:

@@ -136,7 +136,7 @@ def test_the_variant_profiles_parse_into_lanes_and_each_lora_variant_names_its_a
     tmp_path, profile, adapter, more
 ):
     """The documented variant profiles (pytest @file: one argument per line, no shell) are valid options."""
-    from vsnap_qual import adapters
+    from vsnap_qual.engine import adapters
 
     lines = (Path(__file__).parents[2] / "suites" / "profiles" / profile).read_text().splitlines()
     config = _config(tmp_path, "--vsnap-image=img:1", "--vsnap-runners=v1", *[line for line in lines if line])

@@ -1,5 +1,5 @@
-"""The decode-speed check (``vsnap_qual.decode_speed``, issue #28 item 3): the timing, vLLM's speculative-decoding
-counters, and the judgement against the default tolerance."""
+"""The decode-speed check (``vsnap_qual.engine.decode_speed``, issue #28 item 3): the timing, vLLM's
+speculative-decoding counters, and the judgement against the default tolerance."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from vsnap_qual import decode_speed
+from vsnap_qual.engine import decode_speed
 from vsnap_qual.model import CpuSample, CpuShare, DecodeSpeed
 from vsnap_qual.options import parse_slowdown
 from vsnap_qual.runtimes.procfs import parse_cpu_sample

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import hashlib
 
-from vsnap_qual import checks, engine
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual import checks
+from vsnap_qual.engine import client
+from vsnap_qual.engine.client import CanaryOutput
 
 
 def test_canary_compare_follows_oracles_match():
@@ -36,9 +37,9 @@ def test_kv_log_line_variants():
         "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, "
         "Maximum concurrency for 512 tokens per request: 2048.00x"
     )
-    assert engine.kv_from_log(gpu) == 54048
-    assert engine.kv_from_log(cpu) == 1048576
-    assert engine.kv_from_log("nothing here") is None
+    assert client.kv_from_log(gpu) == 54048
+    assert client.kv_from_log(cpu) == 1048576
+    assert client.kv_from_log("nothing here") is None
 
 
 def test_empty_digest_constant_is_the_sha256_of_nothing():

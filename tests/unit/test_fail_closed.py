@@ -8,10 +8,12 @@ from typing import Any
 import docker.errors
 import pytest
 
-from vsnap_qual import audit, checks, steps
+from vsnap_qual import checks, steps
 from vsnap_qual.box import BoxSpec, RuntimeFailure, exec_timed_out
+from vsnap_qual.lane import audit
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.runtimes.docker import EngineContainer
+from vsnap_qual.vllm_words import StepFailed
 
 
 def test_exit_137_is_a_timeout_only_past_the_deadline() -> None:
@@ -29,7 +31,7 @@ class _Top:
 
 def test_a_process_listing_docker_refuses_raises_instead_of_returning_nothing() -> None:
     spec = BoxSpec(name="vsnap-lane", engine="x", image_id="x", labels={}, environment={})
-    box = EngineContainer(None, _Top(), spec, Path("/nonexistent"))  # type: ignore[arg-type]
+    box = EngineContainer(None, _Top(), spec, Path("/nonexistent"))
     with pytest.raises(RuntimeFailure, match="cannot list the processes of vsnap-lane: 500 Server Error"):
         box.processes()
 
@@ -55,20 +57,20 @@ def test_an_error_while_auditing_is_a_failed_audit_that_names_it(tmp_path: Path)
 
 def test_stopping_a_server_whose_processes_cannot_be_listed_fails_instead_of_stopping_nothing() -> None:
     with pytest.raises(RuntimeFailure, match="cannot list the processes"):
-        audit.strict_stop(_BrokenBox(), steps.ServerHandle(port=8000, root_pid=101, pids=[101]), 5.0, [])  # type: ignore[arg-type]
+        audit.strict_stop(_BrokenBox(), audit.ServerHandle(port=8000, root_pid=101, pids=[101]), 5.0, [])  # type: ignore[arg-type]
 
 
 def test_a_restore_failure_is_not_replaced_by_the_cleanup_failure_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
     def restore(run: Any, rec: StepEvidence, n: int) -> None:
-        raise steps.StepFailed(f"restore-{n}: canary differs from the ordinary reference")
+        raise StepFailed(f"restore-{n}: canary differs from the ordinary reference")
 
     def stop_restored(run: Any, rec: StepEvidence) -> None:
-        raise steps.StepFailed("cleanup after restore incomplete: PIDs alive [101]")
+        raise StepFailed("cleanup after restore incomplete: PIDs alive [101]")
 
     monkeypatch.setattr(steps, "restore", restore)
     monkeypatch.setattr(steps, "stop_restored", stop_restored)
     rec = StepEvidence()
-    with pytest.raises(steps.StepFailed, match="restore-2: canary differs"):
+    with pytest.raises(StepFailed, match="restore-2: canary differs"):
         steps.restore_then_stop(None, rec, 2)  # type: ignore[arg-type]
     assert rec.results["cleanup_error"] == "StepFailed: cleanup after restore incomplete: PIDs alive [101]"
     assert rec.results["cleanup"]["ok"] is False and "PIDs alive [101]" in rec.results["cleanup"]["detail"]
@@ -78,10 +80,10 @@ def test_a_passing_restore_still_has_its_cleanup_judged(monkeypatch: pytest.Monk
     monkeypatch.setattr(steps, "restore", lambda run, rec, n: None)
 
     def stop_restored(run: Any, rec: StepEvidence) -> None:
-        raise steps.StepFailed("cleanup after restore incomplete: ports open [8001]")
+        raise StepFailed("cleanup after restore incomplete: ports open [8001]")
 
     monkeypatch.setattr(steps, "stop_restored", stop_restored)
-    with pytest.raises(steps.StepFailed, match="ports open"):
+    with pytest.raises(StepFailed, match="ports open"):
         steps.restore_then_stop(None, StepEvidence(), 2)  # type: ignore[arg-type]
 
 

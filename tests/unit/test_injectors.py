@@ -7,44 +7,45 @@ runs here)."""
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import json
-import os
 import socket
 import subprocess
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from tests.support.fake_lane import FakeLane, fault_lane
 from vsnap_qual import faults, procedure
-from vsnap_qual.box import ExecResult, RuntimeFailure
-from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
-from vsnap_qual.control import MountedControlDir
+from vsnap_qual.box import ExecResult
+from vsnap_qual.contract import ARTIFACT, WORK
+from vsnap_qual.engine import client
 from vsnap_qual.faults import BUILTIN_FAULTS, FAULTS_BY_ID, Fault, FaultCatalogue, Observation
 from vsnap_qual.faults import BUILTIN_INJECTORS as INJECTORS
-from vsnap_qual.faults import injector as injector_module
+from vsnap_qual.faults.injector import Attempt
 from vsnap_qual.faults.kinds import identity as drifts
 from vsnap_qual.faults.kinds.hook import HookParams
+from vsnap_qual.lane.state import FaultState
+from vsnap_qual.model import FiredRecord, IdentityInjected, KillInjected
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import LaneState
 from vsnap_qual.timing import run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORD = {"point": "wake-raise", "pid": 7}
+RECORD = FiredRecord(point="wake-raise", pid=7)
 
 
-def _fired(kind: str, obs: Observation | None = None, **injected: Any) -> bool:
+def _fired(kind: str, obs: Observation | None = None, /, **injected: object) -> bool:
     return INJECTORS[kind].fired(obs or Observation(), injected)
 
 
 # ---- the table ---------------------------------------------------------------------------------------------
-def test_every_kind_of_the_catalogue_has_its_own_injector_class():
+def test_every_kind_of_the_catalogue_has_its_own_injector_class() -> None:
     kinds = {f.kind for f in BUILTIN_FAULTS}
     assert kinds <= set(INJECTORS) and set(INJECTORS) == kinds
     assert {k: type(INJECTORS[k]).__name__ for k in sorted(kinds)} == {
@@ -80,7 +81,7 @@ TABLE = [
 ]  # fmt: skip
 
 
-def test_the_kinds_modules_gather_into_the_table_they_were_in_its_order():
+def test_the_kinds_modules_gather_into_the_table_they_were_in_its_order() -> None:
     assert [(f.id, f.kind) for f in BUILTIN_FAULTS] == TABLE
     assert FaultCatalogue.builtin().ids == [fault_id for fault_id, _ in TABLE]
     for fault in BUILTIN_FAULTS:  # each carries its kind's own parameters, or none where its kind takes none
@@ -88,13 +89,13 @@ def test_the_kinds_modules_gather_into_the_table_they_were_in_its_order():
         assert (fault.params is None) if params is None else isinstance(fault.params, params), fault.id
 
 
-def test_a_fault_of_a_kind_with_parameters_is_refused_without_them():
+def test_a_fault_of_a_kind_with_parameters_is_refused_without_them() -> None:
     catalogue = FaultCatalogue.builtin()
     with pytest.raises(ValueError, match="needs its parameters as HookParams"):
         catalogue.add(Fault("x", "x", "hook", head=faults.Expect(1, False, None, None)))
 
 
-def test_run_fault_has_no_branch_on_the_kind():
+def test_run_fault_has_no_branch_on_the_kind() -> None:
     """The sequence reads the kind once, through the table; what differs per kind is the injector's."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(faults.run_fault)))
     kinds = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("kind", "id", "hook_point")]
@@ -105,13 +106,13 @@ def test_run_fault_has_no_branch_on_the_kind():
     assert not hasattr(faults, "_fired"), "one decision of firing: the injector's"
 
 
-def test_the_judge_reads_the_kind_only_through_its_injector():
+def test_the_judge_reads_the_kind_only_through_its_injector() -> None:
     tree = ast.parse(textwrap.dedent(inspect.getsource(faults.judge)))
     compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare) and "kind" in ast.unparse(n)]
     assert compared == []
 
 
-def test_what_each_kind_changes_in_the_common_sequence():
+def test_what_each_kind_changes_in_the_common_sequence() -> None:
     flags = {
         kind: (
             inj.watches_port,
@@ -132,28 +133,28 @@ def test_what_each_kind_changes_in_the_common_sequence():
 
 
 # ---- each kind's rule: fired from the harness's own evidence ----------------------------------------------
-def test_hook_and_create_fire_on_the_probes_record_only():
+def test_hook_and_create_fire_on_the_probes_record_only() -> None:
     for kind in ("hook", "create"):
         assert _fired(kind, Observation(fired_records=[RECORD]))
         # an engine that failed exactly as the hook would make it, without the hook's record, did not fire
         assert not _fired(kind, Observation(exit_code=1, stderr_tail="RuntimeError: vsnap fault wake-raise"))
 
 
-def test_signal_fires_when_the_hook_fired_and_the_signal_was_sent():
+def test_signal_fires_when_the_hook_fired_and_the_signal_was_sent() -> None:
     records = Observation(fired_records=[RECORD])
     assert _fired("signal", records, signal=["SIGTERM to [41]"])
     assert not _fired("signal", records, signal=[])  # recovery ran, but no restore was found to signal
     assert not _fired("signal", Observation(), signal=["SIGTERM to [41]"])
 
 
-def test_identity_fires_when_the_restore_saw_another_value_than_the_manifest():
+def test_identity_fires_when_the_restore_saw_another_value_than_the_manifest() -> None:
     stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
     assert not _fired("identity", stderr, presented="VLLM_VSNAP_QUAL_DRIFT=1")  # the engine's words prove nothing
     assert _fired("identity", Observation(exit_code=0), held=True)  # even when the engine ignored it
     assert not _fired("identity", Observation(exit_code=1), held=False)
 
 
-def test_pid_fires_only_when_held_at_restore_start_and_after():
+def test_pid_fires_only_when_held_at_restore_start_and_after() -> None:
     held = {"occupied": True, "held_at_restore": True, "held_after_restore": True}
     assert _fired("pid", **held)
     for key in held:
@@ -161,17 +162,17 @@ def test_pid_fires_only_when_held_at_restore_start_and_after():
         assert not _fired("pid", **{k: v for k, v in held.items() if k != key}), key
 
 
-def test_port_fires_when_bound_as_the_restore_started():
+def test_port_fires_when_bound_as_the_restore_started() -> None:
     assert _fired("port", port=8000, bound_at_restore=True)
     assert not _fired("port", Observation(exit_code=1, stderr_tail="already in use"), port=8000, bound_at_restore=False)
 
 
-def test_manifest_and_image_fire_on_the_change_they_made():
+def test_manifest_and_image_fire_on_the_change_they_made() -> None:
     assert _fired("manifest", manifest="schema_version=2") and not _fired("manifest")
     assert _fired("image", truncated="/vsnap/work/artifact/images/core-41.img") and not _fired("image", truncated="")
 
 
-def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kinds():
+def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kinds() -> None:
     obs = Observation(exit_code=1, stderr_tail="Fatal Python error: Aborted")
     results = {"injected": {"occupied": False}}
     expect = faults.Expect(1, False, None, True)
@@ -184,7 +185,7 @@ def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kind
     )
 
 
-def test_only_a_create_is_judged_on_its_target_directory():
+def test_only_a_create_is_judged_on_its_target_directory() -> None:
     obs = Observation(exit_code=1, fired=True, stderr_tail="snapshot child exited before ready")
     ok = {"cleanup": {"ok": True}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
     create = FAULTS_BY_ID["create-partial-sleep"]
@@ -198,168 +199,13 @@ def test_only_a_create_is_judged_on_its_target_directory():
 
 
 # ---- the sequence on a fake lane ---------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class FakeBox:
-    """The lane's box: its named operations are recorded (a set of paths stands in for the lane's files); a port
-    blocker binds a real listener here; the identity kind's shell scripts are recorded."""
-
-    def __init__(self, log: list[Any]) -> None:
-        self.log = log
-        self.files: set[str] = set()
-        self.fail_touch = False
-        self.listeners: list[socket.socket] = []
-
-    has_shell = True
-
-    def sh(self, script: str, timeout: float = 60.0) -> ExecResult:
-        self.log.append(("sh", script))
-        return ExecResult(["sh", "-c", script], 0, "", "", 0.0, 0.0)
-
-    def exists(self, path: str) -> bool:
-        return path in self.files
-
-    def write_bytes(self, path: str, data: bytes) -> None:
-        self.log.append(("write", path))
-        if self.fail_touch:
-            raise RuntimeFailure(f"cannot write {path}")
-        self.files.add(path)
-
-    def copy_tree(self, source: str, target: str, *, replace: bool = False) -> None:
-        self.log.append(("copy", source, target, replace))
-
-    def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:
-        self.log.append(("signal", list(pids), signame))
-        return True
-
-    def wchan(self, pids: list[int]) -> dict[int, str]:
-        return {}
-
-    def thread_waits(self, pids: list[int]) -> dict[int, Any]:
-        return {}
-
-    def watch_listener(self, port: int, marker: str, log_path: str) -> int:
-        self.log.append(("watch", log_path))
-        return 2**22 + 1  # above any pid_max: no process of this machine
-
-    def hold_port(self, port: int, log_path: str) -> int:
-        self.log.append(("hold", log_path))
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))
-        s.listen(1)
-        self.listeners.append(s)
-        return 2**22 + 1
-
-    def processes(self) -> list[dict[str, Any]]:
-        return []
-
-    def listening_ports(self) -> set[int]:
-        return {int(s.getsockname()[1]) for s in self.listeners if s.fileno() != -1}
-
-    def read_text(self, path: str) -> str:
-        return ""
-
-    def remove_path(self, path: str) -> None:
-        self.log.append(("remove", path))
-        self.files.discard(path)
-
-    def tasks_held(self, ids: set[int]) -> list[str]:
-        return []
-
-    host_pid_namespace = False
-
-    def exec(self, argv: list[str], timeout: float, **_: Any) -> ExecResult:
-        self.log.append(("exec", " ".join(argv)))
-        return ExecResult(argv, 1, "", "the follow-up restore is not run here", 0.0, 0.0)
-
-    def close(self) -> None:
-        for s in self.listeners:
-            s.close()
-
-
-class FakeRun:
-    """A fault lane (``faults.FaultLane``): the faulted command's result is chosen by the test (``on_restore``);
-    its control directory is a real one of this test's."""
-
-    def __init__(self, control: Path) -> None:
-        (control / "faults").mkdir(parents=True)
-        self.control_host = control
-        self.work = control.parent / "work"
-        self.control = MountedControlDir(control)
-        self.log: list[Any] = []
-        self.box = FakeBox(self.log)
-        self.ports = {"fault": _free_port()}
-        self.state = LaneState(manifest={"process_tree": [], "environment": [["VLLM_NO_USAGE_STATS", "h"]]})
-        self.recorder = SimpleNamespace(engine_wait=contextlib.nullcontext, engine_time=0.0)
-        self.served_model = "m"
-        self.lane = SimpleNamespace(name="v1/head")
-        self.config = SimpleNamespace(
-            timeouts={"stop": 1.0, "restore": 30.0, "http": 2.0, "create": 30.0, "exec": 30.0},
-            cleanup_grace=0.1,
-            fault_timeout=2.0,
-            engine_argv=lambda: ["--model", "m"],
-        )
-        self.stderr = "Error: restore lock held"
-        self.on_restore: Any = None
-        self.armed_at_restore: dict[str, Any] | None = None
-
-    def artifact_digest(self) -> str:
-        self.log.append("digest")
-        return "same"
-
-    def endpoint(self, port: int) -> tuple[str, int]:
-        return "127.0.0.1", port
-
-    def create_argv(self, target: str = "/vsnap/work/artifact") -> list[str]:
-        return ["--model", "m", "--snapshot-dir", target]
-
-    def _command(self, record: StepEvidence, argv: list[str], env: dict[str, str] | None) -> ExecResult:
-        self.log.append(("command", argv[:3], dict(env or {})))
-        armed = self.control_host / "faults" / "armed.json"
-        self.armed_at_restore = json.loads(armed.read_text()) if armed.exists() else None
-        if self.on_restore:
-            self.on_restore(self)
-        record.exit_code = 1
-        return ExecResult(argv, 1, "", self.stderr, 0.0, 0.25)
-
-    def restore(self, record: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
-        return self._command(record, ["vllm", "snapshot", "restore", name], env)
-
-    def snapshot(self, record: StepEvidence, action: str, *args: str, **kw: Any) -> ExecResult:
-        return self._command(record, ["vllm", "snapshot", action, kw.get("name", action)], kw.get("env"))
-
-    def command(self, record, argv, timeout_key, env, name):  # type: ignore[no-untyped-def]
-        """The identity kind's launch and recording shell, run for real here: the lane's control directory and
-        work directory are this test's, and ``vllm`` is a stand-in that fails the way a refusing engine does."""
-        self.log.append(("command", argv[:1], dict(env or {})))
-        bin_dir = self.control_host / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        (bin_dir / "vllm").write_text("#!/bin/sh\necho 'snapshot mismatch: environment' >&2\nexit 1\n")
-        (bin_dir / "vllm").chmod(0o755)
-        local = [a.replace(CONTROL, str(self.control_host)).replace(WORK, str(self.work)) for a in argv]
-        full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
-        done = subprocess.run(local, env=full, capture_output=True, text=True, timeout=30)
-        record.exit_code = done.returncode
-        return ExecResult(argv, done.returncode, done.stdout, done.stderr, 0.0, 0.1)
-
-    def cleanup_audit(self, pids: list[int], ports: list[int], grace: float | None = None) -> dict[str, Any]:
-        self.log.append(("audit", ports))
-        return {"ok": True, "ports_open": [], "link_remaps_equal": True}
-
-    def pid_alive(self, pid: int) -> bool:
-        return False
-
-
 @pytest.fixture
-def lane(tmp_path: Path):  # type: ignore[no-untyped-def]
-    run = FakeRun(tmp_path / "control")
-    yield run
-    run.box.close()
+def lane(tmp_path: Path) -> Iterator[FakeLane[FaultState]]:
+    """A fault lane (``tests/support/fake_lane.py``): its box the in-memory one, its faulted command's result chosen
+    by the test (``on_restore``), its control directory a real one of this test's."""
+    fake = fault_lane(tmp_path / "control")
+    yield fake
+    fake.box.remove()
 
 
 def _rec() -> StepEvidence:
@@ -367,10 +213,14 @@ def _rec() -> StepEvidence:
 
 
 def _run(
-    lane: FakeRun, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue | None = None, judged: bool = True
+    lane: FakeLane[FaultState],
+    fault: Fault,
+    rec: StepEvidence,
+    catalogue: FaultCatalogue | None = None,
+    judged: bool = True,
 ) -> Observation:
     catalogue = catalogue or FaultCatalogue.builtin()
-    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault), judged)  # type: ignore[arg-type]
+    return faults.run_fault(lane, fault, rec, catalogue.injector_for(fault), judged)
 
 
 class Recording(faults.Injector):
@@ -393,7 +243,7 @@ class Recording(faults.Injector):
 
 
 @pytest.mark.parametrize("answer", [True, False])
-def test_an_added_kind_runs_the_same_sequence_and_its_fired_decides(lane, answer):
+def test_an_added_kind_runs_the_same_sequence_and_its_fired_decides(lane: FakeLane[FaultState], answer: bool) -> None:
     fault = Fault("recorded", "a recorded injection", "recorded", head=faults.Expect(1, False, None, True))
     catalogue = FaultCatalogue.builtin()
     catalogue.add(fault, injector=Recording(answer))
@@ -412,7 +262,7 @@ def test_an_added_kind_runs_the_same_sequence_and_its_fired_decides(lane, answer
     assert problems[0].startswith("ineffective injection") is not answer
 
 
-def test_adding_an_injector_over_a_built_in_kind_is_refused():
+def test_adding_an_injector_over_a_built_in_kind_is_refused() -> None:
     catalogue = FaultCatalogue.builtin()
     expect = faults.Expect(1, False, None, None)
     with pytest.raises(ValueError, match="kind 'hook' already has an injector"):
@@ -431,7 +281,7 @@ def _doc_example() -> str:
 
 
 @pytest.mark.parametrize("touch_fails", [False, True])
-def test_the_documented_conftest_example_works(lane, touch_fails):
+def test_the_documented_conftest_example_works(lane: FakeLane[FaultState], touch_fails: bool) -> None:
     """``docs/adding-a-fault.md``'s example, executed as a conftest would and its hook called as the plugin calls
     it: its fault is in the catalogue, its injector runs in the one sequence, its own evidence decides whether it
     fired, and it is released."""
@@ -441,14 +291,14 @@ def test_the_documented_conftest_example_works(lane, touch_fails):
     conftest["pytest_vsnap_add_faults"](catalogue=catalogue)
     fault = next(f for f in catalogue.faults if f.id == "lock-held")
     assert "v1/head/fault:lock-held" in procedure.required([("v1", "head", False)], catalogue.ids)
-    lane.box.fail_touch = touch_fails
-    lane.on_restore = lambda lane: lane.log.append(("lock at restore", set(lane.box.files)))
+    lock = "/vsnap/work/artifact/restore.lock"
+    lane.box.fail_writes = touch_fails
+    lane.on_restore = lambda lane: lane.log.append(("lock at restore", lane.box.exists(lock)))
     rec = _rec()
     obs = _run(lane, fault, rec, catalogue)
-    lock = "/vsnap/work/artifact/restore.lock"
     assert obs.fired is not touch_fails and rec.results["injected"] == {"lock": not touch_fails}
-    assert ("lock at restore", set() if touch_fails else {lock}) in lane.log
-    assert lock not in lane.box.files, "released after the action"
+    assert ("lock at restore", not touch_fails) in lane.log
+    assert not lane.box.exists(lock), "released after the action"
     problems = faults.judge(fault, fault.expect("base"), obs, rec.results, catalogue.injector_for(fault))
     if touch_fails:
         assert problems == [
@@ -460,9 +310,9 @@ def test_the_documented_conftest_example_works(lane, touch_fails):
         assert problems == ["the artifact no longer restores after the failure: follow-up restore exit 1"]
 
 
-def test_a_hook_fault_is_armed_at_its_point_during_the_restore_and_disarmed_after(lane):
-    def hook_fires(run: FakeRun) -> None:
-        (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
+def test_a_hook_fault_is_armed_at_its_point_during_the_restore_and_disarmed_after(lane: FakeLane[FaultState]) -> None:
+    def hook_fires(lane: FakeLane[FaultState]) -> None:
+        (lane.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
 
     lane.on_restore = hook_fires
     obs = _run(lane, FAULTS_BY_ID["recovery-deadline"], _rec())
@@ -474,7 +324,7 @@ def test_a_hook_fault_is_armed_at_its_point_during_the_restore_and_disarmed_afte
     assert lane.armed_at_restore == {"point": "wake-raise", "stall_s": None}
 
 
-def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane):
+def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane: FakeLane[FaultState]) -> None:
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["port-in-use"], rec)
     assert rec.results["injected"] == {"port": lane.ports["fault"], "bound_at_restore": True}
@@ -483,7 +333,9 @@ def test_a_port_fault_holds_the_port_at_restore_and_is_not_judged_on_http(lane):
     assert obs.http_bound is False and obs.http_bound_by == [] and ("audit", []) in lane.log
 
 
-def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch):
+def test_the_env_drift_is_seen_in_the_restores_own_environment(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = lane.box.sh
 
     def prepare(script: str, timeout: float = 60.0) -> ExecResult:  # the drift's kit, made here for real
@@ -497,21 +349,23 @@ def test_the_env_drift_is_seen_in_the_restores_own_environment(lane, monkeypatch
     monkeypatch.setattr(lane.box, "sh", prepare)
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
-    injected = rec.results["injected"]
+    injected = cast(IdentityInjected, rec.results["injected"])
     assert injected["seen_by_restore"] == "VLLM_VSNAP_QUAL_DRIFT=1" and injected["held"] is True, injected
     assert injected["field"] == "environment" and injected["manifest_value"] == "VLLM_VSNAP_QUAL_DRIFT unset"
     assert obs.fired and obs.exit_code == 1 and "snapshot mismatch" in obs.stderr_tail
     # a restore path that drops the drift (the variable never reached the process) did not fire, whatever the
     # engine printed
-    real = lane.command
-    monkeypatch.setattr(lane, "command", lambda rec, argv, key, env, name: real(rec, argv[2:], key, env, name))
+    real = lane.cli.command
+    monkeypatch.setattr(lane.cli, "command", lambda rec, argv, key, env, name: real(rec, argv[2:], key, env, name))
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["identity-drift"], rec)
-    assert rec.results["injected"]["held"] is False and not obs.fired
+    assert cast(IdentityInjected, rec.results["injected"])["held"] is False and not obs.fired
     assert "snapshot mismatch" in obs.stderr_tail
 
 
-def test_a_drift_asked_about_is_prepared_once_for_its_first_attempt(lane, monkeypatch):
+def test_a_drift_asked_about_is_prepared_once_for_its_first_attempt(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The step asks whether the box can present the drift (preparing its kit); the first attempt uses that
     answer, a retry prepares again."""
     fake = lane.box.sh
@@ -528,16 +382,16 @@ def test_a_drift_asked_about_is_prepared_once_for_its_first_attempt(lane, monkey
     monkeypatch.setattr(lane.box, "sh", prepare)
     fault = FAULTS_BY_ID["identity-drift"]
     injector = FaultCatalogue.builtin().injector_for(fault)
-    assert injector.not_applicable(lane, fault) is None  # type: ignore[arg-type]
+    assert injector.not_applicable(lane, fault) is None
     _run(lane, fault, _rec())
     assert len(prepared) == 1, prepared
     _run(lane, fault, _rec())  # another attempt: nothing was asked for it, so it prepares its own
     assert len(prepared) == 2, prepared
 
 
-def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
-    def hook_fires(run: FakeRun) -> None:
-        (run.control_host / "faults" / "fired-sleep-raise-7.json").write_text("{}")
+def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane: FakeLane[FaultState]) -> None:
+    def hook_fires(lane: FakeLane[FaultState]) -> None:
+        (lane.control_host / "faults" / "fired-sleep-raise-7.json").write_text("{}")
 
     lane.on_restore = hook_fires
     rec = _rec()
@@ -548,21 +402,33 @@ def test_a_create_fault_runs_a_create_and_leaves_the_artifact_unjudged(lane):
     assert obs.artifact_unchanged is None and "watch_polls" not in rec.results
 
 
-def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(lane, monkeypatch):
+def test_the_injection_is_verified_as_the_restore_starts_before_the_watchers(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A blocker that never accepts stops answering once the host connect poll filled its backlog: the port's
     (and the PID's) check in place comes before the watchers start, just before the command."""
     port = INJECTORS["port"]
-    real_start, real_enter = port.at_restore_start, injector_module.engine.ListenerWatch.__enter__
-    monkeypatch.setattr(port, "at_restore_start", lambda at: (lane.log.append("verified"), real_start(at))[1])
-    watch = injector_module.engine.ListenerWatch
-    monkeypatch.setattr(watch, "__enter__", lambda self: (lane.log.append("watching"), real_enter(self))[1])
+    real_start, real_enter = port.at_restore_start, client.ListenerWatch.__enter__
+
+    def at_restore_start(at: Attempt) -> None:
+        lane.log.append("verified")
+        real_start(at)
+
+    def enter(watch: client.ListenerWatch) -> client.ListenerWatch:
+        lane.log.append("watching")
+        return real_enter(watch)
+
+    monkeypatch.setattr(port, "at_restore_start", at_restore_start)
+    monkeypatch.setattr(client.ListenerWatch, "__enter__", enter)
     _run(lane, FAULTS_BY_ID["port-in-use"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("verified") < steps.index("watching") < steps.index("command")
 
 
 @pytest.mark.parametrize(("fault_id", "signame"), [("cancel-sigint", "INT"), ("cancel-sigterm", "TERM")])
-def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monkeypatch, fault_id, signame):
+def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch, fault_id: str, signame: str
+) -> None:
     """The signaller thread runs while the restore command runs: once the hook's record is there, it signals the
     restore command (the child of its ``timeout`` wrapper, looked up in this lane only); the sent signal is the
     evidence, with the record."""
@@ -581,9 +447,9 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
 
     monkeypatch.setattr(lane.box, "signal", signal)
 
-    def restore_until_signalled(run: FakeRun) -> None:
+    def restore_until_signalled(lane: FakeLane[FaultState]) -> None:
         listing[:] = [wrapper, restore]
-        (run.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
+        (lane.control_host / "faults" / "fired-wake-stall-7.json").write_text(json.dumps(RECORD))
         assert signalled.wait(10), "the restore was never signalled"
         listing.clear()  # the restore died of it
 
@@ -595,26 +461,30 @@ def test_a_signal_fault_signals_this_lanes_restore_once_recovery_runs(lane, monk
     assert lane.armed_at_restore == {"point": "wake-stall", "stall_s": 12.0}
 
 
-def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_called_the_engines(lane, monkeypatch):
+def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_called_the_engines(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Our own blocker is killed after the audit and the port is free again before the follow-up restore binds
     it (seen in .ci/run: "address already in use" on a follow-up); ``killed_by_harness`` names the engine's
     leftovers only, never the harness's own helpers."""
-    blocker = 2**22 + 7
     box = lane.box
-    real_hold = box.hold_port
-    monkeypatch.setattr(box, "hold_port", lambda port, log: blocker if real_hold(port, log) else 0)
-    monkeypatch.setattr(
-        box,
-        "processes",
-        lambda: [{"pid": blocker, "args": "python3 -c blocker"}] if box.listeners and not closing else [],
-    )
-    real_signal = box.signal
     closing: list[socket.socket] = []
+    real_signal = box.signal
 
     def signal(pids: list[int], signame: str, *, strict: bool = False) -> bool:
-        if signame == "KILL" and blocker in pids:
-            closing.extend(box.listeners)  # gone from the process listing at once; its socket closes later
-            threading.Timer(0.5, lambda: [sock.close() for sock in closing]).start()
+        held = [pid for pid in pids if pid in box.blockers]
+        if signame == "KILL" and held:
+            for pid in held:  # gone from the process listing at once; its socket closes later
+                box.rows.pop(pid, None)
+                closing.append(box.blockers[pid])
+
+                def close(pid: int = pid, sock: socket.socket = box.blockers[pid]) -> None:
+                    with box.lock:
+                        box.blockers.pop(pid, None)
+                        sock.close()
+
+                threading.Timer(0.5, close).start()
+            pids = [pid for pid in pids if pid not in held]
         return real_signal(pids, signame, strict=strict)
 
     monkeypatch.setattr(box, "signal", signal)
@@ -626,7 +496,7 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
         return real_exec(argv, timeout, **kw)
 
     monkeypatch.setattr(box, "exec", exec_)
-    lane.config.cleanup_grace = 2.0
+    lane.configure(cleanup_grace=2.0)
     rec = _rec()
     _run(lane, FAULTS_BY_ID["port-in-use"], rec)
     assert free_at_followup and all(free_at_followup), "the follow-up restore met the blocker's port"
@@ -634,7 +504,9 @@ def test_after_a_port_fault_the_blocker_is_gone_before_the_follow_up_and_not_cal
 
 
 @pytest.mark.parametrize("judged", [True, False])
-def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_judged(lane, monkeypatch, judged):
+def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_judged(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch, judged: bool
+) -> None:
     """Issue 27: where this arm's expectation records vLLM's cleanup without judging it (the released
     ``cancel-sigterm``), no outcome of the grace could change the verdict: the leftover is looked at once, as the
     command exits, and swept. Where it is judged, the grace is given in full to a process that stays."""
@@ -652,7 +524,7 @@ def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_ju
         return real_signal(pids, signame, strict=strict)
 
     monkeypatch.setattr(lane.box, "signal", signal)
-    lane.config.cleanup_grace = 1.0
+    lane.configure(cleanup_grace=1.0)
     rec = _rec()
     _run(lane, FAULTS_BY_ID["wake-raise"], rec, judged=judged)
     audit = rec.results["cleanup"]
@@ -662,11 +534,11 @@ def test_a_leftover_is_waited_for_through_the_grace_only_where_the_cleanup_is_ju
     assert (spent >= 1.0) if judged else (spent < 0.5), spent
 
 
-def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):
+def test_the_sequence_records_where_its_time_went_phase_by_phase(lane: FakeLane[FaultState]) -> None:
     """``results.phases``: the harness's own time is read from the run's evidence (``bench/run_figures.py``)."""
     slow = 0.2
 
-    def slow_restore(run: FakeRun) -> None:
+    def slow_restore(lane: FakeLane[FaultState]) -> None:
         time.sleep(slow)
 
     lane.on_restore = slow_restore
@@ -681,7 +553,7 @@ def test_the_sequence_records_where_its_time_went_phase_by_phase(lane):
     assert max(phases, key=phases.__getitem__) == "command"
 
 
-def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
+def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results() -> None:
     figures = run_figures
     step = {
         "outcome": "passed",
@@ -720,33 +592,47 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results():
     assert found["idle_s"] == 1.5 and found["harness_by_step"]["restore-1"]["idle_s"] == 1.5
 
 
-def _kept(digest: str) -> Any:
-    """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them."""
-    return SimpleNamespace(pristine_digest=digest, reset=lambda box: None, last_reset="0 entries put back or removed")
+def _kept(lane: FakeLane[FaultState], pristine: str) -> Any:
+    """The lane's kept artifact files (``artifact_files.ArtifactFiles``) as far as the sequence reads them: the
+    pristine copy's digest, and a digest of the artifact now ("same"), recorded in the lane's log."""
+
+    def digest(box: object) -> str:
+        lane.log.append("digest")
+        return "same"
+
+    return SimpleNamespace(
+        artifact=ARTIFACT, pristine_digest=pristine, digest=digest, reset=lambda box: None,
+        last_reset="0 entries put back or removed",
+    )  # fmt: skip
 
 
-def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection_changes_the_artifact(lane):
+def test_the_digest_before_the_action_is_the_pristine_copys_unless_the_injection_changes_the_artifact(
+    lane: FakeLane[FaultState],
+) -> None:
     """Hashing the artifact is the costliest probe on real vLLM (2.4 GB): the reset puts the pristine copy back, so
     its digest, taken once, stands for the artifact before a fault whose injection leaves it alone."""
-    lane.state.artifact_files = _kept("same")
+    lane.state.artifact_files = _kept(lane, "same")
     _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.count("digest") == 1 and steps.index("command") < steps.index("digest"), steps
     lane.log.clear()
-    lane.state.artifact_files = _kept("other")  # the pristine copy's digest differs from the artifact's now: judged
+    # the pristine copy's digest differs from the artifact's now: judged
+    lane.state.artifact_files = _kept(lane, "other")
     obs = _run(lane, FAULTS_BY_ID["wake-raise"], _rec())
     assert obs.artifact_unchanged is False
 
 
-def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(lane, monkeypatch):
-    lane.state.artifact_files = _kept("same")
+def test_a_kind_that_changes_the_artifact_digests_it_after_its_injection(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lane.state.artifact_files = _kept(lane, "same")
     monkeypatch.setattr(INJECTORS["image"], "begin", lambda at: at.lane.log.append("corrupted"))
     _run(lane, FAULTS_BY_ID["image-truncated"], _rec())
     steps = [e if isinstance(e, str) else e[0] for e in lane.log]
     assert steps.index("corrupted") < steps.index("digest") < steps.index("command"), steps
 
 
-def test_each_phase_records_its_time_and_the_engines_share_of_it():
+def test_each_phase_records_its_time_and_the_engines_share_of_it() -> None:
     """A phase's harness time is its time less what it spent waiting on the engine (summed over a retry)."""
     engine = {"t": 0.0}
     wall: dict[str, float] = {}
@@ -762,7 +648,9 @@ def test_each_phase_records_its_time_and_the_engines_share_of_it():
     assert wall["command"] >= 0.04 and wall["audit"] >= 0.01
 
 
-def test_the_captured_ids_are_looked_at_once_between_the_fault_and_its_follow_up(lane, monkeypatch):
+def test_the_captured_ids_are_looked_at_once_between_the_fault_and_its_follow_up(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The wait after the fault found every captured ID free and nothing started since: the follow-up restore does
     not wait again; where IDs were still held, it does."""
     looks: list[set[int]] = []
@@ -783,7 +671,9 @@ def test_the_captured_ids_are_looked_at_once_between_the_fault_and_its_follow_up
     assert rec.results["followup_restore"]["captured_ids_wait"]["still_held"] == held  # it looked again
 
 
-def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_never_to_the_wrapper(lane, monkeypatch):
+def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_never_to_the_wrapper(
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 29: an offset drawn near 0 comes before the exec has spawned the command; the kill then goes as
     soon as it is listed (a chaos run once called such a command gone and judged an ineffective injection). The
     signal goes to the command's tree, never to the harness's ``timeout`` wrapper; the seed, the draw and the
@@ -801,7 +691,7 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
 
     monkeypatch.setattr(lane.box, "signal", signal)
 
-    def restore_listed_late(run: FakeRun) -> None:
+    def restore_listed_late(lane: FakeLane[FaultState]) -> None:
         time.sleep(0.3)  # the draw (at most 0.05 s) is long past
         listing[:] = [wrapper, restore]
         deadline = time.monotonic() + 5
@@ -811,10 +701,10 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
 
     lane.on_restore = restore_listed_late
     lane.state.timings["restore"] = 0.05
-    lane.config.kill_seed = 5
+    lane.configure(kill_seed=5)
     rec = _rec()
     obs = _run(lane, FAULTS_BY_ID["kill-restore"], rec)
-    injected = rec.results["injected"]
+    injected = cast(KillInjected, rec.results["injected"])
     assert signalled[0] == "kill -KILL 4242" and not any("4241" in s for s in signalled), signalled
     assert obs.fired and injected["sent"] and "missed" not in injected, injected
     assert injected["seed"] == 5 and injected["offset_s"] <= 0.05 and injected["sent_after_s"] >= 0.3
@@ -823,8 +713,8 @@ def test_a_kill_drawn_before_the_command_is_listed_goes_the_moment_it_is_and_nev
 
 
 def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vllms_cleanup_is_not_judged(
-    lane, monkeypatch
-):
+    lane: FakeLane[FaultState], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 29: the chaos figures count what vLLM left after a kill; a tree still dying as the command ended is
     not a leftover, so the grace (a maximum) is given even where vLLM's own cleanup is not judged (SIGKILL)."""
     lingering = 2**22 + 11
@@ -835,8 +725,8 @@ def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vll
         "processes",
         lambda: [{"pid": lingering, "ppid": 1, "sid": lingering, "args": "python3 dying"}] if started else [],
     )
-    lane.config.cleanup_grace = 0.5
-    lane.config.kill_seed = 1
+    lane.configure(cleanup_grace=0.5)
+    lane.configure(kill_seed=1)
     lane.state.timings["restore"] = 0.01
     rec = _rec()
     _run(lane, FAULTS_BY_ID["kill-restore"], rec, judged=False)
@@ -844,16 +734,18 @@ def test_what_a_killed_command_left_is_measured_through_the_grace_even_where_vll
     assert audit["grace_s"] == 0.5 and audit["judged"] is False, audit
 
 
-def test_a_kills_draw_is_the_steps_attempt_so_the_same_fault_replays_the_same_moment(lane):
+def test_a_kills_draw_is_the_steps_attempt_so_the_same_fault_replays_the_same_moment(
+    lane: FakeLane[FaultState],
+) -> None:
     """Issue 29: the draw is seeded by the seed, lane, fault and the step's attempt (the retry after an
     ineffective first is attempt 2), never by how often the injector has run before: a fault run again replays."""
     lane.state.timings["restore"] = 0.05
-    lane.config.kill_seed = 9
+    lane.configure(kill_seed=9)
     injector = FaultCatalogue.builtin().injector_for(FAULTS_BY_ID["kill-restore"])
     drawn = []
     for attempt in (1, 1, 2):
         rec = _rec()
-        faults.run_fault(lane, FAULTS_BY_ID["kill-restore"], rec, injector, attempt=attempt)  # type: ignore[arg-type]
-        injected = rec.results["injected"]
+        faults.run_fault(lane, FAULTS_BY_ID["kill-restore"], rec, injector, attempt=attempt)
+        injected = cast(KillInjected, rec.results["injected"])
         drawn.append((injected["attempt"], injected["offset_s"]))
     assert drawn[0] == drawn[1] and drawn[2][0] == 2 and drawn[2][1] != drawn[0][1], drawn

@@ -4,6 +4,7 @@ and what the judge says of the artifact and the sweep. The kind's run against th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from vsnap_qual.faults import BUILTIN_FAULTS as FAULTS
 from vsnap_qual.faults import BUILTIN_INJECTORS, FAULTS_BY_ID, FaultCatalogue, Observation, parked
 from vsnap_qual.faults.kinds import kill as kills
 from vsnap_qual.faults.kinds.kill import KillParams
+from vsnap_qual.model import KilledCanaries
 from vsnap_qual.report import chaos
 
 
@@ -20,7 +22,7 @@ def _row(pid: int, ppid: int, sid: int, args: str) -> ProcessRow:
     return {"pid": pid, "ppid": ppid, "sid": sid, "stat": "S", "args": args}
 
 
-def test_a_draw_replays_from_its_seed_lane_fault_and_attempt():
+def test_a_draw_replays_from_its_seed_lane_fault_and_attempt() -> None:
     first = kills.draw(7, "v1/head", "kill-create", 1, 10.0)
     assert kills.draw(7, "v1/head", "kill-create", 1, 10.0) == first  # the same four: the same moment
     others = {
@@ -36,10 +38,10 @@ def test_a_draw_replays_from_its_seed_lane_fault_and_attempt():
     assert min(f for _, f in offsets) < 0.1 and max(f for _, f in offsets) > 0.9  # over the whole span
 
 
-def test_a_kill_is_drawn_over_the_shortest_duration_the_command_took_in_the_lane():
-    from vsnap_qual.steps import LaneState
+def test_a_kill_is_drawn_over_the_shortest_duration_the_command_took_in_the_lane() -> None:
+    from vsnap_qual.lane.state import FaultState
 
-    state = LaneState()
+    state = FaultState()
     for seconds in (0.62, 0.5504, 0.71):
         state.timed("restore", seconds)
     state.timed("create", 3.0)
@@ -57,14 +59,14 @@ PROCS = [
 ]  # fmt: skip
 
 
-def test_the_signal_goes_to_the_commands_whole_tree_never_to_the_harness_wrapper_or_another_target():
+def test_the_signal_goes_to_the_commands_whole_tree_never_to_the_harness_wrapper_or_another_target() -> None:
     root, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
     assert root == 201
     assert sorted(p["pid"] for p in tree) == [201, 202, 203]  # descendants and session, wrapper (200) left out
     assert kills.command_tree(PROCS, "create", "/vsnap/work/artifact") == (None, [])
 
 
-def test_a_session_the_command_only_joined_is_not_its_tree():
+def test_a_session_the_command_only_joined_is_not_its_tree() -> None:
     """The host runtime runs every command of a lane in the session of its namespace holder: a kill of that
     session took the lane down (the first H200 chaos run: "its namespace holder is gone"). Only the command's
     descendants are its tree there."""
@@ -83,7 +85,7 @@ def test_a_session_the_command_only_joined_is_not_its_tree():
     assert root == 13 and sorted(p["pid"] for p in tree) == [13, 14, 15]
 
 
-def test_the_phase_reached_is_read_from_the_process_names():
+def test_the_phase_reached_is_read_from_the_process_names() -> None:
     _, tree = kills.command_tree(PROCS, "restore", "/vsnap/work/artifact")
     assert kills.phase_reached("restore", tree, captured_alive=True) == "criu restore"
     assert parked.criu_action("/usr/sbin/criu dump -t 5 -D x") == "dump"
@@ -109,7 +111,9 @@ def test_the_phase_reached_is_read_from_the_process_names():
         ),
     ],
 )
-def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_the_ordinary_engine(killed, problem):
+def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_the_ordinary_engine(
+    killed: dict[str, Any], problem: str | None
+) -> None:
     said = kills.killed_artifact_problems(killed)
     assert (said == []) if problem is None else (len(said) == 1 and problem in said[0]), said
 
@@ -118,7 +122,7 @@ def _judged(results: dict[str, Any]) -> list[str]:
     return BUILTIN_INJECTORS["kill"].problems(Observation(exit_code=137), results)
 
 
-def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did():
+def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did() -> None:
     clean = {"cleanup": {"after_sweep": {"ok": True}}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
     assert _judged(clean) == []
     leaked = {**clean, "cleanup": {"after_sweep": {"ok": False, "pids_alive": [9], "gpu_idle": False}}}
@@ -138,7 +142,7 @@ def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_di
     assert len(said) == 1 and "was never tried" in said[0] and taken in said[0], said
 
 
-def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id():
+def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id() -> None:
     catalogue = FaultCatalogue.builtin()
     catalogue.repeat_kills(3)
     kinds = [f for f in catalogue.faults if f.kind == "kill"]
@@ -152,7 +156,7 @@ def _step(name: str, outcome: str, injected: dict[str, Any], **results: Any) -> 
     return {"lane": "v1-head", "step": name, "outcome": outcome, "results": {"injected": injected, **results}}
 
 
-def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
+def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure() -> None:
     base = {"seed": 11, "command": "create", "signal": "SIGKILL", "offset_s": 1.0, "attempt": 1}
     ok_sweep = {"after_sweep": {"ok": True}}
     run = {
@@ -182,7 +186,7 @@ def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure():
     assert "; left: parked 1" in text
 
 
-def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_restore():
+def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_restore() -> None:
     """The first H200 chaos run: SIGTERM to the restore's tree while CRIU restored left the restored engine core
     stopped, holding GPU memory, in 9 of 18; vLLM never signals a PID it has not pinned (its contract), so there is
     no cleanup of vLLM's to judge there: what was left is recorded, the harness's sweep is judged."""
@@ -223,7 +227,7 @@ def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_resto
     assert len(said) == 1 and said[0].startswith("cleanup incomplete"), said
 
 
-def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_server_by_design():
+def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_server_by_design() -> None:
     """The CPU chaos run: SIGTERM near the end of a restore killed the controller after it had completed (exit
     143, no error path of vLLM's ran) and the restored server, serving, was judged a leftover. A server that
     serves on the port after an exit by the signal itself (or 0) runs by design: the harness stops it first."""
@@ -236,7 +240,8 @@ def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_serve
         fault = SimpleNamespace(id="f", kind="kill", params=KillParams(command, signal.removeprefix("SIG")))
         return SimpleNamespace(lane=SimpleNamespace(box=box), port=8000, fault=fault, injected={"signal": signal})
 
-    serving, silent = {8000}, set()
+    serving: set[int] = {8000}
+    silent: set[int] = set()
     for signal, command, code, ports, left in (
         ("SIGTERM", "restore", 143, serving, True),
         ("SIGKILL", "restore", 137, serving, True),
@@ -250,34 +255,34 @@ def test_a_restore_that_completed_before_the_signal_took_effect_leaves_its_serve
         assert ("completed" in at.injected) is left
 
 
-def _lane_answering(answers: list[Any], ordinary: list[Any] | None) -> Any:
-    from types import SimpleNamespace
+def _asked(tmp_path: Path, answers: list[Any], ordinary: list[Any] | None) -> KilledCanaries:
+    """What ``ask_canaries`` says of a fake fault lane whose server answers ``answers``, compared with the ordinary
+    engine's ``ordinary`` answers (None: no ordinary reference)."""
+    from tests.support.fake_lane import fault_lane
+    from vsnap_qual.lane.state import OrdinaryReference
 
-    from vsnap_qual.steps import LaneState, OrdinaryReference
-
-    oracle = {"oracle_token_ids": [5], "oracle_text": " a", "oracle_sampled_token_logprob": -0.5}
-    state = LaneState(manifest=oracle)
-    if ordinary is not None:
-        state.ordinary = OrdinaryReference([c.as_dict() for c in ordinary], {}, None)
-
-    def canaries(port: int) -> list[Any]:
-        return answers
-
-    return SimpleNamespace(state=state, canaries=canaries, config=SimpleNamespace(logprob_tolerance=0.01))
+    lane = fault_lane(tmp_path / f"lane-{len(list(tmp_path.iterdir()))}" / "control")
+    lane.state.manifest = {"oracle_token_ids": [5], "oracle_text": " a", "oracle_sampled_token_logprob": -0.5}
+    lane.configure(logprob_tolerance=0.01)
+    lane.canary_answers = answers
+    reference = None if ordinary is None else OrdinaryReference([c.as_dict() for c in ordinary], {}, None)
+    return kills.ask_canaries(lane, 1, reference)
 
 
-def test_a_restored_killed_create_is_asked_the_lanes_canaries_and_each_compared_with_the_ordinary_engine():
+def test_a_restored_killed_create_is_asked_the_lanes_canaries_and_each_compared_with_the_ordinary_engine(
+    tmp_path: Path,
+) -> None:
     from vsnap_qual.contract import VLLM_CANARY_PROMPT
-    from vsnap_qual.engine import CanaryOutput
+    from vsnap_qual.engine.client import CanaryOutput
 
     first = CanaryOutput(VLLM_CANARY_PROMPT, [5], " a", -0.5)
     second = CanaryOutput("p", [1, 2], " b c", -0.1, [-0.1, -0.2])
-    assert kills.ask_canaries(_lane_answering([first, second], [first, second]), 1)["ok"] is True
+    assert _asked(tmp_path, [first, second], [first, second])["ok"] is True
     wrong = CanaryOutput("p", [1, 3], " b d", -0.1, [-0.1, -0.2])
-    said = kills.ask_canaries(_lane_answering([first, wrong], [first, second]), 1)
+    said = _asked(tmp_path, [first, wrong], [first, second])
     assert said["ok"] is False and [c["ok"] for c in said["compared"]] == [True, False]
-    assert kills.ask_canaries(_lane_answering([first], [first, second]), 1)["ok"] is False  # an answer missing
+    assert _asked(tmp_path, [first], [first, second])["ok"] is False  # an answer missing
     # no ordinary reference in the lane: vLLM's canary against the fault artifact's oracle
-    alone = kills.ask_canaries(_lane_answering([first, wrong], None), 1)
+    alone = _asked(tmp_path, [first, wrong], None)
     assert alone["ok"] is True and alone["against"] == "the fault artifact's oracle"
-    assert kills.ask_canaries(_lane_answering([wrong], None), 1)["ok"] is False
+    assert _asked(tmp_path, [wrong], None)["ok"] is False

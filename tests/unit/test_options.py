@@ -113,7 +113,8 @@ def test_engine_args_keep_real_flags_that_only_look_like_the_harness_ones():
 
 def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     """HARNESS_FLAGS is the list of where the harness builds argv: config.engine_argv and the serve, create and
-    restore command lines (lane.py, contract.py's restore_argv). A new flag there must be refused in
+    restore command lines (lane/servers.py, lane/snapshot_cli.py, contract.py's restore_argv). A new flag there must be
+    refused in
     --vsnap-engine-args."""
     import re
     from pathlib import Path
@@ -126,7 +127,7 @@ def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     )
     built = {a for a in config.engine_argv() if a.startswith("--")}
     root = Path(options.__file__).parent
-    for name in ("lane.py", "contract.py"):
+    for name in ("lane/servers.py", "lane/snapshot_cli.py", "contract.py"):
         text = (root / name).read_text()
         for line in text.splitlines():
             if re.search(r"\b(ARTIFACT|artifact|target|serve)\b", line) and '"--' in line:

@@ -1,10 +1,10 @@
-"""The prefix-cache check's rules (``vsnap_qual.prefix_cache``): the prompt it builds, what it reads of vLLM's
+"""The prefix-cache check's rules (``vsnap_qual.engine.prefix_cache``): the prompt it builds, what it reads of vLLM's
 counters around each ask, and how a restore's asks are judged against the ordinary engine's."""
 
 from __future__ import annotations
 
-from vsnap_qual import prefix_cache
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import prefix_cache
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.model import PrefixCacheProbe
 
 INFO = 'vllm:cache_config_info{block_size="16",enable_prefix_caching="True",engine="0"} 1.0\n'

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from vsnap_qual import procedure
-from vsnap_qual.config import Lane
+from vsnap_qual.config import LaneSpec
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.recorder import StepRecorder
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 
 def _recorder(tmp_path: Path) -> StepRecorder:
-    lane = Lane(runner="v1", arm="head", image="img", expect="head", overlaid=False)
-    return StepRecorder(lane=lane, store=EvidenceStore(tmp_path))
+    spec = LaneSpec(runner="v1", arm="head", image="img", expect="head", overlaid=False)
+    return StepRecorder(spec=spec, store=EvidenceStore(tmp_path))
 
 
 def _fail(recorder: StepRecorder, step: str, delivered: bool) -> None:
@@ -27,12 +28,12 @@ def _fail(recorder: StepRecorder, step: str, delivered: bool) -> None:
         raise StepFailed(f"{step}: decode speed: 2.4x slower than the ordinary engine")
 
 
-def _records(tmp_path: Path) -> dict[str, dict]:
+def _records(tmp_path: Path) -> dict[str, dict[str, Any]]:
     lines = (tmp_path / "evidence.jsonl").read_text().splitlines()
     return {r["step"]: r for r in map(json.loads, lines) if r.get("kind") == "step"}
 
 
-def _skipped(recorder: StepRecorder, step: str, tmp_path: Path) -> dict:
+def _skipped(recorder: StepRecorder, step: str, tmp_path: Path) -> dict[str, Any]:
     with pytest.raises(pytest.skip.Exception), recorder.step(step):
         pass
     record = _records(tmp_path)[step]
@@ -46,7 +47,7 @@ def _prepared(recorder: StepRecorder) -> None:
             pass
 
 
-def test_a_step_that_needs_a_stopped_restored_server_runs_after_a_restore_failed_on_its_checks(tmp_path):
+def test_a_step_that_needs_a_stopped_restored_server_runs_after_a_restore_failed_on_its_checks(tmp_path: Path) -> None:
     recorder = _recorder(tmp_path)
     _prepared(recorder)
     _fail(recorder, procedure.RESTORE_2, delivered=True)
@@ -60,7 +61,7 @@ def test_a_step_that_needs_a_stopped_restored_server_runs_after_a_restore_failed
     assert records[procedure.RESTORE_AFTER_STOP]["outcome"] == "passed"
 
 
-def test_it_is_skipped_naming_the_prerequisite_after_a_restore_that_never_served(tmp_path):
+def test_it_is_skipped_naming_the_prerequisite_after_a_restore_that_never_served(tmp_path: Path) -> None:
     recorder = _recorder(tmp_path)
     _prepared(recorder)
     _fail(recorder, procedure.RESTORE_2, delivered=False)
@@ -68,7 +69,7 @@ def test_it_is_skipped_naming_the_prerequisite_after_a_restore_that_never_served
     assert "prerequisite restore-2 did not pass" in record["message"] and "slower" in record["message"]
 
 
-def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_path):
+def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_path: Path) -> None:
     """restore-1 failing on its checks still skips nothing it never served for: a plain prerequisite must pass."""
     recorder = _recorder(tmp_path)
     _prepared(recorder)
@@ -78,7 +79,7 @@ def test_a_served_step_satisfies_only_the_steps_that_ask_for_a_served_one(tmp_pa
 
 
 @pytest.mark.parametrize("delivered", [True, False])
-def test_inspect_runs_after_a_create_that_delivered_its_artifact_only(tmp_path, delivered):
+def test_inspect_runs_after_a_create_that_delivered_its_artifact_only(tmp_path: Path, delivered: bool) -> None:
     """A create that published its artifact, its tree gone, and then failed on what it left in /dev/shm is no
     reason to skip inspect; one that failed before publishing is."""
     recorder = _recorder(tmp_path)

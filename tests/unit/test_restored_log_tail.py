@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vsnap_qual.lane import written_since_snapshot
+from vsnap_qual.lane.servers import written_since_snapshot
 
 CREATE = b"INFO create: loading weights\nINFO KV cache size: 1,048,576 tokens\nINFO sleeping\n"
 

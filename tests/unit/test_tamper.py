@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults.kinds import weights as tamper
 from vsnap_qual.model import WeightTamper
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vsnap_qual import unit
+from vsnap_qual.lane import unit
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4">

@@ -13,7 +13,7 @@ from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import Behaviour
 from vsnap_qual.procedure import Fault
 from vsnap_qual.run import package_probe
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 #: The built-in kinds, in the order their faults run (a lane's steps, the coverage, the report): a new built-in kind
 #: is one module of ``kinds/`` and one line here.
@@ -117,10 +117,10 @@ def lane_expectation(lane: FaultLane) -> tuple[Behaviour, str]:
     they name one, else (``auto``) what the lane's installed snapshot package implements, probed in the lane
     (with its overlay) by a plain interpreter before the lane's first engine command. Probed once per lane."""
     if lane.state.expectation is None:
-        option = "--vsnap-expect" if lane.lane.arm == "head" else "--vsnap-base-expect"
-        if lane.lane.expect == "head":
+        option = "--vsnap-expect" if lane.spec.arm == "head" else "--vsnap-base-expect"
+        if lane.spec.expect == "head":
             lane.state.expectation = ("head", f"{option}=head")
-        elif lane.lane.expect == "base":
+        elif lane.spec.expect == "base":
             lane.state.expectation = ("base", f"{option}=base")
         else:
             probe = lane.box.exec(["python3", "-c", package_probe.SCRIPT], lane.config.timeouts["exec"])

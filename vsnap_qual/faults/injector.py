@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from vsnap_qual import engine
 from vsnap_qual.box import ExecResult, ProcessRow
+from vsnap_qual.engine import client
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.tools import ListenerScan
 from vsnap_qual.model import FiredRecord
@@ -90,8 +90,8 @@ class Injector:
         """The faulted action: ``vllm snapshot restore``, with a connect poll from here and a listener scan in
         the box watching its port (whether HTTP was bound during the failed restore)."""
         self.at_restore_start(at)
-        host, reach = at.lane.endpoint(at.port)
-        with engine.ListenerWatch(reach, host) as watch, ListenerScan(at.lane, at.port) as scan:
+        host, reach = at.lane.box.endpoint(at.port)
+        with client.ListenerWatch(reach, host) as watch, ListenerScan(at.lane, at.port) as scan:
             at.ignore.add(scan.pid or 0)
             with self.restoring(at):
                 result = self.restore(at)
@@ -114,7 +114,7 @@ class Injector:
 
     def restore(self, at: Attempt) -> ExecResult:
         """The faulted ``vllm snapshot restore`` of the fault artifact, with the injection's environment."""
-        return at.lane.restore(at.rec, at.port, name="restore-faulted", env=at.env)
+        return at.lane.cli.restore_at(at.rec, at.port, name="restore-faulted", env=at.env)
 
     def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
         """What else is wrong with this kind's outcome (judged after the stderr message, before cleanup)."""

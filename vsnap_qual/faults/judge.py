@@ -15,7 +15,7 @@ from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.tools import fired_records, never_tried
 from vsnap_qual.model import FaultExpectation, FaultObservation
 from vsnap_qual.procedure import ANY, Expect, Fault
-from vsnap_qual.steps import EXCEPTION_LINE
+from vsnap_qual.vllm_words import EXCEPTION_LINE
 
 
 def expectation_record(expect: Expect) -> FaultExpectation:

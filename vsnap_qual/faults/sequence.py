@@ -10,15 +10,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from vsnap_qual import checks, engine, progress
-from vsnap_qual.box import BoxProcesses, ProcessRow
+from vsnap_qual import progress, vllm_words
+from vsnap_qual.box import Box, BoxProcesses, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
+from vsnap_qual.engine import client
 from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation
 from vsnap_qual.faults.injector import Attempt, Injector, Observation
 from vsnap_qual.faults.judge import expectation_record, judge, observation_record, observe
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.parked import ParkedWatch
 from vsnap_qual.faults.tools import (
+    artifact_digest,
     captured_ids,
     clear_fired,
     consumed,
@@ -34,7 +36,7 @@ from vsnap_qual.faults.tools import (
 from vsnap_qual.model import CapturedIdWait, CleanupAudit, FollowupRestore
 from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 
 # ---- the one sequence ---------------------------------------------------------------------------------------
@@ -47,7 +49,7 @@ def fault_step(lane: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Faul
     injector = catalogue.injector_for(fault)
     cannot = injector.not_applicable(lane, fault)
     if cannot:
-        progress.not_applicable(f"{lane.lane.name}: the box cannot present this fault: {cannot}")
+        progress.not_applicable(f"{lane.spec.name}: the box cannot present this fault: {cannot}")
     observed = run_fault(lane, fault, rec, injector, expect.cleanup)
     problems = judge(fault, expect, observed, rec.results, injector)
     if problems and problems[0].startswith("ineffective injection"):
@@ -140,14 +142,14 @@ def run_fault(
             # kind's own injection changed the artifact (then it is taken after the injection, as it stands)
             files = lane.state.artifact_files
             pristine = None if injector.undo_before_followup or files is None else files.pristine_digest
-            before = pristine or lane.artifact_digest()
+            before = pristine or artifact_digest(lane)
         with phase("command"):  # the faulted command, its watchers included
             result = injector.act(at)
         with phase("observe"):
             observe(lane, obs, result)
             obs.fired = injector.fired(obs, injected)
             if injector.judges_artifact:
-                obs.artifact_unchanged = lane.artifact_digest() == before
+                obs.artifact_unchanged = artifact_digest(lane) == before
     finally:
         with phase("release"):
             injector.end(at)
@@ -165,7 +167,7 @@ def run_fault(
         judged = injector.own_cleanup_judged(at, cleanup_judged, left, wchan)
         # the audit of what was left: waited for (again up to the grace) only where its outcome is judged
         pids_left = [p["pid"] for p in left]
-        audit = lane.cleanup_audit(pids_left, [at.port] if injector.watches_port else [], grace if judged else 0.0)
+        audit = lane.servers.audit(pids_left, [at.port] if injector.watches_port else [], grace if judged else 0.0)
         audit["leftover_processes"] = [f"{p['pid']} {p['args'][:120]}" for p in left]
         if left:
             audit["leftover_states"] = {str(p["pid"]): p.get("stat", "") for p in left}
@@ -181,7 +183,7 @@ def run_fault(
         credit_teardown(lane, *settle_timed(lane.box, baseline, set(), limit=lane.config.cleanup_grace))
         if injector.audits_after_sweep:  # what is left once the harness swept: nothing, whatever the action was
             swept = list(dict.fromkeys([*(p["pid"] for p in left), *killed]))
-            audit["after_sweep"] = lane.cleanup_audit(swept, [at.port] if injector.watches_port else [])
+            audit["after_sweep"] = lane.servers.audit(swept, [at.port] if injector.watches_port else [])
             audit["after_sweep"]["swept"] = killed
     with phase("captured-id wait after"):
         # what was killed and every captured PID gone for good, zombies and GPU teardown included, before the
@@ -189,8 +191,8 @@ def run_fault(
         after_fault = wait_engine_gone(lane, captured | set(killed), timeouts["stop"])
         # the fault port free again (our own blocker, or a server that bound it, is gone only once its socket is);
         # from the lane's own LISTEN table: a connect poll can fail on a listener whose backlog is full
-        with contextlib.suppress(engine.EngineError):  # still bound: the follow-up restore then says so itself
-            engine.wait_until(lambda: at.port not in lane.box.listening_ports(), lane.config.cleanup_grace, 0.05)
+        with contextlib.suppress(client.EngineError):  # still bound: the follow-up restore then says so itself
+            client.wait_until(lambda: at.port not in lane.box.listening_ports(), lane.config.cleanup_grace, 0.05)
     with phase("after sweep"):
         injector.after_sweep(at)
     engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
@@ -269,13 +271,13 @@ def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = Fal
     outcome.update({"exit_code": result.exit_code, "seconds": round(result.seconds, 3)})
     if result.exit_code == 0:
         lane.state.timed("restore", result.seconds)  # what a random kill of a restore is drawn over
-    host, reach = lane.endpoint(port)
+    host, reach = lane.box.endpoint(port)
     manifest = lane.state.manifest
     if result.exit_code == 0:
         try:
             with lane.recorder.engine_wait():  # an HTTP answer of the engine's, as every canary is
-                got = engine.completion(
-                    reach, lane.served_model, VLLM_CANARY_PROMPT, host=host, timeout=lane.config.timeouts["http"]
+                got = client.completion(
+                    reach, lane.api.served_model, VLLM_CANARY_PROMPT, host=host, timeout=lane.config.timeouts["http"]
                 )
             outcome["canary"] = got.as_dict()
             outcome["canary_ok"] = (
@@ -283,19 +285,19 @@ def followup_restore(lane: FaultLane, undo_injection: bool, ids_free: bool = Fal
                 and got.text == manifest.get("oracle_text")
                 and abs(got.logprob - float(manifest["oracle_sampled_token_logprob"])) <= lane.config.logprob_tolerance
             )
-        except (engine.EngineError, OSError) as exc:
+        except (client.EngineError, OSError) as exc:
             outcome["canary_ok"] = False
             outcome["error"] = str(exc)
     else:
         outcome["canary_ok"] = False
         outcome["stderr_tail"] = result.tail(15)
         # vLLM logs CRIU's words on stdout (0.32; stderr only has the exit status), else only restore.log has them
-        reason = checks.criu_words(
+        reason = vllm_words.criu_words(
             result.stdout, result.stderr, lambda: lane.box.read_text(f"{ARTIFACT}/images/restore.log")
         )
         if reason:
             outcome["criu_reason"] = reason
     kill_leftovers(lane.box, baseline, set())
     left = settle(lane.box, baseline, set())
-    outcome["cleanup_ok"] = not left and not engine.port_open(reach, host)
+    outcome["cleanup_ok"] = not left and not client.port_open(reach, host)
     return outcome

@@ -10,16 +10,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from vsnap_qual import artifact_deps, checks
-from vsnap_qual.artifact_files import ArtifactFiles, ArtifactFilesError
-from vsnap_qual.box import BoxFiles, BoxProcesses, ControlDir, ExecResult, ProcessRow, RuntimeFailure
+from vsnap_qual import vllm_words
+from vsnap_qual.box import Box, BoxFiles, BoxProcesses, ControlDir, ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
 from vsnap_qual.faults.lane import FaultLane
+from vsnap_qual.lane import artifact_deps
+from vsnap_qual.lane.artifact_files import ArtifactFiles, ArtifactFilesError
+from vsnap_qual.lane.snapshot_cli import shm_left_by_create
 from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
-from vsnap_qual.steps import StepFailed, check, shm_left_by_create, skip_if_limitation, vllm_reason
+from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
 
 BACKUP = f"{WORK}/artifact.pristine"
 
@@ -46,19 +48,19 @@ def make_artifact(lane: FaultLane, rec: StepEvidence, name: str) -> None:
     box.remove_path(ARTIFACT)
     box.remove_path(BACKUP)
     env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{lane.config.fault_timeout:g}"}
-    shm_before = lane.shm_names()
-    result = lane.snapshot(rec, "create", *lane.create_argv(), timeout_key="create", env=env, name=name)
+    shm_before = lane.cli.shm_names()
+    result = lane.cli.snapshot(rec, "create", *lane.cli.create_argv(), timeout_key="create", env=env, name=name)
     if result.exit_code != 0:
         reason = vllm_reason(result.stderr or result.stdout)
-        skip_if_limitation(reason, cpu_smoke=lane.config.cpu_smoke, variant=lane.lane.variant)
+        skip_if_limitation(reason, cpu_smoke=lane.config.cpu_smoke, variant=lane.spec.variant)
         check(False, f"fault-lane create exited {result.exit_code}: {reason}\n{result.tail()}")
     lane.state.timed("create", result.seconds)
     lane.state.manifest = json.loads(box.read_text(f"{ARTIFACT}/manifest.json"))
     lane.state.captured_tids = thread_ids(box)
     lane.state.outside_files = artifact_deps.outside_files(box)
     lane.state.shm_owned.update(lane.state.outside_files)
-    shm_left_by_create(lane, shm_before, rec, judged=False)  # recorded, and removed with the lane
-    lane.claim_made_remaps("fault-artifact")
+    shm_left_by_create(lane.cli, lane.state, shm_before, rec, judged=False)  # recorded, and removed with the lane
+    lane.cli.claim_made_remaps("fault-artifact")
     try:
         box.copy_tree(ARTIFACT, BACKUP)
     except RuntimeFailure as exc:
@@ -119,6 +121,19 @@ def reset_artifact(lane: FaultLane) -> None:
         lane.box.copy_tree(BACKUP, ARTIFACT, replace=True)
     except RuntimeFailure as exc:
         check(False, f"cannot reset the artifact: {exc}")
+
+
+def artifact_digest(lane: FaultLane) -> str:
+    """A digest over the fault artifact's files (path, mode, content): from its kept hashes where the lane keeps
+    them (only the changed files read, :mod:`vsnap_qual.lane.artifact_files`), else the whole tree's; one the box
+    cannot read differs from every digest."""
+    files = lane.state.artifact_files
+    if files is not None and files.artifact == ARTIFACT:
+        try:
+            return files.digest(lane.box)
+        except ArtifactFilesError as exc:
+            return f"unreadable: {exc}"
+    return lane.box.digest_tree(ARTIFACT)
 
 
 # ---- the probe's records and the listener watch -----------------------------------------------------------
@@ -254,7 +269,7 @@ def wait_ids_free(box: BoxProcesses, ids: set[int], limit: float) -> CapturedIdW
 def wait_engine_gone(lane: FaultLane, ids: set[int], limit: float) -> CapturedIdWait:
     """:func:`wait_ids_free` where the IDs are held by the engine's own tree going away (stopped or killed a
     moment ago, its GPU context tearing down): that teardown is the engine's time, as a stop's wait for its
-    processes is (``LaneTools.stop``); only the looks' overrun past it is the harness's."""
+    processes is (``Servers.stop``); only the looks' overrun past it is the harness's."""
     waited = wait_ids_free(lane.box, ids, limit)
     lane.recorder.engine_time += waited.get("held_s", 0.0)
     return waited
@@ -269,13 +284,13 @@ def restore_retrying_taken(
     lane: FaultLane, argv: list[str], captured: set[int], baseline: set[int]
 ) -> tuple[ExecResult, dict[str, object]]:
     """A restore of the harness's own (a fault's follow-up, a killed create's artifact) tried once more where it
-    failed only because a captured ID was taken at that moment (:func:`checks.captured_id_taken`: CRIU's clone
+    failed only because a captured ID was taken at that moment (:func:`vllm_words.captured_id_taken`: CRIU's clone
     met EEXIST, or vLLM's pre-check found a captured PID occupied), which says nothing of the artifact. Before the
     second try the lane's own leftovers are stopped and the IDs waited free. Returned with the evidence:
     ``retried_after`` and ``held_at_retry`` (who held them), and ``ids_taken`` where the second try met the same."""
     with lane.recorder.engine_wait():
         result: ExecResult = lane.box.exec(argv, lane.config.timeouts["restore"])
-    taken = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
+    taken = vllm_words.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
     if not taken:
         return result, {}
     said: dict[str, object] = {"retried_after": taken, "held_at_retry": ids_held(lane.box, captured)}
@@ -283,7 +298,7 @@ def restore_retrying_taken(
     wait_engine_gone(lane, captured, lane.config.cleanup_grace)
     with lane.recorder.engine_wait():
         result = lane.box.exec(argv, lane.config.timeouts["restore"])
-    again = checks.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
+    again = vllm_words.captured_id_taken(result.stdout, result.stderr) if result.exit_code else None
     if again:
         said["ids_taken"] = again
     return result, said

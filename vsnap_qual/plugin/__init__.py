@@ -13,19 +13,20 @@ unconfigure, and the ``vsnap_*`` fixtures, which reach the object through :func:
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
 from vsnap_qual import hookspecs, options, runtimes
 from vsnap_qual.box import owner_label
-from vsnap_qual.config import Lane, ParsedOptions, QualConfig, new_run_id
+from vsnap_qual.config import LaneSpec, ParsedOptions, QualConfig, new_run_id
 from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
-from vsnap_qual.lane import LaneRun
+from vsnap_qual.lane import FaultState, LaneEnvironment, LaneRun, LifecycleState
+from vsnap_qual.lane.state import ArtifactState
 from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
 from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
 from vsnap_qual.plugin.session import VsnapSession
@@ -190,61 +191,66 @@ def vsnap_faults(request: pytest.FixtureRequest, vsnap_config: QualConfig) -> Fa
     return _process(request).catalogue
 
 
+#: what the lane registry holds for a (lane, purpose): the lane, its environment while its box starts, or why it
+#: could not start
+Lanes = LaneRun[Any] | LaneEnvironment | BaseException
+S = TypeVar("S", bound=ArtifactState)
+
+
 @pytest.fixture(scope="session")
-def vsnap_lanes(vsnap_runtime: runtimes.Runtime) -> Iterator[dict[tuple[str, str], LaneRun | BaseException]]:
-    """Every lane this process started, by (lane, purpose): a lane lives until the session ends, whatever order
-    its steps run in; its box is always removed."""
-    registry: dict[tuple[str, str], LaneRun | BaseException] = {}
+def vsnap_lanes(vsnap_runtime: runtimes.Runtime) -> Iterator[dict[tuple[str, str], Lanes]]:
+    """Every lane this process started, by (lane, purpose) (its environment while its box starts): a lane lives
+    until the session ends, whatever order its steps run in; its box is always removed."""
+    registry: dict[tuple[str, str], Lanes] = {}
     yield registry
-    for run in registry.values():
-        if isinstance(run, LaneRun):
-            run.remove()
+    for found in registry.values():
+        if isinstance(found, (LaneRun, LaneEnvironment)):
+            found.remove()
 
 
-def lane_for(request: pytest.FixtureRequest, lane: Lane, purpose: Purpose) -> LaneRun:
-    """The lane's run, starting its box on first use (a failed start is reported to every step)."""
-    registry: dict[tuple[str, str], LaneRun | BaseException] = request.getfixturevalue("vsnap_lanes")
-    key = (lane.name, purpose)
+def lane_for(request: pytest.FixtureRequest, spec: LaneSpec, purpose: Purpose, state: Callable[[], S]) -> LaneRun[S]:
+    """The lane, starting its box on first use with a new ``state`` (a failed start is reported to every step)."""
+    registry: dict[tuple[str, str], Lanes] = request.getfixturevalue("vsnap_lanes")
+    key = (spec.name, purpose)
     if key in registry:
         found = registry[key]
-        if isinstance(found, BaseException):
-            pytest.fail(f"{lane.name} {purpose} lane could not start: {found}", pytrace=False)
-        return found
+        if not isinstance(found, LaneRun):
+            pytest.fail(f"{spec.name} {purpose} lane could not start: {found}", pytrace=False)
+        return cast(LaneRun[S], found)
     qual: QualConfig = request.getfixturevalue("vsnap_config")
     pre: PreflightResult = request.getfixturevalue("vsnap_preflight")
     runtime: runtimes.Runtime = request.getfixturevalue("vsnap_runtime")
     store: EvidenceStore = request.getfixturevalue("vsnap_store")
-    process = _process(request)
-    run = LaneRun(
+    environment = LaneEnvironment(
         config=qual,
-        lane=lane,
-        recorder=StepRecorder(lane=lane, store=store, purpose=purpose),
+        spec=spec,
+        recorder=StepRecorder(spec=spec, store=store, purpose=purpose),
         runtime=runtime,
-        overlay=pre.overlay if lane.overlaid else [],
+        overlay=pre.overlay if spec.overlaid else [],
         session_id=qual.run_id,
-        peers=process.peers,
-        unit_peers=process.unit_peers,
     )
-    registry[key] = run
+    registry[key] = environment  # removed at the end, whatever its start does
     store.open()  # open already (pytest_runtest_setup), unless a test outside the suites' steps starts a lane
-    log.info("%s %s lane: starting (%s)", lane.name, purpose, lane.image)
+    log.info("%s %s lane: starting (%s)", spec.name, purpose, spec.image)
     try:
-        run.start(runtime.image(lane.image, pre), pre.packages[lane.image], pre.gpus_for(lane))
+        environment.start(runtime.image(spec.image, pre), pre.packages[spec.image], pre.gpus_for(spec))
     except Exception as exc:
-        log.warning("%s %s lane could not start: %s", lane.name, purpose, exc)
+        log.warning("%s %s lane could not start: %s", spec.name, purpose, exc)
         registry[key] = exc
-        run.remove()
+        environment.remove()
         raise
-    return run
+    lane = LaneRun.over(environment, state(), _process(request).peers)
+    registry[key] = lane
+    return lane
 
 
 @pytest.fixture
-def vsnap_lane_run(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
+def vsnap_lane_run(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> LaneRun[LifecycleState]:
     """One lifecycle lane: a long-lived container for one runner on one image arm."""
-    return lane_for(request, vsnap_lane, "lifecycle")
+    return lane_for(request, vsnap_lane, "lifecycle", LifecycleState)
 
 
 @pytest.fixture
-def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: Lane) -> LaneRun:
+def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> LaneRun[FaultState]:
     """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
-    return lane_for(request, vsnap_lane, "faults")
+    return lane_for(request, vsnap_lane, "faults", FaultState)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from vsnap_qual import procedure
-from vsnap_qual.config import Lane
+from vsnap_qual.config import LaneSpec
 
 
-def item_lane_step(item: pytest.Item) -> tuple[Lane, str] | None:
+def item_lane_step(item: pytest.Item) -> tuple[LaneSpec, str] | None:
     """The lane and step of a suite item (its ``vsnap_step`` mark and lane), None for any other test."""
     marker = item.get_closest_marker("vsnap_step")
     callspec = getattr(item, "callspec", None)
     lane = callspec.params.get("vsnap_lane") if callspec is not None else None
-    if marker is None or not marker.args or not isinstance(lane, Lane):
+    if marker is None or not marker.args or not isinstance(lane, LaneSpec):
         return None
     name = str(marker.args[0])
     if name == procedure.FAULT_PREFIX:

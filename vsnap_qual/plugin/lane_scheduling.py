@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vsnap_qual.config import Lane
+from vsnap_qual.config import LaneSpec
 
 
 def numprocesses(config: pytest.Config) -> Any:
@@ -43,7 +43,7 @@ def refuse_dist_each(config: pytest.Config) -> None:
         )
 
 
-def lane_group(nodeid: str, lanes: Sequence[Lane]) -> str | None:
+def lane_group(nodeid: str, lanes: Sequence[LaneSpec]) -> str | None:
     """The worker group of a suite item: its lane's runner (both arms of a runner, and its variants' lanes, share
     a worker and its GPU, so the base arm compares with the head arm), from the lane id among its parameters
     (``[v1-head]``, ``[v2-base-wake-raise]``, ``[v1-head-lora]``); None for any other test."""
@@ -58,7 +58,7 @@ def lane_group(nodeid: str, lanes: Sequence[Lane]) -> str | None:
     return None
 
 
-def lane_scheduling(config: pytest.Config, log: Any, lanes: Sequence[Lane]) -> Any:
+def lane_scheduling(config: pytest.Config, log: Any, lanes: Sequence[LaneSpec]) -> Any:
     """xdist's scope scheduling with each runner's lanes as one scope (node ids stay pytest's own: no ``@group``
     suffix); every other test is a scope of its own."""
     from xdist.scheduler import LoadScopeScheduling

@@ -20,12 +20,11 @@ from vsnap_qual.clock import utc_now
 from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
-from vsnap_qual.lane import LaneRun
+from vsnap_qual.lane import LaneRun, Peers
 from vsnap_qual.plugin.items import item_lane_step, item_step
 from vsnap_qual.redact import Redactor
 from vsnap_qual.run import probe_copy
 from vsnap_qual.run.preflight_result import PreflightResult
-from vsnap_qual.steps import OrdinaryReference
 
 log = progress.log  # logger "vsnap_qual": the harness's own messages
 PREFLIGHT_FILE = "preflight.json"
@@ -46,8 +45,7 @@ class VsnapProcess:
         self.store = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()), deferred=True)
         self.preflight: PreflightResult | None = None  # what preflight learned (pytest_sessionstart)
         self.session_record: model.SessionRecord | None = None  # written first when the run starts
-        self.peers: dict[str, OrdinaryReference] = {}  # lane name -> ordinary reference, within this process
-        self.unit_peers: dict[str, dict[str, model.UnitOutcome]] = {}  # lane name -> unit outcomes, ditto
+        self.peers = Peers()  # what this process's lanes hand each other (both arms of a runner run here)
         self.deselected: list[pytest.Item] = []  # what the user's selection left out (pytest_deselected)
 
     def hold_session(self, result: PreflightResult, record: model.SessionRecord) -> None:
@@ -118,11 +116,11 @@ class VsnapProcess:
             progress.mark_report(report, found[0].name, found[1])
         if report.failed and call.when == "call":
             for name in ("vsnap_lane_run", "vsnap_fault_lane"):
-                run = getattr(item, "funcargs", {}).get(name)
-                if isinstance(run, LaneRun) and run.recorder.last_logs:
-                    for path in run.recorder.last_logs[-2:]:
+                lane = getattr(item, "funcargs", {}).get(name)
+                if isinstance(lane, LaneRun) and lane.recorder.last_logs:
+                    for path in lane.recorder.last_logs[-2:]:
                         try:
-                            text = (run.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
+                            text = (lane.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
                         except OSError:
                             continue
                         report.sections.append((f"vsnap log {path}", text))

@@ -101,7 +101,7 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
     configured_runners = (
         [str(r).strip() for r in configured if str(r).strip()] if isinstance(configured, (list, tuple)) else []
     )
-    # a variant's lanes are columns of their own after the plain ones, in the variants' order (config.Lane.column)
+    # a variant's lanes are columns of their own after the plain ones, in the variants' order (config.LaneSpec.column)
     variants = options.get("variants") or {}
     configured_runners += [procedure.column(r, v) for v in variants for r in list(configured_runners)]
     lane_keys = [(s["runner"], s["arm"]) for s in steps] + [(e["runner"], e["arm"]) for e in environments.values()]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from vsnap_qual import checks, model, overlay, procedure
+from vsnap_qual import model, overlay, procedure, vllm_words
 from vsnap_qual.report import figures
 from vsnap_qual.report.frames import (
     CanaryRow,
@@ -367,7 +367,7 @@ def _self_contained(run: model.RunEvidence) -> model.Check:
         if not words and source.get("criu_reason"):
             words = [f"CRIU: {(source.get('criu_reason') or [''])[0]}"]
             if step in _ALONE and res.get("vllm_reason"):
-                words.append(f"vLLM: {checks.short_command(str(res.get('vllm_reason')))}")
+                words.append(f"vLLM: {vllm_words.short_command(str(res.get('vllm_reason')))}")
     fresh = [
         procedure.label(r, a, s) for (r, a, s), record in latest.items() if record["results"].get("fresh_artifact")
     ]
@@ -607,7 +607,7 @@ def _decode(run: model.RunEvidence) -> model.Check:
 
 def _prefix_cache(run: model.RunEvidence) -> model.Check:
     """Judged by the restores: a prompt of whole KV blocks asked twice answers as on the ordinary engine, ask by
-    ask, and hits its prefix cache as the ordinary engine did (``vsnap_qual.prefix_cache``)."""
+    ask, and hits its prefix cache as the ordinary engine did (``vsnap_qual.engine.prefix_cache``)."""
     name = "prefix cache after restore: a repeated prompt of whole KV blocks answers and hits as on the ordinary engine"
     judged = [
         (key, judgement)

@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from vsnap_qual import checks, model, procedure
+from vsnap_qual import model, procedure, vllm_words
 from vsnap_qual.report.frames import Comparisons
 from vsnap_qual.report.kinds import fault_kind
 from vsnap_qual.report.validation_table import validation_checks
@@ -173,7 +173,7 @@ def _failure_words(failed: list[str], latest: dict[str, model.Step]) -> list[str
     groups: dict[str, list[str]] = {}
     words: dict[str, str] = {}
     for label in failed:
-        first = checks.short_command((latest[label]["message"] or "no message recorded").splitlines()[0])
+        first = vllm_words.short_command((latest[label]["message"] or "no message recorded").splitlines()[0])
         key = _VARYING.sub("#", first)
         groups.setdefault(key, []).append(label)
         words.setdefault(key, first if len(first) <= 600 else first[:599] + "…")

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual.config import Lane, QualConfig
+from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.run import gpus as gpus_mod
 from vsnap_qual.run.package_probe import PackageInfo
@@ -29,7 +29,7 @@ class PreflightResult:
     #: ref -> what preflight's pull did (``vsnap_qual.runtimes.pull``): why, the digest pulled, Docker's status or error
     pulls: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def gpus_for(self, lane: Lane) -> str:
+    def gpus_for(self, lane: LaneSpec) -> str:
         """The GPUs of ``lane``: its runner's own GPU under ``--vsnap-gpus=auto`` (or a list), else the shared value."""
         return self.lane_gpus.get(lane.runner, self.gpus)
 

@@ -65,17 +65,17 @@ class Need:
 NEEDS: Final[tuple[Need, ...]] = (
     Need(
         procedure.VS_HEAD, "base", "head", "lifecycle", procedure.ORDINARY,
-        "steps.compare_arms: the head arm's ordinary reference, run.peers[lane.peer('head')] (set by "
-        "steps.ordinary_reference)",
+        "steps.compare_arms: the head arm's ordinary reference, lane.peers.ordinary[lane.spec.peer('head')] "
+        "(set by steps.ordinary_reference)",
     ),
     Need(
         procedure.UNIT, "base", "head", "lifecycle", procedure.UNIT,
-        "steps.unit_step: the head arm's unit outcomes, run.unit_peers[lane.peer('head')]",
+        "steps.unit_step: the head arm's unit outcomes, lane.peers.unit[lane.spec.peer('head')]",
     ),
     Need(
         FAULTS_BY_ID["weight-tampered"].step, None, "same", "lifecycle", procedure.ORDINARY,
         "faults.WeightsInjector: the tensor to damage and the comparison from the lane's own ordinary reference, "
-        "run.peers[lane.name]; without it an exit-0 restore is a finding (tamper.problems)",
+        "lane.peers.ordinary[lane.spec.name]; without it an exit-0 restore is a finding (tamper.problems)",
     ),
 )  # fmt: skip
 
@@ -299,7 +299,7 @@ def session_seconds(run: model.RunInfo) -> float | None:
 
 def lane_name(step: Mapping[str, object]) -> str:
     """The step's lane (``v1-head``, ``v1-head-lora``): its record's ``lane``, else made from its column
-    (``runner``: ``v1``, ``v1+lora``) and arm as ``config.Lane.name`` makes it."""
+    (``runner``: ``v1``, ``v1+lora``) and arm as ``config.LaneSpec.name`` makes it."""
     if step.get("lane"):
         return str(step["lane"])
     runner, _, variant = str(step["runner"]).partition("+")
@@ -425,7 +425,7 @@ def cross_edges(run: Sequence[StepNode]) -> list[tuple[StepNode, StepNode, str]]
 
 
 def peer(lane: str, arm: str, other: str) -> str:
-    """The lane's twin on ``other`` arm (``config.Lane.peer``): the same name with the arm replaced."""
+    """The lane's twin on ``other`` arm (``config.LaneSpec.peer``): the same name with the arm replaced."""
     parts = lane.split("-")
     return "-".join(other if i == 1 and part == arm else part for i, part in enumerate(parts))
 

@@ -14,7 +14,7 @@ from vsnap_qual.faults.injector import Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import ImageInjected, ManifestInjected
 from vsnap_qual.procedure import Expect, Fault, before_mutation
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 MANIFEST = f"{ARTIFACT}/manifest.json"
 

@@ -131,8 +131,8 @@ class CreateInjector(HookInjector):
     def act(self, at: Attempt) -> ExecResult:
         lane = at.lane
         lane.box.remove_path(CREATE_TARGET)
-        result = lane.snapshot(
-            at.rec, "create", *lane.create_argv(CREATE_TARGET), timeout_key="create", name="create-faulted"
+        result = lane.cli.snapshot(
+            at.rec, "create", *lane.cli.create_argv(CREATE_TARGET), timeout_key="create", name="create-faulted"
         )
         cast(CreateInjected, at.injected)["target_removed"] = not lane.box.exists(CREATE_TARGET)
         return result

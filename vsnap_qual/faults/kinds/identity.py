@@ -31,7 +31,7 @@ from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import IdentityInjected
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.procedure import Fault, FaultParams, before_mutation
-from vsnap_qual.steps import StepFailed
+from vsnap_qual.vllm_words import StepFailed
 
 KIT = f"{WORK}/identity-drift"
 SEEN = control_files.IDENTITY_SEEN
@@ -376,7 +376,7 @@ class IdentityInjector(Injector):
         prepared = self._prepare(lane, fault)
         if isinstance(prepared, str):
             return prepared
-        self._asked[(lane.lane.name, fault.id)] = prepared
+        self._asked[(lane.spec.name, fault.id)] = prepared
         return None
 
     def _prepare(self, lane: FaultLane, fault: Fault) -> Prepared | str:
@@ -388,7 +388,7 @@ class IdentityInjector(Injector):
         return parse_prepared(drift, result.stdout, manifest)
 
     def begin(self, at: Attempt) -> None:
-        asked = self._asked.pop((at.lane.lane.name, at.fault.id), None)  # a retry prepares its kit again
+        asked = self._asked.pop((at.lane.spec.name, at.fault.id), None)  # a retry prepares its kit again
         prepared = asked or self._prepare(at.lane, at.fault)
         if isinstance(prepared, str):  # the box changed since the step asked: nothing to inject
             raise StepFailed(f"the {params_of(at.fault, IdentityParams).drift} drift cannot be presented: {prepared}")
@@ -408,7 +408,7 @@ class IdentityInjector(Injector):
         prepared = at.state["prepared"]
         assert isinstance(prepared, Prepared)
         argv = restore_command(prepared, at.port)
-        result = at.lane.command(at.rec, argv, "restore", at.env, "restore-faulted")
+        result = at.lane.cli.command(at.rec, argv, "restore", at.env, "restore-faulted")
         seen = at.lane.control.read_text(SEEN)
         manifest = at.lane.state.manifest
         injected = cast(IdentityInjected, at.injected)

@@ -29,11 +29,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from vsnap_qual import checks, engine
-from vsnap_qual.audit import port_listening
+from vsnap_qual import checks
 from vsnap_qual.box import ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, WORK, restore_argv
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import client
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation, params_of
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.parked import criu_action
@@ -44,9 +44,11 @@ from vsnap_qual.faults.tools import (
     settle,
     wait_engine_gone,
 )
+from vsnap_qual.lane.audit import port_listening
+from vsnap_qual.lane.state import OrdinaryReference
 from vsnap_qual.model import KilledArtifact, KilledCanaries, KillInjected
 from vsnap_qual.procedure import ANY, Expect, Fault, FaultParams
-from vsnap_qual.steps import vllm_reason
+from vsnap_qual.vllm_words import vllm_reason
 
 #: where a killed create writes (never the fault artifact: that one stays pristine for the other faults)
 KILLED_CREATE = f"{WORK}/fault-create"
@@ -115,7 +117,7 @@ def command_tree(procs: list[ProcessRow], command: str, target: str) -> tuple[in
 
 
 def refusal_words(text: str) -> str:
-    """The refusal's own message (``steps.vllm_reason``: a known limitation, vLLM's exception line, else its last
+    """The refusal's own message (``vllm_words.vllm_reason``: a known limitation, vLLM's exception line, else its last
     line); empty where it wrote nothing."""
     return vllm_reason(text) if text.strip() else ""
 
@@ -177,6 +179,8 @@ def judge_killed_create(lane: FaultLane) -> KilledArtifact:
             out.update(KilledArtifact(outcome="refused by restore", message=said))
         else:
             out["outcome"] = "restored"
+            # against the fault artifact's oracle: a fault lane's own state has never held the ordinary
+            # reference (that is the lifecycle lane's, in ``lane.peers``)
             out["canaries"] = ask_canaries(lane, port)
         stop_restored(lane, baseline, captured)
         return out
@@ -194,11 +198,10 @@ def what_is_left(lane: FaultLane, limit: int = 40) -> list[str]:
     return [".", *(f"./{e.path}" for e in entries)][:limit]
 
 
-def ask_canaries(lane: FaultLane, port: int) -> KilledCanaries:
-    """The lane's canaries (``FaultLane.canaries``) asked of a server restored from a killed create's artifact,
-    each compared with the ordinary engine's answer; where this run has no ordinary reference in the lane (the
-    faults run alone), vLLM's canary (the first) compared with the fault artifact's oracle (same engine, model)."""
-    ordinary = lane.state.ordinary
+def ask_canaries(lane: FaultLane, port: int, ordinary: OrdinaryReference | None = None) -> KilledCanaries:
+    """The lane's canaries (``EngineApi.canaries``) asked of a server restored from a killed create's artifact,
+    each compared with ``ordinary``'s answer; without one, vLLM's canary (the first) compared with the fault
+    artifact's oracle (same engine, model)."""
     manifest = lane.state.manifest
     if ordinary is not None:
         wanted = [CanaryOutput.of(c) for c in ordinary.canary]
@@ -212,8 +215,8 @@ def ask_canaries(lane: FaultLane, port: int) -> KilledCanaries:
             )
         ]
     try:
-        got = lane.canaries(port)
-    except (engine.EngineError, OSError) as exc:
+        got = lane.api.canaries(port)
+    except (client.EngineError, OSError) as exc:
         return KilledCanaries(ok=False, error=f"{type(exc).__name__}: {exc}", compared=[])
     tolerance = lane.config.logprob_tolerance
     # the ordinary engine was asked the same plan; without it, only vLLM's canary (the first) has an oracle
@@ -269,7 +272,7 @@ class KillInjector(Injector):
         if duration is None:
             raise RuntimeError(f"no unfaulted {command} of this lane was timed before {fault.id}")
         seed, attempt = lane.config.kill_seed, at.number
-        offset, fraction = draw(seed, lane.lane.name, fault.id, attempt, duration)
+        offset, fraction = draw(seed, lane.spec.name, fault.id, attempt, duration)
         cast(KillInjected, at.injected).update(
             {
                 "seed": seed,
@@ -297,10 +300,10 @@ class KillInjector(Injector):
             result = super().act(at)  # the faulted restore, watched for HTTP; the killer runs around it
         else:
             with self.restoring(at):
-                result = at.lane.snapshot(
+                result = at.lane.cli.snapshot(
                     at.rec,
                     "create",
-                    *at.lane.create_argv(KILLED_CREATE),
+                    *at.lane.cli.create_argv(KILLED_CREATE),
                     timeout_key="create",
                     name="create-killed",
                 )

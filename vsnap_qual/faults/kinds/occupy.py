@@ -11,9 +11,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from vsnap_qual import engine
-from vsnap_qual.box import BoxCommands
+from vsnap_qual.box import Box, BoxCommands
 from vsnap_qual.contract import CONTROL
+from vsnap_qual.engine import client
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.model import PidInjected, PortInjected
@@ -56,7 +56,7 @@ class PidHolder:
 
     def occupy(self) -> bool:
         """Hold the PID (True), in the box or on this machine; already held by anything also counts."""
-        if self.lane.pid_alive(self.pid):
+        if self.lane.servers.alive([self.pid]):
             self.where = "already occupied"
             return True
         script = (
@@ -118,7 +118,7 @@ class PidInjector(Injector):
             injected["occupied"] = holder.occupy()
             injected["occupied_in"] = holder.where
             injected["attempts"] = attempt
-            if injected["occupied"] and lane.pid_alive(holder.pid):
+            if injected["occupied"] and lane.servers.alive([holder.pid]):
                 break
             holder.release()
         # the occupation moved the allocation cursor past the captured IDs right after its fork; else now
@@ -133,14 +133,14 @@ class PidInjector(Injector):
 
     def at_restore_start(self, at: Attempt) -> None:
         holder = self.holder(at)
-        held = holder is not None and at.lane.pid_alive(holder.pid)  # as the restore starts
+        held = holder is not None and bool(at.lane.servers.alive([holder.pid]))  # as the restore starts
         cast(PidInjected, at.injected)["held_at_restore"] = held
 
     @contextlib.contextmanager
     def restoring(self, at: Attempt) -> Iterator[None]:
         yield
         holder = self.holder(at)
-        held = holder is not None and at.lane.pid_alive(holder.pid)  # and when it ended
+        held = holder is not None and bool(at.lane.servers.alive([holder.pid]))  # and when it ended
         cast(PidInjected, at.injected)["held_after_restore"] = held
 
     def end(self, at: Attempt) -> None:
@@ -157,8 +157,8 @@ def block_port(lane: FaultLane, port: int) -> int:
     """A listener of ours on the box's ``port`` (:meth:`vsnap_qual.box.Box.hold_port`), once the harness can
     connect to it; its PID (the harness's sweep ends it with the faulted command's leftovers)."""
     pid = lane.box.hold_port(port, f"{CONTROL}/{control_files.FAULTS_DIR}/blocker-{port}.log")
-    host, reach = lane.endpoint(port)
-    engine.wait_until(lambda: engine.port_open(reach, host), 10.0)
+    host, reach = lane.box.endpoint(port)
+    client.wait_until(lambda: client.port_open(reach, host), 10.0)
     return pid
 
 
@@ -173,8 +173,8 @@ class PortInjector(Injector):
         cast(PortInjected, at.injected)["port"] = at.port
 
     def at_restore_start(self, at: Attempt) -> None:
-        host, reach = at.lane.endpoint(at.port)
-        cast(PortInjected, at.injected)["bound_at_restore"] = engine.port_open(reach, host)
+        host, reach = at.lane.box.endpoint(at.port)
+        cast(PortInjected, at.injected)["bound_at_restore"] = client.port_open(reach, host)
 
     def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return bool(injected.get("bound_at_restore"))

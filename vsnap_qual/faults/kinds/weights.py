@@ -25,12 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
-from vsnap_qual import artifact_deps, checks, engine
-from vsnap_qual.box import BoxCommands, ExecResult
+from vsnap_qual import checks
+from vsnap_qual.box import Box, BoxCommands, ExecResult
 from vsnap_qual.contract import WORK, restore_argv
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import client
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation
 from vsnap_qual.faults.lane import FaultLane
+from vsnap_qual.lane import artifact_deps
 from vsnap_qual.model import Canary, Digest, WeightsInjected, WeightTamper
 from vsnap_qual.procedure import ANY, Expect, Fault
 
@@ -252,7 +254,7 @@ class WeightsInjector(Injector):
     def begin(self, at: Attempt) -> None:
         lane, injected = at.lane, cast(WeightsInjected, at.injected)
         timeout = lane.config.timeouts["http"]
-        reference = lane.peers.get(lane.lane.name)
+        reference = lane.peers.ordinary.get(lane.spec.name)
         observable = [n for n, d in (reference.digests if reference else {}).items() if d.get("sha256")]
         copied = private_copy(lane.box, lane.config.model, lane.config.revision, timeout)
         if isinstance(copied, str):
@@ -260,10 +262,10 @@ class WeightsInjector(Injector):
             return
         home = {"HF_HOME": PRIVATE_HOME, "HF_HUB_CACHE": f"{PRIVATE_HOME}/hub"}
         lane.box.remove_path(PRIVATE_ARTIFACT)
-        created = lane.snapshot(
+        created = lane.cli.snapshot(
             at.rec,
             "create",
-            *lane.create_argv(PRIVATE_ARTIFACT),
+            *lane.cli.create_argv(PRIVATE_ARTIFACT),
             timeout_key="create",
             env=home,
             name="create-tampered",
@@ -281,7 +283,7 @@ class WeightsInjector(Injector):
     def restore(self, at: Attempt) -> ExecResult:
         """The restore of the private artifact, with the private model cache's environment."""
         argv = restore_argv(at.port, PRIVATE_ARTIFACT)
-        return at.lane.command(at.rec, argv, "restore", at.env, "restore-faulted")
+        return at.lane.cli.command(at.rec, argv, "restore", at.env, "restore-faulted")
 
     def act(self, at: Attempt) -> ExecResult:
         result = super().act(at)
@@ -292,10 +294,10 @@ class WeightsInjector(Injector):
             record["outcome"] = record["said"] = "refused"
             return result
         lane = at.lane
-        reference = lane.peers.get(lane.lane.name)
+        reference = lane.peers.ordinary.get(lane.spec.name)
         try:
-            digests, canaries = lane.digests(at.port), lane.canaries(at.port)
-        except (engine.EngineError, OSError) as exc:
+            digests, canaries = lane.api.digests(at.port), lane.api.canaries(at.port)
+        except (client.EngineError, OSError) as exc:
             record["outcome"] = record["said"] = "unasked"
             record["error"] = f"{type(exc).__name__}: {exc}"
             return result

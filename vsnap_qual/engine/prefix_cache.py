@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from vsnap_qual import engine
 from vsnap_qual.checks import Finding, compare_canary
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine import client
+from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.model import Canary, PrefixAsk, PrefixCacheJudgement, PrefixCacheProbe
 
 #: full blocks of the prompt (and half a block more: the last, partial block is never cached)
@@ -45,13 +45,13 @@ ASKS = ("first", "second (from the prefix cache)")
 
 def block_size(metrics_text: str) -> int | None:
     """The KV block size in ``vllm:cache_config_info``'s labels (None: not reported)."""
-    value = engine.cache_config_labels(metrics_text).get("block_size", "")
+    value = client.cache_config_labels(metrics_text).get("block_size", "")
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def counters(metrics_text: str) -> tuple[float, float] | None:
     """(queries, hits) in tokens, summed over label sets; None where the engine reports neither."""
-    found = engine.metric_sums(metrics_text, (QUERIES, HITS))
+    found = client.metric_sums(metrics_text, (QUERIES, HITS))
     if QUERIES not in found and HITS not in found:
         return None
     return found.get(QUERIES, 0.0), found.get(HITS, 0.0)
@@ -89,7 +89,7 @@ def measure(
         return PrefixCacheProbe(
             block_size=size, asks=[], not_judged=f"no prompt of a full {size}-token block fits --vsnap-max-model-len"
         )
-    enabled = engine.cache_config_labels(text).get("enable_prefix_caching")
+    enabled = client.cache_config_labels(text).get("enable_prefix_caching")
     probe = PrefixCacheProbe(block_size=size, prompt_tokens=len(ids), asks=[])
     if enabled is not None:
         probe["enabled"] = enabled == "True"

@@ -11,7 +11,8 @@ and not as a restore defect) and compared after every restore, naming the shape 
   ordinary engine's sequential answer to the same prompt;
 - ``long``: one prompt (token ids) that fills the context up to ``max-model-len`` less its answer.
 
-Pure planning and comparison here; the lane sends the requests (``lane.LaneRun.shape_answers``).
+Pure planning and comparison here, and the canary plan the restores are compared on (:func:`canary_plan`, every
+shape's base); the lane sends the requests (``lane.engine_api.LaneEngineApi``).
 """
 
 from __future__ import annotations
@@ -22,13 +23,25 @@ from dataclasses import dataclass
 
 from vsnap_qual import model
 from vsnap_qual.contract import REQUEST_SHAPES as SHAPES
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.contract import VLLM_CANARY_PROMPT
+from vsnap_qual.engine.client import CanaryOutput
 
-__all__ = ["SHAPES", "Request", "compare", "long_prompt", "plan", "self_consistency", "send"]
+__all__ = ["SHAPES", "Request", "canary_plan", "compare", "long_prompt", "plan", "self_consistency", "send"]
 #: the sampling of the seeded shape (any temperature > 0 and top-p < 1 would do: vLLM seeds per request)
 SEEDED_TEMPERATURE = 0.8
 SEEDED_TOP_P = 0.95
 SEED_BASE = 1000
+
+
+def canary_plan(prompts: Sequence[str], canary_tokens: int) -> list[tuple[str, int]]:
+    """The canary requests, in order: vLLM's own one-token canary first (the manifest's oracle is its output),
+    then every canary prompt for ``--vsnap-canary-tokens`` greedy tokens."""
+    plan = [(VLLM_CANARY_PROMPT, 1)]
+    if canary_tokens > 1:
+        plan += [(p, canary_tokens) for p in prompts]
+    else:
+        plan += [(p, 1) for p in prompts if p != VLLM_CANARY_PROMPT]
+    return plan
 
 
 @dataclass(frozen=True)

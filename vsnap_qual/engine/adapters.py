@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from vsnap_qual import model
 from vsnap_qual.checks import Finding, compare_canary
-from vsnap_qual.engine import CanaryOutput
+from vsnap_qual.engine.client import CanaryOutput
 
 LORA_MODULES = "--lora-modules"
 

@@ -35,9 +35,9 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 
-from vsnap_qual import engine
 from vsnap_qual.checks import Finding
 from vsnap_qual.contract import DECODE_TOKENS
+from vsnap_qual.engine import client
 from vsnap_qual.model import CpuSample, CpuShare, DecodeJudgement, DecodeSpeed
 
 #: tokens of the fixed generation
@@ -58,7 +58,7 @@ _SPEC = {
 
 def spec_counters(metrics_text: str) -> dict[str, float]:
     """vLLM's speculative-decoding counters in a ``/metrics`` text, summed over their label sets (none: {})."""
-    sums = engine.metric_sums(metrics_text, _SPEC.values())
+    sums = client.metric_sums(metrics_text, _SPEC.values())
     return {key: sums[name] for key, name in _SPEC.items() if name in sums}
 
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from vsnap_qual import checks, engine
+from vsnap_qual import checks
 from vsnap_qual.box import Box, ProcessRow, ShmEntry
+from vsnap_qual.engine import client
 from vsnap_qual.model import CleanupAudit, LeftoverProcess
 
 LINK_REMAP = "link_remap."
@@ -78,7 +79,7 @@ def port_listening(box: Box, port: int, listening: set[int] | None = None) -> bo
     if not box.connect_proves_listener:
         return False
     host, mapped = box.endpoint(port)
-    return engine.port_open(mapped, host)
+    return client.port_open(mapped, host)
 
 
 def strict_stop(box: Box, handle: ServerHandle, grace: float, cuda_holders: Sequence[int]) -> list[LeftoverProcess]:

@@ -1,0 +1,113 @@
+"""What a lane's steps hand on to each other, apart by purpose: the lifecycle's (:class:`LifecycleState`: the
+ordinary reference, the inspect output, the restored server, the snapshot's KV) and the fault lane's own
+bookkeeping (:class:`FaultState`: captured thread IDs, expectation, artifact files, timings), both with what every
+artifact a lane makes needs (:class:`ArtifactState`); and what the lanes of one process hand each other
+(:class:`Peers`: the head arm's answers the base arm is judged against)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vsnap_qual.engine import shapes
+from vsnap_qual.lane.artifact_files import ArtifactFiles
+from vsnap_qual.lane.audit import ServerHandle
+from vsnap_qual.model import (
+    Behaviour,
+    Canary,
+    DecodeSpeed,
+    Digest,
+    InspectChange,
+    PrefixCacheProbe,
+    ShapeRecord,
+    UnitOutcome,
+)
+
+
+@dataclass
+class OrdinaryReference:
+    """What the ordinary ``vllm serve`` answered: every restore (and the base arm) is compared with it."""
+
+    canary: list[Canary]
+    digests: dict[str, Digest]
+    kv_tokens: int | None
+    #: the request shapes' requests and the ordinary engine's answers (None: no shapes asked for)
+    shape_requests: list[shapes.Request] = field(default_factory=list)
+    shapes: ShapeRecord | None = None
+    #: the fixed generation's speed (None: not measured, ``--vsnap-decode-runs=0``)
+    decode: DecodeSpeed | None = None
+    #: the canaries asked through each LoRA adapter the lane serves (``--lora-modules`` of a variant)
+    adapters: dict[str, list[Canary]] = field(default_factory=dict)
+    #: the prefix-cache prompt asked twice (``vsnap_qual.engine.prefix_cache``)
+    prefix: PrefixCacheProbe | None = None
+
+
+@dataclass
+class InspectChanged:
+    """The first step after which ``vllm snapshot inspect`` printed something else, and what changed."""
+
+    step: str
+    changes: dict[str, InspectChange]
+
+
+@dataclass
+class ArtifactState:
+    """What a lane keeps of the artifact it made last, whatever its purpose."""
+
+    #: the artifact's manifest: ``vllm snapshot inspect``'s output in the lifecycle, ``manifest.json`` in the
+    #: fault lane (vLLM's manifest, any JSON it prints)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    #: the /dev/shm files the lane's (latest) artifact needs from outside it (``artifact_deps.outside_files``)
+    outside_files: list[str] = field(default_factory=list)
+    #: every such file of every artifact the lane made: removed when the lane's box goes (with host IPC they
+    #: would stay in the host's /dev/shm, hundreds of MB each, until reboot)
+    shm_owned: set[str] = field(default_factory=set)
+
+
+@dataclass
+class LifecycleState(ArtifactState):
+    """What a lifecycle lane's steps hand on to each other."""
+
+    ordinary: OrdinaryReference | None = None
+    inspect_sha256: str | None = None
+    #: inspect's exact output (a later change is said by field, or as order or spacing only, with the diff)
+    inspect_text: str | None = None
+    inspect_changed: InspectChanged | None = None
+    #: the server the lane runs now (the restored one a later step stops), if any
+    server: ServerHandle | None = None
+    kv_snapshot: int | None = None
+
+
+@dataclass
+class FaultState(ArtifactState):
+    """What a fault lane's steps hand on to each other."""
+
+    #: every thread the fault artifact captured (its ``images/core-*.img``)
+    captured_tids: set[int] = field(default_factory=set)
+    #: the behaviour its faults are judged by, and why (probed once)
+    expectation: tuple[Behaviour, str] | None = None
+    #: the fault whose restore consumed the fault artifact (its outside files gone), if one did
+    consumed_by: str | None = None
+    #: the fault artifact's files and its pristine copy's (``artifact_files``), read once when it is made: every
+    #: reset puts that copy back, so the digest before a fault that does not change the artifact itself is the
+    #: copy's; the digest and the reset then read and copy only what changed
+    artifact_files: ArtifactFiles | None = None
+    #: the shortest seconds an unfaulted ``create`` and ``restore`` of the fault artifact took (what a random
+    #: kill's offset is drawn over: ``faults.kinds.kill.draw``)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, command: str, seconds: float) -> None:
+        """An unfaulted ``command`` took ``seconds``: the shortest seen is kept."""
+        seconds = round(seconds, 3)
+        self.timings[command] = min(self.timings.get(command, seconds), seconds)
+
+
+@dataclass
+class Peers:
+    """What the lanes of one process hand each other, by lane name: the plugin gives one to every lane, so the base
+    arm of a runner judges against what its head arm recorded."""
+
+    #: the ordinary references (the base arm compares its own with the head's)
+    ordinary: dict[str, OrdinaryReference] = field(default_factory=dict)
+    #: the unit step's outcomes (the base arm judges the head's)
+    unit: dict[str, dict[str, UnitOutcome]] = field(default_factory=dict)
