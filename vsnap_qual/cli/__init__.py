@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vsnap_qual import __version__, model
+from vsnap_qual.cli import nightly
 
 #: Exit status when an input cannot be read (the same as argparse's own usage errors).
 EXIT_BAD_INPUT = 2
@@ -182,6 +183,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "doctor": Subcommand(
         "check the host and the image (--vsnap-* options, as for pytest)", _doctor_arguments, _run_doctor
     ),
+    "nightly-tag": Subcommand(nightly.HELP, nightly.add_arguments, nightly.run),
 }
 
 
