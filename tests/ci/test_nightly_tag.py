@@ -26,9 +26,8 @@ import pytest
 import requests
 
 from tests.ci import registry_server
+from tests.ci.nightly_script import ROOT, NightlyRunner
 from vsnap_qual.cli import nightly, registry
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: Pushed in this order (oldest first): the newest `nightly-*` is nightly-e, which neither the names (nightly-g
 #: sorts last and is the oldest) nor the first page of three (latest, nightly-a, nightly-b) give; `latest`, newest
@@ -322,3 +321,35 @@ def test_no_matching_tag_and_an_unreachable_registry_are_errors(pushed: Pushed) 
     assert none.returncode == 2 and "no tag of" in none.stderr and "matches 'release-*' (8 tags listed)" in none.stderr
     gone = _nightly_tag(f"127.0.0.1:{registry_server.free_port()}/{NAME}")
     assert gone.returncode == 2 and "error: GET http://127.0.0.1:" in gone.stderr and gone.stdout == ""
+
+
+@pytest.mark.docker
+def test_the_nightly_script_qualifies_a_new_tag_once_then_says_nothing_new(pushed: Pushed, tmp_path: Path) -> None:
+    """ci/nightly.sh against the real registry (its vsnap-qual runs the real nightly-tag; pytest and the merge are
+    stand-ins): resolve hands the new tag on, the merge records it, the next resolve refuses with one line."""
+    runner = NightlyRunner(tmp_path)
+    outputs = tmp_path / "github-output"
+    env = {"VSNAP_NIGHTLY_REPOSITORY": pushed.repository, "FAKE_NIGHTLY_TAG": "real", "VSNAP_ANNOTATE": "1",
+           "DOCKER_CONFIG": "/nonexistent-docker-config"}  # fmt: skip
+    first = runner(env, "resolve", GITHUB_OUTPUT=str(outputs))
+    assert first.returncode == 0, first.stderr
+    said = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert said == {"image": f"{pushed.repository}:{NEWEST}", "record": f"{NEWEST}@{pushed.digests[NEWEST]}",
+                    "qualify": "true"}  # fmt: skip
+    (runner.shards / "shard-1").mkdir(parents=True)
+    merged = runner({**env, "VSNAP_NIGHTLY_RECORD": said["record"]}, "merge", FAKE_MERGE_SUMMARY="## vsnap-qual: PASS")
+    assert merged.returncode == 0 and merged.recorded == said["record"]
+    outputs.unlink()
+    second = runner(env, "resolve", GITHUB_OUTPUT=str(outputs))
+    assert second.returncode == 0 and outputs.read_text() == "qualify=false\n"
+    assert second.summary == (
+        f"## vsnap-qual: nothing new since {NEWEST} ({NEWEST}, the newest nightly-* tag of {pushed.repository}, "
+        "was qualified already)\n"
+    )
+    assert second.annotation == second.summary and second.annotation_style == "info"
+    unreachable = runner({**env, "VSNAP_NIGHTLY_REPOSITORY": f"127.0.0.1:{registry_server.free_port()}/{NAME}"},
+                         "resolve")  # fmt: skip
+    assert unreachable.returncode == 1 and unreachable.summary.startswith(
+        "## vsnap-qual: FAIL — the registry could not be read for the newest nightly-* tag of 127.0.0.1:"
+    )
+    assert "error: GET http://127.0.0.1:" in unreachable.summary and unreachable.annotation_style == "error"
