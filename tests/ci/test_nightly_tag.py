@@ -120,6 +120,44 @@ def test_a_record_names_a_tag_at_a_digest() -> None:
     assert not nightly.is_recorded("", "nightly-e", "sha256:1")
 
 
+def _auth(user: str, password: str) -> str:
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_credentials_come_from_the_docker_config_as_the_docker_cli_keys_them(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "https://index.docker.io/v1/": {"auth": _auth("hub-user", "hub:pass")},
+        "http://127.0.0.1:5000": {"username": "local", "password": "pw"},
+        "ghcr.io": {"auth": ""},
+    }}))  # fmt: skip
+    found = registry.docker_credentials
+    assert found("docker.io", str(tmp_path)) == registry.Credentials("hub-user", "hub:pass")
+    assert found("127.0.0.1:5000", str(tmp_path)) == registry.Credentials("local", "pw")
+    assert found("ghcr.io", str(tmp_path)) is None and found("quay.io", str(tmp_path)) is None
+    assert found("docker.io", str(tmp_path / "none")) is None, "no config: anonymous"
+
+
+def test_a_credential_helper_answers_before_the_auths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``docker-credential-<name> get`` reads the server on stdin and answers JSON; an identity token is no
+    password, and a helper that knows nothing leaves the auths entry."""
+    helper = tmp_path / "bin" / "docker-credential-vsnaptest"
+    helper.parent.mkdir()
+    helper.write_text(
+        '#!/bin/sh\nread server\ncase "$server" in\n'
+        '  127.0.0.1:5000) echo \'{"Username": "helped", "Secret": "s"}\' ;;\n'
+        '  ghcr.io) echo \'{"Username": "<token>", "Secret": "refresh"}\' ;;\n'
+        "  *) echo 'credentials not found in native keychain'; exit 1 ;;\nesac\n"
+    )
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{helper.parent}:{os.environ['PATH']}")
+    auths = {"ghcr.io": {"auth": _auth("plain", "p")}, "quay.io": {"auth": _auth("q", "p")}}
+    config = {"credHelpers": {"127.0.0.1:5000": "vsnaptest"}, "credsStore": "vsnaptest", "auths": auths}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert registry.docker_credentials("127.0.0.1:5000", str(tmp_path)) == registry.Credentials("helped", "s")
+    assert registry.docker_credentials("ghcr.io", str(tmp_path)) == registry.Credentials("plain", "p")
+    assert registry.docker_credentials("quay.io", str(tmp_path)) == registry.Credentials("q", "p")
+
+
 class _Answers:
     """A session answering GETs from a table (URL -> JSON body), for the multi-platform index, which Docker 20.10
     cannot push to the test registry: the walk from index to platform manifest to config is logic of its own."""
@@ -203,26 +241,29 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
     directory = tmp_path_factory.mktemp("registry")
     storage = directory / "storage"
     digests: dict[str, str] = {}
-    created: list[str] = []
+    created: list[datetime | None] = []
     with registry_server.running_registry(directory / "open", storage) as served:
         repository = served.repository(NAME)
         try:
             for tag in PUSH_ORDER:
                 client.api.import_image_from_data(_tiny_image(tag), repository=repository, tag=tag)
-                created.append(client.images.get(f"{repository}:{tag}").attrs["Created"])
+                # Docker's RFC 3339 drops trailing zeros of the nanoseconds: compared as times, never as strings
+                created.append(registry.parse_created(client.images.get(f"{repository}:{tag}").attrs["Created"]))
                 for line in client.images.push(repository, tag=tag, stream=True, decode=True):
                     if "error" in line:
                         raise RuntimeError(f"push {repository}:{tag}: {line['error']}")
                     if line.get("aux", {}).get("Digest"):
                         digests[tag] = line["aux"]["Digest"]
-            assert created == sorted(created) and len(set(created)) == len(created), "pushed oldest first"
+            times = [t for t in created if t is not None]
+            assert len(times) == len(PUSH_ORDER) and times == sorted(set(times)), f"pushed oldest first: {created}"
             yield Pushed(served, digests, storage, directory)
         finally:
             for tag in PUSH_ORDER:
                 with contextlib.suppress(docker.errors.ImageNotFound):
                     client.images.remove(f"{repository}:{tag}", force=True)
     assert served.process.poll() is not None, "the registry is stopped"
-    leftover = [t for image in client.images.list() for t in image.tags if t.startswith(served.host)]
+    # the low-level list: images.list() reads each image again, and another process may remove one meanwhile
+    leftover = [t for image in client.api.images() for t in image.get("RepoTags") or [] if t.startswith(served.host)]
     client.close()
     registry_server.remove(directory)
     assert leftover == [], f"images left: {leftover}"

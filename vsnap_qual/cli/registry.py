@@ -14,10 +14,13 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import os
 import re
+import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
@@ -178,21 +181,66 @@ def parse_created(value: object) -> datetime | None:
         return None
 
 
-def docker_credentials(registry: str, config_path: str | None = None) -> Credentials | None:
-    """The docker config's username and password for ``registry`` (its ``auths`` entry, or its credential
-    store or helper), as the docker CLI would log in; None when it holds none."""
-    from docker import auth
+#: The names the docker config may key Docker Hub's credentials by (the CLI writes the first).
+DOCKER_HUB_KEYS = ("index.docker.io", "docker.io", "registry-1.docker.io")
 
+
+def _config_host(key: str) -> str:
+    """A docker config ``auths`` key as the host it names (``https://index.docker.io/v1/`` -> ``index.docker.io``)."""
+    return re.sub(r"^[a-z]+://", "", key).split("/", 1)[0]
+
+
+def docker_credentials(registry: str, config_dir: str | None = None) -> Credentials | None:
+    """The docker config's username and password for ``registry``, as the docker CLI logs in with them: its
+    credential helper (``credHelpers``, else ``credsStore``: ``docker-credential-<name> get``), else its ``auths``
+    entry (``auth``, base64 of ``user:password``, or ``username``/``password``); None when it holds none. The config
+    is ``$DOCKER_CONFIG/config.json`` (else ``~/.docker/config.json``). Read here, not through the docker SDK: only
+    the Docker runtime imports it."""
+    directory = Path(config_dir or os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
     try:
-        config = auth.load_config(config_path)
-        entry = config.resolve_authconfig(registry) or {}
-    except Exception as exc:  # a broken config or credential helper: a registry error, said
-        raise RegistryError(f"the docker config's credentials for {registry} could not be read: {exc}") from exc
-    username = entry.get("username") or entry.get("Username")
-    password = entry.get("password") or entry.get("Password")
-    if username and password:
-        return Credentials(str(username), str(password))
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RegistryError(f"the docker config {path} cannot be read: {exc}") from exc
+    hosts = DOCKER_HUB_KEYS if registry == DOCKER_HUB else (registry,)
+    helper = next((config["credHelpers"][h] for h in hosts if h in (config.get("credHelpers") or {})), None)
+    helper = helper or config.get("credsStore")
+    if helper:
+        found = _helper_credentials(str(helper), "https://index.docker.io/v1/" if registry == DOCKER_HUB else registry)
+        if found:
+            return found
+    for key, entry in (config.get("auths") or {}).items():
+        if _config_host(key) not in hosts or not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            user, _, password = base64.b64decode(str(entry["auth"])).decode(errors="replace").partition(":")
+            if user and password:
+                return Credentials(user, password)
+        if entry.get("username") and entry.get("password"):
+            return Credentials(str(entry["username"]), str(entry["password"]))
     return None
+
+
+def _helper_credentials(helper: str, server: str) -> Credentials | None:
+    """``docker-credential-<helper> get`` for ``server``; None when it knows none (or is not installed)."""
+    try:
+        done = subprocess.run(
+            [f"docker-credential-{helper}", "get"], input=server, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        return None
+    user, secret = answer.get("Username"), answer.get("Secret")
+    if not user or not secret or user == "<token>":  # an identity token is no Basic credential
+        return None
+    return Credentials(str(user), str(secret))
 
 
 class RegistryClient:
