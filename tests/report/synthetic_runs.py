@@ -19,7 +19,6 @@ from typing import Any
 
 from vsnap_qual import checks, model, options, procedure
 from vsnap_qual.engine.client import CanaryOutput
-from vsnap_qual.run.configure import build_config
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.faults.kinds.hook import HookParams
 from vsnap_qual.run.configure import build_config

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tests.support.memory_box import MemoryBox
 from vsnap_qual import options
 from vsnap_qual.box import Bind, BoxSpec, ExecResult, RuntimeFailure, ShmHolders
-from vsnap_qual.config import LaneSpec, QualConfig, build_config
+from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.engine import prefix_cache, shapes
@@ -49,6 +49,7 @@ from vsnap_qual.model import (
 )
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.recorder import StepEvidence, StepRecorder
+from vsnap_qual.run.configure import build_config
 
 S = TypeVar("S", bound=ArtifactState)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from vsnap_qual import progress, vllm_words
-from vsnap_qual.box import Box, BoxProcesses, ProcessRow
+from vsnap_qual.box import BoxProcesses, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
 from vsnap_qual.engine import client
 from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation

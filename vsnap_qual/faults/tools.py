@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from vsnap_qual import vllm_words
-from vsnap_qual.box import Box, BoxFiles, BoxProcesses, ControlDir, ExecResult, ProcessRow, RuntimeFailure
+from vsnap_qual.box import BoxFiles, BoxProcesses, ControlDir, ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
 from vsnap_qual.faults.lane import FaultLane

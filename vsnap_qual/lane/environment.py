@@ -14,17 +14,18 @@ from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vsnap_qual import model, overlay, probe_copy
+from vsnap_qual import model, overlay
 from vsnap_qual.box import Bind, Box, BoxFacts, BoxSpec, ImageInfo, free_ports, lane_labels
-from vsnap_qual.ci_build import ci_build
 from vsnap_qual.clock import utc_now
 from vsnap_qual.config import PORT_NAMES, LaneSpec, QualConfig
 from vsnap_qual.contract import ARTIFACT, CHECKOUT, CONTROL, MODEL_CACHE, PROBE, SMOKE, WORK, Purpose
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.lane import audit
 from vsnap_qual.overlay import OverlayFile
-from vsnap_qual.package_probe import PackageInfo
 from vsnap_qual.recorder import StepRecorder
+from vsnap_qual.run import probe_copy
+from vsnap_qual.run.ci_build import ci_build
+from vsnap_qual.run.package_probe import PackageInfo
 from vsnap_qual.runtimes import Runtime
 from vsnap_qual.vllm_words import StepFailed
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from vsnap_qual.box import Box, BoxCommands
+from vsnap_qual.box import BoxCommands
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.engine import client
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from vsnap_qual import checks
-from vsnap_qual.box import Box, BoxCommands, ExecResult
+from vsnap_qual.box import BoxCommands, ExecResult
 from vsnap_qual.contract import WORK, restore_argv
 from vsnap_qual.engine import client
 from vsnap_qual.engine.client import CanaryOutput
