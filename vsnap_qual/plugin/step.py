@@ -33,11 +33,6 @@ class VsnapStep:
     given: tuple[object, ...] = ()
     ran: bool = field(default=False, init=False)
 
-    @property
-    def name(self) -> str:
-        """The step's name (``restore-1``, ``fault:<id>``): the test's ``vsnap_step`` mark, read once."""
-        return self.entry.name
-
     def run(self) -> None:
         """Run the step's body in its evidence record: prerequisites first (a step whose prerequisite did not pass is
         skipped, naming it), the outcome from how the body ends."""
