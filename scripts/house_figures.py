@@ -50,7 +50,13 @@ Canary hops
     function that only forwards an object it never opens (``assemble_path``, ``write_reports``, ``render_html``)
     and a helper that hands the canary back converted to the station that called it (``CanaryOutput.as_dict``,
     ``parse.record``, the redactor) are not stations. A hop is one hand-over between two stations; the figure is
-    the number of hops. The chain is declared below (:data:`CANARY_CHAINS`) and every hop is checked against the
+    the number of hops. The recorder's step (which puts the step's results, never opened, into the record it hands
+    the store) and ``read_evidence`` (which hands the evidence file's lines back as JSON objects) are such a
+    forwarder and such a helper; so are the report's helpers that hand rows or blocks back to the view that called
+    them. The chains declared for the code up to 0c0a835 listed some of those as stations (11 hops): they are
+    kept as declared, for what ``--ref`` printed then; by these rules each of them is 7 hops, the one station more
+    than the newest being the comparison frames' record (``frames.Comparisons.canary``, gone with the frame).
+    The chain is declared below (:data:`CANARY_CHAINS`) and every hop is checked against the
     code: each station exists and the hand-over is there (a call, a key written and read, a file). A chain that
     no longer matches the code makes the script exit 1 naming the broken hop: whoever moves the canary's path
     declares the new chain (a new :class:`CanaryChain` appended, the old one given ``last``, the last commit
@@ -634,6 +640,8 @@ COMPARE_ALL = "vsnap_qual/report/frames.py:compare_all"
 HTML_CANARY = "vsnap_qual/report/html.py:_canary"
 BUILD_VIEW = "vsnap_qual/report/html.py:build_view"
 TEMPLATE = "vsnap_qual/report/templates/report.html.j2"
+ASSEMBLE_PATH = "vsnap_qual/report/assemble.py:assemble_path"
+CANARY_ROWS = "vsnap_qual/report/canary.py:canary_rows"
 
 #: The hops from the step's record to the HTML page (the report's side of every chain since 5330513).
 _RECORDED_TO_HTML: tuple[Hop, ...] = (
@@ -763,6 +771,84 @@ CANARY_CHAINS: tuple[CanaryChain, ...] = (
                 (_calls(RESTORE, "canaries"), Check("vsnap_qual/lane/protocols.py:EngineApi", "declares", "canaries")),
             ),
             *_RECORDED_TO_HTML,
+        ),
+        last="0c0a8351df415da0589869d42831e1a278382584",
+    ),
+    CanaryChain(
+        start=ENGINE,
+        hops=(
+            Hop(
+                LANE_API,
+                "returned: the lane's engine API asks engine.client.completion for each prompt of the canary plan",
+                (_calls(LANE_API, "completion"),),
+            ),
+            Hop(
+                RESTORE,
+                "returned: steps.restore asks the lane's engine API (lane.api, the EngineApi protocol) and judges "
+                "each canary against the ordinary reference (checks.compare_canary: a helper handing the comparison "
+                "back)",
+                (
+                    _calls(RESTORE, "canaries"),
+                    Check("vsnap_qual/lane/protocols.py:EngineApi", "declares", "canaries"),
+                    _calls(RESTORE, "compare_canary"),
+                ),
+            ),
+            Hop(
+                STORE,
+                "record: steps.restore builds its model.RestoreResults (canary, canary_compare) and hands it to the "
+                "step's record in one place (rec.results); the recorder's step forwards the results, never opened, "
+                "in StepRecord(results=...) to the evidence store",
+                (
+                    _calls(RESTORE, "RestoreResults"),
+                    Check(RESTORE, "writes", "canary_compare"),
+                    Check("vsnap_qual/model.py:RestoreResults", "declares", "canary_compare"),
+                    Check(RECORDER, "reads", "results"),
+                    Check(RECORDER, "writes", "results"),
+                    _calls(RECORDER, "write"),
+                ),
+            ),
+            Hop(
+                ASSEMBLE,
+                "file: one JSON line of evidence.jsonl, read back when the session ends (read_evidence hands the "
+                "lines back as JSON objects to assemble_path, which forwards them); assemble checks each record "
+                "against its step's results type (parse.record) and keeps it as RunEvidence.steps",
+                (
+                    _calls(STORE, "_line"),
+                    _calls("vsnap_qual/evidence.py:EvidenceStore._line", "dumps"),
+                    _calls(READER, "loads"),
+                    _calls(ASSEMBLE_PATH, "read_evidence"),
+                    _calls(ASSEMBLE_PATH, "assemble"),
+                    Check(ASSEMBLE, "reads", "records"),
+                    _calls(ASSEMBLE, "record"),
+                    _calls("vsnap_qual/report/parse.py:_object", "_step_results"),
+                    Check(ASSEMBLE, "writes", "steps"),
+                ),
+            ),
+            Hop(
+                BUILD_VIEW,
+                "forwarded: the Results, by assemble_path, write_reports, render_reports and render_html (none opens "
+                "a step record), to build_view; its canary view (html._canary, through report.canary.canary_rows: "
+                "helpers handing rows and blocks back) is each canary step's recorded canaries beside its own "
+                "recorded judgement (canary_compare): no table, no comparison made again",
+                (
+                    _calls("vsnap_qual/report/__init__.py:write_reports", "render_reports"),
+                    _calls("vsnap_qual/report/__init__.py:render_reports", "render_html"),
+                    _calls("vsnap_qual/report/html.py:render_html", "build_view"),
+                    _calls(BUILD_VIEW, "_canary"),
+                    _calls(HTML_CANARY, "canary_rows"),
+                    Check(CANARY_ROWS, "reads", "canary_compare"),
+                    Check(CANARY_ROWS, "names", "CANARY_STEPS"),
+                ),
+            ),
+            Hop(
+                TEMPLATE,
+                "record: build_view writes ReportView.canary; render_html renders the template with it",
+                (
+                    Check(BUILD_VIEW, "writes", "canary"),
+                    Check("vsnap_qual/report/html.py:_template", "names", "report.html.j2"),
+                    Check(TEMPLATE, "names", "canary"),
+                ),
+            ),
         ),
     ),
 )

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, cast
 
-from vsnap_qual import procedure
 from vsnap_qual.contract import (
     RUNNERS,
     SECRET_ENV_NAMES,
     Arm,
     Runner,
+    column,
 )
 
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
@@ -109,9 +109,9 @@ class LaneSpec:
 
     @property
     def column(self) -> str:
-        """The lane's column in the evidence and every view (its records' ``runner``, ``procedure.column``):
+        """The lane's column in the evidence and every view (its records' ``runner``, ``contract.column``):
         ``v1``, ``v1+lora`` for a variant's lane, so that each variant is a column group of its own."""
-        return procedure.column(self.runner, self.variant.name if self.variant else None)
+        return column(self.runner, self.variant.name if self.variant else None)
 
     @property
     def variant_args(self) -> tuple[str, ...]:

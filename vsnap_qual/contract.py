@@ -78,6 +78,11 @@ CPU_NOT_APPLICABLE: tuple[str, ...] = ("Model Runner V2 requires Triton",)
 FEATURE_REFUSALS: tuple[str, ...] = ("does not support", "is not supported", "not supported on", "not yet supported")
 
 
+def column(runner: str, variant: str | None) -> str:
+    """A lane's column in the evidence and every view: its model runner, ``+<variant>`` for a variant's lane."""
+    return runner + (f"+{variant}" if variant else "")
+
+
 def restore_argv(port: int, artifact: str = ARTIFACT) -> list[str]:
     """``vllm snapshot restore`` exactly as a user types it, on ``port`` of the lane's loopback."""
     return ["vllm", "snapshot", "restore", artifact, "--host", "127.0.0.1", "--port", str(port)]

@@ -18,19 +18,16 @@ Schema generator, whose output is a JSON document.
 """
 
 import functools
-import json
 import sys
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Union
 
 from vsnap_qual.contract import Arm, Purpose  # one definition each, re-exported for the model's users
 
 if sys.version_info >= (3, 11):
-    from typing import NotRequired, Required, TypedDict, get_type_hints
+    from typing import NotRequired, TypedDict, get_type_hints
 else:  # Python 3.10: typing has no NotRequired; typing_extensions' TypedDict understands it
-    from typing_extensions import NotRequired, Required, TypedDict, get_type_hints
+    from typing_extensions import NotRequired, TypedDict, get_type_hints
 
 #: The one schema version: of ``results.json`` and of the evidence records it is assembled from.
 SCHEMA: Final = "vsnap-qual/results@1"
@@ -295,7 +292,7 @@ class FaultObservation(TypedDict, total=False):
     http_bound: bool
     http_bound_by: list[str]
     #: vLLM's ``error.json``, as it wrote it
-    error_json: dict[str, Any] | None
+    error_json: dict[str, object] | None
     phase: str | None
     fired: bool
     fired_records: list[FiredRecord]
@@ -641,133 +638,233 @@ class KilledArtifact(TypedDict, total=False):
     ids_taken: str
 
 
-class StepResults(TypedDict, total=False):
-    """Every field a step records, by step (all optional: a failed step keeps what it had gathered)."""
+# ---- each step's results: one type per step, holding exactly what that step records ----------------------------
+# A step's type is named by its table entry (``procedure.Step.results``); a record's results are read back as the
+# type of its step (``report.parse``). Every field is optional: a step that fails keeps what it had gathered.
+class ShmNotJudged(TypedDict):
+    """What a create left in ``/dev/shm`` that is recorded and not judged, and why (``shm_left_by_create``)."""
 
-    # ordinary and restore-N: what the server answered
+    files: list[str]
+    why: str
+
+
+class ShmLeftRecord(TypedDict, total=False):
+    """What a create of the lane's artifact left in ``/dev/shm`` (``lane.snapshot_cli.shm_left_by_create``): the
+    processes whose fds and maps the look for holders could not read (``box.ShmHolders``: taken to hold none), and
+    the new files no process holds and the artifact does not name where they are recorded and not judged."""
+
+    shm_unread: list[str]
+    shm_left_not_judged: ShmNotJudged
+
+
+class ServeRecord(TypedDict, total=False):
+    """What ``lane.servers.serve`` records of an ordinary server's start: how long until ``/health`` answered, how
+    late the port's first bind was noticed, and, where the server died first, vLLM's reason."""
+
+    ready_seconds: float | None
+    notice_latency_s: float | None
+    bind_to_ready_s: float
+    vllm_reason: str
+
+
+class OrdinaryResults(ServeRecord, total=False):
+    """``ordinary``: what the ordinary ``vllm serve`` answered (the reference every restore is compared with), how
+    it stopped, and what it left."""
+
+    #: the adapters' files, kept in the report (a lane serving LoRA adapters, ``--lora-modules``)
+    adapters: dict[str, KeptAdapter]
     canary: list[Canary]
     digests: dict[str, Digest]
     kv_tokens: int | None
     kv_source: str | None
-    ready_seconds: float | None
-    notice_latency_s: float | None
-    bind_to_ready_s: float
     pids: list[int]
-    # restore-N (and vs-head): the step's own judgements against the ordinary reference (the head arm's)
+    cleanup: CleanupAudit
+    #: the request shapes as it answered them (twice)
+    shapes: ShapeRecord
+    decode_speed: DecodeSpeed
+    #: the prefix-cache prompt asked twice
+    prefix_cache: PrefixCacheProbe
+    #: the canaries asked through each adapter, by its name
+    adapter_canary: dict[str, list[Canary]]
+
+
+class VsHeadResults(TypedDict, total=False):
+    """``vs-head`` (the base arm): its ordinary reference against the head arm's."""
+
     canary_compare: list[CanaryCompare]
     digest_compare: DigestCompare
-    kv_ordinary: int | None
-    root_pid: int | None
-    listener_first_bound: float | None
-    #: vLLM's ``error.json`` after a failed restore, as it wrote it
-    error_json: dict[str, Any] | None
     kv_head: int | None
     kv_base: int | None
+    adapter_compare: dict[str, list[CanaryCompare]]
+
+
+class CreateResults(ShmLeftRecord, total=False):
+    """``create``: the artifact ``vllm snapshot create`` published, and what the create left behind."""
+
+    vllm_reason: str
+    #: the /dev/shm files the artifact's CRIU images name and that existed when it was made: what a restore needs
+    #: from outside the artifact (``artifact_deps``; empty: self-contained)
+    outside_files: list[str]
+    #: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
+    link_remaps_made: list[str]
+    kv_tokens: int | None
+    artifact_bytes: int | None
+    process_tree: list[int] | None
+    cleanup: CleanupAudit
+    #: /dev/shm files new since just before it that no process holds and the artifact does not name (a leak of the
+    #: create, judged where the box sees every holder: else ``shm_left_not_judged``)
+    shm_left: list[str]
+
+
+class InspectResults(TypedDict, total=False):
+    """``inspect``: what ``vllm snapshot inspect`` printed, its sha256, and every upstream e2e check of it."""
+
+    sha256: str
+    #: what ``vllm snapshot inspect`` printed (vLLM's JSON)
+    manifest: dict[str, object]
+    checks: list[InspectCheck]
+
+
+class RestoreResults(TypedDict, total=False):
+    """A restore (``restore-1``, ``restore-2``, ``restore-after-stop``, ``fresh-box``): the restored server's answers,
+    each judged against the ordinary reference, the watch after it and, where the step stops it, its stop."""
+
+    #: a restore run a second time, and why the first did not count
+    retried_after: str
+    #: after a failed restore: vLLM's ``error.json`` as it wrote it, its reason, CRIU's own reason (vLLM logs it on
+    #: stdout), and the outside files that were gone (the artifact was consumed: "not self-contained")
+    error_json: dict[str, object] | None
+    vllm_reason: str
+    criu_reason: list[str]
+    consumed: list[str]
+    #: what the restored server answered, and each compared with the ordinary engine's
+    canary: list[Canary]
+    canary_compare: list[CanaryCompare]
+    digests: dict[str, Digest]
+    digest_compare: DigestCompare
+    kv_tokens: int | None
+    kv_source: str | None
+    kv_ordinary: int | None
     kv_create: int | None
     kv_judgement: KvJudgement
+    inspect_changes: dict[str, InspectChange]
     soak: Soak
-    #: the ordinary reference: the request shapes as it answered them (twice)
-    shapes: ShapeRecord
-    #: a restore: the request shapes' answers, and each compared with the ordinary engine's
+    #: the request shapes' answers, and each compared with the ordinary engine's
     shape_answers: dict[str, list[Canary]]
     shape_compare: list[ShapeCompare]
-    #: restore-N: the CUDA holders on the GPU again (None: the lane has no GPU)
+    prefix_cache: PrefixCacheProbe
+    prefix_cache_judgement: PrefixCacheJudgement
+    pids: list[int]
+    root_pid: int | None
+    listener_first_bound: float | None
+    #: the CUDA holders on the GPU again (None: the lane has no GPU)
     gpu_engaged: GpuEngaged | None
-    inspect_changes: dict[str, InspectChange]
-    #: fresh-box: the identity of the fresh box the artifact was restored in
+    ready_seconds: float | None
+    adapter_canary: dict[str, list[Canary]]
+    adapter_compare: dict[str, list[CanaryCompare]]
+    #: the decode speed; the second set of runs where the first was over the tolerance; the judgement
+    decode_speed: DecodeSpeed
+    decode_judgement: DecodeJudgement
+    decode_retry: DecodeSpeed
+    #: ``fresh-box``: the identity of the fresh box the artifact was restored in
     box: str
-    alive_before_restart: bool
-    #: a restore (or fault) run a second time, and why the first did not count
-    retried_after: str
+    #: a restore the step stops (not ``restore-1``: ``restart`` sees its server): alive at the stop, the stop's
+    #: audit, and the stop after a failed restore that failed too (the restore's failure stays the step's)
     alive_at_stop: bool
-    # create
-    artifact_bytes: int | None
-    #: create and fault-artifact: the /dev/shm files the artifact's CRIU images name and that existed when it was
-    #: made: what a restore needs from outside the artifact (``artifact_deps``; empty: self-contained)
-    outside_files: list[str]
-    #: create: the /dev/shm/link_remap.* paths the artifact's CRIU images name (made by its dump)
-    link_remaps_made: list[str]
-    #: create: /dev/shm files new since just before it that no process holds and the artifact does not name (a
-    #: leak of the create: ``lane.snapshot_cli.shm_left_by_create``); where the box cannot see every holder (then
-    #: the new files the artifact does not name) or for the fault lane's own artifact, recorded and not judged
-    #: (``files``, ``why``)
-    shm_left: list[str]
-    shm_left_not_judged: dict[str, Any]
-    #: create: the processes (``PID comm``) whose fds and maps the look for holders of those files could not read
-    #: (``box.ShmHolders``: taken to hold none of them)
-    shm_unread: list[str]
-    #: a fault step: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed)
-    phases: dict[str, float]
-    #: a fault step: of those, the seconds spent waiting on the engine (its commands, starts and answers)
-    phases_engine: dict[str, float]
-    #: a restore that failed, or a fault step's fresh artifact: those outside files that were gone (the artifact
-    #: was consumed: the finding "artifact not self-contained", ``the check "self-contained"``)
-    consumed: list[str]
-    #: a fault step: a new fault artifact made before it, because the previous one was consumed (and by what)
-    fresh_artifact: FreshArtifact
-    #: a fault step: what the reset before it put back (``full``, or how many changed entries; ``artifact_files``)
-    artifact_reset: str
-    #: the unit step
-    unit: UnitRun
-    process_tree: list[int] | None
-    child_log: str
-    vllm_reason: str
-    # inspect and restart
-    sha256: str
-    #: what ``vllm snapshot inspect`` printed
-    manifest: dict[str, Any]
-    checks: list[InspectCheck]
-    sha256_before: str | None
-    sha256_after: str | None
+    cleanup: CleanupAudit
+    cleanup_error: str
+
+
+class RestartResults(TypedDict, total=False):
+    """``restart``: the lane's box stopped and started, the restored server gone, ``inspect`` unchanged."""
+
+    alive_before_restart: bool
     container_id_before: str
     container_id_after: str
-    # overlay
+    sha256_before: str | None
+    sha256_after: str | None
+    inspect_changes: dict[str, InspectChange]
+    cleanup: CleanupAudit
+
+
+class OverlayResults(TypedDict, total=False):
+    """``overlay``: every overlaid file, and whether it is the one the engine imported."""
+
     files: list[OverlayFileResult]
-    probe_loaded_pids: list[int]
-    #: overlay: one plain line over every file (``overlay.findings_line``)
+    #: one plain line over every file (``overlay.findings_line``)
     summary: str
-    # fault-artifact and fault:<id>
+    probe_loaded_pids: list[int]
+
+
+class UnitResults(TypedDict, total=False):
+    """``unit``: the user's unit command and its JUnit per test id."""
+
+    unit: UnitRun
+
+
+class FaultArtifactResults(ShmLeftRecord, total=False):
+    """``fault-artifact``: the fault lane's own artifact, and which expectations judge the lane's faults."""
+
+    expect: Behaviour
+    #: why these expectations: the option that named them, or what the image's snapshot package implements
+    expect_reason: str
     snapshot_timeout_s: float
+    #: the artifact's ``manifest.json`` (vLLM's JSON)
+    manifest: dict[str, object]
+    outside_files: list[str]
+
+
+class FaultResults(ShmLeftRecord, total=False):
+    """``fault:<id>``: one injected failure, its kind and its kind's record, what it must produce on this lane's
+    behaviour, what it did, and the follow-up restore. (``shm_*``: a fresh fault artifact made before it.)"""
+
+    #: its fault's kind (``Fault.kind``: the views read it; evidence before it was recorded has none)
+    kind: str
     fault: str
     title: str
     expect: Behaviour
-    #: why these expectations: the option that named them, or what the image's snapshot package implements
     expect_reason: str
     expected: FaultExpectation
     observed: FaultObservation
     mismatches: list[str]
-    #: a fault step: its fault's kind (``Fault.kind``: the views read it; evidence before it was recorded has none)
-    kind: str
-    #: what the fault's injector did, in its own terms (each kind records different things: ``kind``)
+    #: an ineffective first injection, tried once more
+    retried_after: str
+    #: seconds per phase of its sequence (``faults.Phases``; a retried injection's summed), and of those the
+    #: seconds spent waiting on the engine (its commands, starts and answers)
+    phases: dict[str, float]
+    phases_engine: dict[str, float]
+    #: a new fault artifact made before it, because the previous one was consumed (and by what)
+    fresh_artifact: FreshArtifact
+    #: what the reset before it put back (``full``, or how many changed entries; ``artifact_files``)
+    artifact_reset: str
+    #: the faulted restore's connect polls
+    watch_polls: int
+    #: what the fault's injector did, in its own terms (its kind's record: ``kind`` says which)
     injected: FaultInjected
+    cleanup: CleanupAudit
+    #: the waits for the captured PIDs to be free, before the fault and after its cleanup
+    captured_id_waits: dict[str, CapturedIdWait]
     followup_restore: FollowupRestore
     #: the kill kind (issue 29): what a restore made of a killed create's target (``kinds.kill.judge_killed_create``)
     killed_artifact: KilledArtifact
-    #: the weight-tamper fault (issue 28)
+    #: the weights kind (issue 28)
     weight_tamper: WeightTamper
-    #: ordinary and restores: the decode speed (issue 28); restores: the second set of runs where the first was
-    #: over the tolerance, and the judgement
-    decode_speed: DecodeSpeed
-    decode_retry: DecodeSpeed
-    decode_judgement: DecodeJudgement
-    #: ordinary and restores: the prefix-cache prompt asked twice (issue 28); restores: judged against the ordinary
-    prefix_cache: PrefixCacheProbe
-    prefix_cache_judgement: PrefixCacheJudgement
-    #: ordinary and restores of a lane serving LoRA adapters (``--lora-modules``, issue 28): the canaries asked
-    #: through each adapter, by its name; restores: each compared with the ordinary engine's through it
-    adapter_canary: dict[str, list[Canary]]
-    adapter_compare: dict[str, list[CanaryCompare]]
-    #: ordinary: the adapters' files, kept in the report
-    adapters: dict[str, KeptAdapter]
-    watch_polls: int
-    #: fault steps: the waits for the captured PIDs to be free, before the fault and after its cleanup
-    captured_id_waits: dict[str, CapturedIdWait]
-    #: restore-N: CRIU's own reason when the restore failed (vLLM logs it on stdout)
-    criu_reason: list[str]
-    # every step that stops engine processes
-    cleanup: CleanupAudit
-    #: restore-2: the stop after a failed restore failed too (the restore's failure stays the step's)
-    cleanup_error: str
+
+
+#: A step record's results: the type its step's table entry names (``procedure.Step.results``; ``report.parse``
+#: reads each record's results as the type of its step).
+StepResults = (
+    OrdinaryResults
+    | VsHeadResults
+    | CreateResults
+    | InspectResults
+    | RestoreResults
+    | RestartResults
+    | OverlayResults
+    | UnitResults
+    | FaultArtifactResults
+    | FaultResults
+)
 
 
 # ---- evidence records -----------------------------------------------------------------------------------------
@@ -1172,56 +1269,18 @@ def fields_of(tp: type) -> Fields:
     )
 
 
-# ---- JSON Schema ------------------------------------------------------------------------------------------------
-# A JSON Schema is a JSON document: the generator's dictionaries are untyped JSON by nature.
-def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any or tp is object:  # any JSON value
-        return {}
-    if tp is type(None):
-        return {"type": "null"}
-    if tp is bool:
-        return {"type": "boolean"}
-    if tp is int:
-        return {"type": "integer"}
-    if tp is float:
-        return {"type": "number"}
-    if tp is str:
-        return {"type": "string"}
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin in (Union, types.UnionType):
-        return {"anyOf": [_schema_of(a, defs) for a in args]}
-    if origin is list:
-        return {"type": "array", "items": _schema_of(args[0], defs)}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": _schema_of(args[1], defs)}
-    if origin in (NotRequired, Required):
-        return _schema_of(args[0], defs)
-    if is_typeddict(tp):
-        name = tp.__name__
-        if name not in defs:
-            defs[name] = {}  # placeholder: recursive references resolve to the same definition
-            fields = fields_of(tp)
-            properties = {key: _schema_of(value, defs) for key, value in fields.types.items()}
-            schema: dict[str, Any] = {
-                "type": "object",
-                "properties": properties,
-                "required": sorted(fields.required),
-                # step results are open (documented fields are typed); records and results are closed
-                "additionalProperties": fields.open,
-            }
-            if tp.__doc__ and not tp.__doc__.startswith(name + "("):
-                schema["description"] = " ".join(tp.__doc__.split())
-            defs[name] = schema
-        return {"$ref": f"#/$defs/{name}"}
-    raise TypeError(f"no JSON Schema for {tp!r}")
-
-
 #: Partial objects whose producers may add fields over time (step results and their parts, host facts).
 _OPEN = {
-    "StepResults",
+    "OrdinaryResults",
+    "VsHeadResults",
+    "CreateResults",
+    "InspectResults",
+    "RestoreResults",
+    "RestartResults",
+    "OverlayResults",
+    "UnitResults",
+    "FaultArtifactResults",
+    "FaultResults",
     "CleanupAudit",
     "KvJudgement",
     "Soak",
@@ -1239,48 +1298,3 @@ _OPEN = {
     "OverlayCheckout",
     "CiBuild",
 }
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``results.json``, generated from :class:`Results`."""
-    defs: dict[str, Any] = {}
-    root = _schema_of(Results, defs)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://vsnap-qual/results@1.schema.json",
-        "title": f"vsnap-qual results.json ({SCHEMA})",
-        **root,
-        "$defs": dict(sorted(defs.items())),
-    }
-
-
-def record_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema of one evidence record kind (for validating ``evidence.jsonl``)."""
-    return type_schema(RECORD_TYPES[kind])
-
-
-def type_schema(tp: type) -> dict[str, Any]:
-    """The JSON Schema of one of the model's types (a record, a step result's piece)."""
-    defs: dict[str, Any] = {}
-    root = _schema_of(tp, defs)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **root, "$defs": defs}
-
-
-def schema_text() -> str:
-    return json.dumps(json_schema(), indent=1, sort_keys=False) + "\n"
-
-
-SCHEMA_FILE = "report/results.schema.json"
-
-
-def main() -> None:
-    """``python -m vsnap_qual.model``: regenerate ``vsnap_qual/report/results.schema.json`` from the model."""
-    from pathlib import Path
-
-    path = Path(__file__).parent / SCHEMA_FILE
-    path.write_text(schema_text(), encoding="utf-8")
-    print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

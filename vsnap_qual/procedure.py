@@ -1,16 +1,33 @@
-"""The qualification procedure, defined once: every step a lane runs, its prerequisites and its title, and the
-shape of a fault's entry (:class:`Fault`, :class:`Expect`). The suites, the evidence (what a run requires) and the
-report (order, titles, coverage) all read this table; nothing else spells a step name. The faults themselves are
-each kind's own entries, gathered by ``vsnap_qual.faults.catalogue`` (this module imports no fault code).
+"""The qualification procedure, defined once: every step a lane runs, in order, with its prerequisites, its title,
+which lanes it applies to, its body and the type of the results it records; and the shape of a fault's entry
+(:class:`Fault`, :class:`Expect`). The suites (their order, applicability, the body each test runs), the evidence
+(what a run requires, each record's results type) and the report (order, titles, coverage, which steps carry
+canaries or digests) all read this table; nothing else spells a step name. A step's body is named, not imported
+(``run``: ``module:function``, resolved where the suites run), so this module imports no step code; the faults
+themselves are each kind's own entries, gathered by ``vsnap_qual.faults.catalogue`` (this module imports no fault
+code either).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar, cast
 
+from vsnap_qual import model
 from vsnap_qual.contract import Purpose
+from vsnap_qual.model import (
+    CreateResults,
+    FaultArtifactResults,
+    FaultResults,
+    InspectResults,
+    OrdinaryResults,
+    OverlayResults,
+    RestartResults,
+    RestoreResults,
+    UnitResults,
+    VsHeadResults,
+)
 
 OVERLAY = "overlay"
 ORDINARY = "ordinary"
@@ -29,14 +46,16 @@ FAULT_PREFIX = "fault:"
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a lane: its evidence name, what it checks, what must have passed before it."""
+    """One step of a lane: its evidence name, what it checks, what must have passed before it, which lanes run it,
+    its body and the type of what it records."""
 
     name: str
     title: str
     requires: tuple[str, ...] = ()
     purpose: Purpose = "lifecycle"
-    #: The image arms the step runs on.
+    #: The image arms the step runs on, and why a lane of another arm does not (its not-applicable words).
     arms: tuple[str, ...] = ("head", "base")
+    arms_why: str = ""
     #: Runs only on an arm that carries an overlay.
     overlay_only: bool = False
     #: Runs only when the user gave a unit command (``--vsnap-unit-command``).
@@ -45,10 +64,31 @@ class Step:
     #: server stopped cleanly (a slow or wrong answer is that step's finding; the artifact and the stop it needs
     #: are still there), or a published artifact whose captured tree is gone (a create's leak is its own finding).
     delivered: tuple[str, ...] = ()
+    #: The body: ``module:function``, called with the lane and the step's open record (``recorder.StepEvidence``,
+    #: whose ``step`` is this entry's name: which restore it is); resolved where the suites run (the plugin's
+    #: ``vsnap_step`` fixture), so this table imports no step code.
+    run: str = field(default="", kw_only=True)
+    #: The type of the results the step records (``vsnap_qual.model``): its record's ``results`` are read as it.
+    results: type = field(default=dict, kw_only=True)
+
+    def not_applicable(self, arm: str, overlaid: bool, unit: bool = False) -> str | None:
+        """Why a lane of this arm (with or without an overlay; with or without a unit command) does not run this
+        step, in words; None where it does."""
+        if self.overlay_only and not overlaid:
+            return "no overlay on this arm"
+        if self.unit_only and not unit:
+            return "no --vsnap-unit-command"
+        if arm not in self.arms:
+            return self.arms_why or f"a step of the {' and '.join(self.arms)} arm"
+        return None
 
     def applies(self, arm: str, overlaid: bool, unit: bool = False) -> bool:
         """Whether a lane of this arm (with or without an overlay; with or without a unit command) runs this step."""
-        return arm in self.arms and (overlaid or not self.overlay_only) and (unit or not self.unit_only)
+        return self.not_applicable(arm, overlaid, unit) is None
+
+    def declares(self, name: str) -> bool:
+        """Whether the step's results type declares the field ``name`` (what its record may carry)."""
+        return name in model.fields_of(self.results).types
 
 
 #: An exit code, or "nonzero" / "any".
@@ -109,37 +149,100 @@ class Fault:
         return self.base if behaviour == "base" and self.base is not None else self.head
 
 
-#: The lifecycle, in the order a lane runs it (the suite's test order).
+STEPS_MODULE = "vsnap_qual.steps"
+FAULTS_MODULE = "vsnap_qual.faults"
+
+#: The lifecycle, in the order a lane runs it (the suite's test order, held to it as the suite is collected).
 LIFECYCLE: tuple[Step, ...] = (
-    Step(ORDINARY, "ordinary vllm serve reference: canary, digests, KV, stop, cleanup audit"),
-    Step(VS_HEAD, "base image agrees with the image under test (canary, digests)", (ORDINARY,), arms=("base",)),
-    Step(CREATE, "vllm snapshot create (offline); the captured tree is gone"),
-    Step(INSPECT, "vllm snapshot inspect: every upstream e2e field, oracle, sha256", delivered=(CREATE,)),
-    Step(RESTORE_1, "first restore: listener, canary and digests equal to ordinary", (ORDINARY, INSPECT)),
-    Step(RESTART, "container restart: restored server gone, inspect output unchanged", (INSPECT,)),
-    Step(RESTORE_2, "restore after the restart: the same checks, stop, cleanup audit", (ORDINARY, RESTART)),
+    Step(
+        ORDINARY,
+        "ordinary vllm serve reference: canary, digests, KV, stop, cleanup audit",
+        run=f"{STEPS_MODULE}:ordinary_reference",
+        results=OrdinaryResults,
+    ),
+    Step(
+        VS_HEAD,
+        "base image agrees with the image under test (canary, digests)",
+        (ORDINARY,),
+        arms=("base",),
+        arms_why="compared from the base arm",
+        run=f"{STEPS_MODULE}:compare_arms",
+        results=VsHeadResults,
+    ),
+    Step(
+        CREATE,
+        "vllm snapshot create (offline); the captured tree is gone",
+        run=f"{STEPS_MODULE}:create",
+        results=CreateResults,
+    ),
+    Step(
+        INSPECT,
+        "vllm snapshot inspect: every upstream e2e field, oracle, sha256",
+        delivered=(CREATE,),
+        run=f"{STEPS_MODULE}:inspect",
+        results=InspectResults,
+    ),
+    Step(
+        RESTORE_1,
+        "first restore: listener, canary and digests equal to ordinary",
+        (ORDINARY, INSPECT),
+        run=f"{STEPS_MODULE}:restore",
+        results=RestoreResults,
+    ),
+    Step(
+        RESTART,
+        "container restart: restored server gone, inspect output unchanged",
+        (INSPECT,),
+        run=f"{STEPS_MODULE}:restart",
+        results=RestartResults,
+    ),
+    Step(
+        RESTORE_2,
+        "restore after the restart: the same checks, stop, cleanup audit",
+        (ORDINARY, RESTART),
+        run=f"{STEPS_MODULE}:restore_then_stop",
+        results=RestoreResults,
+    ),
     Step(
         RESTORE_AFTER_STOP,
         "restore again after the restored server's graceful stop (SIGTERM, its own cleanup): the same checks",
         (ORDINARY,),
         delivered=(RESTORE_2,),
+        run=f"{STEPS_MODULE}:restore_then_stop",
+        results=RestoreResults,
     ),
     Step(
         FRESH_BOX,
         "restore in a fresh box (own IPC namespace, empty /dev/shm) holding only the artifact: the same checks",
         (ORDINARY, INSPECT),
+        run=f"{STEPS_MODULE}:fresh_box_restore",
+        results=RestoreResults,
     ),
-    Step(OVERLAY, "overlaid files are the ones the engine processes imported", arms=("head",), overlay_only=True),
+    Step(
+        OVERLAY,
+        "overlaid files are the ones the engine processes imported",
+        arms=("head",),
+        overlay_only=True,
+        run=f"{STEPS_MODULE}:overlay_verification",
+        results=OverlayResults,
+    ),
     Step(
         UNIT,
         "the unit command from the overlay checkout, per test id; a failure new on the head arm fails",
         unit_only=True,
+        run=f"{STEPS_MODULE}:unit_step",
+        results=UnitResults,
     ),
 )
 
 #: The fault lane's own first step; each fault of the session's catalogue is a step ``fault:<id>`` after it.
 FAULT_ARTIFACT_STEP = Step(
-    FAULT_ARTIFACT, "the fault lane's own artifact (short recovery deadline) and a pristine copy", (), "faults"
+    FAULT_ARTIFACT,
+    "the fault lane's own artifact (short recovery deadline) and a pristine copy",
+    (),
+    "faults",
+    run=f"{FAULTS_MODULE}:fault_artifact",
+    results=FaultArtifactResults,
 )
 
 #: The table's steps by name: the lifecycle and the fault artifact (a fault's step is :func:`step`'s).
@@ -151,9 +254,18 @@ DISPLAY_ORDER: tuple[str, ...] = (
 )  # fmt: skip
 #: The steps whose outcome is "the lifecycle" in the validation table.
 SNAPSHOT_LIFECYCLE: tuple[str, ...] = (CREATE, INSPECT, RESTORE_1, RESTART, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX)
-#: Steps whose results carry a canary (the ordinary reference, then each restore).
-CANARY_STEPS: tuple[str, ...] = (ORDINARY, RESTORE_1, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX)
-RESTORES: tuple[str, ...] = (RESTORE_1, RESTORE_2, RESTORE_AFTER_STOP, FRESH_BOX)
+
+
+def recording(name: str) -> tuple[str, ...]:
+    """The table's steps whose results type declares the field ``name``, in the table's order (``canary``: the
+    ordinary reference and each restore; ``digest_compare``: the restores and ``vs-head``)."""
+    return tuple(s.name for s in STEPS.values() if s.declares(name))
+
+
+#: Steps whose results carry a canary (the ordinary reference, then each restore), read from their types.
+CANARY_STEPS: tuple[str, ...] = recording("canary")
+#: The restores: the steps that record :class:`model.RestoreResults`.
+RESTORES: tuple[str, ...] = tuple(s.name for s in STEPS.values() if s.results is RestoreResults)
 
 
 def is_fault_step(name: str) -> bool:
@@ -167,7 +279,7 @@ def step(name: str) -> Step:
     if name in STEPS:
         return STEPS[name]
     if is_fault_step(name):
-        return Step(name, name, (FAULT_ARTIFACT,), "faults")
+        return Step(name, name, (FAULT_ARTIFACT,), "faults", run=f"{FAULTS_MODULE}:fault_step", results=FaultResults)
     raise KeyError(f"{name!r} is not a step of the procedure (vsnap_qual/procedure.py)")
 
 
@@ -183,11 +295,6 @@ def step_order(fault_ids: Sequence[str] = ()) -> dict[str, int]:
     return {name: i for i, name in enumerate(dict.fromkeys(names))}
 
 
-def column(runner: str, variant: str | None) -> str:
-    """A lane's column in the evidence and every view: its model runner, ``+<variant>`` for a variant's lane."""
-    return runner + (f"+{variant}" if variant else "")
-
-
 def label(runner: str, arm: str, name: str) -> str:
     """``runner/arm/step``, the name a step goes by in the evidence's coverage and in every view."""
     return f"{runner}/{arm}/{name}"
@@ -201,3 +308,22 @@ def required(lanes: Iterable[tuple[str, str, bool]], fault_ids: Sequence[str], *
     return [
         label(runner, arm, s.name) for runner, arm, overlaid in lanes for s in steps if s.applies(arm, overlaid, unit)
     ]
+
+
+R = TypeVar("R")
+
+
+def results_as(record: model.Step | None, of: type[R]) -> R | None:
+    """A step record's results read as ``of`` (a step's results type, or a piece of one): where the record's step
+    records every field ``of`` declares (its table entry's type), else None (no record, a step that records
+    other things, or one the table does not name)."""
+    if record is None:
+        return None
+    try:
+        entry = step(record["step"])
+    except KeyError:
+        return None
+    wanted = model.fields_of(cast(type, of)).types
+    if not all(entry.declares(name) for name in wanted):
+        return None
+    return cast(R, record["results"])

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar, cast
 
 import pytest
 
@@ -17,20 +18,34 @@ from vsnap_qual.clock import utc_now, utc_time
 from vsnap_qual.config import LaneSpec
 from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore
-from vsnap_qual.model import StepResults
+
+#: the results type of a step (``model.RestoreResults`` …), or a piece of one a lane's service writes
+#: (``model.ServeRecord``): a step's evidence is one of each piece its type holds (read only: covariant)
+R = TypeVar("R", covariant=True)
 
 
-@dataclass
-class StepEvidence:
+class StepEvidence(Generic[R]):
     """What one step gathers while it runs; written as its ``step`` record when it ends, however it ends (a
-    failed step keeps what it had gathered)."""
+    failed step keeps what it had gathered). ``results`` is the step's typed results (``procedure.Step.results``),
+    filled as it goes; ``step`` the table entry's name (which restore it is)."""
 
-    results: StepResults = field(default_factory=lambda: StepResults())
-    logs: list[str] = field(default_factory=list)  # report-relative paths
-    argv: list[str] | None = None
-    exit_code: int | None = None
-    #: the step delivered what later steps use, whatever its checks found (``procedure.Step.delivered``)
-    delivered: bool = False
+    def __init__(self, results: R, step: str = "") -> None:
+        self._results = results
+        self.step = step
+        self.logs: list[str] = []  # report-relative paths
+        self.argv: list[str] | None = None
+        self.exit_code: int | None = None
+        #: the step delivered what later steps use, whatever its checks found (``procedure.Step.delivered``)
+        self.delivered = False
+
+    @property
+    def results(self) -> R:
+        return self._results
+
+    @classmethod
+    def of(cls, step: str) -> StepEvidence[Any]:
+        """The empty evidence of the table's step ``step``: its results of the type its entry names."""
+        return StepEvidence(procedure.step(step).results(), step)
 
 
 @dataclass(kw_only=True)
@@ -61,13 +76,14 @@ class StepRecorder:
                 pytest.skip(f"{self.spec.name}: prerequisite {step} did not pass ({reason})")
 
     @contextlib.contextmanager
-    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[StepEvidence]:
-        """Record one step: the body fills its evidence; the outcome comes from how it ends. Its prerequisites are
-        the procedure table's (``requires`` overrides them)."""
+    def step(self, name: str, nodeid: str = "", requires: tuple[str, ...] | None = None) -> Iterator[StepEvidence[Any]]:
+        """Record one step: the body fills its evidence (its results of the table's type for ``name``); the outcome
+        comes from how it ends. Its prerequisites are the procedure table's (``requires`` overrides them)."""
+        entry = procedure.step(name)
         delivered: tuple[str, ...] = ()
         if requires is None:
-            requires, delivered = procedure.step(name).requires, procedure.step(name).delivered
-        evidence = StepEvidence()
+            requires, delivered = entry.requires, entry.delivered
+        evidence = StepEvidence.of(name)
         started = time.time()
         clock = time.monotonic()
         self.engine_time = 0.0
@@ -108,7 +124,7 @@ class StepRecorder:
                 seconds=round(time.monotonic() - clock, 3),
                 engine_seconds=round(self.engine_time, 3),
                 logs=evidence.logs,
-                results=evidence.results,
+                results=cast(model.StepResults, evidence.results),
             )
             if self.spec.variant:
                 record["variant"] = self.spec.variant.name
@@ -123,12 +139,12 @@ class StepRecorder:
         finally:
             self.engine_time += time.monotonic() - started
 
-    def log(self, evidence: StepEvidence, name: str) -> Path:
+    def log(self, evidence: StepEvidence[object], name: str) -> Path:
         """A new log file of the step (in the report directory), listed in its evidence."""
         path = self.store.log_path(f"{self.spec.name}-{self.purpose}", name)
         self.keep_log(evidence, path)
         return path
 
-    def keep_log(self, evidence: StepEvidence, path: Path) -> None:
+    def keep_log(self, evidence: StepEvidence[object], path: Path) -> None:
         evidence.logs.append(self.store.relative(path))
         self.last_logs.append(self.store.relative(path))

@@ -1,12 +1,17 @@
 """The qualification steps, each a short sequence over the services of a lane, in the order a maintainer runs
-them by hand: observe through the services, record the results, judge with ``checks``.
+them by hand: observe through the services, keep what was seen in locals, hand the step's typed results to its
+record in one place, judge with ``checks``.
 
-Each step takes its lane typed by the narrow protocol of what it reads (``lane.protocols``: :class:`ServingLane`
-for a step that runs the engine, :class:`ReferenceLane` for one that compares what was recorded, ...), and reaches
-a service by name (``lane.servers.serve(rec)``, ``lane.api.canaries(port)``, ``lane.cli.restore(rec, step)``):
-``lane.LaneRun`` implements them over any runtime's box; a test's fake lane implements the same members and
-nothing here changes. Step bookkeeping (one evidence record per step, prerequisites) is ``recorder.StepRecorder``;
-the step order, titles and prerequisites are ``procedure``.
+Each step is the body of one table entry (``procedure.Step.run`` names it; ``procedure.Step.results`` is the type
+of what it records) and is called the same way, with its lane and its open record (``recorder.StepEvidence``,
+whose ``step`` is the entry's name: which restore it is). It takes its lane typed by the narrow protocol of what it
+reads (``lane.protocols``: :class:`ServingLane` for a step that runs the engine, :class:`ReferenceLane` for one that
+compares what was recorded, ...), and reaches a service by name (``lane.servers.serve(rec)``,
+``lane.api.canaries(port)``, ``lane.cli.restore(rec, step)``): ``lane.LaneRun`` implements them over any runtime's
+box; a test's fake lane implements the same members and nothing here changes. What a step had gathered when it
+fails part-way stays in its record (a failed restore's reason, the stop after it). Step bookkeeping (one evidence
+record per step, prerequisites) is ``recorder.StepRecorder``; the step order, titles and prerequisites are
+``procedure``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 
 import pytest
 
-from vsnap_qual import checks, overlay, vllm_words
+from vsnap_qual import checks, overlay, procedure, vllm_words
 from vsnap_qual.contract import VLLM_CANARY_PROMPT
 from vsnap_qual.engine import adapters, decode_speed, prefix_cache, shapes
 from vsnap_qual.engine.client import CanaryOutput
@@ -32,11 +37,20 @@ from vsnap_qual.model import (
     Canary,
     CanaryCompare,
     CleanupAudit,
+    CreateResults,
+    GpuEngaged,
     InspectChange,
+    InspectResults,
     LeftoverProcess,
+    OrdinaryResults,
+    OverlayResults,
+    RestartResults,
+    RestoreResults,
     ShapeRecord,
     Soak,
+    UnitResults,
     UnitRun,
+    VsHeadResults,
 )
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
@@ -51,7 +65,7 @@ def require_findings(findings: list[checks.Finding], prefix: str = "") -> None:
 
 # ---- the lifecycle steps (contract §3, qualification.md), each called by one suite test ------------------------
 # Each is a short sequence over the lane's services: observe, record, judge (``checks``).
-def ordinary_reference(lane: ServingLane, rec: StepEvidence) -> None:
+def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) -> None:
     """Ordinary ``vllm serve``: canary prompts, parameter digests, KV capacity, stop, cleanup audit."""
     try:
         handle = lane.servers.serve(rec)
@@ -79,23 +93,17 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence) -> None:
         {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix,
     )  # fmt: skip
     lane.state.ordinary = lane.peers.ordinary[lane.spec.name] = ordinary
-    rec.results.update(
-        {
-            "canary": ordinary.canary,
-            "digests": digests,
-            "kv_tokens": kv,
-            "kv_source": source,
-            "pids": handle.pids,
-            "cleanup": audit,
-        }
+    found = OrdinaryResults(
+        canary=ordinary.canary, digests=digests, kv_tokens=kv, kv_source=source, pids=handle.pids, cleanup=audit
     )
     if record is not None:
-        rec.results["shapes"] = record
+        found["shapes"] = record
     if decode is not None:
-        rec.results["decode_speed"] = decode
-    rec.results["prefix_cache"] = prefix
+        found["decode_speed"] = decode
+    found["prefix_cache"] = prefix
     if ordinary.adapters:
-        rec.results["adapter_canary"] = ordinary.adapters
+        found["adapter_canary"] = ordinary.adapters
+    rec.results.update(found)
     require_findings(
         [
             *checks.ordinary_findings(digests, audit),
@@ -163,7 +171,7 @@ def drop_reused(lane: ServingLane, audit: CleanupAudit, recorded: dict[int, str]
     )
 
 
-def create(lane: ServingLane, rec: StepEvidence) -> None:
+def create(lane: ServingLane, rec: StepEvidence[CreateResults]) -> None:
     """``vllm snapshot create`` (offline), then the captured tree must be gone, and the create must leave nothing
     in ``/dev/shm`` that no process holds and its artifact does not name (:func:`shm_left_by_create`). An artifact
     published with its tree gone is delivered to the steps after it, whatever that last check found."""
@@ -180,23 +188,26 @@ def create(lane: ServingLane, rec: StepEvidence) -> None:
     lane.state.outside_files = lane.cli.outside_files()
     lane.state.shm_owned.update(lane.state.outside_files)
     rec.results["outside_files"] = lane.state.outside_files
-    made = lane.cli.claim_made_remaps("create")
+    made = lane.cli.claim_made_remaps(rec.step)
     if made:
         rec.results["link_remaps_made"] = made
     lane.state.kv_snapshot = lane.cli.snapshot_kv()
     lane.cli.keep_child_log(rec)
     audit = lane.servers.audit(list(manifest.get("process_tree") or []), [])
     rec.results.update(
-        {
-            "kv_tokens": lane.state.kv_snapshot,
-            "artifact_bytes": manifest.get("artifact_bytes"),
-            "process_tree": manifest.get("process_tree"),
-            "cleanup": audit,
-        }
+        CreateResults(
+            kv_tokens=lane.state.kv_snapshot,
+            artifact_bytes=manifest.get("artifact_bytes"),
+            process_tree=manifest.get("process_tree"),
+            cleanup=audit,
+        )
     )
     require_findings(checks.audit_findings(audit, "after create"))
     rec.delivered = True
     left = shm_left_by_create(lane.cli, lane.state, shm_before, rec)
+    if left is None:
+        return  # not judged where the box cannot see every holder (recorded as shm_left_not_judged)
+    rec.results["shm_left"] = left
     check(
         not left,
         "vllm snapshot create left in /dev/shm what no process holds and its artifact does not name: "
@@ -223,7 +234,7 @@ def inspect_expectations(lane: ServingLane) -> checks.InspectExpectations:
     )
 
 
-def inspect(lane: ServingLane, rec: StepEvidence) -> None:
+def inspect(lane: ServingLane, rec: StepEvidence[InspectResults]) -> None:
     """``vllm snapshot inspect``: the upstream e2e's field checks and the output's sha256."""
     result = lane.cli.inspect(rec)
     check(result.exit_code == 0, f"vllm snapshot inspect exited {result.exit_code}:\n{result.tail()}")
@@ -235,13 +246,14 @@ def inspect(lane: ServingLane, rec: StepEvidence) -> None:
     lane.state.inspect_sha256 = hashlib.sha256(result.stdout.encode()).hexdigest()
     lane.state.inspect_text = result.stdout
     found = checks.inspect_checks(manifest, inspect_expectations(lane))
-    rec.results.update({"sha256": lane.state.inspect_sha256, "manifest": manifest, "checks": found})
+    rec.results.update(InspectResults(sha256=lane.state.inspect_sha256, manifest=manifest, checks=found))
     require_findings(checks.inspect_findings(found))
 
 
-def restore(lane: ServingLane, rec: StepEvidence, step: str) -> None:
+def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference, KV
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
+    step = rec.step
     restored = lane.cli.restore(rec, step)
     result = restored.result
     collision = vllm_words.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
@@ -266,8 +278,8 @@ def restore(lane: ServingLane, rec: StepEvidence, step: str) -> None:
             rec.results["consumed"] = consumed
             raise StepFailed(
                 f"{vllm_words.NOT_SELF_CONTAINED}: its restore needs {', '.join(consumed)}, which it does not carry "
-                f"and which {'this box never had' if step == 'fresh-box' else 'are gone'}; vllm snapshot restore "
-                f"exited {result.exit_code}: {said_vllm}{said}\n{result.tail()}"
+                f"and which {'this box never had' if step == procedure.FRESH_BOX else 'are gone'}; "
+                f"vllm snapshot restore exited {result.exit_code}: {said_vllm}{said}\n{result.tail()}"
             )
         raise StepFailed(
             f"vllm snapshot restore exited {result.exit_code}: {said_vllm}; "
@@ -337,38 +349,37 @@ def restore(lane: ServingLane, rec: StepEvidence, step: str) -> None:
     )
     steady = ordinary.shapes["self_consistent"] if ordinary.shapes is not None else {}
     not_judged = sorted(k for k, v in steady.items() if not v)
-    rec.results.update(
-        {
-            "canary": [c.as_dict() for c in canary],
-            "canary_compare": compare,
-            "digests": digests,
-            "digest_compare": digest_compare,
-            "kv_tokens": kv,
-            "kv_source": kv_source,
-            "kv_ordinary": ordinary.kv_tokens,
-            "kv_create": lane.state.kv_snapshot,
-            "kv_judgement": kv_judgement,
-            "inspect_changes": changes,
-            "soak": soak,
-            "shape_answers": shape_answers,
-            "prefix_cache": prefix,
-            "prefix_cache_judgement": prefix_judgement,
-            "shape_compare": shape_compare,
-            "pids": handle.pids,
-            "root_pid": handle.root_pid,
-            "listener_first_bound": restored.first_bound,
-            "gpu_engaged": None if apps is None else {"holders": holders, "gpu_apps": sorted(apps)},
-            "ready_seconds": round((restored.first_bound or result.ended) - result.started, 3),
-        }
+    found = RestoreResults(
+        canary=[c.as_dict() for c in canary],
+        canary_compare=compare,
+        digests=digests,
+        digest_compare=digest_compare,
+        kv_tokens=kv,
+        kv_source=kv_source,
+        kv_ordinary=ordinary.kv_tokens,
+        kv_create=lane.state.kv_snapshot,
+        kv_judgement=kv_judgement,
+        inspect_changes=changes,
+        soak=soak,
+        shape_answers=shape_answers,
+        prefix_cache=prefix,
+        prefix_cache_judgement=prefix_judgement,
+        shape_compare=shape_compare,
+        pids=handle.pids,
+        root_pid=handle.root_pid,
+        listener_first_bound=restored.first_bound,
+        gpu_engaged=None if apps is None else GpuEngaged(holders=holders, gpu_apps=sorted(apps)),
+        ready_seconds=round((restored.first_bound or result.ended) - result.started, 3),
     )
     if adapter_compare:
-        rec.results["adapter_canary"] = {name: [c.as_dict() for c in got] for name, got in adapter_canary.items()}
-        rec.results["adapter_compare"] = adapter_compare
+        found["adapter_canary"] = {name: [c.as_dict() for c in got] for name, got in adapter_canary.items()}
+        found["adapter_compare"] = adapter_compare
     if decode is not None and decode_judgement is not None:
-        rec.results["decode_speed"] = decode
-        rec.results["decode_judgement"] = decode_judgement
+        found["decode_speed"] = decode
+        found["decode_judgement"] = decode_judgement
         if decode_retry is not None:
-            rec.results["decode_retry"] = decode_retry
+            found["decode_retry"] = decode_retry
+    rec.results.update(found)
     require_findings(
         [
             *checks.soak_findings(soak, f"watched {lane.config.observe_s:g} s after {step}"),
@@ -384,7 +395,7 @@ def restore(lane: ServingLane, rec: StepEvidence, step: str) -> None:
     )
 
 
-def inspect_changes(lane: ServingLane, rec: StepEvidence, name: str) -> dict[str, InspectChange]:
+def inspect_changes(lane: ServingLane, rec: StepEvidence[object], name: str) -> dict[str, InspectChange]:
     """``vllm snapshot inspect`` again: the fields that differ from what the inspect step printed."""
     result = lane.cli.inspect(rec, name=name)
     try:
@@ -492,7 +503,7 @@ def _watch(
         idle += PROBE_PAUSE
 
 
-def restart(lane: ServingLane, rec: StepEvidence) -> None:
+def restart(lane: ServingLane, rec: StepEvidence[RestartResults]) -> None:
     """Stop and start the same lane environment; the restored server must be alive until then and gone after,
     inspect output unchanged (a changed field is named, with the step after which it first changed)."""
     before = lane.environment.id()
@@ -524,14 +535,14 @@ def restart(lane: ServingLane, rec: StepEvidence) -> None:
     except json.JSONDecodeError:
         changes = {}
     rec.results.update(
-        {
-            "container_id_before": before,
-            "container_id_after": after,
-            "sha256_before": lane.state.inspect_sha256,
-            "sha256_after": sha_after,
-            "inspect_changes": changes,
-            "cleanup": audit,
-        }
+        RestartResults(
+            container_id_before=before,
+            container_id_after=after,
+            sha256_before=lane.state.inspect_sha256,
+            sha256_after=sha_after,
+            inspect_changes=changes,
+            cleanup=audit,
+        )
     )
     found = checks.restart_findings(before, after, audit, result.exit_code, lane.state.inspect_text, result.stdout)
     if changes:
@@ -542,7 +553,7 @@ def restart(lane: ServingLane, rec: StepEvidence) -> None:
     require_findings([*findings, *found])
 
 
-def stop_restored(lane: ServingLane, rec: StepEvidence) -> bool:
+def stop_restored(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> bool:
     """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left.
     Whether there was one to stop (it raises on what the stop or its audit found)."""
     handle = lane.state.server
@@ -565,13 +576,16 @@ def stop_restored(lane: ServingLane, rec: StepEvidence) -> bool:
     return True
 
 
-def restore_then_stop(lane: ServingLane, rec: StepEvidence, step: str) -> None:
-    """A restore followed by the stop and audit of what it restored, whatever the restore did. When the restore
-    failed, its failure is the step's (a cleanup failure after it is recorded beside it, never in its place).
-    A restored server stopped cleanly marks the step ``delivered``, passed or failed on its checks (a later step
-    that needs only a stopped restored instance runs after it: ``procedure.Step.delivered``)."""
+def restore_then_stop(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
+    """A restore followed by the stop and audit of what it restored, whatever the restore did (``restore-2``; and
+    ``restore-after-stop``: after the last restored server was stopped the way a scale-down stops it, SIGTERM and
+    its own cleanup, the artifact restores again in the same box; one that depends on what the restored engine
+    cleans up on its way out fails there, in its own words). When the restore failed, its failure is the step's
+    (a cleanup failure after it is recorded beside it, never in its place). A restored server stopped cleanly
+    marks the step ``delivered``, passed or failed on its checks (a later step that needs only a stopped restored
+    instance runs after it: ``procedure.Step.delivered``)."""
     try:
-        restore(lane, rec, step)
+        restore(lane, rec)
     except BaseException:
         try:
             rec.delivered = stop_restored(lane, rec)
@@ -584,23 +598,16 @@ def restore_then_stop(lane: ServingLane, rec: StepEvidence, step: str) -> None:
     rec.delivered = stop_restored(lane, rec)
 
 
-def restore_after_stop(lane: ServingLane, rec: StepEvidence) -> None:
-    """The artifact restores again in the same box after the last restored server was stopped the way a scale-down
-    stops it (SIGTERM, and its own cleanup): the same checks, then the same stop and audit. An artifact that
-    depends on what the restored engine cleans up on its way out fails here, in its own words."""
-    restore_then_stop(lane, rec, "restore-after-stop")
-
-
-def fresh_box_restore(lane: FreshBoxLane, rec: StepEvidence) -> None:
+def fresh_box_restore(lane: FreshBoxLane, rec: StepEvidence[RestoreResults]) -> None:
     """The artifact restores in a fresh box of the same image holding nothing else of this lane (its own IPC
     namespace, an empty ``/dev/shm``): the same checks as the first restore, then the stop and audit. An artifact
     that depends on state outside it (shared-memory segments, files of the box it was made in) fails here."""
     with lane.fresh_box() as fresh:
         rec.results["box"] = fresh.environment.id()
-        restore_then_stop(fresh, rec, "fresh-box")
+        restore_then_stop(fresh, rec)
 
 
-def overlay_verification(lane: OverlayLane, rec: StepEvidence) -> None:
+def overlay_verification(lane: OverlayLane, rec: StepEvidence[OverlayResults]) -> None:
     """Every overlaid file is the one imported: in each engine process, and by a fresh interpreter."""
     files = lane.overlay.imports()
     for item in files:
@@ -614,13 +621,12 @@ def overlay_verification(lane: OverlayLane, rec: StepEvidence) -> None:
             else "a fresh interpreter only (no engine process imported it: code of the vllm CLI process)"
         )
         item["finding"], item["finding_detail"] = overlay.file_finding(item)
-    rec.results["files"] = files
-    rec.results["summary"] = overlay.findings_line(files)[1]
-    rec.results["probe_loaded_pids"] = lane.overlay.probe_loaded_pids()
+    rec.results.update(OverlayResults(files=files, summary=overlay.findings_line(files)[1]))
+    rec.results["probe_loaded_pids"] = lane.overlay.probe_loaded_pids()  # a box that cannot say keeps the files
     require_findings(checks.overlay_findings(files))
 
 
-def unit_step(lane: UnitLane, rec: StepEvidence) -> None:
+def unit_step(lane: UnitLane, rec: StepEvidence[UnitResults]) -> None:
     """The user's unit command from the overlay checkout in this lane's box, per test id. With a base arm, the head
     arm records and the base arm judges: only failures new on the head arm fail (pre-existing ones are listed);
     without one, any failure fails."""
@@ -663,7 +669,7 @@ def unit_step(lane: UnitLane, rec: StepEvidence) -> None:
     )
 
 
-def compare_arms(lane: ReferenceLane, rec: StepEvidence) -> None:
+def compare_arms(lane: ReferenceLane, rec: StepEvidence[VsHeadResults]) -> None:
     """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
     head = lane.peers.ordinary.get(lane.spec.peer("head"))
     ordinary = lane.state.ordinary
@@ -677,9 +683,10 @@ def compare_arms(lane: ReferenceLane, rec: StepEvidence) -> None:
     # each adapter's canaries through the base image's engine against the head's (the same variant lane's)
     answered = {name: [CanaryOutput.of(c) for c in answers] for name, answers in ordinary.adapters.items()}
     adapter_compare = adapters.compare(head.adapters, answered, tolerance)
-    rec.results.update(
-        {"canary_compare": compare, "digest_compare": digests, "kv_head": head.kv_tokens, "kv_base": ordinary.kv_tokens}
+    found = VsHeadResults(
+        canary_compare=compare, digest_compare=digests, kv_head=head.kv_tokens, kv_base=ordinary.kv_tokens
     )
     if adapter_compare:
-        rec.results["adapter_compare"] = adapter_compare
+        found["adapter_compare"] = adapter_compare
+    rec.results.update(found)
     require_findings([*checks.arms_findings(compare, digests), *adapters.arms_findings(adapter_compare)])

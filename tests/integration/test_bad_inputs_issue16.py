@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 REV = "0" * 40
 SUITE = """
-def test_uses_a_lane(vsnap_lane_run):
+import pytest
+
+@pytest.mark.vsnap_step("ordinary")
+def test_uses_a_lane(vsnap_step):
     pass
 """
 

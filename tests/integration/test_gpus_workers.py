@@ -9,6 +9,14 @@ import pytest
 
 from tests.integration.suite_helpers import REFERENCE_HEAD
 
+#: a test of one lane's step (its lane is parametrized: what the GPU assignment reads)
+SUITE = """
+import pytest
+
+@pytest.mark.vsnap_step("ordinary")
+def test_uses_a_lane(vsnap_step):
+    pass
+"""
 CONFTEST = """
 def pytest_collection_finish(session):
     from vsnap_qual.plugin import process_of
@@ -22,7 +30,7 @@ def test_worker_count_reaches_the_gpu_assignment(
     pytester: pytest.Pytester, reference_images: None, tmp_path: Path, xdist: list[str], shown: str
 ) -> None:
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_suite="def test_uses_a_lane(vsnap_lane_run):\n    pass\n")
+    pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_subprocess(
         "-p",
         "vsnap_qual",

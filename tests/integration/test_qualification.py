@@ -132,14 +132,14 @@ def test_results_and_every_record_the_harness_wrote_validate_against_the_model(f
     """What the real harness wrote (not a synthetic run) against the shipped schema and the record schemas."""
     import jsonschema
 
-    from vsnap_qual import model
+    from vsnap_qual.report import schema
     from vsnap_qual.report.assemble import read_evidence
 
-    shipped = json.loads((Path(model.__file__).parent / model.SCHEMA_FILE).read_text())
+    shipped = json.loads(schema.SCHEMA_FILE.read_text())
     errors = list(jsonschema.Draft202012Validator(shipped).iter_errors(full_run.results))
     assert not errors, f"{errors[0].message} at {list(errors[0].absolute_path)}"
     for record in read_evidence(full_run.report_dir / "evidence.jsonl").records:
-        problems = list(jsonschema.Draft202012Validator(model.record_schema(str(record["kind"]))).iter_errors(record))
+        problems = list(jsonschema.Draft202012Validator(schema.record_schema(str(record["kind"]))).iter_errors(record))
         assert not problems, f"{record['kind']}: {problems[0].message} at {list(problems[0].absolute_path)}"
     verdict = full_run.results["verdict"]
     assert verdict["status"] == "pass", verdict["reasons"]

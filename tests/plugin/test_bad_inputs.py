@@ -13,7 +13,10 @@ from vsnap_qual.runtimes.docker import nvidia_runtime_present
 
 REV = "0" * 40
 SUITE = """
-def test_uses_a_lane(vsnap_lane_run):
+import pytest
+
+@pytest.mark.vsnap_step("ordinary")
+def test_uses_a_lane(vsnap_step):
     pass
 """
 

@@ -17,10 +17,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from vsnap_qual import checks, model, options, procedure
+from vsnap_qual import checks, options, procedure
 from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.faults.kinds.hook import HookParams
+from vsnap_qual.report import schema
 from vsnap_qual.run.configure import build_config
 
 SECRET = "secret-value-123"
@@ -206,7 +207,7 @@ def record_validator(kind: str) -> Any:
     """A JSON Schema validator of one evidence record kind, generated from ``vsnap_qual.model``."""
     import jsonschema
 
-    return jsonschema.Draft202012Validator(model.record_schema(kind))
+    return jsonschema.Draft202012Validator(schema.record_schema(kind))
 
 
 def recorded_options(spec: RunSpec, report_dir: Path) -> dict[str, Any]:

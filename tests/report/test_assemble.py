@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import model, procedure
+from vsnap_qual import procedure
 from vsnap_qual.faults import BUILTIN_FAULTS
-from vsnap_qual.report import write_reports
+from vsnap_qual.report import schema, write_reports
 from vsnap_qual.report.assemble import SCHEMA, assemble_file, load_results, read_evidence
 from vsnap_qual.report.recorded import option_value
 
@@ -138,4 +138,4 @@ def test_every_container_of_a_lane_keeps_its_environment_record(report_dir: Path
         lifecycle["container_id"],
         "faults-box",
     ]
-    jsonschema.validate(written, model.json_schema())
+    jsonschema.validate(written, schema.json_schema())

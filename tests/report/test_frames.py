@@ -7,13 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec
-
 from vsnap_qual import checks, procedure
 from vsnap_qual.faults import BUILTIN_FAULTS, FAULTS_BY_ID
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.frames import (
-    canary_frame,
     cleanup_frame,
     compare_all,
     digest_frame,
@@ -67,43 +64,6 @@ def test_digest_summary_falls_back_to_digest_compare(report_dir: Path) -> None:
     summary = {r["runner"]: r for r in records(digest_summary(results))}
     assert summary["v2"]["changed_names"] == ["model.norm.weight"]
     assert summary["v2"]["text"] == "29/30 unchanged (1 changed)"
-
-
-def test_canary_statuses(report_dir: Path) -> None:
-    frame = canary_frame(_results(report_dir))
-    # 2 runners × 2 arms × 5 steps (ordinary, restore-1, restore-2, restore-after-stop, fresh-box) × 5 prompts
-    assert len(frame) == 100
-    row = frame[(frame.runner == "v1") & (frame.arm == "head") & (frame.step == "restore-1") & (frame["index"] == 2)]
-    assert row.iloc[0]["status"] == "within tolerance"
-    assert abs(row.iloc[0]["delta"] - 0.0004) < 1e-9
-    assert (frame[frame.step == "ordinary"]["status"] == "reference").all()
-    assert set(frame[frame.step != "ordinary"]["status"]) == {"bit-exact", "within tolerance"}
-
-
-def test_canary_rows_show_the_steps_recorded_judgement_and_never_recompute(report_dir: Path) -> None:
-    results = _results(report_dir)
-    frame = canary_frame(results)
-    restored = frame[frame.step != "ordinary"]
-    assert (restored["status"] == "bit-exact").sum() == 79
-    assert (restored["status"] == "within tolerance").sum() == 1
-    # the restore's own judgement wins, even where the report could have computed another one
-    step = next(s for s in results["steps"] if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1"))
-    step["results"]["canary_compare"][0]["ok"] = False
-    assert (
-        canary_frame(results).query("runner == 'v1' and arm == 'head' and step == 'restore-1'")["ok"].iloc[0] == False  # noqa: E712
-    )
-    for step in results["steps"]:
-        step.get("results", {}).pop("canary_compare", None)
-    restored = canary_frame(results).query("step != 'ordinary'")
-    assert (restored["status"] == "not judged").all() and restored["ok"].isna().all()
-
-
-def test_token_flip_is_a_mismatch(make_run: MakeRun) -> None:
-    results = _results(make_run("flip", RunSpec(canary_token_flips=(("v2", "restore-1", 0),))))
-    frame = canary_frame(results)
-    bad = frame[~frame["ok"]]
-    assert list(zip(bad.runner, bad.step, bad["index"], strict=True)) == [("v2", "restore-1", 0)]
-    assert bad.iloc[0]["status"] == "mismatch"
 
 
 def test_kv_delta_tokens_and_percent(report_dir: Path) -> None:
@@ -162,7 +122,7 @@ def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:
 def test_compare_all_on_an_empty_run(tmp_path: Path) -> None:
     (tmp_path / "evidence.jsonl").write_text("")
     comparisons = compare_all(assemble_file(tmp_path / "evidence.jsonl"))
-    assert comparisons.digests.empty and comparisons.canary.empty and comparisons.faults.empty
+    assert comparisons.digests.empty and comparisons.faults.empty
 
 
 def _record_digests(directory: Path, runner: str, step: str, change: Callable[[dict[str, Any]], None]) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from synthetic_runs import MakeRun, RunSpec
 
@@ -194,29 +195,40 @@ def test_the_header_says_how_long_the_run_took_and_pytests_counts(make_run: Make
 def test_a_prompts_one_token_and_multi_token_canaries_are_two_canaries() -> None:
     """The same prompt runs as vLLM's one-token canary and as a multi-token one: a divergence of either is shown,
     never hidden behind the other (a grid keyed by the prompt alone kept only one of them)."""
-    from types import SimpleNamespace
-
-    from vsnap_qual.report.frames import CanaryRow, _frame
     from vsnap_qual.report.html import _canary
 
-    def row(step: str, tokens: int, status: str) -> CanaryRow:
-        return CanaryRow(runner="v1", arm="head", step=step, index=0, prompt="The capital of France is",
-                         token_ids="1", text=" Paris", logprob=-0.1, reference_logprob=-0.1, delta=0.0,
-                         status=status, ok=status != "mismatch", tokens=tokens, first_divergence=None)  # fmt: skip
+    prompt = "The capital of France is"
+    one = {"prompt": prompt, "token_ids": [1], "text": " Paris", "logprob": -0.1}
+    many = {"prompt": prompt, "token_ids": list(range(16)), "text": " Paris ...", "logprob": -0.1}
 
-    found = [
-        row("ordinary", 1, "reference"),
-        row("ordinary", 16, "reference"),
-        row("restore-1", 1, "mismatch"),  # the one-token canary diverges, the multi-token one does not
-        row("restore-1", 16, "bit-exact"),
-    ]
-    comparisons = SimpleNamespace(canary=_frame(found, CanaryRow))
-    (block,) = _canary({"runners": ["v1"]}, comparisons)  # type: ignore[arg-type]
+    def compare(canary: dict[str, Any], ok: bool) -> dict[str, Any]:
+        return {"prompt": prompt, "expected": canary, "actual": canary, "token_ids_equal": ok, "text_equal": True,
+                "logprob_delta": 0.0, "bit_exact": ok, "ok": ok, "tokens": len(canary["token_ids"])}  # fmt: skip
+
+    def run(one_ok: bool, many_ok: bool) -> Any:
+        step = {"runner": "v1", "arm": "head", "outcome": "passed"}
+        return {
+            "runners": ["v1"],
+            "arms": ["head"],
+            "steps": [
+                {**step, "step": "ordinary", "results": {"canary": [one, many]}},
+                {
+                    **step,
+                    "step": "restore-1",
+                    "results": {
+                        "canary": [one, many],
+                        "canary_compare": [compare(one, one_ok), compare(many, many_ok)],
+                    },
+                },
+            ],
+        }
+
+    # the one-token canary diverges, the multi-token one does not
+    (block,) = _canary(run(one_ok=False, many_ok=True))
     assert (block["prompts"], block["compared"]) == (2, 2)
-    assert [(d["prompt"], d["column"]) for d in block["diverging"]] == [("The capital of France is", "head restore-1")]
-    found[2], found[3] = row("restore-1", 1, "bit-exact"), row("restore-1", 16, "mismatch")
-    (block,) = _canary({"runners": ["v1"]}, SimpleNamespace(canary=_frame(found, CanaryRow)))  # type: ignore[arg-type]
-    assert [d["prompt"] for d in block["diverging"]] == ["The capital of France is (16 tokens)"]
+    assert [(d["prompt"], d["column"]) for d in block["diverging"]] == [(prompt, "head restore-1")]
+    (block,) = _canary(run(one_ok=True, many_ok=False))
+    assert [d["prompt"] for d in block["diverging"]] == [f"{prompt} (16 tokens)"]
 
 
 def test_criu_is_its_version_and_an_all_bit_exact_step_table_is_folded(make_run: MakeRun) -> None:

@@ -10,11 +10,10 @@ import jsonschema
 import pytest
 from synthetic_runs import MakeRun, RunSpec
 
-from vsnap_qual import model
-from vsnap_qual.report import write_reports
+from vsnap_qual.report import schema, write_reports
 from vsnap_qual.report.assemble import read_evidence
 
-SHIPPED = Path(model.__file__).parent / model.SCHEMA_FILE
+SHIPPED = schema.SCHEMA_FILE
 
 
 @functools.cache
@@ -29,7 +28,7 @@ def _validator(schema: dict) -> jsonschema.Draft202012Validator:
 
 
 def test_the_shipped_schema_is_the_one_the_model_generates() -> None:
-    assert json.loads(SHIPPED.read_text()) == model.json_schema(), "run: python -m vsnap_qual.model"
+    assert json.loads(SHIPPED.read_text()) == schema.json_schema(), "run: python -m vsnap_qual.report.schema"
 
 
 @pytest.mark.parametrize(
@@ -45,7 +44,7 @@ def test_the_shipped_schema_is_the_one_the_model_generates() -> None:
 def test_results_json_and_every_evidence_record_validate(make_run: MakeRun, spec: RunSpec) -> None:
     directory = make_run("run", spec)
     for record in read_evidence(directory / "evidence.jsonl").records:
-        errors = list(_validator(model.record_schema(record["kind"])).iter_errors(record))
+        errors = list(_validator(schema.record_schema(record["kind"])).iter_errors(record))
         assert not errors, f"{record['kind']}: {errors[0].message} at {list(errors[0].absolute_path)}"
     paths = write_reports(directory, github_step_summary=False)
     results = json.loads(paths.results_json.read_text())
@@ -59,5 +58,23 @@ def test_the_schema_catches_a_renamed_field(report_dir: Path) -> None:
     results["steps"][0]["result"] = results["steps"][0].pop("outcome")
     assert not _results_validator().is_valid(results)
     results["steps"][0]["outcome"] = results["steps"][0].pop("result")
-    results["steps"][0]["results"]["digest_compare"] = {"total": 1}  # missing its judgement
+    assert _results_validator().is_valid(results)
+    # a step's results are checked against its own step's type: a restore's comparison missing its judgement
+    restore = next(s for s in results["steps"] if s["step"] == "restore-1")
+    restore["results"]["digest_compare"] = {"total": 1}
+    assert not _results_validator().is_valid(results)
+
+
+def test_a_step_s_results_are_checked_against_its_own_step_s_type(report_dir: Path) -> None:
+    """The schema keys a record's results by its step: a field of another step's type is not checked there (step
+    results are open), a field of its own type is."""
+    results = json.loads(write_reports(report_dir, github_step_summary=False).results_json.read_text())
+    ordinary = next(s for s in results["steps"] if s["step"] == "ordinary")
+    ordinary["results"]["soak"] = {"alive": "yes"}  # a restore's field: the ordinary step's type does not declare it
+    assert _results_validator().is_valid(results)
+    ordinary["results"]["kv_tokens"] = "many"  # its own field, of another type
+    assert not _results_validator().is_valid(results)
+    ordinary["results"]["kv_tokens"] = 1
+    fault = next(s for s in results["steps"] if s["step"].startswith("fault:"))
+    fault["results"]["mismatches"] = "none"  # a fault step's own field: a list of strings
     assert not _results_validator().is_valid(results)

@@ -46,6 +46,7 @@ from vsnap_qual.model import (
     LeftoverProcess,
     OverlayFileResult,
     PrefixCacheProbe,
+    ServeRecord,
 )
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.recorder import StepEvidence, StepRecorder
@@ -254,7 +255,7 @@ class FakeLane(Generic[S]):
         now = time.time()
         return ExecResult(["vllm"], code, stdout, "", now - 1.0, now)
 
-    def faulted(self, rec: StepEvidence, argv: list[str], env: dict[str, str] | None) -> ExecResult:
+    def faulted(self, rec: StepEvidence[object], argv: list[str], env: dict[str, str] | None) -> ExecResult:
         """The faulted command: ``on_restore`` runs while it does; it exits 1 with ``stderr``."""
         self.log.append(("command", argv[:3], dict(env or {})))
         armed = self.control_host / "faults" / "armed.json"
@@ -281,7 +282,7 @@ class FakeServers:
     def __init__(self, lane: FakeLane[Any]) -> None:
         self.lane = lane
 
-    def serve(self, rec: StepEvidence) -> ServerHandle:
+    def serve(self, rec: StepEvidence[ServeRecord]) -> ServerHandle:
         self.lane.calls.append("serve")
         return ServerHandle(port=ORDINARY_PORT, root_pid=10, pids=[10, 11])
 
@@ -315,7 +316,7 @@ class FakeServers:
     def restored_log_tail(self, lines: int = 40) -> str:
         return "EngineCore: killed"
 
-    def server_log(self, rec: StepEvidence) -> str:
+    def server_log(self, rec: StepEvidence[object]) -> str:
         return "INFO GPU KV cache size: 4,096 tokens"
 
 
@@ -394,13 +395,13 @@ class FakeSnapshotCli:
         self.lane = lane
 
     # ---- the lifecycle's commands ------------------------------------------------------------------------------
-    def create(self, rec: StepEvidence) -> ExecResult:
+    def create(self, rec: StepEvidence[object]) -> ExecResult:
         return self.lane.ran()
 
-    def inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult:
+    def inspect(self, rec: StepEvidence[object], name: str = "inspect") -> ExecResult:
         return self.lane.ran(json.dumps(manifest() if name == "inspect" else self.lane.inspected))
 
-    def restore(self, rec: StepEvidence, step: str) -> RestoreRun:
+    def restore(self, rec: StepEvidence[object], step: str) -> RestoreRun:
         lane = self.lane
         lane.calls.append(step)
         if lane.restore_answer is not None:
@@ -412,7 +413,7 @@ class FakeSnapshotCli:
     def artifact_file(self, name: str) -> str:
         return json.dumps(manifest()) if name == "manifest.json" else self.lane.files.get(name, "")
 
-    def keep_child_log(self, rec: StepEvidence) -> None:
+    def keep_child_log(self, rec: StepEvidence[object]) -> None:
         pass
 
     def snapshot_kv(self) -> int | None:
@@ -438,7 +439,7 @@ class FakeSnapshotCli:
 
     # ---- the fault layer's commands ----------------------------------------------------------------------------
     def command(
-        self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
+        self, rec: StepEvidence[object], argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
     ) -> ExecResult:
         """The identity kind's launch and recording shell, run for real here: the lane's control directory and
         work directory are this test's, and ``vllm`` is a stand-in that fails the way a refusing engine does."""
@@ -456,7 +457,7 @@ class FakeSnapshotCli:
 
     def snapshot(
         self,
-        rec: StepEvidence,
+        rec: StepEvidence[object],
         action: str,
         *args: str,
         timeout_key: str,
@@ -465,7 +466,9 @@ class FakeSnapshotCli:
     ) -> ExecResult:
         return self.lane.faulted(rec, ["vllm", "snapshot", action, name or action], env)
 
-    def restore_at(self, rec: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
+    def restore_at(
+        self, rec: StepEvidence[object], port: int, name: str, env: dict[str, str] | None = None
+    ) -> ExecResult:
         return self.lane.faulted(rec, ["vllm", "snapshot", "restore", name], env)
 
     def create_argv(self, target: str = ARTIFACT) -> list[str]:
@@ -486,7 +489,7 @@ class FakeOverlayUnit:
     def probe_loaded_pids(self) -> list[int]:
         return []
 
-    def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]:
+    def run_unit_command(self, rec: StepEvidence[object]) -> tuple[ExecResult, str | None, str | None]:
         lane = self.lane
         lane.calls.append("unit")
         return lane.ran(code=0 if lane.junit and "<failure" not in lane.junit else 1), lane.junit, "logs/u.xml"

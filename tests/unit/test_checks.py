@@ -27,6 +27,7 @@ from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.lane.environment import lane_environment
 from vsnap_qual.lane.state import FaultState
 from vsnap_qual.model import CleanupAudit, Digest, FreshImport, ImportedModule, OverlayFileResult
+from vsnap_qual.report import schema
 from vsnap_qual.run import package_probe
 from vsnap_qual.run.configure import build_config
 from vsnap_qual.vllm_words import StepFailed
@@ -295,7 +296,7 @@ def test_what_the_checks_record_is_the_evidence_model() -> None:
         (model.InspectChange, checks.manifest_changes({"a": 1}, {"a": 2})["a"]),
     ]
     for tp, value in recorded:
-        jsonschema.validate(json.loads(json.dumps(value)), model.type_schema(tp))
+        jsonschema.validate(json.loads(json.dumps(value)), schema.type_schema(tp))
 
 
 def test_a_runner_the_cpu_build_lacks_is_not_applicable_only_in_cpu_smoke_mode() -> None:

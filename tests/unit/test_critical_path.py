@@ -18,13 +18,14 @@ import pytest
 
 from vsnap_qual import model, procedure
 from vsnap_qual.faults.catalogue import FAULTS_BY_ID
+from vsnap_qual.report import schema
 from vsnap_qual.timing.critical_path import markdown, time_to_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where the committed GPU runs are (docs/gpu-run/ until issue 43 moved them)
 GPU_RUN_DIRS = (ROOT / "evidence" / "gpu",)
 T0 = datetime(2026, 12, 7, 1, 0, 0, tzinfo=timezone.utc)
-STEP_SCHEMA = jsonschema.Draft202012Validator(model.record_schema("step"))
+STEP_SCHEMA = jsonschema.Draft202012Validator(schema.record_schema("step"))
 
 
 def step(

@@ -8,7 +8,7 @@ from typing import Any
 import docker.errors
 import pytest
 
-from vsnap_qual import checks, steps
+from vsnap_qual import checks, procedure, steps
 from vsnap_qual.box import BoxSpec, RuntimeFailure, exec_timed_out
 from vsnap_qual.lane import audit
 from vsnap_qual.recorder import StepEvidence
@@ -61,30 +61,30 @@ def test_stopping_a_server_whose_processes_cannot_be_listed_fails_instead_of_sto
 
 
 def test_a_restore_failure_is_not_replaced_by_the_cleanup_failure_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    def restore(run: Any, rec: StepEvidence, n: int) -> None:
-        raise StepFailed(f"restore-{n}: canary differs from the ordinary reference")
+    def restore(lane: Any, rec: StepEvidence[Any]) -> None:
+        raise StepFailed(f"{rec.step}: canary differs from the ordinary reference")
 
-    def stop_restored(run: Any, rec: StepEvidence) -> None:
+    def stop_restored(lane: Any, rec: StepEvidence[Any]) -> None:
         raise StepFailed("cleanup after restore incomplete: PIDs alive [101]")
 
     monkeypatch.setattr(steps, "restore", restore)
     monkeypatch.setattr(steps, "stop_restored", stop_restored)
-    rec = StepEvidence()
+    rec = StepEvidence.of(procedure.RESTORE_2)
     with pytest.raises(StepFailed, match="restore-2: canary differs"):
-        steps.restore_then_stop(None, rec, 2)  # type: ignore[arg-type]
+        steps.restore_then_stop(None, rec)  # type: ignore[arg-type]
     assert rec.results["cleanup_error"] == "StepFailed: cleanup after restore incomplete: PIDs alive [101]"
     assert rec.results["cleanup"]["ok"] is False and "PIDs alive [101]" in rec.results["cleanup"]["detail"]
 
 
 def test_a_passing_restore_still_has_its_cleanup_judged(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(steps, "restore", lambda run, rec, n: None)
+    monkeypatch.setattr(steps, "restore", lambda lane, rec: None)
 
-    def stop_restored(run: Any, rec: StepEvidence) -> None:
+    def stop_restored(lane: Any, rec: StepEvidence[Any]) -> None:
         raise StepFailed("cleanup after restore incomplete: ports open [8001]")
 
     monkeypatch.setattr(steps, "stop_restored", stop_restored)
     with pytest.raises(StepFailed, match="ports open"):
-        steps.restore_then_stop(None, StepEvidence(), 2)  # type: ignore[arg-type]
+        steps.restore_then_stop(None, StepEvidence.of(procedure.RESTORE_2))  # type: ignore[arg-type]
 
 
 def test_no_module_but_the_docker_runtime_imports_docker() -> None:

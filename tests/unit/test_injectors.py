@@ -208,8 +208,9 @@ def lane(tmp_path: Path) -> Iterator[FakeLane[FaultState]]:
     fake.box.remove()
 
 
-def _rec() -> StepEvidence:
-    return StepEvidence()
+def _rec() -> StepEvidence[Any]:
+    """An open record of a fault step (its results a ``model.FaultResults``)."""
+    return StepEvidence.of(procedure.FAULT_PREFIX + "a-fault")
 
 
 def _run(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.fake_lane import AUDIT_OK, REF, FakeLane, digests, lifecycle_lane, manifest
-from vsnap_qual import checks, steps, vllm_words
+from vsnap_qual import checks, model, procedure, steps, vllm_words
 from vsnap_qual.box import ExecResult
 from vsnap_qual.config import Variant
 from vsnap_qual.engine import shapes
@@ -25,23 +25,28 @@ from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.vllm_words import StepFailed
 
 
-def _rec() -> StepEvidence:
-    return StepEvidence()
+def _rec(step: str = procedure.ORDINARY) -> StepEvidence[Any]:
+    """An open record of the table's step ``step`` (a restore's says which restore it is)."""
+    return StepEvidence.of(step)
 
 
 def test_the_lifecycle_runs_over_any_lane_toolset() -> None:
     lane = lifecycle_lane()
-    for step, args in (
-        (steps.ordinary_reference, ()),
-        (steps.create, ()),
-        (steps.inspect, ()),
-        (steps.restore, ("restore-1",)),
-        (steps.restart, ()),
-        (steps.restore_then_stop, ("restore-2",)),
-        (steps.restore_after_stop, ()),
-        (steps.fresh_box_restore, ()),
+    for name in (
+        procedure.ORDINARY,
+        procedure.CREATE,
+        procedure.INSPECT,
+        procedure.RESTORE_1,
+        procedure.RESTART,
+        procedure.RESTORE_2,
+        procedure.RESTORE_AFTER_STOP,
+        procedure.FRESH_BOX,
     ):
-        step(lane, _rec(), *args)
+        entry = procedure.step(name)
+        body = getattr(steps, entry.run.partition(":")[2])  # the table's body, called as the suite does
+        body(lane, rec := _rec(name))
+        undeclared = set(rec.results) - set(model.fields_of(entry.results).types)
+        assert rec.results and not undeclared, f"{name} records what its type does not declare: {undeclared}"
     assert lane.calls == [
         "serve",
         "stop 8000",
@@ -68,9 +73,9 @@ def test_a_restore_whose_parameters_changed_fails_with_the_names() -> None:
     lane = lifecycle_lane()
     lane.digests_after = digests(a="1", b="changed")
     steps.ordinary_reference(lane, _rec())
-    rec = _rec()
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed, match=r"parameter digests differ .* 1/2 unchanged; changed \['b'\]"):
-        steps.restore(lane, rec, "restore-1")
+        steps.restore(lane, rec)
     assert rec.results["digest_compare"]["ok"] is False and rec.results["ready_seconds"] == 0.5
 
 
@@ -84,45 +89,45 @@ def _restored_lane(**change: Any) -> FakeLane[LifecycleState]:
 
 
 def test_a_restore_that_decodes_slowly_fails_after_a_second_set_of_runs_and_a_passing_one_records_one() -> None:
-    rec = _rec()
-    steps.restore(_restored_lane(), rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(_restored_lane(), rec)
     assert rec.results["decode_judgement"]["ok"] is True and "decode_retry" not in rec.results
     assert rec.results["decode_speed"]["median_tps"] == 390.0
     slow = _restored_lane(decode_after=160.0)  # 2.5x slower than the ordinary 400 tokens/s
-    rec = _rec()
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed, match=r"decodes 2\.50× slower than the ordinary engine: 160\.0 vs 400\.0"):
-        steps.restore(slow, rec, "restore-1")
+        steps.restore(slow, rec)
     assert rec.results["decode_judgement"]["retried"] and rec.results["decode_retry"]["median_tps"] == 160.0
 
 
 def test_a_restore_that_lost_prefix_caching_fails_with_every_answer_right() -> None:
-    rec = _rec()
-    steps.restore(_restored_lane(), rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(_restored_lane(), rec)
     assert rec.results["prefix_cache_judgement"]["ok"] is True
     assert rec.results["prefix_cache"]["asks"][1]["hit_tokens"] == 32.0
-    rec = _rec()
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed, match=r"prefix caching lost after the restore: the repeated \d+-token prompt"):
-        steps.restore(_restored_lane(prefix_hits_after=False), rec, "restore-1")
+        steps.restore(_restored_lane(prefix_hits_after=False), rec)
     assert all(c["ok"] for c in rec.results["canary_compare"]) and rec.results["digest_compare"]["ok"]
 
 
 def test_restored_kv_capacity_must_equal_the_create_time_capacity() -> None:
-    assert steps.restore(_restored_lane(), _rec(), "restore-1") is None  # type: ignore[func-returns-value]
-    rec = _rec()
+    assert steps.restore(_restored_lane(), _rec("restore-1")) is None  # type: ignore[func-returns-value]
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed, match=r"KV capacity after restore is 3,072 tokens, but the snapshot was "):
-        steps.restore(_restored_lane(kv_restored=3072), rec, "restore-1")
+        steps.restore(_restored_lane(kv_restored=3072), rec)
     judged = rec.results["kv_judgement"]
     assert (judged["ok"], judged["restored"], judged["created"]) == (False, 3072, 4096)
     with pytest.raises(StepFailed, match="not observable"):
-        steps.restore(_restored_lane(kv_restored=None), _rec(), "restore-1")
+        steps.restore(_restored_lane(kv_restored=None), _rec("restore-1"))
 
 
 def test_a_restored_server_that_dies_during_the_soak_fails_naming_when_with_its_log() -> None:
     lane = _restored_lane(probes_until_death=2)  # alive for the first look, dead at the next
     lane.configure(soak_s=60.0)
-    rec = _rec()
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed, match=r"restored server died [0-9.]+ s after vllm snapshot restore exited 0"):
-        steps.restore(lane, rec, "restore-1")
+        steps.restore(lane, rec)
     soak = rec.results["soak"]
     assert soak["alive"] is False and soak["log_tail"] == "EngineCore: killed" and soak["probes"] == 1
     assert "log tail:\nEngineCore: killed" in checks.soak_findings(soak, "soak")[0].detail
@@ -132,17 +137,17 @@ def test_the_observation_window_outlasts_the_soak_and_is_recorded() -> None:
     # the soak alone (0 s) would pass after one look; the window keeps watching and sees the death
     lane = _restored_lane(probes_until_death=4)
     lane.configure(observe_s=60.0)
-    rec = _rec()
+    rec = _rec("restore-1")
     died = r"restored server died [0-9.]+ s after .*\(watched 60 s after restore-1\)"
     with pytest.raises(StepFailed, match=died):
-        steps.restore(lane, rec, "restore-1")
+        steps.restore(lane, rec)
     soak = rec.results["soak"]
     assert soak["alive"] is False and soak["probes"] == 2 and soak["window_s"] == 60.0
     # a server that lives through it: watched until the window closed, and said so
     lasting = _restored_lane()
     lasting.configure(observe_s=0.6)
-    rec = _rec()
-    steps.restore(lasting, rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(lasting, rec)
     soak = rec.results["soak"]
     assert soak["alive"] is True and soak["window_s"] == 0.6 and soak["observed_after_restore_s"] >= 0.6
     # the watch's pauses are the window's own time, recorded apart (the figures keep them out of the harness's)
@@ -177,22 +182,22 @@ def test_an_inspect_field_changed_by_a_restore_is_named_with_the_step() -> None:
     lane = _restored_lane()
     lane.inspected = manifest(artifact_bytes=999)
     with pytest.raises(StepFailed, match=r"inspect output changed after restore-1: fields artifact_bytes"):
-        steps.restore(lane, _rec(), "restore-1")
+        steps.restore(lane, _rec("restore-1"))
 
 
 def test_a_restore_whose_cuda_holders_left_the_gpu_fails() -> None:
     lane = lifecycle_lane()
     steps.ordinary_reference(lane, _rec())
-    steps.create(lane, _rec())
+    steps.create(lane, _rec("create"))
     steps.inspect(lane, _rec())
     holders = lane.state.manifest["cuda_holders"]
     lane.gpu_listed = set(holders)
-    rec = _rec()
-    steps.restore(lane, rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(lane, rec)
     assert rec.results["gpu_engaged"] == {"holders": holders, "gpu_apps": sorted(holders)}
     lane.gpu_listed = set()
     with pytest.raises(StepFailed, match="CUDA holders .* are not on the GPU"):
-        steps.restore(lane, _rec(), "restore-1")
+        steps.restore(lane, _rec("restore-1"))
 
 
 def test_a_pid_reused_by_another_process_is_not_a_leftover() -> None:
@@ -217,9 +222,9 @@ def test_a_failed_restore_names_criu_s_own_reason_from_vllm_s_stdout() -> None:
     )
     failed = ExecResult(["vllm"], 1, stdout, "subprocess.CalledProcessError: returned non-zero exit status 1.", 0, 1)
     lane.restore_answer = RestoreRun(failed, 8001, 1.0)
-    rec = _rec()
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed, match=r"exited 1: subprocess.Called.*; error.json=None; CRIU: .*psm_2196"):
-        steps.restore(lane, rec, "restore-1")
+        steps.restore(lane, rec)
     assert rec.results["criu_reason"][-1].endswith("Restoring FAILED.")
 
 
@@ -239,14 +244,14 @@ def test_an_artifact_whose_outside_files_are_gone_is_one_named_finding_in_criu_s
     are gone says so first, then vLLM's words, then CRIU's (0.31 logs nothing: its images/restore.log)."""
     lane = _restored_lane()
     lane.shm_named = list(SEGMENTS)
-    steps.create(lane, rec := _rec())
+    steps.create(lane, rec := _rec("create"))
     assert rec.results["outside_files"] == SEGMENTS == lane.state.outside_files
     lane.shm_gone = {SEGMENTS[1]}
     lane.files["images/restore.log"] = CRIU_031
     failed = ExecResult(["vllm"], 1, "", f"Traceback …\n{SAYS_031}", 0, 1)
     lane.restore_answer = RestoreRun(failed, 8003, 1.0)
     with pytest.raises(StepFailed) as info:
-        steps.restore(lane, rec := _rec(), "restore-after-stop")
+        steps.restore(lane, rec := _rec("restore-after-stop"))
     first = str(info.value).splitlines()[0]
     assert first.startswith(
         f"the artifact is not self-contained: its restore needs {SEGMENTS[1]}, which it does not carry and which are "
@@ -259,7 +264,7 @@ def test_an_artifact_whose_outside_files_are_gone_is_one_named_finding_in_criu_s
     # the same failure with every file still there is an ordinary failed restore, in the same words
     lane.shm_gone = set()
     with pytest.raises(StepFailed, match=r"^vllm snapshot restore exited 1: SnapshotRestoreError"):
-        steps.restore(lane, rec := _rec(), "restore-after-stop")
+        steps.restore(lane, rec := _rec("restore-after-stop"))
     assert "consumed" not in rec.results
 
 
@@ -314,13 +319,13 @@ def _unit_lane(arm: str, junit: str | None, base_image: str | None = "img:base")
 
 def test_the_unit_step_fails_only_on_failures_new_on_the_head_arm() -> None:
     head = _unit_lane("head", _junit(a="passed", b="failed", c="failed", d="error"))
-    steps.unit_step(head, rec := _rec())
+    steps.unit_step(head, rec := _rec("unit"))
     assert rec.results["unit"]["counts"] == {"passed": 1, "failed": 3, "skipped": 0}
     assert rec.results["unit"]["judged"].startswith("recorded (1 passed, 3 failed, 0 skipped)")
     base = _unit_lane("base", _junit(a="failed", b="failed", c="passed", d="skipped"))
     base.peers = head.peers
     with pytest.raises(StepFailed) as info:
-        steps.unit_step(base, rec := _rec())
+        steps.unit_step(base, rec := _rec("unit"))
     assert str(info.value) == (
         "2 unit test(s) fail on the head arm and not on the base arm: ['tests.t::c', 'tests.t::d'] "
         "(1 pre-existing failure(s), failing on the base arm too)"
@@ -334,20 +339,20 @@ def test_the_unit_step_fails_only_on_failures_new_on_the_head_arm() -> None:
     # the same head failures all on the base arm too: pre-existing, a pass
     same = _unit_lane("base", _junit(a="passed", b="failed", c="failed", d="failed"))
     same.peers = head.peers
-    steps.unit_step(same, rec := _rec())
+    steps.unit_step(same, rec := _rec("unit"))
     assert rec.results["unit"]["pre_existing"] == ["tests.t::b", "tests.t::c", "tests.t::d"]
 
 
 def test_without_a_base_arm_every_unit_failure_counts_and_no_junit_is_a_failure() -> None:
     alone = _unit_lane("head", _junit(a="passed", b="failed"), base_image=None)
     with pytest.raises(StepFailed, match=r"1 unit test\(s\) failed \(1 passed, 1 failed, 0 skipped\)"):
-        steps.unit_step(alone, _rec())
+        steps.unit_step(alone, _rec("unit"))
     silent = _unit_lane("head", None)
     with pytest.raises(StepFailed, match=r"wrote no JUnit to \$VSNAP_JUNIT \(exit 1\)"):
-        steps.unit_step(silent, _rec())
+        steps.unit_step(silent, _rec("unit"))
     garbled = _unit_lane("head", "<testsuite><testcase")
     with pytest.raises(StepFailed, match="JUnit cannot be read"):
-        steps.unit_step(garbled, _rec())
+        steps.unit_step(garbled, _rec("unit"))
 
 
 def _shaped_lane(**change: Any) -> FakeLane[LifecycleState]:
@@ -370,8 +375,8 @@ def test_request_shapes_are_recorded_twice_on_the_ordinary_engine_and_compared_a
     assert answers["long"][0]["prompt"] == "<59 token ids>"  # max-model-len 64 less 4 answer tokens and one
     assert lane.shape_calls == [8000, 8000]  # asked twice on the ordinary engine
     assert ordinary.shapes["self_consistent"]["seeded"] is True
-    rec = _rec()
-    steps.restore(lane, rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(lane, rec)
     judged = [c for c in rec.results["shape_compare"] if c["judged"]]
     assert {c["shape"] for c in judged} == {"repeated", "seeded", "long"} and all(c["compare"]["ok"] for c in judged)
 
@@ -379,10 +384,10 @@ def test_request_shapes_are_recorded_twice_on_the_ordinary_engine_and_compared_a
 def test_a_restored_engine_wrong_for_one_shape_fails_naming_the_shape_and_the_first_divergence() -> None:
     lane = _shaped_lane(wrong_shape="seeded")
     with pytest.raises(StepFailed, match=r"request shapes differ from the ordinary reference: seeded request 1"):
-        steps.restore(lane, _rec(), "restore-1")
-    rec = _rec()
+        steps.restore(lane, _rec("restore-1"))
+    rec = _rec("restore-1")
     with pytest.raises(StepFailed) as failure:
-        steps.restore(_shaped_lane(wrong_shape="seeded"), rec, "restore-1")
+        steps.restore(_shaped_lane(wrong_shape="seeded"), rec)
     assert "first diverging position 2" in str(failure.value)
 
 
@@ -392,8 +397,8 @@ def test_a_shape_the_ordinary_engine_answers_differently_twice_is_reported_not_j
     assert ordinary is not None and ordinary.shapes is not None
     assert ordinary.shapes["self_consistent"]["seeded"] is False
     lane.wrong_shape = "seeded"  # would fail, were it judged
-    rec = _rec()
-    steps.restore(lane, rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(lane, rec)
     seeded = [c for c in rec.results["shape_compare"] if c["shape"] == "seeded"]
     assert seeded and not any(c["judged"] for c in seeded)
     (finding,) = checks.shape_findings(rec.results["shape_compare"], [], ["seeded"])
@@ -416,13 +421,13 @@ def test_each_lora_adapter_is_asked_the_canaries_on_the_ordinary_engine_and_afte
     assert rec.results["adapters"]["big"]["path"] == "/a/big" and "keep adapter tiny" in lane.calls
     assert rec.results["adapter_canary"]["tiny"][0]["logprob"] == pytest.approx(REF.logprob + 0.25)
     steps.inspect(lane, _rec())
-    rec = _rec()
-    steps.restore(lane, rec, "restore-1")
+    rec = _rec("restore-1")
+    steps.restore(lane, rec)
     assert all(c["ok"] for group in rec.results["adapter_compare"].values() for c in group)
     lane.adapters_dropped = True  # a wake that dropped the adapters: requests through them get the base model
-    rec = _rec()
+    rec = _rec("restore-2")
     with pytest.raises(StepFailed, match=r"adapter 'tiny': 1 of 1 canaries differ .* lost or changed"):
-        steps.restore(lane, rec, "restore-2")
+        steps.restore(lane, rec)
     assert rec.results["adapter_compare"]["big"][0]["ok"] is False
 
 
@@ -440,7 +445,7 @@ def test_a_create_that_leaves_an_unheld_name_in_dev_shm_fails_but_delivers_its_a
     lane.shm_named = ["/dev/shm/psm_1"]
     lane.shm_listed = [{"other"}, {"other", "psm_1", "sem.mp-x1", "link_remap.7", "held-by-another-lane"}]
     lane.shm_held = {"held-by-another-lane"}
-    rec = _rec()
+    rec = _rec("create")
     with pytest.raises(StepFailed, match=r"left in /dev/shm .*: /dev/shm/sem\.mp-x1 \(") as failed:
         steps.create(lane, rec)
     assert "). sem.mp-*: a Python multiprocessing lock or semaphore" in str(failed.value)
@@ -455,7 +460,7 @@ def test_a_create_check_that_could_not_read_a_process_names_it_in_the_evidence_a
     lane = lifecycle_lane()
     lane.shm_listed = [set(), {"sem.mp-x1"}]
     lane.shm_unread = ["1 process_api"]
-    rec = _rec()
+    rec = _rec("create")
     with pytest.raises(StepFailed, match=r"could not read 1 \(1 process_api\): each has a capability"):
         steps.create(lane, rec)
     assert rec.results["shm_unread"] == ["1 process_api"] and rec.results["shm_left"] == ["/dev/shm/sem.mp-x1"]
@@ -472,7 +477,7 @@ def test_a_create_whose_new_files_are_all_held_or_named_passes() -> None:
     lane.shm_listed = [set(), {"psm_1", "held"}]
     lane.shm_held = {"held"}
     lane.shm_unread = ["1 process_api"]  # named only where something was left
-    rec = _rec()
+    rec = _rec("create")
     steps.create(lane, rec)
     assert rec.results["shm_left"] == [] and rec.delivered and "shm_unread" not in rec.results
 
@@ -481,7 +486,7 @@ def test_where_the_box_cannot_see_every_holder_the_new_files_are_recorded_not_ju
     lane = lifecycle_lane()
     lane.shm_listed = [set(), {"sem.mp-x1"}]
     lane.sees_every_holder = False
-    rec = _rec()
+    rec = _rec("create")
     steps.create(lane, rec)
     said = rec.results["shm_left_not_judged"]
     assert said["files"] == ["/dev/shm/sem.mp-x1"] and "PID namespace of its own" in said["why"]
@@ -492,8 +497,8 @@ def test_the_fault_lanes_own_create_records_what_it_left_and_removes_it_without_
     lane = lifecycle_lane()
     lane.shm_listed = [{"sem.mp-x2", "held"}]
     lane.shm_held = {"held"}
-    rec = _rec()
-    assert shm_left_by_create(lane.cli, lane.state, set(), rec, judged=False) == []
+    rec = _rec("create")
+    assert shm_left_by_create(lane.cli, lane.state, set(), rec, judged=False) is None  # nothing judged
     said = rec.results["shm_left_not_judged"]
     assert said["files"] == ["/dev/shm/sem.mp-x2"] and "fault lane" in said["why"]
     assert lane.state.shm_owned == {"/dev/shm/sem.mp-x2"} and "shm_left" not in rec.results

@@ -27,7 +27,7 @@ from vsnap_qual.faults.catalogue import (
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation, params_of
 from vsnap_qual.faults.judge import judge
 from vsnap_qual.faults.lane import FaultLane
-from vsnap_qual.faults.sequence import Phases, fault_step, followup_restore, run_fault
+from vsnap_qual.faults.sequence import Phases, fault_artifact, fault_step, followup_restore, run_fault
 from vsnap_qual.faults.tools import prepare_artifact
 from vsnap_qual.procedure import ANY, Expect, Fault, FaultParams
 
@@ -48,6 +48,7 @@ __all__ = [
     "Kind",
     "Observation",
     "Phases",
+    "fault_artifact",
     "fault_step",
     "followup_restore",
     "judge",

@@ -14,7 +14,7 @@ from vsnap_qual.box import ExecResult, ProcessRow
 from vsnap_qual.engine import client
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.tools import ListenerScan
-from vsnap_qual.model import FiredRecord
+from vsnap_qual.model import FaultResults, FiredRecord
 from vsnap_qual.procedure import Fault, FaultParams
 from vsnap_qual.recorder import StepEvidence
 
@@ -116,7 +116,7 @@ class Injector:
         """The faulted ``vllm snapshot restore`` of the fault artifact, with the injection's environment."""
         return at.lane.cli.restore_at(at.rec, at.port, name="restore-faulted", env=at.env)
 
-    def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
+    def problems(self, obs: Observation, results: FaultResults) -> list[str]:
         """What else is wrong with this kind's outcome (judged after the stderr message, before cleanup)."""
         return []
 
@@ -144,7 +144,7 @@ class Attempt:
 
     lane: FaultLane
     fault: Fault
-    rec: StepEvidence
+    rec: StepEvidence[FaultResults]
     port: int  # the faulted restore's port
     captured: set[int]  # the snapshot's captured PIDs
     obs: Observation = field(default_factory=Observation)

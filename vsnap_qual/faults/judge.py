@@ -13,7 +13,7 @@ from vsnap_qual.contract import ARTIFACT
 from vsnap_qual.faults.injector import Injector, Observation
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.tools import fired_records, never_tried
-from vsnap_qual.model import FaultExpectation, FaultObservation
+from vsnap_qual.model import FaultExpectation, FaultObservation, FaultResults
 from vsnap_qual.procedure import ANY, Expect, Fault
 from vsnap_qual.vllm_words import EXCEPTION_LINE
 
@@ -66,7 +66,7 @@ def observe(lane: FaultLane, obs: Observation, result: ExecResult) -> None:
     obs.fired_records = fired_records(lane.control)
 
 
-def judge(fault: Fault, expect: Expect, obs: Observation, results: Mapping[str, Any], injector: Injector) -> list[str]:
+def judge(fault: Fault, expect: Expect, obs: Observation, results: FaultResults, injector: Injector) -> list[str]:
     """Every way the observation differs from the expectation, in words a reviewer can act on (pure: only the
     kind's judging rules are read of its injector, ``FaultCatalogue.injector_for(fault)``)."""
     problems = []
@@ -165,7 +165,7 @@ def first_fatal_line(obs: Observation) -> str | None:
     return obs.error_lines[-1].strip() if obs.error_lines else None
 
 
-def _injection_evidence(results: Mapping[str, Any]) -> str:
+def _injection_evidence(results: FaultResults) -> str:
     injected = results.get("injected") or {}
     return ", ".join(f"{k}={v}" for k, v in injected.items()) or "no injection evidence"
 

@@ -1,7 +1,9 @@
-"""The one sequence every fault runs, whatever its kind (:func:`run_fault`), and the step around it
-(:func:`fault_step`: inject, observe, judge against the lane's expectation, once more after an ineffective
-injection); then what the faulted action left (:func:`settle_leftovers`) and the follow-up restore of the artifact
-as the failure left it (:func:`followup_restore`). What differs per kind is its injector's (:mod:`.kinds`)."""
+"""The fault lane's two step bodies (``procedure``'s table names them): :func:`fault_artifact` (which expectations
+judge the lane's faults, then its own artifact) and :func:`fault_step` (one fault: inject, observe, judge against
+the lane's expectation, once more after an ineffective injection); the one sequence every fault runs, whatever its
+kind (:func:`run_fault`); then what the faulted action left (:func:`settle_leftovers`) and the follow-up restore of
+the artifact as the failure left it (:func:`followup_restore`). What differs per kind is its injector's
+(:mod:`.kinds`)."""
 
 from __future__ import annotations
 
@@ -27,22 +29,31 @@ from vsnap_qual.faults.tools import (
     credit_teardown,
     fresh_artifact,
     kill_leftovers,
+    prepare_artifact,
     reset_artifact,
     restore_retrying_taken,
     settle,
     settle_timed,
     wait_engine_gone,
 )
-from vsnap_qual.model import CapturedIdWait, CleanupAudit, FollowupRestore
+from vsnap_qual.model import CapturedIdWait, CleanupAudit, FaultArtifactResults, FaultResults, FollowupRestore
 from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.vllm_words import StepFailed
 
 
-# ---- the one sequence ---------------------------------------------------------------------------------------
-def fault_step(lane: FaultLane, fault: Fault, rec: StepEvidence, catalogue: FaultCatalogue) -> None:
-    """One ``fault:<id>`` step: inject, observe, judge against this lane's expectations; an injection that did not
-    hold is tried once more before it is reported as ineffective. Fails the step naming every mismatch."""
+# ---- the fault lane's steps -------------------------------------------------------------------------------------
+def fault_artifact(lane: FaultLane, rec: StepEvidence[FaultArtifactResults]) -> None:
+    """The ``fault-artifact`` step: which expectations judge this lane's faults (chosen before its first engine
+    command), then the lane's own artifact, created with a short ``VLLM_SNAPSHOT_TIMEOUT_S``, and a pristine copy."""
+    rec.results["expect"], rec.results["expect_reason"] = lane_expectation(lane)
+    prepare_artifact(lane, rec)
+
+
+def fault_step(lane: FaultLane, rec: StepEvidence[FaultResults], fault: Fault, catalogue: FaultCatalogue) -> None:
+    """One ``fault:<id>`` step (``fault`` its catalogue entry): inject, observe, judge against this lane's
+    expectations; an injection that did not hold is tried once more before it is reported as ineffective. Fails the
+    step naming every mismatch."""
     rec.results["kind"] = fault.kind  # recorded first: a step that turns out not applicable says its kind too
     behaviour, reason = lane_expectation(lane)
     expect = fault.expect(behaviour)
@@ -61,15 +72,15 @@ def fault_step(lane: FaultLane, fault: Fault, rec: StepEvidence, catalogue: Faul
         lane.state.consumed_by = fault.id  # the next fault says whose restore used the artifact up
     rec.results.setdefault("cleanup", CleanupAudit()).setdefault("judged", expect.cleanup)  # recorded either way
     rec.results.update(
-        {
-            "fault": fault.id,
-            "title": fault.title,
-            "expect": behaviour,
-            "expect_reason": reason,
-            "expected": expectation_record(expect),
-            "observed": observation_record(observed),
-            "mismatches": problems,
-        }
+        FaultResults(
+            fault=fault.id,
+            title=fault.title,
+            expect=behaviour,
+            expect_reason=reason,
+            expected=expectation_record(expect),
+            observed=observation_record(observed),
+            mismatches=problems,
+        )
     )
     if problems:
         raise StepFailed(f"{fault.title} ({behaviour} expectations, {reason}): " + "; ".join(problems))
@@ -97,7 +108,7 @@ class Phases:
 def run_fault(
     lane: FaultLane,
     fault: Fault,
-    rec: StepEvidence,
+    rec: StepEvidence[FaultResults],
     injector: Injector,
     cleanup_judged: bool = True,
     attempt: int = 1,
@@ -198,7 +209,7 @@ def run_fault(
     engine_left = [pid for pid in killed if pid not in ignore]  # the harness's own helpers are not the engine's
     if engine_left:
         audit["killed_by_harness"] = engine_left
-    rec.results.update({"injected": injected, "cleanup": audit})
+    rec.results.update(FaultResults(injected=injected, cleanup=audit))
     waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
     if waits:
         rec.results["captured_id_waits"] = waits

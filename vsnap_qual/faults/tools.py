@@ -18,7 +18,14 @@ from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.lane import artifact_deps
 from vsnap_qual.lane.artifact_files import ArtifactFiles, ArtifactFilesError
 from vsnap_qual.lane.snapshot_cli import shm_left_by_create
-from vsnap_qual.model import CapturedIdWait, FiredRecord, FreshArtifact
+from vsnap_qual.model import (
+    CapturedIdWait,
+    FaultArtifactResults,
+    FaultResults,
+    FiredRecord,
+    FreshArtifact,
+    ShmLeftRecord,
+)
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.vllm_words import StepFailed, check, skip_if_limitation, vllm_reason
@@ -27,19 +34,19 @@ BACKUP = f"{WORK}/artifact.pristine"
 
 
 # ---- the fault lane's own artifact -------------------------------------------------------------------------
-def prepare_artifact(lane: FaultLane, rec: StepEvidence) -> None:
+def prepare_artifact(lane: FaultLane, rec: StepEvidence[FaultArtifactResults]) -> None:
     """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S`` and keep a pristine copy."""
     make_artifact(lane, rec, "create")
     rec.results.update(
-        {
-            "snapshot_timeout_s": lane.config.fault_timeout,
-            "manifest": lane.state.manifest,
-            "outside_files": lane.state.outside_files,
-        }
+        FaultArtifactResults(
+            snapshot_timeout_s=lane.config.fault_timeout,
+            manifest=lane.state.manifest,
+            outside_files=lane.state.outside_files,
+        )
     )
 
 
-def make_artifact(lane: FaultLane, rec: StepEvidence, name: str) -> None:
+def make_artifact(lane: FaultLane, rec: StepEvidence[ShmLeftRecord], name: str) -> None:
     """``vllm snapshot create`` of the fault artifact (its log ``name``), its pristine copy, and what the faults
     need to know of it (manifest, captured thread IDs, outside files). Where the box runs the harness's scripts,
     its files are hashed once with their stat keys (:mod:`vsnap_qual.artifact_files`: a digest and a reset then
@@ -79,7 +86,7 @@ def consumed(lane: FaultLane) -> list[str]:
     return artifact_deps.absent(lane.box, lane.state.outside_files)
 
 
-def fresh_artifact(lane: FaultLane, rec: StepEvidence, gone: list[str], why: str) -> None:
+def fresh_artifact(lane: FaultLane, rec: StepEvidence[FaultResults], gone: list[str], why: str) -> None:
     """A new fault artifact (and pristine copy) because the previous one was consumed, said in the step's
     evidence: each fault starts from an artifact that restores, so one engine defect is one finding."""
     started = time.monotonic()

@@ -54,7 +54,7 @@ class LaneOverlayUnit:
         names = self.control.names(control_files.LOADED_GLOB)
         return sorted(pid for pid in (control_files.pid_of(n) for n in names) if pid is not None)
 
-    def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]:
+    def run_unit_command(self, rec: StepEvidence[object]) -> tuple[ExecResult, str | None, str | None]:
         """The unit command with ``sh -c`` from the checkout, JUnit to the control directory: its result, the
         JUnit's text and where it is kept with the evidence (None, None when the command wrote none)."""
         name = "unit-junit.xml"

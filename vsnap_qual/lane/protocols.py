@@ -29,6 +29,7 @@ from vsnap_qual.model import (
     LeftoverProcess,
     OverlayFileResult,
     PrefixCacheProbe,
+    ServeRecord,
 )
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.recorder import StepEvidence
@@ -61,7 +62,7 @@ class Environment(Protocol):
 class Servers(Protocol):
     """The engine servers of a lane: started, stopped and audited, their processes and logs."""
 
-    def serve(self, rec: StepEvidence) -> ServerHandle:
+    def serve(self, rec: StepEvidence[ServeRecord]) -> ServerHandle:
         """Start an ordinary ``vllm serve`` and wait until ``/health`` answers."""
 
     def stop(self, handle: ServerHandle) -> list[LeftoverProcess]:
@@ -91,7 +92,7 @@ class Servers(Protocol):
     def restored_log_tail(self, lines: int = 40) -> str:
         """What the restored engine wrote since the restore, last lines."""
 
-    def server_log(self, rec: StepEvidence) -> str:
+    def server_log(self, rec: StepEvidence[object]) -> str:
         """The ordinary server's log (the step's first log file)."""
 
 
@@ -132,13 +133,13 @@ class SnapshotCli(Protocol):
     files, the ``/dev/shm`` files it needs from outside, the link remaps its dump made."""
 
     def command(
-        self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
+        self, rec: StepEvidence[object], argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
     ) -> ExecResult:
         """One recorded engine command of the step (its own log, its exit code in the evidence)."""
 
     def snapshot(
         self,
-        rec: StepEvidence,
+        rec: StepEvidence[object],
         action: str,
         *args: str,
         timeout_key: str,
@@ -147,25 +148,27 @@ class SnapshotCli(Protocol):
     ) -> ExecResult:
         """``vllm snapshot ACTION ARGS`` as one recorded step command."""
 
-    def restore_at(self, rec: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
+    def restore_at(
+        self, rec: StepEvidence[object], port: int, name: str, env: dict[str, str] | None = None
+    ) -> ExecResult:
         """``vllm snapshot restore ARTIFACT --host 127.0.0.1 --port PORT`` as one recorded step command."""
 
     def create_argv(self, target: str = ARTIFACT) -> list[str]:
         """``vllm snapshot create``'s arguments for ``target``: the lane's engine arguments."""
 
-    def create(self, rec: StepEvidence) -> ExecResult:
+    def create(self, rec: StepEvidence[object]) -> ExecResult:
         """``vllm snapshot create`` of the lane's artifact (what was there before removed)."""
 
-    def inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult:
+    def inspect(self, rec: StepEvidence[object], name: str = "inspect") -> ExecResult:
         """``vllm snapshot inspect`` of the lane's artifact."""
 
-    def restore(self, rec: StepEvidence, step: str) -> RestoreRun:
+    def restore(self, rec: StepEvidence[object], step: str) -> RestoreRun:
         """``vllm snapshot restore`` on ``step``'s port, its listener watched from the harness."""
 
     def artifact_file(self, name: str) -> str:
         """A file of the artifact as text (empty when it has none)."""
 
-    def keep_child_log(self, rec: StepEvidence) -> None:
+    def keep_child_log(self, rec: StepEvidence[object]) -> None:
         """The create's ``child.log`` kept with the step's logs."""
 
     def snapshot_kv(self) -> int | None:
@@ -203,7 +206,7 @@ class OverlayUnit(Protocol):
     def probe_loaded_pids(self) -> list[int]:
         """The engine processes the probe was loaded in."""
 
-    def run_unit_command(self, rec: StepEvidence) -> tuple[ExecResult, str | None, str | None]:
+    def run_unit_command(self, rec: StepEvidence[object]) -> tuple[ExecResult, str | None, str | None]:
         """The unit command: its result, its JUnit's text and where it is kept (None, None: it wrote none)."""
 
 

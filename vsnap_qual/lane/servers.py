@@ -16,7 +16,7 @@ from vsnap_qual.engine import client
 from vsnap_qual.lane import audit, exits
 from vsnap_qual.lane.audit import ServerHandle
 from vsnap_qual.lane.state import ArtifactState
-from vsnap_qual.model import CleanupAudit, LeftoverProcess
+from vsnap_qual.model import CleanupAudit, LeftoverProcess, ServeRecord
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 from vsnap_qual.vllm_words import StepFailed, skip_if_limitation, vllm_reason
@@ -64,9 +64,10 @@ class LaneServers:
     #: whether the lane has a GPU whose compute apps can be listed
     has_gpu: bool
 
-    def serve(self, rec: StepEvidence) -> ServerHandle:
+    def serve(self, rec: StepEvidence[ServeRecord]) -> ServerHandle:
         """Start an ordinary ``vllm serve`` and wait until ``/health`` answers (:class:`ServeFailed` when it never
-        does)."""
+        does); its start is recorded in the step's results (:class:`model.ServeRecord`), as is vLLM's reason where
+        it died first."""
         port = self.port
         host, reach = self.box.endpoint(port)
         argv = ["vllm", "serve", *self.config.engine_argv(self.spec), "--host", "127.0.0.1", "--port", str(port)]
@@ -154,6 +155,6 @@ class LaneServers:
         size = self.box.read_text(f"{ARTIFACT}/child.log.snapshot-size")
         return written_since_snapshot(self.box.read_bytes(f"{ARTIFACT}/child.log"), size, lines)
 
-    def server_log(self, rec: StepEvidence) -> str:
+    def server_log(self, rec: StepEvidence[object]) -> str:
         """The ordinary server's log (the step's first log file)."""
         return (self.recorder.store.report_dir / rec.logs[0]).read_text(errors="replace")

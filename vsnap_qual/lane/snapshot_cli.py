@@ -16,6 +16,7 @@ from vsnap_qual.lane import artifact_deps, audit
 from vsnap_qual.lane.artifact_deps import SHM
 from vsnap_qual.lane.protocols import RestoreRun
 from vsnap_qual.lane.state import ArtifactState
+from vsnap_qual.model import ShmLeftRecord, ShmNotJudged
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 
 
@@ -23,7 +24,7 @@ def recorded_command(
     box: Box,
     recorder: StepRecorder,
     config: QualConfig,
-    rec: StepEvidence,
+    rec: StepEvidence[object],
     argv: list[str],
     timeout_key: str,
     env: dict[str, str] | None,
@@ -50,14 +51,14 @@ class LaneSnapshotCli:
     scope: audit.AuditScope
 
     def command(
-        self, rec: StepEvidence, argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
+        self, rec: StepEvidence[object], argv: list[str], timeout_key: str, env: dict[str, str] | None, name: str
     ) -> ExecResult:
         """One recorded engine command of the step (its own log, its exit code in the evidence)."""
         return recorded_command(self.box, self.recorder, self.config, rec, argv, timeout_key, env, name)
 
     def snapshot(
         self,
-        rec: StepEvidence,
+        rec: StepEvidence[object],
         action: str,
         *args: str,
         timeout_key: str,
@@ -66,21 +67,23 @@ class LaneSnapshotCli:
     ) -> ExecResult:
         return self.command(rec, ["vllm", "snapshot", action, *args], timeout_key, env, name or action)
 
-    def restore_at(self, rec: StepEvidence, port: int, name: str, env: dict[str, str] | None = None) -> ExecResult:
+    def restore_at(
+        self, rec: StepEvidence[object], port: int, name: str, env: dict[str, str] | None = None
+    ) -> ExecResult:
         """``vllm snapshot restore ARTIFACT --host 127.0.0.1 --port PORT`` as one recorded step command."""
         return self.command(rec, restore_argv(port), "restore", env, name)
 
     def create_argv(self, target: str = ARTIFACT) -> list[str]:
         return [*self.config.engine_argv(self.spec), "--snapshot-dir", target]
 
-    def create(self, rec: StepEvidence) -> ExecResult:
+    def create(self, rec: StepEvidence[object]) -> ExecResult:
         self.box.remove_path(ARTIFACT)
         return self.snapshot(rec, "create", *self.create_argv(), timeout_key="create")
 
-    def inspect(self, rec: StepEvidence, name: str = "inspect") -> ExecResult:
+    def inspect(self, rec: StepEvidence[object], name: str = "inspect") -> ExecResult:
         return self.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect", name=name)
 
-    def restore(self, rec: StepEvidence, step: str) -> RestoreRun:
+    def restore(self, rec: StepEvidence[object], step: str) -> RestoreRun:
         port = self.ports[step]
         host, reach = self.box.endpoint(port)
         with client.ListenerWatch(reach, host) as watch:
@@ -90,7 +93,7 @@ class LaneSnapshotCli:
     def artifact_file(self, name: str) -> str:
         return self.box.read_text(f"{ARTIFACT}/{name}")
 
-    def keep_child_log(self, rec: StepEvidence) -> None:
+    def keep_child_log(self, rec: StepEvidence[object]) -> None:
         self.recorder.store.write_text(self.recorder.log(rec, "create-child"), self.artifact_file("child.log"))
 
     def snapshot_kv(self) -> int | None:
@@ -134,14 +137,15 @@ class ShmLooks(Protocol):
 
 
 def shm_left_by_create(
-    cli: ShmLooks, state: ArtifactState, before: set[str], rec: StepEvidence, judged: bool = True
-) -> list[str]:
+    cli: ShmLooks, state: ArtifactState, before: set[str], rec: StepEvidence[ShmLeftRecord], judged: bool = True
+) -> list[str] | None:
     """The ``/dev/shm`` files new since just before the create that no process holds and the artifact does not
     name (``artifact_deps.outside_files``; CRIU's ``link_remap.*`` have their own audit): a leak of the create,
     since its dumped tree is gone and no restore looks for them. Judged (returned) only where the box sees every
     process that could hold one (the host's PID namespace: a box of its own cannot see another lane's holders)
-    and the caller judges (``judged``: the fault lane's own artifact is not, one finding being one); recorded in
-    ``results.shm_left`` or, not judged, ``results.shm_left_not_judged``. A process the box cannot read is taken
+    and the caller judges (``judged``: the fault lane's own artifact is not, one finding being one): the caller
+    records them (``results.shm_left``); None where they are not judged (recorded here, if any, in
+    ``results.shm_left_not_judged``). A process the box cannot read is taken
     to hold none of them (:class:`ShmHolders`: it has a capability the box lacks, so it is none of this lane's
     engine); where one was met, ``results.shm_unread`` names it. What no process holds is removed with the lane
     (``ArtifactState.shm_owned``)."""
@@ -156,7 +160,6 @@ def shm_left_by_create(
         if files and holders.unread:
             rec.results["shm_unread"] = holders.unread
         if judged:
-            rec.results["shm_left"] = files
             return files
     if files:
         why = (
@@ -164,8 +167,8 @@ def shm_left_by_create(
             if holders is None
             else "the fault lane's own artifact: a create's leak is judged once, at the lifecycle's create"
         )
-        rec.results["shm_left_not_judged"] = {"files": files, "why": why}
-    return []
+        rec.results["shm_left_not_judged"] = ShmNotJudged(files=files, why=why)
+    return None
 
 
 #: what a /dev/shm name says of its maker (the name's prefix), for the create check's message: Python's words

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
-from vsnap_qual import hookspecs, options, runtimes
+from vsnap_qual import hookspecs, options, procedure, progress, runtimes
 from vsnap_qual.box import owner_label
 from vsnap_qual.config import LaneSpec, ParsedOptions, QualConfig, new_run_id
 from vsnap_qual.contract import Purpose
@@ -27,15 +27,26 @@ from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.lane import FaultState, LaneEnvironment, LaneRun, LifecycleState
 from vsnap_qual.lane.state import ArtifactState
+from vsnap_qual.plugin.items import item_fault, item_lane_step
 from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
 from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
 from vsnap_qual.plugin.session import VsnapSession
+from vsnap_qual.plugin.step import VsnapStep, step_body
 from vsnap_qual.plugin.worker import VsnapWorker
 from vsnap_qual.recorder import StepRecorder
 from vsnap_qual.run.configure import build_config
 from vsnap_qual.run.preflight_result import PreflightResult
 
-__all__ = ["PLUGIN_KEY", "VsnapProcess", "VsnapSession", "VsnapWorker", "active", "lane_for", "process_of"]
+__all__ = [
+    "PLUGIN_KEY",
+    "VsnapProcess",
+    "VsnapSession",
+    "VsnapStep",
+    "VsnapWorker",
+    "active",
+    "lane_for",
+    "process_of",
+]
 
 SUITES_MARK = "VSNAP_SUITES"  # a module-level True in the qualification suites' conftest.py
 SUITES_PACKAGE = "vsnap_qual.suites"  # the suites as installed (``pytest --pyargs vsnap_qual.suites``)
@@ -245,12 +256,24 @@ def lane_for(request: pytest.FixtureRequest, spec: LaneSpec, purpose: Purpose, s
 
 
 @pytest.fixture
-def vsnap_lane_run(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> LaneRun[LifecycleState]:
-    """One lifecycle lane: a long-lived container for one runner on one image arm."""
-    return lane_for(request, vsnap_lane, "lifecycle", LifecycleState)
-
-
-@pytest.fixture
-def vsnap_fault_lane(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> LaneRun[FaultState]:
-    """A lane for injected failures: its own container and its own artifact (short snapshot timeout)."""
-    return lane_for(request, vsnap_lane, "faults", FaultState)
+def vsnap_step(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> VsnapStep:
+    """The step a suite test runs, read from its ``vsnap_step`` mark (``fault:<id>`` of its ``vsnap_fault``): not
+    applicable to this lane where the procedure's table says so (``procedure.Step.not_applicable``: the arm, the
+    overlay, the unit command); else its lane (the lifecycle's or the faults' box, started on first use), its body
+    (the table entry's ``run``) and the test's node id, for :meth:`VsnapStep.run`."""
+    found = item_lane_step(request.node)
+    if found is None:
+        pytest.fail(f"{request.node.nodeid}: vsnap_step needs a vsnap_step(<step>) mark naming the step", pytrace=False)
+    entry = procedure.step(found[1])
+    qual = _process(request).qual
+    why = entry.not_applicable(vsnap_lane.arm, vsnap_lane.overlaid, unit=bool(qual.unit_command))
+    if why is not None:
+        progress.not_applicable(f"{vsnap_lane.name}: {why}")
+    body = step_body(entry)
+    if entry.purpose == "faults":
+        lane: LaneRun[Any] = lane_for(request, vsnap_lane, "faults", FaultState)
+    else:
+        lane = lane_for(request, vsnap_lane, "lifecycle", LifecycleState)
+    fault = item_fault(request.node)
+    given = (fault, _process(request).catalogue) if procedure.is_fault_step(entry.name) else ()
+    return VsnapStep(entry, lane, request.node.nodeid, body, given)

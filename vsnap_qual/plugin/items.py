@@ -18,11 +18,18 @@ def item_lane_step(item: pytest.Item) -> tuple[LaneSpec, str] | None:
         return None
     name = str(marker.args[0])
     if name == procedure.FAULT_PREFIX:
-        fault = callspec.params.get("vsnap_fault") if callspec is not None else None
-        if not isinstance(fault, procedure.Fault):
+        fault = item_fault(item)
+        if fault is None:
             return None
         name = fault.step
     return lane, name
+
+
+def item_fault(item: pytest.Item) -> procedure.Fault | None:
+    """The fault a suite item injects (its ``vsnap_fault`` parameter), None for any other item."""
+    callspec = getattr(item, "callspec", None)
+    fault = callspec.params.get("vsnap_fault") if callspec is not None else None
+    return fault if isinstance(fault, procedure.Fault) else None
 
 
 def item_step(item: pytest.Item) -> str | None:

@@ -10,7 +10,7 @@ the session record, the lanes' peers); its methods are the session's hooks. The 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -20,8 +20,9 @@ from vsnap_qual.clock import utc_now
 from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
-from vsnap_qual.lane import LaneRun, Peers
+from vsnap_qual.lane import Peers
 from vsnap_qual.plugin.items import item_lane_step, item_step
+from vsnap_qual.plugin.step import VsnapStep, out_of_order
 from vsnap_qual.redact import Redactor
 from vsnap_qual.run import probe_copy
 from vsnap_qual.run.preflight_result import PreflightResult
@@ -47,6 +48,7 @@ class VsnapProcess:
         self.session_record: model.SessionRecord | None = None  # written first when the run starts
         self.peers = Peers()  # what this process's lanes hand each other (both arms of a runner run here)
         self.deselected: list[pytest.Item] = []  # what the user's selection left out (pytest_deselected)
+        self.suite_problem: str | None = None  # a suite out of the procedure's order (collected, then nothing runs)
 
     def hold_session(self, result: PreflightResult, record: model.SessionRecord) -> None:
         """What preflight learned and the session record: written, with the session's files, by whichever
@@ -76,6 +78,25 @@ class VsnapProcess:
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.extend(items)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
+        """The lifecycle suite's tests run in the procedure's order (``procedure.LIFECYCLE``), each lane's: a suite
+        whose tests are out of it does not collect, its error naming the test out of order."""
+        report = yield
+        found = [entry for entry in report.result or () if isinstance(entry, pytest.Item)] if report.passed else []
+        problem = out_of_order(found)
+        if problem is not None:
+            self.suite_problem = problem
+            report.outcome, report.longrepr, report.result = "failed", f"usage error: {problem}", []
+        return report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """A suite out of the procedure's order runs nothing, nothing starts (also on xdist's workers, which go on
+        past a collection error)."""
+        if self.suite_problem is not None:
+            items[:] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Record what this run selected and what the user's selection left out (``-k``, ``-m``, ``--deselect``,
@@ -114,16 +135,15 @@ class VsnapProcess:
         found = item_lane_step(item)
         if found is not None:
             progress.mark_report(report, found[0].name, found[1])
-        if report.failed and call.when == "call":
-            for name in ("vsnap_lane_run", "vsnap_fault_lane"):
-                lane = getattr(item, "funcargs", {}).get(name)
-                if isinstance(lane, LaneRun) and lane.recorder.last_logs:
-                    for path in lane.recorder.last_logs[-2:]:
-                        try:
-                            text = (lane.recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
-                        except OSError:
-                            continue
-                        report.sections.append((f"vsnap log {path}", text))
+        step = getattr(item, "funcargs", {}).get("vsnap_step")
+        if report.failed and call.when == "call" and isinstance(step, VsnapStep):
+            recorder = step.lane.recorder
+            for path in recorder.last_logs[-2:]:
+                try:
+                    text = (recorder.store.report_dir / path).read_text(errors="replace")[-4000:]
+                except OSError:
+                    continue
+                report.sections.append((f"vsnap log {path}", text))
         return report
 
 

@@ -17,6 +17,7 @@ from typing import Final, cast
 
 from vsnap_qual import model, procedure
 from vsnap_qual.clock import utc_stamp
+from vsnap_qual.contract import column
 from vsnap_qual.evidence import EVIDENCE_FILE, Evidence, read_evidence
 from vsnap_qual.report import parse
 from vsnap_qual.report.frames import Comparisons, compare_all
@@ -103,7 +104,7 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
     )
     # a variant's lanes are columns of their own after the plain ones, in the variants' order (config.LaneSpec.column)
     variants = options.get("variants") or {}
-    configured_runners += [procedure.column(r, v) for v in variants for r in list(configured_runners)]
+    configured_runners += [column(r, v) for v in variants for r in list(configured_runners)]
     lane_keys = [(s["runner"], s["arm"]) for s in steps] + [(e["runner"], e["arm"]) for e in environments.values()]
     runners = _ordered([r for r, _ in lane_keys], configured_runners)
     arms = _ordered([a for _, a in lane_keys], _ARM_ORDER)

@@ -24,27 +24,69 @@ import argparse
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
+from vsnap_qual import model, procedure
 from vsnap_qual.report.kinds import fault_kind
 
 #: the columns of the table, in order
 COLUMNS = ("runs", "left by the command", "leaks after the sweep", "artifact", "failed")
 
+#: one row of the table: (command, signal, phase reached) → its counts (the keys are the columns' words)
+ChaosRow = TypedDict(
+    "ChaosRow",
+    {
+        "runs": int,
+        "left by the command": int,
+        "left_how": Counter[str],
+        "completed": int,
+        "leaks after the sweep": int,
+        "artifact": Counter[str],
+        "failed": int,
+    },
+)
 
-def kill_steps(results: dict[str, Any]) -> list[dict[str, Any]]:
+
+class FailedKill(TypedDict):
+    """A kill step that failed, with what replays it."""
+
+    lane: str
+    step: str
+    seed: int
+    attempt: int | None
+    offset_s: float | None
+    phase: str | None
+    why: str
+
+
+class ChaosFigures(TypedDict):
+    """The table's rows (command, signal, phase) → counts, the failed steps, the draws that missed the command,
+    and the seeds."""
+
+    rows: dict[tuple[str, str, str], ChaosRow]
+    failed: list[FailedKill]
+    missed: int
+    seeds: list[int]
+
+
+def kill_steps(results: model.RunEvidence) -> list[model.Step]:
     """Every step of the kill kind that drew its moment (the latest record of each lane and step)."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    latest: dict[tuple[str, str], model.Step] = {}
     for step in results["steps"]:
-        res = step.get("results") or {}
-        injected = res.get("injected") or {}
+        res = procedure.results_as(step, model.FaultResults)
         name = step["step"]
-        if name.startswith("fault:") and fault_kind(name.removeprefix("fault:"), res) == "kill" and "seed" in injected:
+        if res is not None and _drew(name, res):
             latest[(step["lane"], name)] = step
     return list(latest.values())
 
 
-def artifact_outcome(results: dict[str, Any]) -> str:
+def _drew(name: str, res: model.FaultResults) -> bool:
+    """A fault step of the kill kind whose injector drew its moment (its record carries the seed)."""
+    kind = fault_kind(name.removeprefix(procedure.FAULT_PREFIX), res)
+    return kind == "kill" and "seed" in (res.get("injected") or {})
+
+
+def artifact_outcome(results: model.FaultResults) -> str:
     """What became of the artifact after one kill, in the words of the table."""
     killed = results.get("killed_artifact")
     if killed is not None:
@@ -54,7 +96,7 @@ def artifact_outcome(results: dict[str, Any]) -> str:
         if outcome == "restored":
             return "restored, answers as ordinary" if (killed.get("canaries") or {}).get("ok") else "restored, WRONG"
         return outcome
-    follow = results.get("followup_restore") or {}
+    follow = results.get("followup_restore") or model.FollowupRestore()
     if follow.get("exit_code") == 0:
         return "restores again" if follow.get("canary_ok") else "restores again, WRONG"
     if follow.get("consumed"):
@@ -62,7 +104,7 @@ def artifact_outcome(results: dict[str, Any]) -> str:
     return "refused with a message" if follow.get("criu_reason") or follow.get("stderr_tail") else "refused, no message"
 
 
-def left_how(cleanup: dict[str, Any]) -> str:
+def left_how(cleanup: model.CleanupAudit) -> str:
     """How vLLM left its tree: ``stopped`` (a state T), ``parked`` (every process waiting on a futex: CRIU's
     restorer, never resumed), ``running``; ``wait not recorded`` where the run predates the kernel-wait record
     (a sleeping process may then be either of the last two)."""
@@ -75,31 +117,33 @@ def left_how(cleanup: dict[str, Any]) -> str:
     return "parked" if all(w.startswith("futex") for w in waits) else "running"
 
 
-def figures(results: dict[str, Any]) -> dict[str, Any]:
+def _row() -> ChaosRow:
+    return {
+        "runs": 0,
+        "left by the command": 0,
+        "left_how": Counter(),
+        "completed": 0,
+        "leaks after the sweep": 0,
+        "artifact": Counter(),
+        "failed": 0,
+    }
+
+
+def figures(results: model.RunEvidence) -> ChaosFigures:
     """The table's rows (command, signal, phase) → counts, the artifact outcomes, and the failed steps."""
-    rows: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(
-        lambda: {
-            "runs": 0,
-            "left by the command": 0,
-            "left_how": Counter(),
-            "completed": 0,
-            "leaks after the sweep": 0,
-            "artifact": Counter(),
-            "failed": 0,
-        }  # fmt: skip
-    )
-    failed: list[dict[str, Any]] = []
+    rows: defaultdict[tuple[str, str, str], ChaosRow] = defaultdict(_row)
+    failed: list[FailedKill] = []
     missed = 0
     seeds: set[int] = set()
     for step in kill_steps(results):
-        res = step["results"]
-        injected = res["injected"]
+        res = procedure.results_as(step, model.FaultResults) or model.FaultResults()
+        injected = cast(model.KillInjected, res.get("injected"))  # the kill kind's record (kill_steps: it drew)
         seeds.add(int(injected["seed"]))
         if not injected.get("sent"):
             missed += 1
         else:
             row = rows[(str(injected["command"]), str(injected["signal"]), str(injected.get("phase") or "?"))]
-            cleanup = res.get("cleanup") or {}
+            cleanup = res.get("cleanup") or model.CleanupAudit()
             row["runs"] += 1
             row["left by the command"] += bool(cleanup.get("leftover_processes"))
             if cleanup.get("leftover_processes"):
@@ -110,20 +154,20 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             row["failed"] += step["outcome"] != "passed"
         if step["outcome"] != "passed":
             failed.append(
-                {
-                    "lane": step["lane"],
-                    "step": step["step"],
-                    "seed": injected["seed"],
-                    "attempt": injected.get("attempt"),
-                    "offset_s": injected.get("offset_s"),
-                    "phase": injected.get("phase"),
-                    "why": "; ".join(res.get("mismatches") or [step.get("message") or ""])[:400],
-                }
+                FailedKill(
+                    lane=step["lane"],
+                    step=step["step"],
+                    seed=injected["seed"],
+                    attempt=injected.get("attempt"),
+                    offset_s=injected.get("offset_s"),
+                    phase=injected.get("phase"),
+                    why="; ".join(res.get("mismatches") or [step.get("message") or ""])[:400],
+                )
             )
-    return {"rows": dict(rows), "failed": failed, "missed": missed, "seeds": sorted(seeds)}
+    return ChaosFigures(rows=dict(rows), failed=failed, missed=missed, seeds=sorted(seeds))
 
 
-def render(fig: dict[str, Any]) -> str:
+def render(fig: ChaosFigures) -> str:
     """The figures as a plain-text table (``bench/chaos.py``), then the failed steps with what replays each."""
     lines = [
         f"{'command':8} {'signal':8} {'phase reached':36} {'runs':>4} {'left':>5} {'leaks':>5} {'failed':>6}  artifact"
@@ -159,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="a run's results.json")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     args = parser.parse_args(argv)
-    fig = figures(json.loads(args.results.read_text()))
+    fig = figures(json.loads(args.results.read_text()))  # results.json as written (nothing re-read as the model)
     if args.json:
         print(
             json.dumps({**fig, "rows": [[*k, {**v, "artifact": dict(v["artifact"])}] for k, v in fig["rows"].items()]})

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 
 from vsnap_qual import model
 from vsnap_qual.report import figures, parse
+from vsnap_qual.report.canary import CanaryRow, canary_rows
 from vsnap_qual.report.frames import (
-    CanaryRow,
     KvRow,
     ReadinessRow,
     TimingRow,
-    canary_frame,
     digest_frame,
     kv_frame,
     readiness_frame,
@@ -297,7 +296,7 @@ def _reference_digests(old: model.Results, new: model.Results) -> list[Change]:
 
 def _canary(old: model.Results, new: model.Results) -> list[Change]:
     def index(results: model.Results) -> dict[tuple[str, str, str, str], CanaryRow]:
-        return {(r["runner"], r["arm"], r["step"], r["prompt"]): r for r in rows(canary_frame(results), CanaryRow)}
+        return {(r["runner"], r["arm"], r["step"], r["prompt"]): r for r in canary_rows(results)}
 
     before, after = index(old), index(new)
     changes = []

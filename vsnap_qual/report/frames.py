@@ -1,11 +1,13 @@
-"""The tables of one run, as pandas DataFrames: digests, canary, KV, timings, faults, cleanup, the step matrix.
+"""The tables of one run, as pandas DataFrames: digests, KV, timings, faults, cleanup, the step matrix.
 
 They display what the steps recorded (their judgements included); they judge nothing themselves.
 
 Every view (HTML, Markdown, terminal, run diff) renders from these frames, computed once per run
 (:func:`compare_all`), so a number is computed once. Each frame's rows have a ``TypedDict`` here (its columns,
-in order): the builders fill it from the typed evidence (``model.RunEvidence``), and :func:`rows` reads a frame
-back as it. pandas is imported inside the functions: importing this module stays cheap for ``pytest --help``.
+in order): the builders fill it from the typed evidence (``model.RunEvidence``), each record read as what its
+step's results type declares (``procedure.results_as``), and :func:`rows` reads a frame back as it. The canaries
+are no table: the views read each step's recorded judgement of them (``report.canary``). pandas is imported inside
+the functions: importing this module stays cheap for ``pytest --help``.
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, cast
 
 from vsnap_qual import model, overlay, procedure
-from vsnap_qual.procedure import CANARY_STEPS, CREATE, ORDINARY, OVERLAY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD
+from vsnap_qual.procedure import CREATE, ORDINARY, RESTORE_1, RESTORE_2, RESTORES, VS_HEAD, results_as
 from vsnap_qual.report.chaos import artifact_outcome
 from vsnap_qual.report.kinds import fault_kind
-from vsnap_qual.report.recorded import StepKey, latest_steps, reference_arm
+from vsnap_qual.report.recorded import (
+    Audited,
+    DigestCompared,
+    Digested,
+    Noticed,
+    Ready,
+    StepKey,
+    latest_steps,
+    reference_arm,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +50,6 @@ _RECORDED: tuple[Literal["changed", "missing", "extra", "unobservable"], ...] = 
     "unobservable",
 )
 
-CanaryStatus = Literal["reference", "bit-exact", "within tolerance", "mismatch", "not judged"]
 #: A row of the step matrix: lane, runner, arm, then one column per step (its outcome), faults, faults_ok.
 MatrixRow = dict[str, str | bool | None]
 Row = TypeVar("Row")
@@ -63,34 +73,6 @@ class DigestSummaryRow(TypedDict):
     #: how many of ``total`` are buffers (``named_buffers()``), and which changed ones are
     buffers: int
     changed_buffer_names: list[str]
-
-
-class CanaryRow(TypedDict):
-    runner: str
-    arm: str
-    step: str
-    index: int
-    prompt: str
-    token_ids: str
-    text: str
-    logprob: float | None
-    reference_logprob: float | None
-    delta: float | None
-    status: CanaryStatus
-    ok: bool | None
-    tokens: int
-    first_divergence: int | None
-
-
-class CanarySummaryRow(TypedDict):
-    runner: str
-    arm: str
-    step: str
-    prompts: int
-    equal: int
-    bit_exact: int
-    max_abs_delta: float | None
-    ok: bool
 
 
 class KvRow(TypedDict):
@@ -195,7 +177,7 @@ def _columns(row: type) -> list[str]:
     return list(row.__annotations__)
 
 
-def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def records(frame: pd.DataFrame) -> list[dict[str, object]]:
     """``frame`` as a list of row dictionaries with NaN turned into ``None`` (for templates and JSON). pandas
     gives its rows back untyped; :func:`rows` reads them as the row type the frame was built from."""
     found = frame.to_dict("records")
@@ -230,21 +212,33 @@ def digest_sources(run: model.RunEvidence, runner: str) -> dict[str, model.Step]
     latest = latest_steps(run)
     ref_arm = reference_arm(run)
     sources: dict[str, model.Step] = {}
-    for column in (ORDINARY, *RESTORES):
+    for column in procedure.recording("digests"):
         step = latest.get((runner, ref_arm, column))
-        if step is not None and step["results"].get("digests"):
+        if step is not None and digests_of(step):
             sources[column] = step
     for arm in run["arms"]:
         if arm == ref_arm:
             continue
         for step_name in (RESTORE_1, ORDINARY):
             step = latest.get((runner, arm, step_name))
-            if step is not None and step["results"].get("digests"):
+            if step is not None and digests_of(step):
                 sources["base"] = step
                 break
         if "base" in sources:
             break
     return sources
+
+
+def digests_of(step: model.Step) -> dict[str, model.Digest]:
+    """The parameter digests a step recorded (none where its type records none)."""
+    found = results_as(step, Digested)
+    return (found or Digested()).get("digests") or {}
+
+
+def digest_compare_of(step: model.Step | None) -> model.DigestCompare | None:
+    """The comparison of digests a step recorded (a restore's, the base arm's with the head's)."""
+    found = results_as(step, DigestCompared)
+    return None if found is None else found.get("digest_compare")
 
 
 def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
@@ -268,7 +262,7 @@ def digest_frame(run: model.RunEvidence, runner: str) -> pd.DataFrame:
     kinds: dict[str, str] = {}
     for column in columns:
         cells: dict[str, str] = {}
-        for name, entry in sources[column]["results"].get("digests", {}).items():
+        for name, entry in digests_of(sources[column]).items():
             sha = entry.get("sha256")
             cells[name] = sha if sha else UNOBSERVABLE
             shapes.setdefault(name, "×".join(str(d) for d in entry.get("shape", [])))
@@ -322,9 +316,8 @@ def column_compares(
     steps: list[model.Step] = []
     if column == "base" and (vs_head := latest.get((runner, source["arm"], VS_HEAD))) is not None:
         steps.append(vs_head)
-    if source["step"] in RESTORES:
-        steps.append(source)
-    return [compare for step in steps if (compare := step["results"].get("digest_compare")) is not None]
+    steps.append(source)  # a restore's own comparison (the ordinary reference's type records none)
+    return [compare for step in steps if (compare := digest_compare_of(step)) is not None]
 
 
 def digest_summary(run: model.RunEvidence, tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
@@ -380,9 +373,7 @@ def recorded_digest_ok(latest: dict[StepKey, model.Step], runner: str) -> bool |
     """The run's own judgement of ``runner``'s digests: every ``digest_compare.ok`` its restores (and the base
     arm's comparison with the head arm) recorded (``checks.compare_digests``); None when none was recorded."""
     judged = [
-        compare["ok"]
-        for (r, _a, name), step in latest.items()
-        if r == runner and name in (*RESTORES, VS_HEAD) and (compare := step["results"].get("digest_compare"))
+        compare["ok"] for (r, _a, _s), step in latest.items() if r == runner and (compare := digest_compare_of(step))
     ]
     return all(judged) if judged else None
 
@@ -392,11 +383,7 @@ def _summary_from_compare(
 ) -> tuple[int, dict[DigestStatus, int], dict[DigestStatus, list[str]], int, list[str]] | None:
     """(total, counts, names, buffers, changed buffers) from the restores' recorded ``digest_compare``, for a runner
     without digests."""
-    found = [
-        compare
-        for s in RESTORES
-        if (step := latest.get((runner, arm, s))) and (compare := step["results"].get("digest_compare")) is not None
-    ]
+    found = [compare for s in RESTORES if (compare := digest_compare_of(latest.get((runner, arm, s)))) is not None]
     if not found:
         return None
     names: dict[DigestStatus, list[str]] = {k: list(dict.fromkeys(n for c in found for n in c[k])) for k in _RECORDED}
@@ -421,148 +408,18 @@ def _digest_text(
     return text
 
 
-# ---------------------------------------------------------------------------------------------- canary
-
-
-def canary_frame(run: model.RunEvidence) -> pd.DataFrame:
-    """Prompt × (runner, arm, step): token ids, text, logprob, Δ vs the runner's ordinary reference, status.
-
-    ``status`` is ``reference``, ``bit-exact``, ``within tolerance``, ``mismatch`` (the step's own recorded
-    ``canary_compare``), or ``not judged`` (``ok`` None) when the step recorded no comparison: the report shows
-    the step's judgement and never makes its own.
-    """
-
-    latest = latest_steps(run)
-    ref_arm = reference_arm(run)
-    found: list[CanaryRow] = []
-    for runner in run["runners"]:
-        for arm in run["arms"]:
-            reference_step = latest.get((runner, arm, ORDINARY)) or latest.get((runner, ref_arm, ORDINARY))
-            reference = (
-                {_canary_key(c): c for c in reference_step["results"].get("canary", [])} if reference_step else {}
-            )
-            for step_name in CANARY_STEPS:
-                step = latest.get((runner, arm, step_name))
-                canaries = step["results"].get("canary", []) if step else []
-                if step is None or not canaries:
-                    continue
-                compares = {_compare_key(c): c for c in step["results"].get("canary_compare", [])}
-                is_reference = step is reference_step
-                for index, canary in enumerate(canaries):
-                    key = _canary_key(canary)
-                    found.append(
-                        _canary_row(
-                            (runner, arm, step_name),
-                            index,
-                            canary,
-                            reference.get(key),
-                            compares.get(key),
-                            is_reference,
-                        )
-                    )
-    return _frame(found, CanaryRow)
-
-
-def _canary_tokens(canary: model.Canary) -> int:
-    """How many tokens a canary generated: vLLM's one-token canary, or a multi-token one."""
-    return len(canary["token_ids"]) or 1
-
-
-def _canary_key(canary: model.Canary) -> tuple[str, int]:
-    """A canary is its prompt and its length (the same prompt runs as the one-token canary and a long one)."""
-    return (canary["prompt"], _canary_tokens(canary))
-
-
-def _compare_key(compare: model.CanaryCompare) -> tuple[str, int]:
-    tokens = compare["tokens"] if "tokens" in compare else _canary_tokens(compare["expected"])
-    return (compare["prompt"], tokens)
-
-
-def _canary_row(
-    where: StepKey,
-    index: int,
-    canary: model.Canary,
-    reference: model.Canary | None,
-    compare: model.CanaryCompare | None,
-    is_reference: bool,
-) -> CanaryRow:
-    logprob = _float(canary["logprob"])
-    ref_logprob = _float(reference["logprob"]) if reference else None
-    delta = None if logprob is None or ref_logprob is None else logprob - ref_logprob
-    divergence = None
-    status: CanaryStatus
-    ok: bool | None
-    if is_reference:
-        status, ok = "reference", True
-    elif compare is not None:
-        delta = _float(compare["logprob_delta"])
-        if compare.get("max_logprob_delta") is not None:
-            delta = _float(compare["max_logprob_delta"])
-        divergence = compare.get("first_divergence")
-        ok = compare["ok"]
-        if not ok:
-            status = "mismatch"
-        elif compare["bit_exact"]:
-            status = "bit-exact"
-        else:
-            status = "within tolerance"
-    else:
-        status, ok = "not judged", None
-    runner, arm, step = where
-    return CanaryRow(
-        runner=runner,
-        arm=arm,
-        step=step,
-        index=index,
-        prompt=canary["prompt"],
-        token_ids=" ".join(str(t) for t in canary["token_ids"]),
-        text=canary["text"],
-        logprob=logprob,
-        reference_logprob=ref_logprob,
-        delta=delta,
-        status=status,
-        ok=ok,
-        tokens=_canary_tokens(canary),
-        first_divergence=divergence,
-    )
-
-
-def _canary_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """A row per (runner, arm, restore step) of the canary frame: prompts, equal, bit-exact, max |Δ logprob|,
-    ok."""
-    frame = frame[frame["status"] != "reference"]
-    found: list[CanarySummaryRow] = []
-    for (runner, arm, step), group in frame.groupby(["runner", "arm", "step"], sort=False):
-        deltas = group["delta"].dropna().abs()
-        found.append(
-            CanarySummaryRow(
-                runner=str(runner),
-                arm=str(arm),
-                step=str(step),
-                prompts=len(group),
-                equal=int(group["ok"].sum()),
-                bit_exact=int((group["status"] == "bit-exact").sum()),
-                max_abs_delta=float(deltas.max()) if len(deltas) else None,
-                ok=bool((group["ok"] == True).all()),  # noqa: E712 (None: not judged)
-            )
-        )
-    return _frame(found, CanarySummaryRow)
-
-
 # ---------------------------------------------------------------------------------------------- KV
 
 
 def kv_frame(run: model.RunEvidence) -> pd.DataFrame:
     """Arm × runner: KV capacity in tokens, ordinary vs snapshot (create, else restore), Δ tokens and %."""
     latest = latest_steps(run)
-    nothing = model.StepResults()
     found: list[KvRow] = []
     for runner in run["runners"]:
         for arm in run["arms"]:
-            ordinary, create, restore = (
-                step["results"] if (step := latest.get((runner, arm, name))) else nothing
-                for name in (ORDINARY, CREATE, RESTORE_1)
-            )
+            ordinary = results_as(latest.get((runner, arm, ORDINARY)), model.OrdinaryResults) or model.OrdinaryResults()
+            create = results_as(latest.get((runner, arm, CREATE)), model.CreateResults) or model.CreateResults()
+            restore = results_as(latest.get((runner, arm, RESTORE_1)), model.RestoreResults) or model.RestoreResults()
             ordinary_kv = _float(ordinary.get("kv_tokens"))
             if ordinary_kv is None:
                 ordinary_kv = _float(restore.get("kv_ordinary"))
@@ -602,8 +459,8 @@ def timing_frame(run: model.RunEvidence) -> pd.DataFrame:
             "step": s["step"],
             "seconds": _float(s["seconds"]),
             "engine_seconds": _float(s.get("engine_seconds")),
-            "ready_seconds": _float(s["results"].get("ready_seconds")),
-            "notice_latency_s": _float(s["results"].get("notice_latency_s")),
+            "ready_seconds": _float((results_as(s, Ready) or Ready()).get("ready_seconds")),
+            "notice_latency_s": _float((results_as(s, Noticed) or Noticed()).get("notice_latency_s")),
         }
         for s in run["steps"]
     ]
@@ -629,9 +486,11 @@ def readiness_frame(run: model.RunEvidence) -> pd.DataFrame:
     for (runner, arm), group in timings.groupby(["runner", "arm"], sort=False):
         cold = group.loc[group["step"] == ORDINARY, "ready_median"].dropna()
         restores = [
-            _float(s["results"].get("ready_seconds"))
+            _float(restore.get("ready_seconds"))
             for s in run["steps"]
-            if s["runner"] == runner and s["arm"] == arm and s["step"] in RESTORES
+            if s["runner"] == runner
+            and s["arm"] == arm
+            and (restore := results_as(s, model.RestoreResults)) is not None
         ]
         restore_values = [v for v in restores if v is not None]
         if cold.empty and not restore_values:
@@ -658,12 +517,11 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per fault step: point, expected behaviour, exit, HTTP ever bound, phase, cleanup, follow-up."""
     found: list[FaultRow] = []
     latest = latest_steps(run)
+    faults = {key: res for key, step in latest.items() if (res := results_as(step, model.FaultResults)) is not None}
     # a step skipped before its fault ran records no title: another lane's record of the same fault says it
-    titles = {name: s["results"]["title"] for (_, _, name), s in latest.items() if s["results"].get("title")}
-    for (runner, arm, name), step in latest.items():
-        if not procedure.is_fault_step(name):
-            continue
-        res = step["results"]
+    titles = {name: title for (_, _, name), res in faults.items() if (title := res.get("title"))}
+    for (runner, arm, name), res in faults.items():
+        step = latest[(runner, arm, name)]
         observed = res.get("observed", model.FaultObservation())
         expected = res.get("expected")
         cleanup = res.get("cleanup")
@@ -706,13 +564,13 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
 
 
 def _kill_fields(
-    name: str, res: model.StepResults
+    name: str, res: model.FaultResults
 ) -> tuple[str | None, str | None, int | None, bool | None, str | None]:
     """The kill kind's fields of a fault row (``FaultRow.kill`` …; all None for another kind, or a kill that drew
     no moment)."""
-    injected: dict[str, Any] = dict(res.get("injected") or {})
-    if fault_kind(name.removeprefix(procedure.FAULT_PREFIX), res) != "kill" or "seed" not in injected:
+    if fault_kind(name.removeprefix(procedure.FAULT_PREFIX), res) != "kill" or "seed" not in res.get("injected", {}):
         return None, None, None, None, None
+    injected = cast(model.KillInjected, res.get("injected"))  # the kill kind's record (it drew its moment)
     cleanup = res.get("cleanup") or model.CleanupAudit()
     sent = injected.get("sent_after_s")
     return (
@@ -720,7 +578,7 @@ def _kill_fields(
         injected.get("phase"),
         len(cleanup.get("leftover_processes") or []),
         (cleanup.get("after_sweep") or {}).get("ok"),
-        artifact_outcome(dict(res)),
+        artifact_outcome(res),
     )
 
 
@@ -739,9 +597,15 @@ def cleanup_frame(run: model.RunEvidence) -> pd.DataFrame:
             detail=audit.get("detail") or "",
         )
         for (runner, arm, name), step in latest_steps(run).items()
-        if (audit := judged_audit(step["results"].get("cleanup")))
+        if (audit := judged_audit(cleanup_of(step)))
     ]
     return _frame(found, CleanupRow)
+
+
+def cleanup_of(step: model.Step) -> model.CleanupAudit | None:
+    """The cleanup audit a step recorded (none where its type records none)."""
+    found = results_as(step, Audited)
+    return None if found is None else found.get("cleanup")
 
 
 def judged_audit(audit: model.CleanupAudit | None) -> model.CleanupAudit | None:
@@ -789,10 +653,11 @@ def step_matrix(run: model.RunEvidence) -> pd.DataFrame:
 def overlay_frame(run: model.RunEvidence) -> pd.DataFrame:
     """A row per (lane, overlaid file): module, host hash, importing processes, matching hashes, ok."""
     found: list[OverlayRow] = []
-    for (runner, arm, step_name), step in latest_steps(run).items():
-        if step_name != OVERLAY:
+    for (runner, arm, _), step in latest_steps(run).items():
+        verified = results_as(step, model.OverlayResults)
+        if verified is None:
             continue
-        for entry in step["results"].get("files", []):
+        for entry in verified.get("files", []):
             imported = entry.get("imported", [])
             host_sha = entry.get("host_sha256")
             matching = [i for i in imported if i["sha256"] == host_sha]
@@ -829,8 +694,6 @@ class Comparisons:
 
     digest_tables: dict[str, pd.DataFrame]
     digests: pd.DataFrame
-    canary: pd.DataFrame
-    canary_summary: pd.DataFrame
     kv: pd.DataFrame
     timings: pd.DataFrame
     readiness: pd.DataFrame
@@ -843,12 +706,9 @@ class Comparisons:
 def compare_all(run: model.RunEvidence) -> Comparisons:
     """Compute every comparison frame for ``run`` (``results.json`` is one)."""
     tables = {runner: digest_frame(run, runner) for runner in run["runners"]}
-    canary = canary_frame(run)
     return Comparisons(
         digest_tables=tables,
         digests=digest_summary(run, tables),
-        canary=canary,
-        canary_summary=_canary_summary(canary),
         kv=kv_frame(run),
         timings=timing_frame(run),
         readiness=readiness_frame(run),

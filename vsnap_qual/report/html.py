@@ -20,11 +20,10 @@ from markupsafe import Markup, escape
 from vsnap_qual import model, procedure
 from vsnap_qual.redact import Redactor
 from vsnap_qual.report import figures
+from vsnap_qual.report.canary import CanaryRow, CanarySummaryRow, canary_rows, canary_summary
 from vsnap_qual.report.frames import (
     DIGEST_COLUMNS,
     UNOBSERVABLE,
-    CanaryRow,
-    CanarySummaryRow,
     CleanupRow,
     Comparisons,
     DigestSummaryRow,
@@ -249,8 +248,8 @@ def build_view(
         environment=_environment(results),
         overlay=rows(comparisons.overlay, OverlayRow),
         matrix=_matrix(results, comparisons),
-        canary=_canary(results, comparisons),
-        canary_summary=rows(comparisons.canary_summary, CanarySummaryRow),
+        canary=_canary(results),
+        canary_summary=canary_summary(canary_rows(results)),
         digests=_digests(comparisons),
         kv=rows(comparisons.kv, KvRow),
         kv_chart=_kv_chart(rows(comparisons.kv, KvRow)),
@@ -376,13 +375,14 @@ def _matrix(results: model.Results, comparisons: Comparisons) -> MatrixView:
     return MatrixView(columns=columns, rows=lanes)
 
 
-def _canary(results: model.Results, comparisons: Comparisons) -> list[CanaryBlock]:
+def _canary(results: model.Results) -> list[CanaryBlock]:
     """Per runner: how many canaries were compared across which (arm, step) columns, and the cells that are not
-    bit-exact with the ordinary reference (or are missing): all of them bit-exact is one line, not a grid."""
-    frame = comparisons.canary
+    bit-exact with the ordinary reference (or are missing): all of them bit-exact is one line, not a grid. Read
+    straight from each step's recorded canaries and its recorded judgement of them (``canary_compare``)."""
+    recorded = canary_rows(results)
     out = []
     for runner in results["runners"]:
-        part = rows(frame[frame["runner"] == runner], CanaryRow)
+        part = [r for r in recorded if r["runner"] == runner]
         if not part:
             continue
         columns = list(dict.fromkeys((r["arm"], r["step"]) for r in part))

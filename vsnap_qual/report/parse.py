@@ -12,7 +12,10 @@ again, and a report still comes out of any evidence (``tests/report/test_robustn
   else ``""``, ``0``, ``0.0``, ``False``, ``[]``, ``{}``, or an object of such fields;
 - a required ``Literal`` field (a record's ``kind``, ``runner``, ``arm``, a step's ``outcome``, a verdict's
   ``status``) has no empty value: an object whose one is another value cannot be placed, and is left out whole
-  (a record: counted with the malformed lines).
+  (a record: counted with the malformed lines);
+- a step record's ``results`` are checked against its own step's results type (``procedure.Step.results``:
+  ``model.RestoreResults`` for a restore, ``model.FaultResults`` for ``fault:<id>``, ...); the results of a step
+  the procedure does not name are kept as they are (any JSON object).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, cast
 
-from vsnap_qual import model
+from vsnap_qual import model, procedure
 
 __all__ = ["record", "results", "run_evidence"]
 
@@ -133,6 +136,7 @@ def _object(tp: type) -> _Conform:
     fields = model.fields_of(tp)
     required = [key for key in fields.types if key in fields.required]
     by_field: dict[str, _Conform] = {}  # filled on first use: the model's types refer to each other
+    keyed = fields.types.get("results") == model.StepResults  # a step record: its results are its step's type
 
     def conform(value: object) -> object:
         if not isinstance(value, dict):
@@ -142,6 +146,8 @@ def _object(tp: type) -> _Conform:
         out: dict[str, object] = {}
         for key, item in value.items():
             field = by_field.get(key) if isinstance(key, str) else None
+            if keyed and key == "results":
+                field = _step_results(value.get("step"))
             if field is None:
                 if fields.open and isinstance(key, str):
                     out[key] = item
@@ -158,6 +164,18 @@ def _object(tp: type) -> _Conform:
         return out
 
     return conform
+
+
+def _step_results(step: object) -> _Conform:
+    """The conformer of a step record's results: its step's results type; any JSON object for a step the procedure
+    does not name."""
+    try:
+        results = procedure.step(step).results if isinstance(step, str) else None
+    except KeyError:
+        results = None
+    if results is None:
+        return lambda value: value if isinstance(value, dict) else _INVALID
+    return _conformer(results)
 
 
 def _empty(tp: Any) -> object:

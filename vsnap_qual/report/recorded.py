@@ -3,6 +3,8 @@ reference arm, an option's value. Reads ``model.RunEvidence`` (``results.json`` 
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from vsnap_qual import model
 
 #: A step record's place: (runner, arm, step).
@@ -34,3 +36,78 @@ def option_value(run: model.RunEvidence, name: str) -> object:
 
 def _option_key(name: str) -> str:
     return name.strip().lower().lstrip("-").replace("_", "-").removeprefix("vsnap-")
+
+
+# ---- what a record's results carry, read from its step's type (``procedure.results_as``) -----------------------
+# Each piece is a field some steps' results types declare; a record is read as a piece only where its step's type
+# declares every field of it (``procedure.results_as``): the report never knows which steps record what by name.
+class Digested(TypedDict, total=False):
+    """Parameter digests: the ordinary reference's and each restore's."""
+
+    digests: dict[str, model.Digest]
+
+
+class DigestCompared(TypedDict, total=False):
+    """A recorded comparison of digests with the reference: each restore's, and the base arm's with the head's."""
+
+    digest_compare: model.DigestCompare
+
+
+class Canaried(TypedDict, total=False):
+    """Canaries, as the engine answered them: the ordinary reference's and each restore's."""
+
+    canary: list[model.Canary]
+
+
+class CanaryCompared(TypedDict, total=False):
+    """The canaries' recorded judgement against the reference: each restore's, and the base arm's with the head's."""
+
+    canary_compare: list[model.CanaryCompare]
+
+
+class Audited(TypedDict, total=False):
+    """A cleanup audit: every step that stops engine processes."""
+
+    cleanup: model.CleanupAudit
+
+
+class Kv(TypedDict, total=False):
+    """A KV capacity and where it was read."""
+
+    kv_tokens: int | None
+
+
+class Ready(TypedDict, total=False):
+    """How long a server took to serve (an ordinary start, a restore)."""
+
+    ready_seconds: float | None
+
+
+class Noticed(TypedDict, total=False):
+    """How late an ordinary server's first bind was noticed."""
+
+    notice_latency_s: float | None
+
+
+class Soaked(TypedDict, total=False):
+    """The watch after a restore."""
+
+    soak: model.Soak
+
+
+class Refused(TypedDict, total=False):
+    """vLLM's reason for a command that failed (a serve that died, a create or restore that exited non-zero)."""
+
+    vllm_reason: str
+
+
+class Consumed(TypedDict, total=False):
+    """A restore's outside files that were gone (the artifact is not self-contained)."""
+
+    consumed: list[str]
+
+
+class OutsideFiles(TypedDict, total=False):
+    """What an artifact needs from outside it."""
+
+    outside_files: list[str]

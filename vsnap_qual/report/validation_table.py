@@ -7,13 +7,13 @@ show the recorded rows (``results["verdict"]["checks"]``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
 
 from vsnap_qual import model, overlay, procedure, vllm_words
+from vsnap_qual.procedure import results_as
 from vsnap_qual.report import figures
+from vsnap_qual.report.canary import CanaryRow, canary_rows, largest_delta
 from vsnap_qual.report.frames import (
-    CanaryRow,
     CleanupRow,
     Comparisons,
     DigestSummaryRow,
@@ -21,13 +21,12 @@ from vsnap_qual.report.frames import (
     KvRow,
     OverlayRow,
     ReadinessRow,
+    cleanup_of,
+    digest_compare_of,
     judged_audit,
     rows,
 )
-from vsnap_qual.report.recorded import latest_steps
-
-if TYPE_CHECKING:
-    import pandas as pd
+from vsnap_qual.report.recorded import CanaryCompared, OutsideFiles, latest_steps
 
 _LIFECYCLE = procedure.SNAPSHOT_LIFECYCLE
 _NAMES_SHOWN = 10
@@ -109,8 +108,8 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "lifecycle": lambda: _lifecycle(run),
         "overlay": lambda: _overlay(comparisons),
         "digests": lambda: _digests(comparisons),
-        "canary.single-token": lambda: _canary(comparisons),
-        "canary.multi-token": lambda: _multi_token(comparisons),
+        "canary.single-token": lambda: _canary(run),
+        "canary.multi-token": lambda: _multi_token(run),
         "adapters": lambda: _adapters(run),
         "shapes": lambda: _shapes(run),
         "faults": lambda: _faults(comparisons),
@@ -141,52 +140,54 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
     items: list[model.CheckItem] = []
     outcome = {"passed": True, "failed": False}
     for (runner, arm, step), record in latest_steps(run).items():
-        res = record["results"]
         where = (check_id, runner, arm)
+        # each record read as what its step's results type declares (a restore's, a fault's, ...)
+        restore = results_as(record, model.RestoreResults)
+        fault = results_as(record, model.FaultResults)
         if check_id == "lifecycle" and step in _LIFECYCLE:
             items.append(_item(*where, step, ok=outcome.get(record["outcome"])))
-        elif check_id == "faults" and procedure.is_fault_step(step):
+        elif check_id == "faults" and fault is not None:
             items.append(_item(*where, step.removeprefix(procedure.FAULT_PREFIX), ok=outcome.get(record["outcome"])))
-        elif check_id == "overlay" and step == procedure.OVERLAY:
-            for entry in res.get("files", []):
+        elif check_id == "overlay" and (verified := results_as(record, model.OverlayResults)) is not None:
+            for entry in verified.get("files", []):
                 items.append(_item(*where, str(entry.get("module")), ok=entry.get("ok")))
-        elif check_id == "digests" and "digest_compare" in res:
-            items.append(_item(*where, step, ok=res["digest_compare"]["ok"]))
-        elif check_id.startswith("canary.") and "canary_compare" in res:
+        elif check_id == "digests" and (compare := digest_compare_of(record)) is not None:
+            items.append(_item(*where, step, ok=compare["ok"]))
+        elif check_id.startswith("canary.") and (canaries := results_as(record, CanaryCompared)) is not None:
             multi = check_id == "canary.multi-token"
-            group = [c for c in res["canary_compare"] if ((c.get("tokens") or 1) > 1) == multi]
+            group = [c for c in canaries.get("canary_compare", []) if ((c.get("tokens") or 1) > 1) == multi]
             if group:
                 items.append(_item(*where, step, ok=all(c["ok"] for c in group)))
-        elif check_id == "shapes" and step in procedure.RESTORES and "shape_compare" in res:
-            for shape in dict.fromkeys(c["shape"] for c in res["shape_compare"]):
-                judged = [c for c in res["shape_compare"] if c["shape"] == shape and c["judged"]]
+        elif check_id == "shapes" and restore is not None and "shape_compare" in restore:
+            for shape in dict.fromkeys(c["shape"] for c in restore["shape_compare"]):
+                judged = [c for c in restore["shape_compare"] if c["shape"] == shape and c["judged"]]
                 if judged:
                     items.append(_item(*where, step, shape, ok=all(c["compare"]["ok"] for c in judged)))
-            repeated = (res.get("soak") or {}).get("repeated_mismatch")
+            repeated = (restore.get("soak") or {}).get("repeated_mismatch")
             if repeated:
                 items.append(_item(*where, step, "soak-rounds", ok=False))
-        elif check_id == "kv" and step in procedure.RESTORES and "kv_judgement" in res:
-            items.append(_item(*where, step, ok=res["kv_judgement"].get("ok")))
-        elif check_id == "adapters" and step in procedure.RESTORES and res.get("adapter_compare"):
-            groups = res["adapter_compare"].values()
+        elif check_id == "kv" and restore is not None and "kv_judgement" in restore:
+            items.append(_item(*where, step, ok=restore["kv_judgement"].get("ok")))
+        elif check_id == "adapters" and restore is not None and restore.get("adapter_compare"):
+            groups = restore.get("adapter_compare", {}).values()
             items.append(_item(*where, step, ok=all(group and all(c["ok"] for c in group) for group in groups)))
-        elif check_id == "decode" and step in procedure.RESTORES and "decode_judgement" in res:
-            items.append(_item(*where, step, ok=res["decode_judgement"].get("ok")))
-        elif check_id == "prefix-cache" and step in procedure.RESTORES and "prefix_cache_judgement" in res:
-            prefix = res["prefix_cache_judgement"]
+        elif check_id == "decode" and restore is not None and "decode_judgement" in restore:
+            items.append(_item(*where, step, ok=restore["decode_judgement"].get("ok")))
+        elif check_id == "prefix-cache" and restore is not None and "prefix_cache_judgement" in restore:
+            prefix = restore["prefix_cache_judgement"]
             if not prefix.get("not_judged"):
                 items.append(_item(*where, step, ok=prefix.get("ok")))
-        elif check_id == "liveness" and step in procedure.RESTORES and "soak" in res:
-            items.append(_item(*where, step, ok=res["soak"].get("alive")))
+        elif check_id == "liveness" and restore is not None and "soak" in restore:
+            items.append(_item(*where, step, ok=restore["soak"].get("alive")))
         elif check_id == "unit" and step == procedure.UNIT and record["outcome"] != "skipped":
             items.append(_item(*where, step, ok=outcome.get(record["outcome"])))
         elif check_id == "self-contained":
             if step in _ALONE:
-                consumed = bool(res.get("consumed"))
+                consumed = bool((restore or model.RestoreResults()).get("consumed"))
                 items.append(_item(*where, step, ok=False if consumed else outcome.get(record["outcome"])))
-            elif (res.get("followup_restore") or {}).get("consumed"):
+            elif _followup(fault).get("consumed"):
                 items.append(_item(*where, step, ok=False))
-        elif check_id == "cleanup" and (audit := judged_audit(res.get("cleanup"))):
+        elif check_id == "cleanup" and (audit := judged_audit(cleanup_of(record))):
             # vLLM's own cleanup where it is judged, else a kill's audit after the harness's sweep (always judged)
             items.append(_item(*where, step, ok=audit.get("ok")))
     return items
@@ -278,68 +279,92 @@ def _digests(comparisons: Comparisons) -> model.Check:
     )
 
 
-def _canary(comparisons: Comparisons, multi: bool = False) -> model.Check:
-    frame = comparisons.canary
-    if not frame.empty and "tokens" in frame:
-        frame = frame[(frame["tokens"] > 1) == multi]
+def _canary(run: model.RunEvidence, multi: bool = False) -> model.Check:
+    """One-token canaries (or, ``multi``, the multi-token ones): each restore's recorded judgement of them."""
+    found = [r for r in canary_rows(run) if (r["tokens"] > 1) == multi]
     if multi:
-        return _multi_token_check(frame)
-    if frame.empty or (frame["status"] == "reference").all():
+        return _multi_token_check(found)
+    if all(r["status"] == "reference" for r in found):
         return _row("canary equal to the ordinary reference", None, "no canary compared")
     parts = []
     details = []
-    compared = frame[frame["status"] != "reference"]
-    for (runner, arm), group in compared.groupby(["runner", "arm"], sort=False):
-        prompts = group["prompt"].nunique()
-        equal_prompts = group.groupby("prompt", sort=False)["ok"].all()
-        exact_prompts = group.groupby("prompt", sort=False)["status"].apply(lambda s: bool((s == "bit-exact").all()))
-        deltas = group["delta"].dropna().abs()
-        text = f"{runner}/{arm}: {int(equal_prompts.sum())}/{prompts} equal"
-        if int(exact_prompts.sum()) == prompts:
+    compared = [r for r in found if r["status"] != "reference"]
+    for (runner, arm), group in _by_lane(compared).items():
+        prompts = _by_prompt(group)
+        equal = sum(1 for oks in prompts.values() if _all_true(r["ok"] for r in oks))
+        exact = sum(1 for oks in prompts.values() if all(r["status"] == "bit-exact" for r in oks))
+        text = f"{runner}/{arm}: {equal}/{len(prompts)} equal"
+        if exact == len(prompts):
             text += ", bit-exact"
         else:
-            text += f" ({int(exact_prompts.sum())} bit-exact, max |Δ logprob| {figures.delta(deltas.max())})"
+            text += f" ({exact} bit-exact, max |Δ logprob| {figures.delta(largest_delta(group))})"
         parts.append(text)
-        for row in rows(group[group["ok"] != True], CanaryRow):  # noqa: E712 (False and not judged)
+        for row in (r for r in group if r["ok"] is not True):  # False and not judged
             delta = figures.delta(row["delta"])
             details.append(f"{runner}/{arm}/{row['step']} {row['prompt']!r}: {row['status']}, Δ {delta}")
-    restores = compared["step"].nunique()
+    restores = len({r["step"] for r in compared})
     name = "canary equal to the ordinary reference" + (f" ({restores} restores each)" if restores > 1 else "")
-    return _row(name, _all_ok(list(compared["ok"])), "; ".join(parts), details[:_NAMES_SHOWN])
+    return _row(name, _all_ok([r["ok"] for r in compared]), "; ".join(parts), details[:_NAMES_SHOWN])
 
 
-def _multi_token(comparisons: Comparisons) -> model.Check:
-    return _canary(comparisons, multi=True)
+def _multi_token(run: model.RunEvidence) -> model.Check:
+    return _canary(run, multi=True)
 
 
-def _multi_token_check(frame: pd.DataFrame) -> model.Check:
+def _multi_token_check(found: list[CanaryRow]) -> model.Check:
     """Multi-token canaries: N prompts × M greedy tokens, ids exact, |Δ logprob| per position, first divergence."""
     name = "multi-token canary equal to the ordinary reference"
-    compared = frame[frame["status"] != "reference"] if not frame.empty else frame
-    if compared.empty:
+    compared = [r for r in found if r["status"] != "reference"]
+    if not compared:
         return _row(name, None, "no multi-token canary compared")
-    tokens = int(compared["tokens"].max())
+    tokens = max(r["tokens"] for r in compared)
     parts, details = [], []
-    for (runner, arm), group in compared.groupby(["runner", "arm"], sort=False):
-        prompts = group["prompt"].nunique()
-        equal = int(group.groupby("prompt", sort=False)["ok"].all().sum())
-        deltas = group["delta"].dropna().abs()
-        parts.append(f"{runner}/{arm}: {equal}/{prompts} equal, max |Δ logprob| {figures.delta(deltas.max())}")
-        for row in rows(group[group["ok"] != True], CanaryRow):  # noqa: E712 (False and not judged)
+    for (runner, arm), group in _by_lane(compared).items():
+        prompts = _by_prompt(group)
+        equal = sum(1 for oks in prompts.values() if _all_true(r["ok"] for r in oks))
+        parts.append(
+            f"{runner}/{arm}: {equal}/{len(prompts)} equal, max |Δ logprob| {figures.delta(largest_delta(group))}"
+        )
+        for row in (r for r in group if r["ok"] is not True):  # False and not judged
             details.append(
                 f"{runner}/{arm}/{row['step']} {row['prompt']!r}: {row['status']}, first diverging position "
                 f"{_position(row['first_divergence'])}"
             )
-    return _row(f"{name} ({tokens} tokens each)", _all_ok(list(compared["ok"])), "; ".join(parts), details[:10])
+    return _row(f"{name} ({tokens} tokens each)", _all_ok([r["ok"] for r in compared]), "; ".join(parts), details[:10])
+
+
+def _by_lane(found: list[CanaryRow]) -> dict[tuple[str, str], list[CanaryRow]]:
+    """Canary rows by (runner, arm), in the order the lanes first appear."""
+    groups: dict[tuple[str, str], list[CanaryRow]] = {}
+    for row in found:
+        groups.setdefault((row["runner"], row["arm"]), []).append(row)
+    return groups
+
+
+def _by_prompt(found: list[CanaryRow]) -> dict[str, list[CanaryRow]]:
+    groups: dict[str, list[CanaryRow]] = {}
+    for row in found:
+        groups.setdefault(row["prompt"], []).append(row)
+    return groups
+
+
+def _all_true(oks: Iterable[bool | None]) -> bool:
+    """Every judged one is True (one not judged is passed over, as a table's ``all`` skips a gap)."""
+    return all(ok for ok in oks if ok is not None)
 
 
 def _position(value: float | None) -> str:
-    """A position from a frame (pandas holds a column with gaps as floats)."""
+    """A recorded token position (``first_divergence``), or ``none``."""
     return "none" if value is None else str(int(value))
 
 
 #: The lifecycle steps that test the artifact alone: after the restored server's own graceful stop, in a fresh box.
 _ALONE = (procedure.RESTORE_AFTER_STOP, procedure.FRESH_BOX)
+
+
+def _followup(fault: model.FaultResults | None) -> model.FollowupRestore:
+    """A fault step's follow-up restore (empty for another step, or one that never reached it)."""
+    return (fault or model.FaultResults()).get("followup_restore") or model.FollowupRestore()
 
 
 def _self_contained(run: model.RunEvidence) -> model.Check:
@@ -354,22 +379,23 @@ def _self_contained(run: model.RunEvidence) -> model.Check:
     words: list[str] = []
     needs: dict[str, None] = {}
     for (runner, arm, step), record in latest.items():
-        res = record["results"]
-        gone = res.get("consumed") if step in _ALONE else (res.get("followup_restore") or {}).get("consumed")
-        if step == procedure.CREATE or step == procedure.FAULT_ARTIFACT:
-            needs.update(dict.fromkeys(res.get("outside_files") or []))
+        restore = results_as(record, model.RestoreResults) or model.RestoreResults()
+        follow = _followup(results_as(record, model.FaultResults))
+        gone = restore.get("consumed") if step in _ALONE else follow.get("consumed")
+        # what an artifact needs from outside it: its creates' records (the lifecycle's and the fault lane's)
+        needs.update(dict.fromkeys((results_as(record, OutsideFiles) or OutsideFiles()).get("outside_files") or []))
         if not gone:
             continue
         seen.append(procedure.label(runner, arm, step) + ("" if step in _ALONE else " (follow-up restore)"))
-        source: model.StepResults | model.FollowupRestore = (
-            res if step in _ALONE else (res.get("followup_restore") or {})
-        )
-        if not words and source.get("criu_reason"):
-            words = [f"CRIU: {(source.get('criu_reason') or [''])[0]}"]
-            if step in _ALONE and res.get("vllm_reason"):
-                words.append(f"vLLM: {vllm_words.short_command(str(res.get('vllm_reason')))}")
+        reason = restore.get("criu_reason") if step in _ALONE else follow.get("criu_reason")
+        if not words and reason:
+            words = [f"CRIU: {(reason or [''])[0]}"]
+            if step in _ALONE and restore.get("vllm_reason"):
+                words.append(f"vLLM: {vllm_words.short_command(str(restore.get('vllm_reason')))}")
     fresh = [
-        procedure.label(r, a, s) for (r, a, s), record in latest.items() if record["results"].get("fresh_artifact")
+        procedure.label(r, a, s)
+        for (r, a, s), record in latest.items()
+        if (results_as(record, model.FaultResults) or model.FaultResults()).get("fresh_artifact")
     ]
     if seen:
         result = (
@@ -393,14 +419,15 @@ def _unit(run: model.RunEvidence) -> model.Check:
     """The user's unit command per arm; only failures new on the head arm fail (the step judged it)."""
     name = "unit command from the overlay checkout (failures new on the head arm)"
     ran = {
-        key: step for key, step in latest_steps(run).items() if key[2] == procedure.UNIT and "unit" in step["results"]
+        key: (step, unit["unit"])
+        for key, step in latest_steps(run).items()
+        if (unit := results_as(step, model.UnitResults)) is not None and "unit" in unit
     }
     if not ran:
         return _row(name, None, "no unit command")
     parts: list[str] = []
     details: list[str] = []
-    for (runner, arm, _s), step in ran.items():
-        record = step["results"]["unit"]
+    for (runner, arm, _s), (_, record) in ran.items():
         shown = record.get("counts") or {}
         parts.append(
             f"{runner}/{arm} {shown.get('passed', 0)} passed, {shown.get('failed', 0)} failed"
@@ -413,8 +440,8 @@ def _unit(run: model.RunEvidence) -> model.Check:
             details.append(
                 f"{runner}: pre-existing (failing on base too): {_names(list(record.get('pre_existing') or []))}"
             )
-    failed = [procedure.label(*key) for key, step in ran.items() if step["outcome"] == "failed"]
-    ok = None if any(s["outcome"] == "skipped" for s in ran.values()) and not failed else not failed
+    failed = [procedure.label(*key) for key, (step, _) in ran.items() if step["outcome"] == "failed"]
+    ok = None if any(s["outcome"] == "skipped" for s, _ in ran.values()) and not failed else not failed
     return _row(name, ok, "; ".join(parts), details)
 
 
@@ -424,7 +451,7 @@ def _shapes(run: model.RunEvidence) -> model.Check:
     judged."""
     name = "request shapes after each restore as on the ordinary engine (repeated, seeded, concurrent, long)"
     latest = latest_steps(run)
-    restores = [(key, s["results"]) for key, s in latest.items() if key[2] in procedure.RESTORES]
+    restores = [(key, res) for key, s in latest.items() if (res := results_as(s, model.RestoreResults)) is not None]
     compared = [(key, res) for key, res in restores if "shape_compare" in res]
     if not compared:
         return _row(name, None, "not recorded (no request shapes asked for, or no restore reached them)")
@@ -433,7 +460,7 @@ def _shapes(run: model.RunEvidence) -> model.Check:
     unsteady: dict[str, None] = {}
     count = 0
     for (r, a, s), res in compared:
-        for c in res["shape_compare"]:
+        for c in res.get("shape_compare", []):
             shapes_seen[c["shape"]] = None
             if not c["judged"]:
                 unsteady[f"{c['shape']} ({r}/{a})"] = None
@@ -458,7 +485,7 @@ def _liveness(run: model.RunEvidence) -> model.Check:
     soaks = [
         (key, soak)
         for key, step in latest_steps(run).items()
-        if key[2] in procedure.RESTORES and (soak := step["results"].get("soak")) is not None
+        if (restore := results_as(step, model.RestoreResults)) is not None and (soak := restore.get("soak")) is not None
     ]
     if not soaks:
         return _row(name, None, "no soak recorded")
@@ -525,7 +552,8 @@ def _kv(run: model.RunEvidence, comparisons: Comparisons) -> model.Check:
     judged = [
         (key, judgement)
         for key, step in latest_steps(run).items()
-        if key[2] in procedure.RESTORES and (judgement := step["results"].get("kv_judgement")) is not None
+        if (restore := results_as(step, model.RestoreResults)) is not None
+        and (judgement := restore.get("kv_judgement")) is not None
     ]
     found = rows(comparisons.kv, KvRow)
     if not found and not judged:
@@ -549,7 +577,8 @@ def _adapters(run: model.RunEvidence) -> model.Check:
     judged = [
         (key, compared)
         for key, step in latest_steps(run).items()
-        if key[2] in procedure.RESTORES and (compared := step["results"].get("adapter_compare"))
+        if (restore := results_as(step, model.RestoreResults)) is not None
+        and (compared := restore.get("adapter_compare"))
     ]
     if not judged:
         return _row(name, None, "no lane serves a LoRA adapter (a variant with --lora-modules)")
@@ -587,7 +616,8 @@ def _decode(run: model.RunEvidence) -> model.Check:
     judged = [
         (key, judgement)
         for key, step in latest.items()
-        if key[2] in procedure.RESTORES and (judgement := step["results"].get("decode_judgement")) is not None
+        if (restore := results_as(step, model.RestoreResults)) is not None
+        and (judgement := restore.get("decode_judgement")) is not None
     ]
     if not judged:
         return _row(name, None, "not measured")
@@ -612,7 +642,8 @@ def _prefix_cache(run: model.RunEvidence) -> model.Check:
     judged = [
         (key, judgement)
         for key, step in latest_steps(run).items()
-        if key[2] in procedure.RESTORES and (judgement := step["results"].get("prefix_cache_judgement")) is not None
+        if (restore := results_as(step, model.RestoreResults)) is not None
+        and (judgement := restore.get("prefix_cache_judgement")) is not None
     ]
     usable = [(k, j) for k, j in judged if not j.get("not_judged")]
     if not usable:

@@ -100,7 +100,8 @@ class StepNode:
     idle_s: float | None
     #: the step had a window (``results.soak``) whose idle time was not recorded
     idle_unrecorded: bool
-    results: model.StepResults = field(repr=False, compare=False)
+    #: the step's results, read as JSON (``results.json`` as written, of any harness version)
+    results: Mapping[str, object] = field(repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -554,7 +555,7 @@ def stall_faults(run: Sequence[StepNode]) -> FaultGroup:
     return _group("stall faults", "HookParams.stall (the hook stalls recovery)", members)
 
 
-def _expected(node: StepNode) -> model.FaultExpectation | dict[str, object]:
+def _expected(node: StepNode) -> Mapping[str, object]:
     expected = node.results.get("expected")
     return expected if isinstance(expected, Mapping) else {}
 
@@ -599,7 +600,7 @@ def refused_before_mutation(run: Sequence[StepNode]) -> FaultGroup:
 
 
 def followups(run: Sequence[StepNode]) -> Followups:
-    recorded = [n.results["followup_restore"] for n in run if isinstance(n.results.get("followup_restore"), Mapping)]
+    recorded = [follow for n in run if isinstance(follow := n.results.get("followup_restore"), Mapping)]
     timed = [float(f["seconds"]) for f in recorded if f.get("seconds") is not None]
     return Followups(n=len(recorded), seconds=sum(timed), untimed=len(recorded) - len(timed))
 

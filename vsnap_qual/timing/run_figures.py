@@ -25,7 +25,9 @@ import statistics
 from pathlib import Path
 from typing import TypedDict
 
-from vsnap_qual import model
+from vsnap_qual import model, procedure
+from vsnap_qual.procedure import results_as
+from vsnap_qual.report.recorded import Ready
 from vsnap_qual.report.step_times import idle_total, step_times, totals
 
 
@@ -78,14 +80,15 @@ def figures(results: model.Results) -> RunFigures:
     steps = results["steps"]
 
     def ready(*names: str) -> list[float]:
-        passed = [s["results"].get("ready_seconds") for s in steps if s["step"] in names and s["outcome"] == "passed"]
+        passed = [
+            (results_as(s, Ready) or Ready()).get("ready_seconds")
+            for s in steps
+            if s["step"] in names and s["outcome"] == "passed"
+        ]
         return [seconds for seconds in passed if seconds is not None]
 
-    followups = [
-        s["results"]["followup_restore"]["seconds"]
-        for s in steps
-        if str(s["step"]).startswith("fault:") and ((s["results"] or {}).get("followup_restore") or {}).get("seconds")
-    ]
+    faults = [found for s in steps if (found := results_as(s, model.FaultResults)) is not None]
+    followups = [follow["seconds"] for f in faults if (follow := f.get("followup_restore")) and follow.get("seconds")]
     started, ended = results["run"].get("started"), results["run"].get("ended")
     wall = None
     if started and ended:
@@ -99,8 +102,7 @@ def figures(results: model.Results) -> RunFigures:
     }
     # each phase's own time less what it spent waiting on the engine (``results.phases_engine``, where recorded)
     phases: dict[str, list[float]] = {}
-    for s in steps:
-        recorded = s.get("results") or {}
+    for recorded in faults:
         engine_share = recorded.get("phases_engine") or {}
         for name, seconds in (recorded.get("phases") or {}).items():
             phases.setdefault(name, []).append(float(seconds) - float(engine_share.get(name) or 0.0))
@@ -111,10 +113,12 @@ def figures(results: model.Results) -> RunFigures:
         "fault_phases": {name: _series(values) for name, values in phases.items()},
         "fault_harness_s": _series(fault_harness),
         "verdict": results["verdict"]["status"],
-        "cold_start_ready_s": _series(ready("ordinary")),
-        "restore_ready_s": _series(ready("restore-1", "restore-2")),
+        "cold_start_ready_s": _series(ready(procedure.ORDINARY)),
+        "restore_ready_s": _series(ready(procedure.RESTORE_1, procedure.RESTORE_2)),
         "followup_restore_s": _series(followups),
-        "create_s": _series([s["seconds"] for s in steps if s["step"] == "create" and s["outcome"] == "passed"]),
+        "create_s": _series(
+            [s["seconds"] for s in steps if s["step"] == procedure.CREATE and s["outcome"] == "passed"]
+        ),
         "engine_s": engine_s,
         "steps_s": steps_s,
         "idle_s": idle_total(times),
