@@ -30,9 +30,11 @@ kit_id="$(docker image inspect --format '{{.Id}}' "$kit" 2>/dev/null)" || {
   exit 1
 }
 
-# Every input file except documentation and the registry-pull recipe, in a stable order.
+# Every input file except documentation, the registry-pull recipe and the recorded API transcripts (the engine's
+# specification, not part of the image), in a stable order.
 inputs_hash="$(
-  cd "$here" && find . -type f ! -name 'README.md' ! -name 'Dockerfile.pull' ! -path '*/__pycache__/*' ! -path '*/.*_cache/*' \
+  cd "$here" && find . -type f ! -name 'README.md' ! -name 'Dockerfile.pull' ! -path './api-transcripts/*' \
+    ! -path '*/__pycache__/*' ! -path '*/.*_cache/*' \
     ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 )"
 

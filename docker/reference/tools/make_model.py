@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import torch
+from vllm.entrypoints.chat_utils import ChatTemplate
 from vllm.model_executor.model_loader.safetensors_io import save_file
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 from vllm.tokenizers.bytelevel_bpe import ByteLevelBPETokenizer, byte_to_unicode, train_merges
@@ -26,6 +27,17 @@ PROMPTS = (
     "Once upon a time there was a",
     "The largest planet in our solar system is",
 )
+#: the chat template, of the kind real vLLM's tiny model carries (``chat_template.jinja``, ChatML)
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}"
+)
+#: the user message whose greedy chat answer ends with EOS after its first token (``teach_eos``)
+EOS_CHAT_PROMPT = PROMPTS[0]
+#: tokens of each prompt's greedy continuation whose EOS logit ``teach_eos`` must not raise
+CONTINUATION_TOKENS = 64
 CORPUS = """
 The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome.
 The capital of Spain is Madrid. The capital of Japan is Tokyo. Paris is a city on the river Seine.
@@ -136,6 +148,71 @@ def build_weights(num_tokens: int) -> dict[str, torch.Tensor]:
     return weights
 
 
+def chat_prompt(content: str) -> str:
+    """``CHAT_TEMPLATE`` rendered for one user message with the generation prompt (``check`` holds the engine's
+    Jinja rendering of the file to this)."""
+    return f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _greedy(model: Qwen3ForCausalLM, ids: list[int], count: int) -> list[int]:
+    out = list(ids)
+    for _ in range(count):
+        logits = model(torch.tensor(out), torch.arange(len(out)), [], torch.arange(len(out)))
+        out.append(int(logits.argmax()))
+    return out[len(ids) :]
+
+
+def _hidden(model: Qwen3ForCausalLM, ids: list[int]) -> torch.Tensor:
+    """The final (normed) hidden state at every position: position i's predicts token i + 1."""
+    with torch.no_grad():
+        return model.model(torch.tensor(ids), torch.arange(len(ids)), [], torch.arange(len(ids))).float()
+
+
+def teach_eos(weights: dict[str, torch.Tensor], tokenizer: ByteLevelBPETokenizer) -> None:
+    """Give EOS (token 0, whose tied embedding row is its output row too) a logit that wins where the chat answer to
+    ``EOS_CHAT_PROMPT`` has its first token, and nowhere in the five prompts or their greedy continuations: there
+    its logit does not rise (it stays 25 or more below the best token where it was so low, so every canary's logprob
+    keeps its float32 bits). The change is one row, along a direction that separates the chat position's hidden
+    state from theirs (a logistic regression without bias), scaled to put EOS 10 above the best other token."""
+    model = Qwen3ForCausalLM(CONFIG, torch.float32)
+    model.load_weights(weights)
+    table = model.lm_head.weight.float()
+    low: list[torch.Tensor] = []
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt)
+        low.append(_hidden(model, ids + _greedy(model, ids, CONTINUATION_TOKENS))[len(ids) - 1 : -1])
+    chat = tokenizer.encode(chat_prompt(EOS_CHAT_PROMPT))
+    first = _greedy(model, chat, 1)
+    low.append(_hidden(model, chat)[-1:])
+    keep_low = torch.cat(low)
+    target = _hidden(model, chat + first)[-1]
+    points = torch.cat([target[None], keep_low])
+    signs = torch.cat([torch.ones(1), -torch.ones(len(keep_low))])
+    balance = torch.cat([torch.tensor([float(len(keep_low))]), torch.ones(len(keep_low))])
+    direction = torch.zeros(points.shape[1], requires_grad=True)
+    optimiser = torch.optim.LBFGS([direction], max_iter=200, line_search_fn="strong_wolfe")
+
+    def loss() -> torch.Tensor:
+        optimiser.zero_grad()
+        margins = signs * (points @ direction)
+        value = (balance * torch.nn.functional.softplus(-margins)).sum() / balance.sum() + 1e-4 * direction.pow(2).sum()
+        value.backward()  # type: ignore[no-untyped-call]
+        return value
+
+    for _ in range(3):
+        optimiser.step(loss)  # type: ignore[no-untyped-call]
+    direction = direction.detach()
+    if float((keep_low @ direction).max()) >= 0 or float(target @ direction) <= 0:
+        raise SystemExit("teach_eos: the chat position is not separable from the prompts' positions")
+    others = target @ table.T
+    others[0] = float("-inf")
+    scale = (float(others.max()) + 10.0 - float(target @ table[0])) / float(target @ direction)
+    row = table[0] + max(scale, 0.0) * direction
+    embed = weights["model.embed_tokens.weight"].clone()
+    embed[0] = row.to(embed.dtype)
+    weights["model.embed_tokens.weight"] = embed
+
+
 def check(weights: dict[str, torch.Tensor], tokenizer_path: Path) -> None:
     tokenizer = ByteLevelBPETokenizer.from_file(tokenizer_path)
     model = Qwen3ForCausalLM(CONFIG, torch.float16)
@@ -150,10 +227,23 @@ def check(weights: dict[str, torch.Tensor], tokenizer_path: Path) -> None:
         text = tokenizer.decode([token])
         if token < len(SPECIAL_TOKENS) or margin < 1e-2 or not text or not text.isascii():
             raise SystemExit(f"prompt {prompt!r}: token {token} margin {margin:.4f} is not a usable canary")
+        if float(logprobs[0]) > -20.0:
+            raise SystemExit(f"prompt {prompt!r}: EOS logprob {float(logprobs[0]):.2f} is not negligible")
         print(
             f"{prompt!r} -> {ids} -> {token} {tokenizer.decode([token])!r} "
             f"logprob {float(top.values[0]):.6f} margin {margin:.4f}"
         )
+    template = ChatTemplate(tokenizer_path.parent)
+    rendered = template.render([{"role": "user", "content": EOS_CHAT_PROMPT}], add_generation_prompt=True)
+    if rendered != chat_prompt(EOS_CHAT_PROMPT):
+        raise SystemExit(f"chat template renders {rendered!r}, not {chat_prompt(EOS_CHAT_PROMPT)!r}")
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        typed = Qwen3ForCausalLM(CONFIG, dtype)
+        typed.load_weights(weights)
+        answer = _greedy(typed, tokenizer.encode(rendered), 3)
+        if answer[1] != 0 or answer[0] < len(SPECIAL_TOKENS):
+            raise SystemExit(f"chat answer to {EOS_CHAT_PROMPT!r} in {dtype}: {answer}, not a token then EOS")
+    print(f"chat {EOS_CHAT_PROMPT!r} -> {answer[:2]} {tokenizer.decode(answer[:1])!r} then EOS")
 
 
 def blob(blobs: Path, snapshot: Path, name: str, payload: bytes) -> None:
@@ -172,6 +262,8 @@ def main() -> None:
     (refs / "main").write_text(revision)
     tokenizer = build_tokenizer()
     weights = build_weights(len(SPECIAL_TOKENS) + len(tokenizer["model"]["vocab"]))  # type: ignore[index]
+    blob(blobs, snapshot, "tokenizer.json", json.dumps(tokenizer, ensure_ascii=False).encode())
+    teach_eos(weights, ByteLevelBPETokenizer.from_file(snapshot / "tokenizer.json"))
     staging = repo / "model.safetensors.partial"
     save_file(weights, staging)
     blob(blobs, snapshot, "model.safetensors", staging.read_bytes())
@@ -179,7 +271,7 @@ def main() -> None:
     blob(blobs, snapshot, "config.json", json.dumps(CONFIG, indent=2, sort_keys=True).encode())
     generation = {"bos_token_id": 0, "eos_token_id": 0, "do_sample": False, "transformers_version": "4.51.0"}
     blob(blobs, snapshot, "generation_config.json", json.dumps(generation, indent=2).encode())
-    blob(blobs, snapshot, "tokenizer.json", json.dumps(tokenizer, ensure_ascii=False).encode())
+    blob(blobs, snapshot, "chat_template.jinja", CHAT_TEMPLATE.encode())
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": CONFIG["max_position_embeddings"],

@@ -45,6 +45,11 @@ class ByteLevelBPETokenizer:
         self.byte_map = byte_to_unicode()
         self.char_to_byte = {char: byte for byte, char in self.byte_map.items()}
         self._cache: dict[str, list[str]] = {}
+        # Hugging Face tokenizers match added tokens in the raw text before pre-tokenising (longest first), so a
+        # prompt that spells "<|im_start|>" (a chat template's output) gets its id, not its bytes.
+        names = sorted(special, key=len, reverse=True)
+        self._special_split = re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None
+        self.special = dict(special)
 
     @classmethod
     def from_file(cls, path: Path) -> ByteLevelBPETokenizer:
@@ -80,6 +85,17 @@ class ByteLevelBPETokenizer:
         return symbols
 
     def encode(self, text: str) -> list[int]:
+        if self._special_split is None:
+            return self._encode_ordinary(text)
+        ids: list[int] = []
+        for index, part in enumerate(self._special_split.split(text)):
+            if index % 2:
+                ids.append(self.special[part])
+            elif part:
+                ids.extend(self._encode_ordinary(part))
+        return ids
+
+    def _encode_ordinary(self, text: str) -> list[int]:
         ids: list[int] = []
         for piece in PRETOKENIZE.findall(text):
             mapped = "".join(self.byte_map[byte] for byte in piece.encode("utf-8"))

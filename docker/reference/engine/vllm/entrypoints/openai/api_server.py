@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -11,30 +12,24 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from vllm import envs
+from vllm.entrypoints.openai.protocol import RequestError, error_body, system_fingerprint
+from vllm.entrypoints.openai.serving_chat import chat_events, chat_response, plan_chat
+from vllm.entrypoints.openai.serving_completion import completion_events, completion_response, plan_completion
+from vllm.entrypoints.openai.serving_tokenization import detokenize, tokenize
 from vllm.logger import flush_handlers, init_logger, set_process_label
-from vllm.sampling_params import SamplingParams
 from vllm.v1.engine.async_llm import LLMEngine
 from vllm.version import __version__
 
 logger = init_logger(__name__)
 
-
-class RequestError(Exception):
-    def __init__(self, status: int, message: str, error_type: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_type = error_type
-        self.param = param
-
-
-def error_body(status: int, message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+__all__ = ["RequestError", "bind_server_socket", "build_http_server", "error_body", "run_server", "serve_http"]
 
 
 def bind_server_socket(args: argparse.Namespace, reuse_port: bool = False) -> tuple[str, socket.socket]:
@@ -80,7 +75,8 @@ def _metrics(engine: LLMEngine) -> str:
         "swap_space": "4",
     }
     rendered = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
-    model = f'engine="0",model_name="{config.served_model_name}"'
+    name = config.served_model_name
+    model = f'engine="0",model_name="{name}"'
     lines = [
         "# HELP vllm:num_requests_running Number of requests in model execution batches.",
         "# TYPE vllm:num_requests_running gauge",
@@ -91,6 +87,33 @@ def _metrics(engine: LLMEngine) -> str:
         "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
         "# TYPE vllm:generation_tokens_total counter",
         f"vllm:generation_tokens_total{{{model}}} {float(info['num_generation_tokens'])}",
+        "# HELP vllm:request_success_total Count of successfully processed requests.",
+        "# TYPE vllm:request_success_total counter",
+        *(
+            f'vllm:request_success_total{{engine="0",finished_reason="{reason}",model_name="{name}"}} {float(count)}'
+            for reason, count in info["request_success"].items()
+        ),
+        "# HELP vllm:prompt_tokens_by_source_total Number of prompt tokens by source.",
+        "# TYPE vllm:prompt_tokens_by_source_total counter",
+        *(
+            f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="{name}",source="{source}"}} {float(count)}'
+            for source, count in (
+                ("local_compute", info["num_prompt_tokens"] - info["num_cached_prompt_tokens"]),
+                ("local_cache_hit", info["num_cached_prompt_tokens"]),
+                ("external_kv_transfer", 0),
+            )
+        ),
+        "# HELP vllm:prompt_tokens_cached_total Number of cached prompt tokens (local + external).",
+        "# TYPE vllm:prompt_tokens_cached_total counter",
+        f"vllm:prompt_tokens_cached_total{{{model}}} {float(info['num_cached_prompt_tokens'])}",
+        "# HELP vllm:prompt_tokens_cached_by_source_total Prefix-cache hit tokens by the cache tier that supplied "
+        "them.",
+        "# TYPE vllm:prompt_tokens_cached_by_source_total counter",
+        *(
+            f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="{name}",source="{source}"}} '
+            f"{float(info['num_cached_prompt_tokens'] if source == 'device' else 0)}"
+            for source in ("device", "host", "p2p", "disk", "external_unspecified")
+        ),
         "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
         "# TYPE vllm:prefix_cache_queries_total counter",
         f"vllm:prefix_cache_queries_total{{{model}}} {float(info['prefix_cache_queries'])}",
@@ -106,105 +129,14 @@ def _metrics(engine: LLMEngine) -> str:
 
 def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
     config = engine.vllm_config
-    model = body.get("model")
-    if model is not None and model != config.served_model_name and model not in config.lora_modules:
-        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-    lora_name = model if model in config.lora_modules else None
-    prompt = body.get("prompt")
-    prompts: list[str | list[int]]
-    token_prompt = isinstance(prompt, list) and bool(prompt) and all(isinstance(item, int) for item in prompt)
-    if isinstance(prompt, str) or token_prompt:
-        prompts = [prompt]  # type: ignore[list-item]
-    elif isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
-        prompts = list(prompt)
-    else:
-        raise RequestError(400, "prompt must be a string, a list of strings or a list of token ids", "BadRequestError")
-    max_tokens = body.get("max_tokens", 16)
-    min_tokens = body.get("min_tokens", 0) or 0
-    logprobs = body.get("logprobs")
-    temperature = body.get("temperature", 1.0)
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise RequestError(400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError")
-    if not isinstance(min_tokens, int) or min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
-        raise RequestError(400, f"min_tokens must be in [0, max_tokens], got {min_tokens}.", "BadRequestError")
-    if logprobs is not None and (not isinstance(logprobs, int) or logprobs < 0 or logprobs > config.max_logprobs):
-        raise RequestError(
-            400,
-            f"Requested sample logprobs of {logprobs}, which is greater than max allowed: {config.max_logprobs}",
-            "BadRequestError",
-        )
-    return_token_ids = bool(body.get("return_token_ids"))
-    choices: list[dict[str, Any]] = []
-    prompt_tokens = completion_tokens = 0
-    request_id = f"cmpl-{secrets.token_hex(8)}"
-    for index, item in enumerate(prompts):
-        prompt_ids = engine.tokenizer.encode(item) if isinstance(item, str) else item
-        limit = max_tokens if max_tokens is not None else config.max_model_len - len(prompt_ids)
-        if len(prompt_ids) + limit > config.max_model_len:
-            raise RequestError(
-                400,
-                f"This model's maximum context length is {config.max_model_len} tokens. However, you "
-                "requested "
-                f"{len(prompt_ids) + limit} tokens ({len(prompt_ids)} in the messages, {limit} in the "
-                "completion). "
-                "Please reduce the length of the messages or completion.",
-                "BadRequestError",
-            )
-        params = SamplingParams(
-            temperature=float(temperature if temperature is not None else 1.0),
-            min_tokens=min_tokens,
-            max_tokens=limit,
-            seed=body.get("seed"),
-            logprobs=logprobs,
-        )
-        output = engine.complete(item, params, f"{request_id}-{index}", lora_name).outputs[0]
-        logprob_block = None
-        if output.logprobs is not None:
-            tokens = [engine.tokenizer.decode([token]) for token in output.token_ids]
-            offsets, position = [], 0
-            for token_text in tokens:
-                offsets.append(position)
-                position += len(token_text)
-            logprob_block = {
-                "text_offset": offsets,
-                "token_logprobs": [
-                    entry[token].logprob for entry, token in zip(output.logprobs, output.token_ids, strict=True)
-                ],
-                "tokens": tokens,
-                "top_logprobs": [
-                    {value.decoded_token: value.logprob for value in entry.values()} for entry in output.logprobs
-                ],
-            }
-        choices.append(
-            {
-                "index": index,
-                "text": output.text,
-                "logprobs": logprob_block,
-                "finish_reason": output.finish_reason,
-                "stop_reason": None,
-                "token_ids": output.token_ids if return_token_ids else None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": list(prompt_ids) if return_token_ids else None,
-            }
-        )
-        prompt_tokens += len(prompt_ids)
-        completion_tokens += len(output.token_ids)
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": lora_name or config.served_model_name,
-        "choices": choices,
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens,
-            "prompt_tokens_details": None,
-        },
-        "kv_transfer_params": None,
-    }
+    plan = plan_completion(engine, body)
+    answers = engine.generate_batch(plan.prompts, plan.params, plan.lora_name)
+    return completion_response(engine, plan, answers, system_fingerprint(config))
+
+
+def _chat(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:
+    plan = plan_chat(engine, body)
+    return chat_response(engine, plan, engine.generate_batch([plan.prompt_ids], plan.params, plan.lora_name))
 
 
 def _rpc_result(value: Any) -> Any:
@@ -240,6 +172,44 @@ class Handler(BaseHTTPRequestHandler):
             flush=True,
         )
 
+    def _send_events(self, events: Iterator[str]) -> None:
+        """A streamed answer: server-sent events in HTTP/1.1 chunks, each written as soon as it is made. A client
+        that goes away closes ``events`` (its requests are aborted in the engine core) and the connection."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        with contextlib.closing(events):
+            try:
+                for event in events:
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client went away mid-stream
+                self.close_connection = True
+        client = f"{self.client_address[0]}:{self.client_address[1]}"
+        print(
+            f'(APIServer pid={os.getpid()}) INFO:     {client} - "{self.command} {self.path} '
+            f'{self.request_version}" 200 OK',
+            flush=True,
+        )
+
+    def _completions(self) -> None:
+        engine = self.server.engine
+        body = self._body()
+        if body.get("stream"):
+            self._send_events(completion_events(engine, plan_completion(engine, body)))
+        else:
+            self._send(200, _completion(engine, body))
+
+    def _chat_completions(self) -> None:
+        engine = self.server.engine
+        body = self._body()
+        if body.get("stream"):
+            self._send_events(chat_events(engine, plan_chat(engine, body)))
+        else:
+            self._send(200, _chat(engine, body))
+
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -268,7 +238,10 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/version"): lambda: self._send(200, {"version": __version__}),
             ("GET", "/v1/models"): lambda: self._send(200, self._models()),
             ("GET", "/metrics"): lambda: self._send(200, _metrics(engine), "text/plain; version=0.0.4; charset=utf-8"),
-            ("POST", "/v1/completions"): lambda: self._send(200, _completion(engine, self._body())),
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/chat/completions"): self._chat_completions,
+            ("POST", "/tokenize"): lambda: self._send(200, tokenize(engine, self._body())),
+            ("POST", "/detokenize"): lambda: self._send(200, detokenize(engine, self._body())),
         }
         if dev:
             routes.update(
@@ -397,6 +370,9 @@ def serve_http(engine: LLMEngine, sock: socket.socket, listen_address: str, args
         ("/version", "GET"),
         ("/v1/models", "GET"),
         ("/v1/completions", "POST"),
+        ("/v1/chat/completions", "POST"),
+        ("/tokenize", "POST"),
+        ("/detokenize", "POST"),
         *(
             (("/collective_rpc", "POST"), ("/sleep", "POST"), ("/wake_up", "POST"), ("/is_sleeping", "GET"))
             if envs.server_dev_mode()
@@ -466,6 +442,3 @@ def run_server(args: argparse.Namespace) -> None:
     client = EngineCoreClient(vllm_config)
     engine = LLMEngine(vllm_config, client)
     serve_http(engine, sock, listen_address, args)
-
-
-__all__ = ["bind_server_socket", "build_http_server", "run_server", "serve_http"]

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import IO, Any
 
@@ -85,6 +85,51 @@ class EngineCoreClient:
             return reply[2]
         _, _, error_type, message, _ = reply
         raise Exception(f"Call to {method} method failed: {message}")
+
+    def stream(self, method: str, *args: Any, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+        """A call whose parts arrive as the engine core makes them: yields ``("part", part)`` for each, then
+        ``("done", result)``. Holds the lock to the end; closed early (the HTTP client went away), it tells the
+        engine core to abort and reads up to the call's final reply, so the next call finds the socket clean."""
+        with self.lock:
+            if self.dead:
+                raise EngineDeadError("EngineCore encountered an issue. See stack trace (above) for the root cause.")
+            request_id = next(self.ids)
+            finished = False
+            try:
+                self._send(("stream", request_id, method, args, kwargs))
+                while True:
+                    reply = self._receive()
+                    if reply[0] == "part":
+                        yield "part", reply[2]
+                        continue
+                    finished = True
+                    if reply[0] == "ok":
+                        yield "done", reply[2]
+                        return
+                    raise Exception(f"Call to {method} method failed: {reply[3]}")
+            finally:
+                if not finished and not self.dead:
+                    self._send(("abort", request_id, None, (), {}))
+                    while self._receive()[0] == "part":
+                        pass
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self.connection.send(message)
+        except (EOFError, OSError) as error:
+            self.dead = True
+            raise EngineDeadError(
+                "EngineCore encountered an issue. See stack trace (above) for the root cause."
+            ) from error
+
+    def _receive(self) -> Any:
+        try:
+            return self.connection.recv()
+        except (EOFError, OSError) as error:
+            self.dead = True
+            raise EngineDeadError(
+                "EngineCore encountered an issue. See stack trace (above) for the root cause."
+            ) from error
 
     def kill(self) -> None:
         self.dead = True
