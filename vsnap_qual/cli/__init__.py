@@ -52,6 +52,13 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         help="results.json, evidence.jsonl, or a report directory holding one of them",
     )
     parser.add_argument("--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)")
+    parser.add_argument(
+        "--vsnap-known-findings",
+        dest="known_findings",
+        metavar="FILE",
+        default=None,
+        help="judge the run again with this known-findings file (as the pytest option of the same name)",
+    )
     parser.epilog = REPORT_EPILOG
 
 
@@ -60,6 +67,15 @@ def _run_report(args: argparse.Namespace) -> int:
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_path, load_results
 
     source: Path = args.source
+    entries = None
+    if args.known_findings is not None:  # read and checked before anything is read or written
+        from vsnap_qual.report.known import KnownFindingsError, read_file
+
+        try:
+            entries = read_file(Path(args.known_findings))
+        except KnownFindingsError as exc:
+            print(f"vsnap-qual report: --vsnap-known-findings: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if source.is_dir():
         # Prefer the evidence: it is what a killed run leaves, and results.json is assembled from it.
         for name in (EVIDENCE_FILE, RESULTS_FILE):
@@ -84,6 +100,10 @@ def _run_report(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"vsnap-qual report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if entries is not None:
+        from vsnap_qual.report.verdict import with_known_findings
+
+        results = with_known_findings(results, entries, comparisons)
     out_dir: Path = args.out or source.parent
     paths = render_reports(results, out_dir, log_root=source.parent, comparisons=comparisons)
     print(f"{paths.verdict.upper()}: wrote {paths.report_html}, {paths.summary_md}, {paths.results_json}")
