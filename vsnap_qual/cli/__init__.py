@@ -167,6 +167,71 @@ def _run_compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if found else 0
 
 
+HISTORY_EPILOG = (
+    "Exit status: 0 (with --gate: the newest run's figures held against its baseline), 1 when --gate found a "
+    "figure worse than the median of the last --window compatible passed runs by more than --tolerance, 2 when no "
+    "run can be read or the arguments are wrong. Writes history.html and history.md under --out."
+)
+
+
+def _history_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="runs: results.json[.gz] files or "
+                        "directories holding them (searched through)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("reports/history"), help="where to write (reports/history)")
+    parser.add_argument("--gate", action="store_true", help="fail when the newest run's figures are worse than "
+                        "the median of the last --window compatible passed runs")  # fmt: skip
+    parser.add_argument("--window", type=_positive, default=7, help="compatible passed runs in the gate's median (7)")
+    parser.add_argument("--tolerance", type=_fraction, default=0.25, help="how much worse than the median a "
+                        "figure may be, a fraction (0.25)")  # fmt: skip
+    parser.epilog = HISTORY_EPILOG
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0.25 for 25%)") from None
+    if not 0 <= value < 10:
+        raise argparse.ArgumentTypeError(f"{value} is not a fraction from 0 (e.g. 0.25 for 25%)")
+    return value
+
+
+def _run_history(args: argparse.Namespace) -> int:
+    from vsnap_qual.report import history
+
+    try:
+        runs = history.read_runs(args.dirs)
+    except (OSError, ValueError) as exc:
+        print(f"vsnap-qual history: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = history.gate(runs, window=args.window, tolerance=args.tolerance) if args.gate else None
+    try:
+        written = history.write(runs, args.out, gate_result=result, tolerance=args.tolerance, window=args.window)
+    except OSError as exc:
+        print(
+            f"vsnap-qual history: --out {args.out}: {exc.strerror or exc}; choose a writable directory", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    print(f"{len(runs)} run(s): wrote {', '.join(map(str, written))}")
+    if result is None:
+        return 0
+    for failure in result.failures:
+        print(f"vsnap-qual history: gate: worse: {failure}", file=sys.stderr)
+    newest = result.run.run_id if result.run else "?"
+    print(f"gate: {'FAIL' if result.failures else 'pass'} for {newest} ({len(result.compared)} figure(s) compared)")
+    return EXIT_REGRESSION if result.failures else 0
+
+
 #: name → subcommand; ``build_parser`` adds them in this order.
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     from vsnap_qual import options
@@ -204,6 +269,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "check the host and the image (--vsnap-* options, as for pytest)", _doctor_arguments, _run_doctor
     ),
     "nightly-tag": Subcommand(nightly.HELP, nightly.add_arguments, nightly.run),
+    "history": Subcommand("trends across runs, and a gate against recent passes", _history_arguments, _run_history),
 }
 
 
