@@ -301,13 +301,12 @@ if [ "$WORKERS" -gt 1 ]; then xdist_args=(-n "$WORKERS"); fi
 annotate_args=()
 # A shard never annotates: the merge step annotates the one verdict.
 if [ "${VSNAP_ANNOTATE:-0}" = "1" ] && [ "$stage" = run ]; then annotate_args=(--vsnap-annotate); fi
-# The qualification's one command line, for every CI definition. -c /dev/null: no repository ini at all (the
-# suites' own holds no target, but the nightly job takes nothing from the checkout's configuration); the plugin
-# keeps each runner's lanes on one worker itself.
+# The qualification's one command line, for every CI definition, and the README's and the GPU guide's: `python -m
+# pytest suites/` with the suites' own ini (suites/pytest.ini: the plugin and xdist, no target, no tuning; the target
+# comes from the VSNAP_* variables); the plugin keeps each runner's lanes on one worker itself.
 pytest_log="$REPORT_DIR/pytest.txt"
-pytest_cmd=("$VENV/bin/python" -m pytest -c /dev/null -p vsnap_qual -p xdist "${xdist_args[@]}" --rootdir=. suites/
-  --vsnap-report-dir="$REPORT_DIR" --junitxml="$REPORT_DIR/junit.xml" --vsnap-pull=missing "${base_args[@]}"
-  "${annotate_args[@]}" "${shard_args[@]}")
+pytest_cmd=("$VENV/bin/python" -m pytest suites/ "${xdist_args[@]}" --vsnap-report-dir="$REPORT_DIR"
+  --junitxml="$REPORT_DIR/junit.xml" --vsnap-pull=missing "${base_args[@]}" "${annotate_args[@]}" "${shard_args[@]}")
 show "${pytest_cmd[@]}"
 status=0
 if [ "$dry" != "1" ]; then

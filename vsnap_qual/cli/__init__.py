@@ -19,13 +19,18 @@ from vsnap_qual.cli import nightly
 EXIT_BAD_INPUT = 2
 #: ``vsnap-qual report``: the exit status for each recorded verdict status (2 is bad input or usage).
 EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4, "interrupted": 4}
+#: ``vsnap-qual report --exit=pytest``: pytest's own exit status for the same verdict (a killed run, which pytest
+#: never got to exit from, as a stopped one), and pytest's usage error for bad input.
+EXIT_AS_PYTEST = {"pass": 0, "fail": 1, "partial": 1, "incomplete": 2, "interrupted": 2}
+EXIT_PYTEST_USAGE = 4
 #: ``vsnap-qual compare``: the new run regressed at the ``--fail-on`` level.
 EXIT_REGRESSION = 1
 
 REPORT_EPILOG = (
     "Exit status: the run's recorded verdict (never judged again): 0 PASS (also a narrowed PASS), 1 FAIL, "
     "3 PARTIAL, 4 INCOMPLETE (a killed run) or INTERRUPTED (a stopped run); 2 when SOURCE cannot be read or the "
-    "arguments are wrong."
+    "arguments are wrong. With --exit=pytest, pytest's status for the same verdict: 0 PASS, 1 FAIL or PARTIAL, "
+    "2 INTERRUPTED or INCOMPLETE, 4 unreadable input."
 )
 COMPARE_EPILOG = (
     "Exit status: 0 when NEW did not regress from OLD at the --fail-on level, 1 when it did (each regression "
@@ -59,10 +64,26 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="judge the run again with this known-findings file (as the pytest option of the same name)",
     )
+    parser.add_argument(
+        "--exit",
+        choices=("verdict", "pytest"),
+        default="verdict",
+        help="exit status: the verdict's own (default) or pytest's for the same verdict (see below)",
+    )
     parser.epilog = REPORT_EPILOG
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    verdict = _report(args)
+    pytest_like = args.exit == "pytest"
+    if verdict is None:
+        return EXIT_PYTEST_USAGE if pytest_like else EXIT_BAD_INPUT
+    codes = EXIT_AS_PYTEST if pytest_like else EXIT_BY_VERDICT
+    return codes.get(verdict, codes["incomplete"])
+
+
+def _report(args: argparse.Namespace) -> str | None:
+    """Re-render the run (and judge it again with a known-findings file); its verdict, None for bad input (said)."""
     from vsnap_qual.report import render_reports
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_path, load_results
 
@@ -75,7 +96,7 @@ def _run_report(args: argparse.Namespace) -> int:
             entries = read_file(Path(args.known_findings))
         except KnownFindingsError as exc:
             print(f"vsnap-qual report: --vsnap-known-findings: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return None
     if source.is_dir():
         # Prefer the evidence: it is what a killed run leaves, and results.json is assembled from it.
         for name in (EVIDENCE_FILE, RESULTS_FILE):
@@ -87,10 +108,10 @@ def _run_report(args: argparse.Namespace) -> int:
                 f"vsnap-qual report: {source} holds neither {EVIDENCE_FILE} nor {RESULTS_FILE}",
                 file=sys.stderr,
             )
-            return EXIT_BAD_INPUT
+            return None
     if not source.is_file():
         print(f"vsnap-qual report: {source} does not exist", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return None
     try:
         if source.suffix == ".jsonl":
             assembled = assemble_path(source)  # judged from its comparisons: the views reuse them
@@ -99,7 +120,7 @@ def _run_report(args: argparse.Namespace) -> int:
             results, comparisons = load_results(source), None
     except (OSError, ValueError) as exc:
         print(f"vsnap-qual report: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return None
     if entries is not None:
         from vsnap_qual.report.verdict import with_known_findings
 
@@ -107,7 +128,7 @@ def _run_report(args: argparse.Namespace) -> int:
     out_dir: Path = args.out or source.parent
     paths = render_reports(results, out_dir, log_root=source.parent, comparisons=comparisons)
     print(f"{paths.verdict.upper()}: wrote {paths.report_html}, {paths.summary_md}, {paths.results_json}")
-    return EXIT_BY_VERDICT.get(paths.verdict, EXIT_BY_VERDICT["incomplete"])
+    return paths.verdict
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
