@@ -100,6 +100,13 @@ def test_a_check_is_known_through_its_steps_only_when_each_step_it_failed_on_is_
     assert set(matched.known) == {"v1/head/create", "check:lifecycle"}
 
 
+def test_the_faults_check_is_known_through_its_fault_steps() -> None:
+    faults = check("faults", [("faults.v1.base.wake-raise", False), ("faults.v1.head.wake-raise", True)])
+    found = known.failures({"v1/base/fault:wake-raise": "StepFailed: error.json missing"}, [faults])
+    matched = known.match(found, [entry("step:fault:wake-raise", "error.json missing")], DAY)
+    assert set(matched.known) == {"v1/base/fault:wake-raise", "check:faults"}
+
+
 def test_a_check_that_failed_on_no_step_needs_its_own_entry() -> None:
     kv = check("kv", [("kv.v1.head.restore-1", False)], result="restored 900 vs created 1,000 tokens")
     found = known.failures({}, [kv])  # the step passed: only the check failed

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vsnap_qual import model, vllm_words
+from vsnap_qual.procedure import FAULT_PREFIX
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -144,11 +145,13 @@ def failures(failed: Mapping[str, str], checks: Iterable[model.Check]) -> list[F
         prefix = check["id"] + "."
         steps = []
         for item in check["items"]:
+            if item["ok"] is not False:
+                continue
             parts = item["id"].removeprefix(prefix).split(".", 2)
-            if item["ok"] is False and item["id"].startswith(prefix) and len(parts) == 3:
-                steps.append("/".join(parts))
-            elif item["ok"] is False:
-                steps.append("")  # an item that is no step: the check needs an entry of its own
+            # the item's step: by its name (lifecycle.v1.head.create), or by its fault's (faults.v1.head.wake-raise)
+            named = ["/".join(parts), "/".join([*parts[:2], FAULT_PREFIX + parts[-1]])] if len(parts) == 3 else []
+            step = next((label for label in named if item["id"].startswith(prefix) and label in failed), "")
+            steps.append(step)  # "": an item that is no failed step: the check needs an entry of its own
         words = "; ".join([check["result"], *check["details"]])
         out.append(Failure(f"check:{check['id']}", f"check:{check['id']}", words, tuple(steps)))
     return out
