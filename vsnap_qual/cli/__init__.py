@@ -1,4 +1,4 @@
-"""The ``vsnap-qual`` command: ``report`` re-renders a run, ``compare`` diffs two runs.
+"""The ``vsnap-qual`` command: ``report`` re-renders a run, ``compare`` diffs two runs, ``history`` trends many.
 
 Each subcommand is one entry in ``SUBCOMMANDS``: a function that adds its arguments to its subparser and a
 handler that returns the exit status. Adding a subcommand (``doctor``) is adding one entry.
