@@ -29,7 +29,8 @@
 # with two GPUs: --vsnap-gpus=auto then gives each runner lane its own GPU, and the harness refuses -n 2 on one
 # GPU), VSNAP_ANNOTATE=1 (Buildkite annotation; anything else: none), REPORT_DIR (default reports/nightly),
 # VSNAP_SHARD_ROOT (default reports/shards), VENV (default .venv-nightly), VSNAP_NIGHTLY_RECORD (merge: the
-# TAG@DIGEST to record; default the Buildkite meta-data).
+# TAG@DIGEST to record; default the Buildkite meta-data), VSNAP_HISTORY_GATE=1 (the history gate fails the build:
+# keep_history below).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 stage="${1:-run}"
@@ -196,6 +197,27 @@ if [ "$stage" = resolve ]; then
   exit 0
 fi
 
+# The history the CI keeps between builds: VSNAP_NIGHTLY_STATE/history, one folder a night that reached a
+# results.json (its results.json), rendered each night into REPORT_DIR/history (history.html, history.md:
+# `vsnap-qual history`) with its gate: the night's figures against the median of the last 7 compatible passed
+# nights. A gate failure is said; with VSNAP_HISTORY_GATE=1 it also fails a build that passed (exit 1).
+keep_history() {
+  local status="$1" night
+  [ -f "$REPORT_DIR/results.json" ] || { echo "$status"; return; }
+  night="$STATE/history/$(date -u +%Y%m%dT%H%M%SZ)-$$"
+  mkdir -p "$night" && cp "$REPORT_DIR/results.json" "$night/results.json"
+  show "$VENV/bin/vsnap-qual" history "$STATE/history" --out "$REPORT_DIR/history" --gate >&2
+  "$VENV/bin/vsnap-qual" history "$STATE/history" --out "$REPORT_DIR/history" --gate >&2
+  case $? in
+    0) ;;
+    1) printf '\n_History gate: a figure is worse than the median of the last compatible passed nights; see history/history.md._\n' \
+         >>"$REPORT_DIR/summary.md"
+       if [ "${VSNAP_HISTORY_GATE:-0}" = "1" ] && [ "$status" -eq 0 ]; then status=1; fi ;;
+    *) echo "nightly: vsnap-qual history could not render $STATE/history" >&2 ;;
+  esac
+  echo "$status"
+}
+
 # --- merge ----------------------------------------------------------------------------------------------------
 if [ "$stage" = merge ]; then
   if [ -z "$record" ] && on_buildkite; then record="$(buildkite-agent meta-data get vsnap-nightly-record --default '')"; fi
@@ -227,10 +249,11 @@ if [ "$stage" = merge ]; then
         >>"$REPORT_DIR/summary.md"
     fi
   done
+  gated="$(keep_history "$status")"
   case "$status" in 0) style=success ;; 3) style=warning ;; *) style=error ;; esac
   publish "$style" "$REPORT_DIR/summary.md"
   record_qualified "$status" "0 1 3"
-  exit "$status"
+  exit "$gated"
 fi
 
 # --- run / shard: qualify -------------------------------------------------------------------------------------
@@ -278,13 +301,12 @@ if [ "$WORKERS" -gt 1 ]; then xdist_args=(-n "$WORKERS"); fi
 annotate_args=()
 # A shard never annotates: the merge step annotates the one verdict.
 if [ "${VSNAP_ANNOTATE:-0}" = "1" ] && [ "$stage" = run ]; then annotate_args=(--vsnap-annotate); fi
-# The qualification's one command line, for every CI definition. -c /dev/null: no repository ini at all (the
-# suites' own holds no target, but the nightly job takes nothing from the checkout's configuration); the plugin
-# keeps each runner's lanes on one worker itself.
+# The qualification's one command line, for every CI definition, and the README's and the GPU guide's: `python -m
+# pytest suites/` with the suites' own ini (suites/pytest.ini: the plugin and xdist, no target, no tuning; the target
+# comes from the VSNAP_* variables); the plugin keeps each runner's lanes on one worker itself.
 pytest_log="$REPORT_DIR/pytest.txt"
-pytest_cmd=("$VENV/bin/python" -m pytest -c /dev/null -p vsnap_qual -p xdist "${xdist_args[@]}" --rootdir=. suites/
-  --vsnap-report-dir="$REPORT_DIR" --junitxml="$REPORT_DIR/junit.xml" --vsnap-pull=missing "${base_args[@]}"
-  "${annotate_args[@]}" "${shard_args[@]}")
+pytest_cmd=("$VENV/bin/python" -m pytest suites/ "${xdist_args[@]}" --vsnap-report-dir="$REPORT_DIR"
+  --junitxml="$REPORT_DIR/junit.xml" --vsnap-pull=missing "${base_args[@]}" "${annotate_args[@]}" "${shard_args[@]}")
 show "${pytest_cmd[@]}"
 status=0
 if [ "$dry" != "1" ]; then
@@ -297,5 +319,8 @@ if [ "$dry" != "1" ] && [ "$status" -ne 0 ] && [ ! -f "$REPORT_DIR/summary.md" ]
   early_failure "pytest stopped before the report (exit $status)" "$(tail -n 40 "$pytest_log")"
   exit "$status"
 fi
-if [ "$stage" = run ]; then record_qualified "$status" "0 1"; fi
+if [ "$stage" = run ]; then
+  record_qualified "$status" "0 1"
+  if [ "$dry" != "1" ]; then status="$(keep_history "$status")"; fi
+fi
 exit "$status"

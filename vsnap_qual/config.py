@@ -18,6 +18,7 @@ from vsnap_qual.contract import (
     Runner,
     column,
 )
+from vsnap_qual.model import KnownFinding
 
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
@@ -86,6 +87,7 @@ class ParsedOptions(TypedDict, total=False):
     vsnap_cleanup_grace: float
     vsnap_kill_seed: int | None
     vsnap_chaos: int
+    vsnap_known_findings: tuple[KnownFinding, ...] | None
     vsnap_workers: int
 
 
@@ -193,6 +195,9 @@ class QualConfig:
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
     #: ``--vsnap-variant``: each adds lanes per runner x arm, after the plain configuration's
     variants: tuple[Variant, ...] = ()
+    #: ``--vsnap-known-findings``: failures already recorded upstream, shown as KNOWN (``report.known``); recorded
+    #: with the run's options, so the verdict, judged at assembly, reads them there
+    known_findings: tuple[KnownFinding, ...] = ()
 
     @property
     def concurrent_runners(self) -> int:

@@ -1195,6 +1195,34 @@ class Counts(TypedDict):
     skipped: int
 
 
+KnownState = Literal["known", "expired", "unmatched", "changed"]
+
+
+class KnownFinding(TypedDict):
+    """One entry of a known-findings file (``--vsnap-known-findings``, ``report.known``): a failure already
+    recorded upstream. ``id``: ``step:<step>`` (on any lane) or ``check:<check id>``; ``words``: the exact words of
+    the failure (a part of its message's first line, or of the check's result); ``link``: where it is recorded;
+    ``expires``: the last day (``YYYY-MM-DD``, the run's date) the entry applies; ``title``: the finding in words."""
+
+    id: str
+    words: str
+    link: str
+    expires: str
+    title: str
+
+
+class KnownOutcome(TypedDict):
+    """What one known-findings entry did in a run: ``known`` (its failures shown as KNOWN, not failing the
+    verdict), ``expired`` (its failures fail), ``unmatched`` (nothing failed under its id) or ``changed`` (its id
+    failed in other words: a new failure); ``failures``: the failures it matched or, changed, those of its id;
+    ``said``: one line for every view."""
+
+    finding: KnownFinding
+    state: KnownState
+    failures: list[str]
+    said: str
+
+
 class Verdict(TypedDict):
     status: Status
     headline: str
@@ -1213,6 +1241,10 @@ class Verdict(TypedDict):
     #: the same in one phrase, beside the verdict wherever it is shown (the HTML banner, summary.md's first line,
     #: the JUnit property ``qualified_target``): the engine, as its labels name it, and what is simulated
     target: NotRequired[str]
+    #: the known-findings entries the run was judged with (``--vsnap-known-findings``) and what each did
+    known: NotRequired[list[KnownOutcome]]
+    #: each failure a known finding explains (a step label ``v1/head/create``, or ``check:<id>``) → its link
+    known_failures: NotRequired[dict[str, str]]
 
 
 class EvidenceInfo(TypedDict):

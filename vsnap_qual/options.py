@@ -23,6 +23,7 @@ import pytest
 from vsnap_qual import runtimes
 from vsnap_qual.config import ParsedOptions, Variant
 from vsnap_qual.contract import DEFAULT_TIMEOUTS, RUNNERS
+from vsnap_qual.model import KnownFinding
 from vsnap_qual.runtimes import privileges
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -424,6 +425,18 @@ def parse_prompts(value: str) -> tuple[str, ...]:
     return tuple(prompts)
 
 
+def parse_known_findings(value: str) -> tuple[KnownFinding, ...] | None:
+    """A known-findings file (``report.known``), read and checked whole: its entries (empty value: none)."""
+    if not value.strip():
+        return None
+    from vsnap_qual.report.known import KnownFindingsError, read_file
+
+    try:
+        return read_file(Path(value.strip()).expanduser())
+    except KnownFindingsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_names(value: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     bad = [n for n in names if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)]
@@ -626,6 +639,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse_positive_int,
         "1",
         "how many times each random-kill fault runs per lane, each with its own draw (the chaos run: bench/chaos.py)",
+    ),
+    # issue 47: failures already recorded upstream
+    OptionSpec(
+        "known-findings",
+        parse_known_findings,
+        "",
+        "TOML file of known findings (id, words, link, expires): a matching failure shows as KNOWN and does not "
+        "fail the verdict by itself (docs/known-findings.md)",
     ),
 )
 OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}

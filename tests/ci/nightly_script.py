@@ -34,6 +34,7 @@ case "$2" in
     if [ "${FAKE_PYTEST_REPORT:-0}" = "1" ]; then
       mkdir -p "$report" && echo "## vsnap-qual: PASS" >"$report/summary.md" && : >"$report/evidence.jsonl"
     fi
+    if [ -n "${FAKE_PYTEST_RESULTS:-}" ]; then cp "$FAKE_PYTEST_RESULTS" "$report/results.json"; fi
     echo "${FAKE_PYTEST_OUTPUT:-}"
     exit "${FAKE_PYTEST_EXIT:-0}" ;;
 esac
@@ -43,7 +44,8 @@ exit 0
 # vsnap-qual: `doctor` prints FAKE_DOCTOR_OUTPUT and exits FAKE_DOCTOR_EXIT; `nightly-tag` runs the real command
 # when FAKE_NIGHTLY_TAG=real (PYTHON, PYTHONPATH given), else prints FAKE_NIGHTLY_TAG_OUTPUT ("|"-separated lines)
 # and FAKE_NIGHTLY_TAG_ERROR on stderr and exits FAKE_NIGHTLY_TAG_EXIT; `merge DIR... --out OUT` writes
-# FAKE_MERGE_SUMMARY to OUT/summary.md (none when empty) and exits FAKE_MERGE_EXIT.
+# FAKE_MERGE_SUMMARY to OUT/summary.md (none when empty) and exits FAKE_MERGE_EXIT; `history` runs the real
+# command when FAKE_HISTORY=real. pytest copies FAKE_PYTEST_RESULTS (a results.json) into its report.
 FAKE_VSNAP_QUAL = (
     RECORDER
     + """
@@ -54,6 +56,7 @@ case "$1" in
     [ -n "${FAKE_NIGHTLY_TAG_ERROR:-}" ] && echo "$FAKE_NIGHTLY_TAG_ERROR" >&2
     printf '%s\\n' "${FAKE_NIGHTLY_TAG_OUTPUT:-}" | tr '|' '\\n'
     exit "${FAKE_NIGHTLY_TAG_EXIT:-0}" ;;
+  history) if [ "${FAKE_HISTORY:-}" = "real" ]; then exec "$PYTHON" -m vsnap_qual.cli "$@"; fi; exit 0 ;;
   merge)
     while [ $# -gt 0 ]; do if [ "$1" = "--out" ]; then out="$2"; fi; shift; done
     mkdir -p "$out"

@@ -434,7 +434,7 @@ def test_two_workers_only_when_an_agent_says_so(nightly: NightlyRunner) -> None:
 def test_the_pytest_command_uses_only_options_the_plugin_accepts(nightly: NightlyRunner) -> None:
     run = nightly({**_one_machine_env(), "VSNAP_ANNOTATE": "1"}, FAKE_PYTEST_REPORT="1")
     argv = run.pytest_argv() or []
-    assert argv[:2] == ["-m", "pytest"] and "-c" in argv and argv[argv.index("-c") + 1] == "/dev/null"
+    assert argv[:3] == ["-m", "pytest", "suites/"], argv  # the README's one invocation, the suites' own ini
     assert "--dist" not in argv, "the plugin schedules the lanes itself"
     parsed = options.parse_standalone([a for a in argv if a.startswith("--vsnap-")], env={})
     assert parsed["vsnap_base_image"] == "vllm/vllm-openai:v0.33.0" and parsed["vsnap_annotate"] is True
@@ -694,7 +694,7 @@ def test_the_dry_run_prints_the_same_commands_and_runs_none(nightly: NightlyRunn
     run = nightly({**_one_machine_env(), "VSNAP_DRY_RUN": "1"})
     assert run.returncode == 0 and run.calls("python") == [] and run.calls("python3") == []
     printed = [line[2:] for line in run.stdout.splitlines() if line.startswith("+ ")]
-    assert printed[0].startswith("python3 -m venv") and "-m pytest -c /dev/null" in printed[-1]
+    assert printed[0].startswith("python3 -m venv") and "-m pytest suites/ --vsnap-report-dir=" in printed[-1]
     assert os.path.basename(printed[-2].split()[0]) == "vsnap-qual"  # the doctor, after the pulls
     resolving = nightly({"VSNAP_DRY_RUN": "1"})
     shown = [line[2:] for line in resolving.stdout.splitlines() if line.startswith("+ ")]

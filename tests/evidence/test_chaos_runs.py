@@ -1,4 +1,4 @@
-"""The committed CPU chaos run backs what evidence/chaos/README.md and the README say about it (issue 29)."""
+"""The committed CPU chaos run backs what evidence/chaos/README.md and docs/measured.md say about it (issue 29)."""
 
 from __future__ import annotations
 
@@ -28,5 +28,5 @@ def test_the_cpu_chaos_runs_figures_are_its_evidence() -> None:
     doc = (RUN.parent / "README.md").read_text()
     assert "400 kills on CPU, 0 leaks after the sweep, 1 failed step" in doc and "`v1/head term-restore.37`" in doc
     assert "11 left no target and 189 a target" in doc and str(fig["seeds"][0]) in doc
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "measured.md").read_text()
     assert "400 kills, 0 left anything after the harness's sweep" in readme and "1 failed step" in readme

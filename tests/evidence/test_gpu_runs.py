@@ -70,14 +70,14 @@ def test_the_latest_gpu_runs_gpu_checks_are_in_its_evidence() -> None:
 
 
 def test_the_readmes_h200_figures_are_the_latest_runs_medians() -> None:
-    """The figures in the README and evidence/gpu/README.md are bench/run_figures.py's of the latest run."""
+    """The figures in docs/measured.md and evidence/gpu/README.md are bench/run_figures.py's of the latest run."""
     name, _, results = _latest()
     found = run_figures.figures(results)
     cold, restore = _known(found["cold_start_ready_s"]), _known(found["restore_ready_s"])
     assert (cold["n"], restore["n"]) == (4, 8), "two runners x two arms: 4 cold starts, 8 restores"
-    readme = (ROOT / "README.md").read_text().splitlines()
+    readme = (ROOT / "docs" / "measured.md").read_text().splitlines()
     row = next(line for line in readme if line.startswith("| H200, host runtime"))
-    assert f"{restore['median']:.2f} s vs {cold['median']:.2f} s" in row, f"README's H200 row is not {name}'s"
+    assert f"{restore['median']:.2f} s vs {cold['median']:.2f} s" in row, f"docs/measured.md's H200 row is not {name}'s"
     figures = (GPU_RUN / "README.md").read_text()
     for expected in (
         f"| ordinary cold start, `vllm serve` → `/health` | {cold['median']:.2f} s",
@@ -134,7 +134,7 @@ def test_the_harness_time_runs_figures_in_the_docs_are_computed_from_their_evide
 
 
 def test_the_baseline_options_runs_figures_in_the_docs_are_computed_from_its_evidence() -> None:
-    """Issue 27 with the baseline's options (no window, the 3 s soak): the ratios and the median the README and
+    """Issue 27 with the baseline's options (no window, the 3 s soak): the ratios and the median docs/measured.md and
     evidence/gpu/README.md state are bench/run_figures.py's of the committed results.json."""
     name = "2026-12-02-harness-time-v2-observe0-83b3051"
     found = run_figures.figures(json.loads((GPU_RUN / name / "results.json").read_text()))
@@ -162,7 +162,7 @@ def _held_s(results: dict[str, Any]) -> float:
 
 def test_the_teardown_runs_figures_in_the_docs_are_computed_from_its_evidence() -> None:
     """Issue 27 at the baseline's options, a killed tree's teardown counted as the engine's: the ratios (as counted
-    now, and with the teardown counted as the harness's) and the median the README and evidence/gpu/README.md
+    now, and with the teardown counted as the harness's) and the median docs/measured.md and evidence/gpu/README.md
     state are bench/run_figures.py's of the committed results.json."""
     name = "2026-12-03-teardown-engine-cfab946"
     results = json.loads((GPU_RUN / name / "results.json").read_text())
@@ -175,7 +175,7 @@ def test_the_teardown_runs_figures_in_the_docs_are_computed_from_its_evidence() 
     assert f"{wall:.0f} s / ({engine:.0f} − {held:.1f}) s = {wall / (engine - held):.2f}" in section
     assert f"**{(wall - idle) / engine:.2f}** ({idle:.0f} s idle)" in section
     assert f"**{_known(found['fault_harness_s'])['median']:.2f} s** (n = 48" in section
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    row = next(line for line in (ROOT / "docs" / "measured.md").read_text().splitlines() if name in line)
     assert f"{_known(found['fault_harness_s'])['median']:.2f} s" in row and f"wall / engine {wall / engine:.2f}" in row
     assert f"{wall / (engine - held):.2f} with a killed tree's teardown counted as the harness's" in row
     assert f"{(wall - idle) / engine:.2f} less the soak's idle" in row
@@ -211,7 +211,7 @@ def test_the_h200_chaos_runs_words_in_the_docs_are_its_evidence() -> None:
 
 
 def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
-    """Issue 29 on the H200 at the commit that records the finding: what the docs and the README say of it."""
+    """Issue 29 on the H200 at the commit that records the finding: what the docs and docs/measured.md say of it."""
     from vsnap_qual.report import chaos
 
     name = "2026-12-02-chaos-v2-head-n8-4708c77"
@@ -229,7 +229,7 @@ def test_the_h200_chaos_at_the_final_rules_is_its_evidence() -> None:
     assert (GPU_RUN / name / "figures.txt").read_text().strip() == chaos.render(fig)
     assert str(fig["seeds"][0]) in (GPU_RUN / "README.md").read_text()
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
-    assert "32 kills, PASS 32/32" in (ROOT / "README.md").read_text()
+    assert "32 kills, PASS 32/32" in (ROOT / "docs" / "measured.md").read_text()
 
 
 def test_the_prefix_cache_runs_words_in_the_docs_are_its_evidence() -> None:
@@ -281,7 +281,7 @@ def test_the_parked_grace_runs_ratio_is_its_evidence() -> None:
     assert len(kills) == 4 and not any(s["results"]["cleanup"].get("leftover_processes") for s in kills)
     assert not any("parked_for_good_after_s" in (s["results"] or {}).get("cleanup", {}) for s in results["steps"])
     assert "met no parked tree" in section
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    row = next(line for line in (ROOT / "docs" / "measured.md").read_text().splitlines() if name in line)
     assert f"{_known(found['fault_harness_s'])['median']:.2f} s (was 4.19 s); wall / engine {wall / engine:.2f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
@@ -300,7 +300,7 @@ def test_the_second_parked_grace_runs_ratio_is_its_evidence() -> None:
     assert f"median **{median:.2f} s**. Its four random kills" in docs
     kills = [s for s in results["steps"] if s["step"].startswith(("fault:term-", "fault:kill-"))]
     assert len(kills) == 8 and not any(s["results"]["cleanup"].get("leftover_processes") for s in kills)
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    row = next(line for line in (ROOT / "docs" / "measured.md").read_text().splitlines() if name in line)
     assert f"{median:.2f} s, {wall / engine:.2f}." in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
@@ -324,7 +324,7 @@ def test_the_create_shm_runs_figures_and_creates_are_its_evidence() -> None:
     term = next(s for s in results["steps"] if s["lane"] == "v2-head" and s["step"] == "fault:term-create")
     audit = term["results"]["phases"]["audit"]
     assert f"waited {audit:.1f} s" in section and not term["results"]["cleanup"]["leftover_processes"]
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    row = next(line for line in (ROOT / "docs" / "measured.md").read_text().splitlines() if name in line)
     assert f"{_known(found['fault_harness_s'])['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
@@ -351,6 +351,6 @@ def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
     parked = [c["parked_for_good_after_s"] for c in cleanups if "parked_for_good_after_s" in c]
     assert parked == [1.84] and "ended after 1.84 s" in section
     assert all(s["results"]["shm_left"] == [] for s in _steps(results, "create"))
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if name in line)
+    row = next(line for line in (ROOT / "docs" / "measured.md").read_text().splitlines() if name in line)
     assert f"{_known(found['fault_harness_s'])['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()

@@ -1,4 +1,4 @@
-"""The committed real-vLLM run backs what the docs say about it: its figures and verdict as the README states them
+"""The committed real-vLLM run backs what the docs say about it: its figures and verdict as docs/measured.md states them
 (the whole assertion set is tests/real/test_real_qualification.py, run on it with VSNAP_REAL_QUAL_REPORT)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_the_figures_the_docs_state_are_the_runs() -> None:
     cold, restore = _known(figures["cold_start_ready_s"])["median"], _known(figures["restore_ready_s"])["median"]
     said = f"{restore:.1f} s vs {cold:.1f} s"
     assert said == "13.4 s vs 91.4 s"
-    assert said in (ROOT / "README.md").read_text()
+    assert said in (ROOT / "docs" / "measured.md").read_text()
     sizes = {
         s["lane"]: s["results"]["artifact_bytes"]
         for s in _results()["steps"]

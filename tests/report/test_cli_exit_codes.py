@@ -70,6 +70,17 @@ def test_report_exits_with_the_verdict(runs: dict[str, Path], make_run: MakeRun)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
+def test_report_exit_pytest_gives_pytests_status_for_the_same_verdict(runs: dict[str, Path], make_run: MakeRun) -> None:
+    """The README's one exit-code table: ``--exit=pytest`` is pytest's own status for each verdict."""
+    assert vsnap_qual("report", runs["pass"], "--exit=pytest").returncode == 0
+    assert vsnap_qual("report", runs["fail"], "--exit=pytest").returncode == 1
+    assert vsnap_qual("report", runs["partial"], "--exit=pytest").returncode == 1  # pytest: 1, as a FAIL
+    killed = make_run("killed", RunSpec(complete=False, stop_after_steps=9, changed_digests=()))
+    assert vsnap_qual("report", killed, "--exit=pytest").returncode == 2  # as pytest's INTERRUPTED
+    missing = vsnap_qual("report", runs["pass"] / "nope.json", "--exit=pytest")
+    assert missing.returncode == 4 and "does not exist" in missing.stderr  # pytest's usage error
+
+
 def test_report_help_names_the_exit_codes() -> None:
     text = " ".join(vsnap_qual("report", "--help").stdout.split())
     assert "0 PASS" in text and "1 FAIL" in text and "3 PARTIAL" in text and "4 INCOMPLETE" in text

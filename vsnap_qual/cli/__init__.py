@@ -1,4 +1,4 @@
-"""The ``vsnap-qual`` command: ``report`` re-renders a run, ``compare`` diffs two runs.
+"""The ``vsnap-qual`` command: ``report`` re-renders a run, ``compare`` diffs two runs, ``history`` trends many.
 
 Each subcommand is one entry in ``SUBCOMMANDS``: a function that adds its arguments to its subparser and a
 handler that returns the exit status. Adding a subcommand (``doctor``) is adding one entry.
@@ -19,13 +19,18 @@ from vsnap_qual.cli import nightly
 EXIT_BAD_INPUT = 2
 #: ``vsnap-qual report``: the exit status for each recorded verdict status (2 is bad input or usage).
 EXIT_BY_VERDICT = {"pass": 0, "fail": 1, "partial": 3, "incomplete": 4, "interrupted": 4}
+#: ``vsnap-qual report --exit=pytest``: pytest's own exit status for the same verdict (a killed run, which pytest
+#: never got to exit from, as a stopped one), and pytest's usage error for bad input.
+EXIT_AS_PYTEST = {"pass": 0, "fail": 1, "partial": 1, "incomplete": 2, "interrupted": 2}
+EXIT_PYTEST_USAGE = 4
 #: ``vsnap-qual compare``: the new run regressed at the ``--fail-on`` level.
 EXIT_REGRESSION = 1
 
 REPORT_EPILOG = (
     "Exit status: the run's recorded verdict (never judged again): 0 PASS (also a narrowed PASS), 1 FAIL, "
     "3 PARTIAL, 4 INCOMPLETE (a killed run) or INTERRUPTED (a stopped run); 2 when SOURCE cannot be read or the "
-    "arguments are wrong."
+    "arguments are wrong. With --exit=pytest, pytest's status for the same verdict: 0 PASS, 1 FAIL or PARTIAL, "
+    "2 INTERRUPTED or INCOMPLETE, 4 unreadable input."
 )
 COMPARE_EPILOG = (
     "Exit status: 0 when NEW did not regress from OLD at the --fail-on level, 1 when it did (each regression "
@@ -52,14 +57,46 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         help="results.json, evidence.jsonl, or a report directory holding one of them",
     )
     parser.add_argument("--out", type=Path, default=None, help="where to write the reports (default: beside SOURCE)")
+    parser.add_argument(
+        "--vsnap-known-findings",
+        dest="known_findings",
+        metavar="FILE",
+        default=None,
+        help="judge the run again with this known-findings file (as the pytest option of the same name)",
+    )
+    parser.add_argument(
+        "--exit",
+        choices=("verdict", "pytest"),
+        default="verdict",
+        help="exit status: the verdict's own (default) or pytest's for the same verdict (see below)",
+    )
     parser.epilog = REPORT_EPILOG
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    verdict = _report(args)
+    pytest_like = args.exit == "pytest"
+    if verdict is None:
+        return EXIT_PYTEST_USAGE if pytest_like else EXIT_BAD_INPUT
+    codes = EXIT_AS_PYTEST if pytest_like else EXIT_BY_VERDICT
+    return codes.get(verdict, codes["incomplete"])
+
+
+def _report(args: argparse.Namespace) -> str | None:
+    """Re-render the run (and judge it again with a known-findings file); its verdict, None for bad input (said)."""
     from vsnap_qual.report import render_reports
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_path, load_results
 
     source: Path = args.source
+    entries = None
+    if args.known_findings is not None:  # read and checked before anything is read or written
+        from vsnap_qual.report.known import KnownFindingsError, read_file
+
+        try:
+            entries = read_file(Path(args.known_findings))
+        except KnownFindingsError as exc:
+            print(f"vsnap-qual report: --vsnap-known-findings: {exc}", file=sys.stderr)
+            return None
     if source.is_dir():
         # Prefer the evidence: it is what a killed run leaves, and results.json is assembled from it.
         for name in (EVIDENCE_FILE, RESULTS_FILE):
@@ -71,10 +108,10 @@ def _run_report(args: argparse.Namespace) -> int:
                 f"vsnap-qual report: {source} holds neither {EVIDENCE_FILE} nor {RESULTS_FILE}",
                 file=sys.stderr,
             )
-            return EXIT_BAD_INPUT
+            return None
     if not source.is_file():
         print(f"vsnap-qual report: {source} does not exist", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return None
     try:
         if source.suffix == ".jsonl":
             assembled = assemble_path(source)  # judged from its comparisons: the views reuse them
@@ -83,11 +120,15 @@ def _run_report(args: argparse.Namespace) -> int:
             results, comparisons = load_results(source), None
     except (OSError, ValueError) as exc:
         print(f"vsnap-qual report: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return None
+    if entries is not None:
+        from vsnap_qual.report.verdict import with_known_findings
+
+        results = with_known_findings(results, entries, comparisons)
     out_dir: Path = args.out or source.parent
     paths = render_reports(results, out_dir, log_root=source.parent, comparisons=comparisons)
     print(f"{paths.verdict.upper()}: wrote {paths.report_html}, {paths.summary_md}, {paths.results_json}")
-    return EXIT_BY_VERDICT.get(paths.verdict, EXIT_BY_VERDICT["incomplete"])
+    return paths.verdict
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -147,6 +188,71 @@ def _run_compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if found else 0
 
 
+HISTORY_EPILOG = (
+    "Exit status: 0 (with --gate: the newest run's figures held against its baseline), 1 when --gate found a "
+    "figure worse than the median of the last --window compatible passed runs by more than --tolerance, 2 when no "
+    "run can be read or the arguments are wrong. Writes history.html and history.md under --out."
+)
+
+
+def _history_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="runs: results.json[.gz] files or "
+                        "directories holding them (searched through)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("reports/history"), help="where to write (reports/history)")
+    parser.add_argument("--gate", action="store_true", help="fail when the newest run's figures are worse than "
+                        "the median of the last --window compatible passed runs")  # fmt: skip
+    parser.add_argument("--window", type=_positive, default=7, help="compatible passed runs in the gate's median (7)")
+    parser.add_argument("--tolerance", type=_fraction, default=0.25, help="how much worse than the median a "
+                        "figure may be, a fraction (0.25)")  # fmt: skip
+    parser.epilog = HISTORY_EPILOG
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0.25 for 25%)") from None
+    if not 0 <= value < 10:
+        raise argparse.ArgumentTypeError(f"{value} is not a fraction from 0 (e.g. 0.25 for 25%)")
+    return value
+
+
+def _run_history(args: argparse.Namespace) -> int:
+    from vsnap_qual.report import history
+
+    try:
+        runs = history.read_runs(args.dirs)
+    except (OSError, ValueError) as exc:
+        print(f"vsnap-qual history: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = history.gate(runs, window=args.window, tolerance=args.tolerance) if args.gate else None
+    try:
+        written = history.write(runs, args.out, gate_result=result, tolerance=args.tolerance, window=args.window)
+    except OSError as exc:
+        print(
+            f"vsnap-qual history: --out {args.out}: {exc.strerror or exc}; choose a writable directory", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    print(f"{len(runs)} run(s): wrote {', '.join(map(str, written))}")
+    if result is None:
+        return 0
+    for failure in result.failures:
+        print(f"vsnap-qual history: gate: worse: {failure}", file=sys.stderr)
+    newest = result.run.run_id if result.run else "?"
+    print(f"gate: {'FAIL' if result.failures else 'pass'} for {newest} ({len(result.compared)} figure(s) compared)")
+    return EXIT_REGRESSION if result.failures else 0
+
+
 #: name → subcommand; ``build_parser`` adds them in this order.
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     from vsnap_qual import options
@@ -184,6 +290,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "check the host and the image (--vsnap-* options, as for pytest)", _doctor_arguments, _run_doctor
     ),
     "nightly-tag": Subcommand(nightly.HELP, nightly.add_arguments, nightly.run),
+    "history": Subcommand("trends across runs, and a gate against recent passes", _history_arguments, _run_history),
 }
 
 

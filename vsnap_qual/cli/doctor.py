@@ -62,7 +62,7 @@ def run_checks(opts: ParsedOptions) -> list[CheckResult]:
                 "model cache",
                 "FAIL" if problems else "PASS",
                 "; ".join(problems) or f"{model} complete at {revision[:12]}",
-                f"huggingface-cli download {model} --revision {revision}",
+                f"hf download {model} --revision {revision}",
             )
         )
     else:

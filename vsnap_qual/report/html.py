@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 from markupsafe import Markup, escape
 
@@ -241,10 +241,10 @@ def build_view(
         schema=results["schema"],
         generated=results["generated"],
         run=run,
-        verdict=results["verdict"],
+        verdict=_known_verdict(results["verdict"]),
         title=_title(results),
         options=sorted((k, _plain(v)) for k, v in run["options"].items()),
-        checks=results["verdict"]["checks"],
+        checks=_known_checks(results["verdict"]),
         environment=_environment(results),
         overlay=rows(comparisons.overlay, OverlayRow),
         matrix=_matrix(results, comparisons),
@@ -370,7 +370,14 @@ def _matrix(results: model.Results, comparisons: Comparisons) -> MatrixView:
     lanes = []
     for row in rows(comparisons.matrix, MatrixRow):
         where = (str(row["runner"]), str(row["arm"]))
-        cells = [MatrixCell(outcome=row[c], seconds=seconds.get((*where, c))) for c in columns]
+        known = results["verdict"].get("known_failures") or {}
+        cells = [
+            MatrixCell(
+                outcome="known" if row[c] == "failed" and f"{row['lane']}/{c}" in known else row[c],
+                seconds=seconds.get((*where, c)),
+            )
+            for c in columns
+        ]
         lanes.append(MatrixLane(lane=row["lane"], cells=cells, faults=row["faults"], faults_ok=row["faults_ok"]))
     return MatrixView(columns=columns, rows=lanes)
 
@@ -752,3 +759,37 @@ def _svg_delta_bars(groups: Sequence[tuple[str, Sequence[tuple[str, float | None
     parts.append(f'<line x1="{zero}" y1="22" x2="{zero}" y2="{y - gap + 2}" class="axis"/>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+_KNOWN_PILL = {"known": "skipped", "unmatched": "not-run", "expired": "FAIL", "changed": "FAIL"}
+
+
+def _known_checks(verdict: model.Verdict) -> list[model.Check]:
+    """The checks as the page shows them: one that failed on known findings only reads KNOWN (``report.known``)."""
+    known = verdict.get("known_failures") or {}
+    return [
+        cast(model.Check, {**check, "status": "KNOWN"}) if f"check:{check['id']}" in known else check
+        for check in verdict["checks"]
+    ]
+
+
+def _known_verdict(verdict: model.Verdict) -> model.Verdict:
+    """The verdict as the page shows it: each known-findings entry's line (``report.known``) with its state as a
+    pill and its link as a link."""
+    said = {o["said"]: o for o in verdict.get("known") or []}
+    if not said:
+        return verdict
+    reasons: list[str] = []
+    for reason in verdict["reasons"]:
+        outcome = said.get(reason)
+        if outcome is None:
+            reasons.append(reason)
+            continue
+        link = outcome["finding"]["link"]
+        before, _, after = reason.partition(link)
+        reasons.append(
+            Markup('<span class="pill s-{}">{}</span> {}<a href="{}">{}</a>{}').format(
+                _KNOWN_PILL[outcome["state"]], outcome["state"].upper(), before.split(" ", 1)[1], link, link, after
+            )
+        )
+    return cast(model.Verdict, {**verdict, "reasons": reasons})

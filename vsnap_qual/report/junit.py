@@ -71,6 +71,7 @@ def run_properties(results: model.Results | None) -> list[tuple[str, str]]:
         ("qualified_target", verdict.get("target") or ""),
         ("harness_version", run["harness_version"] or ""),
     ]
+    props += [(f"known_finding.{n}", o["said"]) for n, o in enumerate(verdict.get("known") or [], 1)]
     images: dict[str, model.Image] = {}
     build = model.CiBuild()
     for lane in results["lanes"]:
@@ -102,6 +103,7 @@ def add_run_properties(junit_path: Path, results: model.Results | None, *, suite
         if suite_name:
             suite.set("name", suite_name)
         _order_cases(suite, results["coverage"].get("faults", []) if results else [])
+        _mark_known(suite, (results["verdict"].get("known_failures") or {}) if results else {})
         properties = suite.find("properties")
         if properties is None:
             properties = ET.Element("properties")
@@ -113,6 +115,23 @@ def add_run_properties(junit_path: Path, results: model.Results | None, *, suite
     temporary = junit_path.with_name(f".{junit_path.name}.tmp")
     tree.write(temporary, encoding="utf-8", xml_declaration=True)
     os.replace(temporary, junit_path)
+
+
+def _mark_known(suite: ET.Element, known: Mapping[str, str]) -> None:
+    """A test case that failed on a known finding (``report.known``) says so: a ``vsnap_known`` property with the
+    finding's link, and its failure's message begins ``KNOWN (<link>):``."""
+    links = {step_names(label): link for label, link in known.items() if not label.startswith("check:")}
+    for case in suite.iter("testcase"):
+        link = links.get((case.get("classname") or "", case.get("name") or ""))
+        failure = case.find("failure")
+        if link is None or failure is None:
+            continue
+        failure.set("message", f"KNOWN ({link}): {failure.get('message') or ''}")
+        properties = case.find("properties")
+        if properties is None:
+            properties = ET.Element("properties")
+            case.insert(0, properties)
+        ET.SubElement(properties, "property", name="vsnap_known", value=link)
 
 
 def _case_key(case: ET.Element, order: Mapping[str, int]) -> tuple[str, int, str]:

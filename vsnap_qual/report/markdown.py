@@ -69,10 +69,11 @@ def render_markdown(
     if verdict["reasons"]:
         head.append("")
 
+    known = verdict.get("known_failures") or {}
     table = ["| check | result |", "|---|---|"]
     for check in verdict["checks"]:
         details = "".join(f"<br>{cell(d, 600)}" for d in check["details"])
-        shown = _STATUS.get(check["status"], check["status"])
+        shown = "**KNOWN**" if f"check:{check['id']}" in known else _STATUS.get(check["status"], check["status"])
         table.append(f"| {cell(check['name'])} | {shown}: {cell(check['result'])}{details} |")
     table.append("")
 
@@ -80,7 +81,7 @@ def render_markdown(
     fault_lines = _faults(comparisons)
     failures = _failures(results)
     footer = ["", "_Full evidence: `report.html` (every table, charts, log tails) and `results.json`._", ""]
-    sections = [head, table, environment, fault_lines, failures]
+    sections = [head, _known(verdict), table, environment, fault_lines, failures]
     return redactor.text(_fit(sections, footer, limit_bytes))
 
 
@@ -380,15 +381,39 @@ def _environment(results: model.Results) -> list[str]:
     ]
 
 
+def _known(verdict: model.Verdict) -> list[str]:
+    """The known findings the run was judged with, each with its link and what it did (``report.known``)."""
+    outcomes = verdict.get("known") or []
+    if not outcomes:
+        return []
+    lines = ["### Known findings", ""]
+    for outcome in outcomes:
+        entry = outcome["finding"]
+        link = entry["link"]
+        linked = f"[{link}]({link})"
+        name = cell(entry["title"] or entry["id"], 200)
+        failures = ", ".join(f"`{f}`" for f in outcome["failures"][:8])
+        more = f" and {len(outcome['failures']) - 8} more" if len(outcome["failures"]) > 8 else ""
+        state = outcome["state"].upper()
+        lines.append(
+            f"- **{state}** {name} ({linked}, until {entry['expires']}; `{entry['id']}`: "
+            f"“{cell(entry['words'], 200)}”)" + (f": {failures}{more}" if failures else "")
+        )
+    lines.append("")
+    return lines
+
+
 def _failures(results: model.Results) -> list[str]:
     failed = [s for s in results["steps"] if s["outcome"] == "failed"]
     if not failed:
         return []
+    known = results["verdict"].get("known_failures") or {}
     lines = ["### Failed steps", ""]
     for step in failed:
         label = f"{step['runner']}/{step['arm']}/{step['step']}"
         message = cell(step["message"], 500)
-        lines.append(f"- `{label}`" + (f": {message}" if message else ""))
+        mark = f" **KNOWN** ({known[label]})" if label in known else ""
+        lines.append(f"- `{label}`{mark}" + (f": {message}" if message else ""))
     lines.append("")
     return lines
 

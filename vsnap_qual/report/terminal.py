@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from vsnap_qual.report.frames import Comparisons, MatrixRow, compare_all, rows
 if TYPE_CHECKING:
     from vsnap_qual.report import ReportPaths
 
+_REASONS = 8
 _MARK: dict[str | bool | None, str] = {"passed": "ok", "failed": "FAIL", "skipped": "skip", None: "-"}
 
 
@@ -39,9 +41,22 @@ def terminal_summary_lines(
         counts = verdict["counts"]
         counted = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
     lines = [f"vsnap-qual: {verdict['headline'] or '?'}  ({counted})  run {run['run_id'] or 'unknown'}"]
-    extra = [f"  coverage: {verdict['coverage_line']}"] if verdict["coverage_line"] else []
-    extra += [f"  - {reason}" for reason in verdict["reasons"][:6]]
-    lines += [text if len(text) <= width else text[: width - 1] + "…" for text in extra]
+    # what was qualified, in full: the terminal wraps, never cuts (a link, a path, vLLM's words stay whole)
+    if verdict.get("target"):
+        lines += _wrapped(f"qualified: {verdict.get('target')}", width)
+    lines += [w for line in verdict.get("qualified") or [] for w in _wrapped(f"- {line}", width, indent=4)]
+    if verdict["coverage_line"]:
+        lines += _wrapped(f"coverage: {verdict['coverage_line']}", width)
+    outcomes = verdict.get("known") or []
+    said = {o["said"] for o in outcomes}
+    reasons = [r for r in verdict["reasons"] if r not in said]
+    for reason in reasons[:_REASONS]:
+        lines += _wrapped(f"- {reason}", width, indent=4)
+    if len(reasons) > _REASONS:
+        lines.append(f"  … and {len(reasons) - _REASONS} more reason(s) in summary.md")
+    if outcomes:
+        lines.append("  known findings (--vsnap-known-findings):")
+        lines += [w for o in outcomes for w in _wrapped(f"- {o['said']}", width, indent=6, first=4)]
     if not run["complete"]:
         last = run["last_step"]
         lines.append(
@@ -49,26 +64,45 @@ def terminal_summary_lines(
             + (f"last step recorded {last['label']} ({last['outcome']})" if last else "no step recorded")
         )
 
+    known = verdict.get("known_failures") or {}
     matrix = rows(comparisons.matrix, MatrixRow)
     if matrix:
         # Steps down, lanes across: the procedure grows by steps, the lanes stay four, so the table keeps its width.
         steps = [c for c in comparisons.matrix.columns if c not in ("lane", "runner", "arm", "faults", "faults_ok")]
         table = [["step", *(str(row["lane"]) for row in matrix)]]
-        table += [[step, *(_MARK.get(row[step], str(row[step])) for row in matrix)] for step in steps]
+        table += [[step, *(_mark(row, step, known) for row in matrix)] for step in steps]
         table.append(["faults", *(str(row["faults"] or "-") for row in matrix)])
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
 
-    for check in verdict["checks"]:
-        if check["ok"] is None:
-            continue
-        text = f"  {check['status']:<5} {check['short'] or check['name']:<10} {check['result']}"
-        lines.append(text if len(text) <= width else text[: width - 1] + "…")
+    for check in verdict["checks"]:  # every check, "not run" ones too: what was not qualified is said
+        status = "KNOWN" if f"check:{check['id']}" in known else check["status"]
+        lines += _wrapped(f"{status:<7} {check['short'] or check['name']:<10} {check['result']}", width, indent=21)
         for detail in check["details"][:3]:
-            detail_text = f"        {detail}"
-            lines.append(detail_text if len(detail_text) <= width else detail_text[: width - 1] + "…")
+            lines += _wrapped(detail, width, indent=21, first=21)
     if paths is not None:
         lines.append(f"  report:  {paths.report_html}")
         lines.append(f"  summary: {paths.summary_md}")
         lines.append(f"  results: {paths.results_json}")
     return lines
+
+
+def _mark(row: MatrixRow, step: str, known: Mapping[str, str]) -> str:
+    """A step's cell: ok, FAIL, KNOWN (failed on a known finding), skip or -."""
+    outcome = row[step]
+    if outcome == "failed" and f"{row['lane']}/{step}" in known:
+        return "KNOWN"
+    return _MARK.get(outcome, str(outcome))
+
+
+def _wrapped(text: str, width: int, *, indent: int = 4, first: int = 2) -> list[str]:
+    """``text`` over as many lines of ``width`` as it needs (the first indented ``first``, the rest ``indent``),
+    never cut: a word longer than a line (a link, a path) stays whole on a line of its own."""
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=" " * first,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [" " * first]

@@ -20,11 +20,13 @@ Statuses:
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from vsnap_qual import model, procedure, vllm_words
+from vsnap_qual.report import known as known_findings
 from vsnap_qual.report.frames import Comparisons
 from vsnap_qual.report.kinds import fault_kind
 from vsnap_qual.report.validation_table import validation_checks
@@ -202,19 +204,35 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     cov = coverage(run)
     has_session = run["evidence"]["has_session"]
 
+    entries = _known_entries(info["options"])
+    matched = None
+    if entries:
+        found = known_findings.failures({label: latest[label]["message"] for label in failed}, checks)
+        matched = known_findings.match(found, entries, _run_date(info))
+    known = matched.known if matched else {}
+    new_failed = [label for label in failed if label not in known]
+
     reasons: list[str] = []
     fail = False
-    if failed:
-        reasons.append(f"{len(failed)} step(s) failed: {_names(failed)}")
-        reasons.extend(_failure_words(failed, latest))
+    if new_failed:
+        reasons.append(f"{len(new_failed)} step(s) failed: {_names(new_failed)}")
+        reasons.extend(_failure_words(new_failed, latest))
         fail = True
     for error in errors:
         reasons.append(f"harness error ({error['phase']}) in {error['nodeid'] or 'the session'}: {error['message']}")
         fail = True
-    for bad in (c for c in checks if c["status"] == "FAIL"):
+    for bad in (c for c in checks if c["status"] == "FAIL" and f"check:{c['id']}" not in known):
         said = "; ".join([bad["result"], *bad["details"][:2]])
         reasons.append(f"check failed: {bad['name']}: {said}" if said else f"check failed: {bad['name']}")
         fail = True
+    known_steps = [label for label in failed if label in known]
+    if matched:
+        if known_steps:
+            reasons.append(
+                f"{len(known_steps)} step(s) failed on known findings (shown as KNOWN, not failing the verdict by "
+                f"themselves): {_names(known_steps)}"
+            )
+        reasons.extend(outcome["said"] for outcome in matched.outcomes)
     if check_error:
         reasons.append(check_error)
         fail = True
@@ -236,7 +254,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
             f"the run was interrupted ({interrupted}) {during}; {len(cov['passed'])} of {required} required steps "
             "passed before it: not a qualification",
         )
-    elif complete and exitstatus not in (0, None):
+    elif complete and exitstatus not in (0, None) and not _known_exit(exitstatus, known_steps, info):
         if not fail:
             reasons.append(f"pytest exited with status {exitstatus} (no step failure or harness error recorded)")
         fail = True
@@ -271,6 +289,13 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         headline = "FAIL (interrupted)"
     elif status == "interrupted":
         headline = f"INTERRUPTED ({'during ' + _names(stopped) if stopped else 'between steps'})"
+    if status == "pass" and known:
+        titles = (
+            {o["finding"]["title"] or o["finding"]["id"] for o in matched.outcomes if o["state"] == "known"}
+            if matched
+            else set()
+        )
+        headline += f" ({len(titles)} known finding{'s' if len(titles) != 1 else ''})"
     smoke = bool(info["options"].get("cpu_smoke"))
     if smoke:
         headline += " (CPU smoke)"  # never a bare PASS: nothing of a GPU was qualified
@@ -278,7 +303,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         left = f"left out by {_narrowing(cov)}: {_grouped(cov['left_out'])}"
         headline += f" (narrowed: {_grouped(cov['left_out'])} left out)"
         reasons.append(left)
-    return model.Verdict(
+    verdict = model.Verdict(
         status=status,
         headline=headline,
         complete=complete,
@@ -293,6 +318,42 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         qualified=qualified(run, smoke, cov.get("not_applicable") or []),
         target=target(run),
     )
+    if matched is not None:
+        verdict["known"] = matched.outcomes
+        verdict["known_failures"] = known
+    return verdict
+
+
+def _known_entries(options: Mapping[str, object]) -> list[model.KnownFinding]:
+    """The known-findings entries the run was given (``--vsnap-known-findings``, recorded in its options)."""
+    value = options.get("known_findings")
+    if not isinstance(value, list):
+        return []
+    return [
+        model.KnownFinding(
+            id=str(e["id"]), words=str(e["words"]), link=str(e["link"]), expires=str(e["expires"]),
+            title=str(e.get("title") or ""),
+        )
+        for e in value
+        if isinstance(e, dict) and {"id", "words", "link", "expires"} <= set(e)
+    ]  # fmt: skip
+
+
+def _run_date(info: model.RunInfo) -> dt.date:
+    """The day the run started (UTC), against which an entry's expiry is read; today when it is not recorded."""
+    stamp = info["started"] or info["ended"] or ""
+    try:
+        return dt.date.fromisoformat(stamp[:10])
+    except ValueError:
+        return dt.datetime.now(dt.timezone.utc).date()
+
+
+def _known_exit(exitstatus: int, known_steps: list[str], info: model.RunInfo) -> bool:
+    """pytest's exit 1 that the known findings' failed steps explain: as many failed tests as known failed steps."""
+    if exitstatus != 1 or not known_steps:
+        return False
+    failed_tests = (info.get("pytest_counts") or {}).get("failed")
+    return failed_tests is None or failed_tests <= len(known_steps)
 
 
 def _targets(run: model.RunEvidence) -> tuple[list[str], list[str], list[str]]:
@@ -353,3 +414,20 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
         lanes.setdefault(skipped["step"].rsplit("/", 1)[0], why)
     lines += [f"not applicable: lane {lane}, {why}" for lane, why in lanes.items()]
     return lines
+
+
+def with_known_findings(
+    results: model.Results, entries: Sequence[model.KnownFinding], comparisons: Comparisons | None
+) -> model.Results:
+    """``results`` judged again with these known-findings entries (``vsnap-qual report --vsnap-known-findings``):
+    the entries replace those recorded in the run's options, and the verdict is the one they give."""
+    from vsnap_qual.report.frames import compare_all
+
+    options = {**results["run"]["options"], "known_findings": [dict(e) for e in entries]}
+    run: model.RunInfo = {**results["run"], "options": options}
+    again: model.Results = {**results, "run": run}
+    try:
+        verdict = judge(again, comparisons or compare_all(again))
+    except Exception as exc:  # odd evidence: the verdict says so, as at assembly
+        verdict = judge(again, None, failure=f"{type(exc).__name__}: {exc}")
+    return {**again, "verdict": verdict}

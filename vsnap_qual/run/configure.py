@@ -159,4 +159,5 @@ def build_config(parsed: ParsedOptions, rootdir: Path, run_id: str | None = None
         chaos=_given(parsed.get("vsnap_chaos"), 1),
         workers=int(parsed.get("vsnap_workers") or 0),
         variants=variants,
+        known_findings=parsed.get("vsnap_known_findings") or (),
     )

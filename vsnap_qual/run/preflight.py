@@ -110,7 +110,7 @@ def run_preflight(config: QualConfig, runtime: Runtime) -> PreflightResult:
                 f"--vsnap-model-cache: {config.model_cache} is incomplete for {config.model}: "
                 + "; ".join(problems)
                 + ". Download the whole repository at that revision, e.g. "
-                f"`huggingface-cli download {config.model} --revision {config.revision}`"
+                f"`hf download {config.model} --revision {config.revision}`"
             )
     files: list[OverlayFile] = []
     if config.overlay is not None:
