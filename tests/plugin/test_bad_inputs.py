@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from vsnap_qual import box as runtime
 from vsnap_qual.runtimes.docker import nvidia_runtime_present
 
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+
+    from tests.conftest import VsnapRefused
+
 REV = "0" * 40
+#: a bad input: (id, extra args, extra env, expected message fragment)
+BadInput = tuple[str, list[str], dict[str, str], str]
 SUITE = """
 import pytest
 
@@ -22,7 +31,7 @@ def test_uses_a_lane(vsnap_step):
 
 
 @pytest.fixture
-def bad_inputs(tmp_path):
+def bad_inputs(tmp_path: Path) -> list[BadInput]:
     """(id, extra args, extra env, expected message fragment) for each bad input."""
     malformed = tmp_path / "prompts.json"
     malformed.write_text('["ok", ')
@@ -72,7 +81,7 @@ def bad_inputs(tmp_path):
     ]
 
 
-def _labelled(client) -> set[str]:
+def _labelled(client: DockerClient) -> set[str]:
     """Labelled containers whose owning pytest process has exited: the bad-input runs have, by the time this is
     read; other sessions running tests on this host in parallel (their owners alive) are not counted."""
     return {
@@ -82,7 +91,13 @@ def _labelled(client) -> set[str]:
     }
 
 
-def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, docker_client, tmp_path, vsnap_refused):
+def test_each_bad_input_is_refused_before_any_container(
+    pytester: pytest.Pytester,
+    bad_inputs: list[BadInput],
+    docker_client: DockerClient,
+    tmp_path: Path,
+    vsnap_refused: VsnapRefused,
+) -> None:
     if nvidia_runtime_present(docker_client):
         bad_inputs = [b for b in bad_inputs if b[0] != "gpus-without-runtime"]
     with socket.socket() as busy:
@@ -98,7 +113,9 @@ def test_each_bad_input_is_refused_before_any_container(pytester, bad_inputs, do
         assert _labelled(docker_client) == before, "a bad input started a labelled container"
 
 
-def test_a_report_dir_holding_another_runs_evidence_is_refused_and_left_unchanged(pytester, tmp_path):
+def test_a_report_dir_holding_another_runs_evidence_is_refused_and_left_unchanged(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     """Runs never merge: evidence is only appended to, so a second run into a used directory would fold two
     runs into one verdict. The refusal comes before preflight (no Docker needed) and touches nothing there."""
     used = tmp_path / "used"
@@ -123,7 +140,7 @@ def test_a_report_dir_holding_another_runs_evidence_is_refused_and_left_unchange
     assert (sorted(p.name for p in used.iterdir()), evidence.read_bytes()) == before
 
 
-def test_a_host_python_without_vllm_is_refused_in_words(pytester, tmp_path):
+def test_a_host_python_without_vllm_is_refused_in_words(pytester: pytest.Pytester, tmp_path: Path) -> None:
     """``--vsnap-python`` naming a Python without vllm: said as such (with the Python's version), not as the
     package probe's raw JSON."""
     venv = tmp_path / "bare"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from vsnap_qual import options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +20,9 @@ def _vsnap_help(text: str) -> str:
     return " ".join(block.split())
 
 
-def test_help_lists_every_option_as_the_golden_file_says(pytester, monkeypatch):
+def test_help_lists_every_option_as_the_golden_file_says(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     result = pytester.runpytest_subprocess("--help")
     text = _vsnap_help(result.stdout.str())
@@ -29,7 +33,9 @@ def test_help_lists_every_option_as_the_golden_file_says(pytester, monkeypatch):
     )
 
 
-def test_plugin_loads_with_autoload_disabled_and_can_be_disabled(pytester, monkeypatch):
+def test_plugin_loads_with_autoload_disabled_and_can_be_disabled(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile("def test_ok():\n    pass\n")
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     loaded = pytester.runpytest_subprocess("-p", "vsnap_qual", "--co", "-q", "--vsnap-runners=v1")
@@ -40,7 +46,7 @@ def test_plugin_loads_with_autoload_disabled_and_can_be_disabled(pytester, monke
     assert disabled.ret == 4 and "unrecognized arguments: --vsnap-runners" in disabled.stderr.str()
 
 
-def test_inactive_it_prints_nothing(pytester):
+def test_inactive_it_prints_nothing(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_ok():\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:xdist")
     assert result.ret == 0
@@ -48,20 +54,20 @@ def test_inactive_it_prints_nothing(pytester):
     assert [line for line in shown if not line.startswith("plugins:")] == [], shown  # pytest's own plugin list
 
 
-def test_a_suite_without_configuration_says_which_options_to_set(pytester):
+def test_a_suite_without_configuration_says_which_options_to_set(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_lane(vsnap_config):\n    pass\n")
     result = pytester.runpytest_subprocess()
     assert "pass --vsnap-image" in result.stdout.str()
     assert result.ret == 1
 
 
-def test_missing_model_and_revision_are_named(pytester):
+def test_missing_model_and_revision_are_named(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--vsnap-image=x:y")
     assert result.ret == 4
     assert "--vsnap-model, --vsnap-revision must be set" in result.stderr.str()
 
 
-def test_run_pytest_script_turns_no_tests_into_a_failure(tmp_path):
+def test_run_pytest_script_turns_no_tests_into_a_failure(tmp_path: Path) -> None:
     (tmp_path / "test_none.py").write_text("# no tests here\n")
     done = subprocess.run(
         ["bash", str(ROOT / "scripts" / "run-pytest.sh"), str(tmp_path), "-p", "no:cacheprovider"],

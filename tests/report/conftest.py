@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from synthetic_runs import MakeRun, RunSpec, write_evidence
+
+from tests.report.synthetic_runs import MakeRun, RunSpec, write_evidence
 
 
 @pytest.fixture

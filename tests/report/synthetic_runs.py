@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from vsnap_qual import checks, options, procedure
+from vsnap_qual import checks, model, options, procedure
 from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.faults.kinds.hook import HookParams
@@ -200,6 +200,12 @@ def fault_evidence(
     if fault.kind == "kill":  # the kill kind's audit after the harness's sweep: judged by the kind, always
         judged["after_sweep"] = {**cleanup, "swept": [4242] if not want.cleanup else []}
     return asdict(want), observed, judged
+
+
+def open_results(step: model.Step) -> dict[str, Any]:
+    """A step's results as the open JSON object they are in the evidence: a test reads or edits any field of them
+    (the report reads them by their step's results type, ``procedure.results_as``)."""
+    return cast(dict[str, Any], step["results"])
 
 
 @functools.cache

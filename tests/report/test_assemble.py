@@ -7,8 +7,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from synthetic_runs import MakeRun, RunSpec
 
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual import procedure
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import schema, write_reports
@@ -38,7 +38,7 @@ def test_complete_run_has_the_documented_shape(report_dir: Path) -> None:
         ("v2", "head"),
         ("v2", "base"),
     ]
-    assert all(lane["environment"]["versions"]["vllm"] for lane in results["lanes"])
+    assert all(lane["environment"] is not None and lane["environment"]["versions"]["vllm"] for lane in results["lanes"])
     # per runner, the procedure: head 9 lifecycle steps (with overlay), base 9 (vs-head, no overlay); each arm
     # the fault artifact and the faults of the table
     faults = 1 + len(BUILTIN_FAULTS)
@@ -72,7 +72,8 @@ def test_killed_run_is_incomplete_and_names_the_last_step(make_run: MakeRun) -> 
     results = assemble_file(directory / "evidence.jsonl")
     assert results["run"]["complete"] is False
     assert results["verdict"]["status"] == "incomplete"
-    assert results["run"]["last_step"]["label"] == "v1/head/fault:canary-perturb"
+    last = results["run"]["last_step"]
+    assert last is not None and last["label"] == "v1/head/fault:canary-perturb"
     assert any("v1/head/fault:canary-perturb" in r for r in results["verdict"]["reasons"])
 
 
@@ -85,7 +86,8 @@ def test_torn_last_line_is_counted_not_fatal(make_run: MakeRun) -> None:
     assert parsed.malformed_lines == 1
     results = assemble_file(evidence)
     assert results["evidence"]["malformed_lines"] == 1
-    assert results["run"]["last_step"]["label"] == "v1/head/create"
+    last = results["run"]["last_step"]
+    assert last is not None and last["label"] == "v1/head/create"
 
 
 def test_empty_evidence_is_incomplete(tmp_path: Path) -> None:

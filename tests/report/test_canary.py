@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec
-
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual import procedure
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.canary import canary_rows, canary_summary

@@ -7,8 +7,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from synthetic_runs import MakeRun, RunSpec
 
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.cli import SUBCOMMANDS, build_parser, main
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.terminal import terminal_summary_lines

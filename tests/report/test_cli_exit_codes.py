@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from synthetic_runs import MakeRun, RunSpec
 
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.report import write_reports
 
 ROOT = Path(__file__).resolve().parents[2]

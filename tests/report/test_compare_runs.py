@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from synthetic_runs import MakeRun, RunSpec
 
+from tests.report.synthetic_runs import MakeRun, RunSpec
+from vsnap_qual import model
 from vsnap_qual.cli import main
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.compare_runs import diff_runs, format_markdown, format_text
@@ -22,6 +24,12 @@ BREAKING = RunSpec(
     },
     step_seconds_scale=1.5,
 )
+
+
+def _environment(lane: model.Lane) -> model.Environment:
+    environment = lane["environment"]
+    assert environment is not None, lane
+    return environment
 
 
 @pytest.fixture
@@ -87,7 +95,7 @@ def test_the_setup_that_differs_is_said_first(two_runs: tuple[Path, Path]) -> No
 
     old = load_results(two_runs[0])
     assert diff_runs(old, old).setup == []
-    new = copy.deepcopy(dict(old))
+    new: dict[str, Any] = copy.deepcopy(dict(old))
     new["run"]["options"]["fault_timeout"] = 20.0
     new["run"]["options"]["report_dir"] = "/elsewhere"  # where the report went is no setup
     for lane in new["lanes"]:
@@ -101,7 +109,9 @@ def test_the_setup_that_differs_is_said_first(two_runs: tuple[Path, Path]) -> No
     assert "| GPU | NVIDIA H200 × 1 | none |" in format_markdown(diff)
 
 
-def test_a_file_without_a_run_id_is_refused(tmp_path: Path, two_runs: tuple[Path, Path], capsys) -> None:
+def test_a_file_without_a_run_id_is_refused(
+    tmp_path: Path, two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     stub = tmp_path / "stub.json"  # a results file that names no run: not a run to compare with
@@ -122,13 +132,13 @@ def test_an_image_pulled_again_under_the_same_tag_is_a_setup_difference(two_runs
     from vsnap_qual.report.markdown import image_identity
 
     old = load_results(two_runs[0])
-    new = copy.deepcopy(dict(old))
+    new: dict[str, Any] = copy.deepcopy(dict(old))
     for lane in new["lanes"]:
         if lane["arm"] == "head":
             lane["environment"]["image"]["repo_digests"] = ["vllm/vllm-openai@sha256:" + "e" * 64]
     diff = diff_runs(old, json.loads(json.dumps(new)))
     said = {c.key: (c.old, c.new) for c in diff.setup}
-    before = next(lane["environment"]["image"] for lane in old["lanes"] if lane["arm"] == "head")
+    before = next(_environment(lane)["image"] for lane in old["lanes"] if lane["arm"] == "head")
     assert list(said) == ["image (head)"], said
     after = new["lanes"][0]["environment"]["image"]
     assert said["image (head)"] == (image_identity(before, code=False), image_identity(after, code=False))

@@ -4,13 +4,14 @@ and how much of it was the machine's."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec
-
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.report import write_reports
 
 
-def _with_decode(directory, judgement: dict) -> None:
+def _with_decode(directory: Path, judgement: dict[str, Any]) -> None:
     path = directory / "evidence.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for record in records:
@@ -19,7 +20,7 @@ def _with_decode(directory, judgement: dict) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def _row(directory) -> dict:
+def _row(directory: Path) -> dict[str, Any]:
     results = json.loads(write_reports(directory, github_step_summary=False).results_json.read_text())
     return next(c for c in results["verdict"]["checks"] if c["id"] == "decode")
 

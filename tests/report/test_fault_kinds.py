@@ -4,6 +4,9 @@ id, the identity kind by its id) only for records without one, as every run befo
 
 from __future__ import annotations
 
+from typing import cast
+
+from vsnap_qual import model
 from vsnap_qual.report.chaos import kill_steps
 from vsnap_qual.report.kinds import fault_kind
 from vsnap_qual.report.verdict import fault_kinds
@@ -26,11 +29,11 @@ def test_a_record_without_its_kind_is_recognised_as_before() -> None:
 
 
 def test_the_chaos_figures_and_the_coverage_line_read_the_recorded_kind() -> None:
-    steps = [
+    steps = cast(list[model.Step], [
         {"lane": "v1-head", "step": "fault:kill-create", "outcome": "passed", "results": {"kind": "hook",
                                                                                          "injected": DRAWN}},
         {"lane": "v1-head", "step": "fault:my-kill", "outcome": "passed", "results": {"kind": "kill",
                                                                                      "injected": DRAWN}},
-    ]  # fmt: skip
-    assert [s["step"] for s in kill_steps({"steps": steps})] == ["fault:my-kill"]
-    assert fault_kinds(steps) == {"kill-create": "hook", "my-kill": "kill"}  # type: ignore[arg-type]
+    ])  # fmt: skip
+    assert [s["step"] for s in kill_steps(cast(model.RunEvidence, {"steps": steps}))] == ["fault:my-kill"]
+    assert fault_kinds(steps) == {"kill-create": "hook", "my-kill": "kill"}

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from vsnap_qual import checks, procedure
+from tests.report.synthetic_runs import open_results
+from vsnap_qual import checks, model, procedure
 from vsnap_qual.faults import BUILTIN_FAULTS, FAULTS_BY_ID
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.frames import (
@@ -24,7 +25,7 @@ from vsnap_qual.report.frames import (
 )
 
 
-def _results(directory: Path) -> dict[str, Any]:
+def _results(directory: Path) -> model.Results:
     return assemble_file(directory / "evidence.jsonl")
 
 
@@ -60,7 +61,7 @@ def test_unobservable_and_missing_parameters(report_dir: Path) -> None:
 def test_digest_summary_falls_back_to_digest_compare(report_dir: Path) -> None:
     results = _results(report_dir)
     for step in results["steps"]:
-        step.get("results", {}).pop("digests", None)
+        open_results(step).pop("digests", None)
     summary = {r["runner"]: r for r in records(digest_summary(results))}
     assert summary["v2"]["changed_names"] == ["model.norm.weight"]
     assert summary["v2"]["text"] == "29/30 unchanged (1 changed)"
@@ -70,7 +71,7 @@ def test_kv_delta_tokens_and_percent(report_dir: Path) -> None:
     rows = {(r["runner"], r["arm"]): r for r in records(kv_frame(_results(report_dir)))}
     v2 = rows[("v2", "head")]
     assert (v2["ordinary"], v2["snapshot"], v2["delta"]) == (63_104, 63_088, -16)
-    assert abs(v2["delta_pct"] - (-16 / 63_104 * 100)) < 1e-9
+    assert abs(cast(float, v2["delta_pct"]) - (-16 / 63_104 * 100)) < 1e-9
 
 
 def test_timings_median_and_n_for_repeated_steps(report_dir: Path) -> None:
@@ -85,7 +86,7 @@ def test_timings_median_and_n_for_repeated_steps(report_dir: Path) -> None:
     assert (row["n"], row["median"], row["max"]) == (2, 19.5, 30.0)
     ready = {(r["runner"], r["arm"]): r for r in records(readiness_frame(assemble_file(evidence)))}
     assert ready[("v1", "head")]["restore_n"] == 5
-    assert ready[("v1", "head")]["speedup"] > 1
+    assert cast(float, ready[("v1", "head")]["speedup"]) > 1
 
 
 def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
@@ -112,7 +113,8 @@ def test_faults_cleanup_and_matrix(report_dir: Path) -> None:
 
 def test_matrix_shows_extra_steps_after_the_core_ones(report_dir: Path) -> None:
     results = _results(report_dir)
-    results["steps"].append({"runner": "v1", "arm": "base", "step": "vs-head", "outcome": "failed", "results": {}})
+    vs_head = {"runner": "v1", "arm": "base", "step": "vs-head", "outcome": "failed", "results": {}}
+    results["steps"].append(cast(model.Step, vs_head))  # a partial record: the matrix reads these fields
     matrix = step_matrix(results)
     # after the core steps, the others in the procedure table's order (results.json's step order)
     assert list(matrix.columns)[-4:] == ["vs-head", "fault-artifact", "faults", "faults_ok"]
@@ -150,7 +152,7 @@ def test_digest_rows_show_the_recorded_comparison_an_extra_parameter_is_extra(re
     )
     results = assemble_file(evidence)
     compare = next(
-        s["results"]["digest_compare"]
+        open_results(s)["digest_compare"]
         for s in results["steps"]
         if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1")
     )
@@ -169,7 +171,7 @@ def test_digest_rows_never_classify_a_parameter_themselves(report_dir: Path) -> 
     (here edited after the run) are not turned into a finding by the report."""
     results = _results(report_dir)
     restore = next(s for s in results["steps"] if (s["runner"], s["arm"], s["step"]) == ("v1", "head", "restore-1"))
-    restore["results"]["digests"]["lm_head.weight"]["sha256"] = "ff" * 32
+    open_results(restore)["digests"]["lm_head.weight"]["sha256"] = "ff" * 32
     frame = digest_frame(results, "v1")
     assert frame.loc["lm_head.weight", "restore-1"] == "ff" * 32
     assert frame.loc["lm_head.weight", "status"] == "unchanged"
@@ -195,7 +197,7 @@ def test_a_changed_buffer_is_named_as_a_buffer_in_the_table_the_summary_and_the_
 
     evidence = report_dir / "evidence.jsonl"
     records_ = [json.loads(line) for line in evidence.read_text().splitlines()]
-    buffers = {
+    buffers: dict[str, dict[str, Any]] = {
         "model.rotary_emb.cos_sin_cache": {"sha256": "c" * 64, "shape": [512, 32], "dtype": "float32"},
         "model.layers.0.self_attn.k_scale": {"sha256": "1" * 64, "shape": [], "dtype": "float32"},
     }

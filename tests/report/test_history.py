@@ -79,7 +79,7 @@ def test_compatibility_is_image_family_gpu_and_engine(evidence_runs: list[histor
 
 def doubled(results: dict[str, Any], factor: float, suffix: str) -> dict[str, Any]:
     """A copy of a run started a day later, every time in it multiplied by ``factor``."""
-    out = json.loads(json.dumps(results))
+    out: dict[str, Any] = json.loads(json.dumps(results))
     out["run"]["run_id"] = out["run"]["run_id"] + suffix
     out["run"]["started"] = "2099-01-01T00:00:00+00:00"
     for step in out["steps"]:

@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec
-
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file
 from vsnap_qual.report.html import MAX_LOG_TAILS, render_html

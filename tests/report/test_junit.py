@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from synthetic_runs import RUN_ID, MakeRun, RunSpec
 
+from tests.report.synthetic_runs import RUN_ID, MakeRun, RunSpec
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.junit import add_run_properties, other_names, step_names
 

@@ -201,9 +201,9 @@ def test_a_changed_word_in_the_evidence_reads_as_a_new_failure(real_run: model.R
 
 
 def test_a_changed_entry_says_changed_and_its_failures_fail(real_run: model.Results) -> None:
-    entries = [dict(e) for e in known.read_file(PROFILE_FILE)]
+    entries = [e.copy() for e in known.read_file(PROFILE_FILE)]
     entries[0]["words"] = entries[0]["words"].replace("no process holds", "no process needs")
-    verdict = with_known_findings(real_run, [model.KnownFinding(**e) for e in entries], None)["verdict"]  # type: ignore[typeddict-item]
+    verdict = with_known_findings(real_run, [model.KnownFinding(**e) for e in entries], None)["verdict"]
     assert verdict["status"] == "fail"
     assert [o["state"] for o in verdict.get("known", [])] == ["changed", "known", "known"]
     assert any(r.startswith("CHANGED known finding") for r in verdict["reasons"])

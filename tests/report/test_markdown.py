@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from synthetic_runs import MakeRun, RunSpec
-
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec, record_validator
-
+from tests.report.synthetic_runs import MakeRun, RunSpec, record_validator
 from vsnap_qual import overlay
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import read_evidence
 
 
-def _edit_overlay_files(directory: Path, edit) -> None:
+def _edit_overlay_files(directory: Path, edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
     path = directory / "evidence.jsonl"
-    records = read_evidence(path).records
+    records: list[dict[str, Any]] = read_evidence(path).records
     for record in records:
         if record.get("step") == "overlay":
             for item in record["results"]["files"]:
@@ -30,7 +31,7 @@ def _edit_overlay_files(directory: Path, edit) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def _overlay_check(directory: Path) -> dict:
+def _overlay_check(directory: Path) -> dict[str, Any]:
     write_reports(directory, github_step_summary=False)
     results = json.loads((directory / "results.json").read_text())
     return next(c for c in results["verdict"]["checks"] if c["id"] == "overlay")
@@ -39,7 +40,7 @@ def _overlay_check(directory: Path) -> dict:
 def test_a_file_no_engine_process_imported_passes_in_plain_words(make_run: MakeRun) -> None:
     directory = make_run("unused", RunSpec(changed_digests=()))
 
-    def unused(record: dict, item: dict) -> None:
+    def unused(record: dict[str, Any], item: dict[str, Any]) -> None:
         if item["module"].endswith(".controller"):
             item["imported"] = []
 
@@ -57,7 +58,7 @@ def test_a_file_no_engine_process_imported_passes_in_plain_words(make_run: MakeR
 def test_a_file_imported_from_elsewhere_fails_naming_where(make_run: MakeRun) -> None:
     directory = make_run("elsewhere", RunSpec(changed_digests=()))
 
-    def elsewhere(record: dict, item: dict) -> None:
+    def elsewhere(record: dict[str, Any], item: dict[str, Any]) -> None:
         if item["module"].endswith(".server") and record["runner"] == "v2":
             item["imported"][1].update(path="/opt/other/vllm/snapshot/server.py", sha256="f" * 64)
             item["ok"] = False

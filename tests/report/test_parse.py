@@ -4,6 +4,7 @@ checked once against its documented type."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from vsnap_qual.report.assemble import assemble_file, read_evidence
 
 
 def _step(**over: Any) -> dict[str, Any]:
-    step = {
+    step: dict[str, Any] = {
         "kind": "step",
         "time": "t",
         "runner": "v1",
@@ -59,7 +60,7 @@ def test_a_value_of_another_type_is_left_out_or_emptied_never_passed_on() -> Non
     step = record
     assert step["seconds"] == 0.0 and "engine_seconds" not in step and step["logs"] == ["a.log"]
     assert "surprise" not in step
-    results = step["results"]
+    results: Mapping[str, object] = step["results"]  # open: a key no results type declares is kept
     assert "kv_tokens" not in results and results["something_new"] == {"kept": True}
     assert results["canary"] == [{"prompt": "p", "token_ids": [1], "text": "", "logprob": -0.1}]
     assert results["digest_compare"] == {

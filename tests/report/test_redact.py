@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from synthetic_runs import SECRET, MakeRun, RunSpec
 
+from tests.report.synthetic_runs import SECRET, MakeRun, RunSpec
 from vsnap_qual.redact import MASK, Redactor, redact, secret_names
 from vsnap_qual.report import write_reports
 

@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from synthetic_runs import write_evidence
-
+from tests.report.synthetic_runs import write_evidence
 from vsnap_qual.report import write_reports
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synthetic_runs import MakeRun, RunSpec
 
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.report import write_reports
 
 ODD_VALUES: list[Any] = [None, "x", 3, [], {}, 1.5, True]

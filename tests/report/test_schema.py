@@ -8,10 +8,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from synthetic_runs import MakeRun, RunSpec
 
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.report import schema, write_reports
 from vsnap_qual.report.assemble import read_evidence
+from vsnap_qual.report.schema import JsonSchema
 
 SHIPPED = schema.SCHEMA_FILE
 
@@ -23,7 +24,7 @@ def _results_validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
-def _validator(schema: dict) -> jsonschema.Draft202012Validator:
+def _validator(schema: JsonSchema) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
@@ -44,7 +45,7 @@ def test_the_shipped_schema_is_the_one_the_model_generates() -> None:
 def test_results_json_and_every_evidence_record_validate(make_run: MakeRun, spec: RunSpec) -> None:
     directory = make_run("run", spec)
     for record in read_evidence(directory / "evidence.jsonl").records:
-        errors = list(_validator(schema.record_schema(record["kind"])).iter_errors(record))
+        errors = list(_validator(schema.record_schema(str(record["kind"]))).iter_errors(record))
         assert not errors, f"{record['kind']}: {errors[0].message} at {list(errors[0].absolute_path)}"
     paths = write_reports(directory, github_step_summary=False)
     results = json.loads(paths.results_json.read_text())

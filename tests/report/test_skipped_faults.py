@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from synthetic_runs import MakeRun, RunSpec
-
-from vsnap_qual import procedure
+from tests.report.synthetic_runs import MakeRun, RunSpec
+from vsnap_qual import model, procedure
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import write_reports
 from vsnap_qual.report.assemble import assemble_file
@@ -12,7 +11,7 @@ from vsnap_qual.report.assemble import assemble_file
 LIMITATION = "environment limitation: Sleep mode is not supported on current platform"
 
 
-def _faults_check(verdict: dict) -> dict:
+def _faults_check(verdict: model.Verdict) -> model.Check:
     return next(c for c in verdict["checks"] if c["id"] == "faults")
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec
-
-from vsnap_qual import procedure
+from tests.report.synthetic_runs import MakeRun, RunSpec
+from vsnap_qual import model, procedure
 from vsnap_qual.report import render_reports, write_reports
 from vsnap_qual.report.assemble import assemble_file, read_evidence
 from vsnap_qual.report.validation_table import CHECK_IDS
@@ -28,9 +28,10 @@ OTHER_FIGURES = RunSpec(
 )
 
 
-def _checks(directory: Path) -> list[dict[str, object]]:
+def _checks(directory: Path) -> list[dict[str, Any]]:
     write_reports(directory, github_step_summary=False)
-    return json.loads((directory / "results.json").read_text())["verdict"]["checks"]
+    checks: list[dict[str, Any]] = json.loads((directory / "results.json").read_text())["verdict"]["checks"]
+    return checks
 
 
 def test_check_ids_are_stable_when_only_the_figures_differ(make_run: MakeRun) -> None:
@@ -62,7 +63,7 @@ def test_rendering_again_keeps_the_recorded_ids(make_run: MakeRun, tmp_path: Pat
     assert [c["id"] for c in again["verdict"]["checks"]] == list(CHECK_IDS)
 
 
-def _labels(results: dict) -> list[str]:
+def _labels(results: model.Results) -> list[str]:
     return [procedure.label(s["runner"], s["arm"], s["step"]) for s in results["steps"]]
 
 
@@ -70,7 +71,7 @@ def test_steps_are_in_procedure_order_whatever_order_the_lanes_finished(make_run
     directory = make_run("a", RunSpec(changed_digests=()))
     path = directory / "evidence.jsonl"
     written = assemble_file(path)
-    records = read_evidence(path).records
+    records: list[dict[str, Any]] = read_evidence(path).records
     steps = [r for r in records if r["kind"] == "step"]
     random.Random(7).shuffle(steps)  # what two xdist workers interleaving their lanes can produce
     others = [r for r in records if r["kind"] != "step"]
@@ -89,7 +90,7 @@ def test_steps_are_in_procedure_order_whatever_order_the_lanes_finished(make_run
 def test_a_repeated_step_is_judged_by_its_last_record_after_ordering(make_run: MakeRun) -> None:
     directory = make_run("a", RunSpec(changed_digests=()))
     path = directory / "evidence.jsonl"
-    records = read_evidence(path).records
+    records: list[dict[str, Any]] = read_evidence(path).records
     first = next(r for r in records if r.get("step") == "restore-1")
     failed_try = {**first, "outcome": "failed", "message": "first try"}
     index = records.index(first)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from synthetic_runs import MakeRun, RunSpec, record_validator
 
+from tests.report.synthetic_runs import MakeRun, RunSpec, record_validator
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.overlay import checkout_state
 from vsnap_qual.report import write_reports
@@ -16,10 +18,10 @@ from vsnap_qual.report.assemble import read_evidence
 from vsnap_qual.run.ci_build import ci_build
 
 
-def _edit_environments(directory: Path, edit) -> None:
+def _edit_environments(directory: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     """Rewrite each lane's environment record through ``edit``; every record must still fit the model."""
     path = directory / "evidence.jsonl"
-    records = read_evidence(path).records
+    records: list[dict[str, Any]] = read_evidence(path).records
     for record in records:
         if record["kind"] == "environment":
             edit(record)
@@ -73,7 +75,7 @@ def test_an_unlabelled_image_says_unlabelled(make_run: MakeRun) -> None:
 def test_engine_args_are_shown(make_run: MakeRun) -> None:
     directory = make_run("args", RunSpec(changed_digests=()))
     path = directory / "evidence.jsonl"
-    records = read_evidence(path).records
+    records: list[dict[str, Any]] = read_evidence(path).records
     records[0]["options"]["engine_args"] = ["--enforce-eager", "--kv-cache-dtype", "fp8"]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "engine args `--enforce-eager --kv-cache-dtype fp8`" in _summary(directory)
@@ -137,7 +139,7 @@ def test_a_simulated_gpu_is_named_and_an_unlabelled_image_in_the_html(make_run: 
     directory = make_run("sim", RunSpec(changed_digests=()))
     shim = "nvidia-smi GPU identity shim"
 
-    def edit(record: dict) -> None:
+    def edit(record: dict[str, Any]) -> None:
         record["gpu"] = None
         record["image"]["labels"] = {"ai.vsnap.simulated": shim}
 
@@ -187,7 +189,7 @@ def test_the_reference_engine_and_a_simulated_gpu_are_said_beside_the_verdict(ma
     directory = make_run("reference", RunSpec(changed_digests=()))
     engine = "vsnap reference engine, a miniature vLLM written for vsnap-qual (not vLLM)"
 
-    def edit(record: dict) -> None:
+    def edit(record: dict[str, Any]) -> None:
         record["gpu"] = None
         record["image"]["labels"].update({"ai.vsnap.engine": engine, "ai.vsnap.simulated": "gpu"})
 
@@ -207,11 +209,10 @@ def test_the_reference_engine_and_a_simulated_gpu_are_said_beside_the_verdict(ma
     assert "reference" not in first and " · head arm vLLM " in first, first
 
 
-def test_the_environment_table_has_no_blank_cell_and_criu_without_its_prefix(make_run) -> None:
+def test_the_environment_table_has_no_blank_cell_and_criu_without_its_prefix(make_run: MakeRun) -> None:
     """A value the lane did not report reads ``n/a`` (not a blank cell); CRIU is its version, not ``Version: …``;
     the harness's version is among the facts."""
-    from synthetic_runs import RunSpec
-
+    from tests.report.synthetic_runs import RunSpec
     from vsnap_qual.report import write_reports
 
     run = make_run("blank", RunSpec(changed_digests=()))

@@ -4,9 +4,9 @@ the plain configuration's, and a change on a variant's lane is named with its co
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from synthetic_runs import MakeRun, RunSpec
-
+from tests.report.synthetic_runs import MakeRun, RunSpec
 from vsnap_qual.report import write_reports
 
 NOPC = ("nopc", "--no-enable-prefix-caching")
@@ -47,7 +47,7 @@ def test_a_run_without_variants_reads_as_before(make_run: MakeRun) -> None:
     )
 
 
-def _with_adapter_compare(directory, *, ok_on_restore_2: bool) -> None:
+def _with_adapter_compare(directory: Path, *, ok_on_restore_2: bool) -> None:
     """Give the v1+lora head arm's restores an adapter comparison (what a lane serving an adapter records)."""
     path = directory / "evidence.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from synthetic_runs import MakeRun, RunSpec, required_coverage
-
+from tests.report.synthetic_runs import MakeRun, RunSpec, open_results, required_coverage
 from vsnap_qual import checks
 from vsnap_qual.faults import BUILTIN_FAULTS
 from vsnap_qual.report import render_reports, write_reports
@@ -18,7 +19,7 @@ FAULTS = len(BUILTIN_FAULTS)
 REQUIRED = 4 * (10 + FAULTS)  # 2 runners × 2 arms: 9 lifecycle steps (overlay or vs-head), the fault artifact
 
 
-def _rewrite(directory: Path, keep) -> Path:
+def _rewrite(directory: Path, keep: Callable[[dict[str, object]], bool]) -> Path:
     """The same evidence with only the records ``keep`` accepts."""
     path = directory / "evidence.jsonl"
     records = [r for r in read_evidence(path).records if keep(r)]
@@ -96,13 +97,13 @@ def test_digest_row_uses_the_runs_own_rule_when_every_parameter_is_unobservable(
     results = assemble_file(make_run("blind", RunSpec(changed_digests=())) / "evidence.jsonl")
     steps = {(s["runner"], s["arm"], s["step"]): s for s in results["steps"]}
     for step in steps.values():
-        for entry in (step["results"].get("digests") or {}).values():
+        for entry in (open_results(step).get("digests") or {}).values():
             entry["sha256"] = None  # the probe could observe no parameter
     for (runner, arm, name), step in steps.items():
         if "digest_compare" in step["results"]:
-            reference = steps[(runner, arm if name != "vs-head" else "head", "ordinary")]["results"]["digests"]
-            own = step["results"].get("digests") or steps[(runner, arm, "ordinary")]["results"]["digests"]
-            step["results"]["digest_compare"] = checks.compare_digests(reference, own)
+            reference = open_results(steps[(runner, arm if name != "vs-head" else "head", "ordinary")])["digests"]
+            own = open_results(step).get("digests") or open_results(steps[(runner, arm, "ordinary")])["digests"]
+            open_results(step)["digest_compare"] = checks.compare_digests(reference, own)
     verdict = judge(results, compare_all(results))
     digest = next(c for c in verdict["checks"] if c["short"] == "digests")
     assert digest["status"] == "FAIL", digest
@@ -152,7 +153,7 @@ def test_cpu_smoke_is_never_a_bare_pass_and_a_runner_the_cpu_build_lacks_is_name
 def test_what_was_qualified_comes_from_the_targets_labels(make_run: MakeRun) -> None:
     directory = make_run("labelled", RunSpec(changed_digests=()))
     path = directory / "evidence.jsonl"
-    records = read_evidence(path).records
+    records: list[dict[str, Any]] = read_evidence(path).records
     for record in records:
         if record["kind"] == "environment":
             record["image"]["labels"]["ai.vsnap.engine"] = "vsnap reference engine (a miniature vLLM), not vLLM"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vsnap_qual.box import RuntimeFailure
+from vsnap_qual.box import ProcessRow, RuntimeFailure
 from vsnap_qual.runtimes import procfs
 from vsnap_qual.runtimes.docker import container_pids
 
@@ -23,7 +23,7 @@ def test_host_pids_are_mapped_to_the_container_namespace(tmp_path: Path) -> None
     _status(tmp_path, 13300, "NSpid:\t13300\t1\nNSsid:\t13300\t1\n")  # the container's init
     _status(tmp_path, 13361, "NSpid:\t13361\t14\nNSsid:\t13361\t14\n")  # a spawned server (its own session)
     _status(tmp_path, 13370, "NSpid:\t13370\t20\nNSsid:\t13361\t14\n")  # its engine core
-    top = [
+    top: list[ProcessRow] = [
         {"pid": 13300, "ppid": 13250, "sid": 13300, "stat": "Ss", "args": "sleep infinity"},
         {"pid": 13361, "ppid": 13300, "sid": 13361, "stat": "Ss", "args": "vllm serve"},
         {"pid": 13370, "ppid": 13361, "sid": 13361, "stat": "S", "args": "engine core"},

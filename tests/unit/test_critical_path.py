@@ -11,7 +11,7 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import pytest
@@ -65,18 +65,19 @@ def step(
     return record
 
 
-def run_of(steps: list[model.Step], workers: dict[str, str] | None = None) -> dict[str, Any]:
-    """A ``results.json`` of these steps: its lanes' environments name each box's worker."""
+def run_of(steps: list[model.Step], workers: dict[str, str] | None = None) -> model.Results:
+    """A ``results.json`` of these steps (the fields the critical path reads): its lanes' environments name each
+    box's worker."""
     lanes = []
     for lane in dict.fromkeys(s["lane"] for s in steps):
         runner, arm = lane.split("-")
         worker = (workers or {}).get(lane, "gw0")
         envs = [{"lane": lane, "purpose": purpose, "worker": worker} for purpose in ("lifecycle", "faults")]
         lanes.append({"runner": runner, "arm": arm, "environment": envs[0], "other_environments": envs[1:]})
-    return {"run": {}, "verdict": {"status": "pass"}, "lanes": lanes, "steps": steps}
+    return cast(model.Results, {"run": {}, "verdict": {"status": "pass"}, "lanes": lanes, "steps": steps})
 
 
-def known_dag() -> dict[str, Any]:
+def known_dag() -> model.Results:
     """v1-head's ordinary is long; v1-base's vs-head needs it: the path runs through the cross-lane edge (10 + 1 +
     3 = 14 engine seconds) and is longer than either lifecycle chain alone (11, 6). v2-head's lifecycle (9) and
     v1-head's faults (7) run beside it and add nothing."""

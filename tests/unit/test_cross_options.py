@@ -38,13 +38,15 @@ def _refused(*argv: str, tmp_path: Path) -> str:
         ),
     ],
 )  # fmt: skip
-def test_values_that_cannot_work_are_refused_naming_the_option(tmp_path, argv, fragments) -> None:
+def test_values_that_cannot_work_are_refused_naming_the_option(
+    tmp_path: Path, argv: list[str], fragments: list[str]
+) -> None:
     message = _refused(*argv, tmp_path=tmp_path)
     for fragment in fragments:
         assert fragment in message, message
 
 
-def test_the_longest_prompt_counts_and_a_config_that_fits_passes(tmp_path) -> None:
+def test_the_longest_prompt_counts_and_a_config_that_fits_passes(tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("short one\n" + " ".join(["word"] * 40) + "\n")
     message = _refused(
@@ -63,7 +65,7 @@ def test_the_longest_prompt_counts_and_a_config_that_fits_passes(tmp_path) -> No
     assert build_config(options.parse_standalone([*BASE, "--vsnap-kv-tolerance=0.05"], env={}), tmp_path).kv_tolerance
 
 
-def test_a_context_too_short_for_the_decode_speed_generation_is_refused_naming_both_fixes(tmp_path) -> None:
+def test_a_context_too_short_for_the_decode_speed_generation_is_refused_naming_both_fixes(tmp_path: Path) -> None:
     message = _refused("--vsnap-max-model-len=60", "--vsnap-canary-tokens=4", tmp_path=tmp_path)
     assert "too short for the decode-speed generation" in message and "64 tokens need at least" in message, message
     assert "--vsnap-decode-runs=0" in message and "raise --vsnap-max-model-len" in message
@@ -78,7 +80,7 @@ def _overlay(tmp_path: Path, text: str) -> list[OverlayFile]:
     return [OverlayFile("vllm/snapshot/server.py", path, "0" * 64)]
 
 
-def test_an_overlaid_file_that_does_not_compile_is_named_with_its_line(tmp_path) -> None:
+def test_an_overlaid_file_that_does_not_compile_is_named_with_its_line(tmp_path: Path) -> None:
     files = _overlay(tmp_path, "import os\n\ndef serve(:\n    pass\n")
     with pytest.raises(PreflightError) as info:
         check_overlay_compiles(files, "3.11.7")
@@ -88,12 +90,12 @@ def test_an_overlaid_file_that_does_not_compile_is_named_with_its_line(tmp_path)
     assert not list(tmp_path.rglob("__pycache__")), "the check wrote bytecode into the checkout"
 
 
-def test_compiling_overlay_files_pass_and_a_newer_target_python_is_not_judged_by_this_one(tmp_path) -> None:
+def test_compiling_overlay_files_pass_and_a_newer_target_python_is_not_judged_by_this_one(tmp_path: Path) -> None:
     check_overlay_compiles(_overlay(tmp_path / "a", "def serve():\n    return 1\n"), None)
     check_overlay_compiles(_overlay(tmp_path / "b", "def serve(:\n"), "3.99.0")  # its syntax, not ours to judge
 
 
-def test_preflight_refuses_an_overlay_that_does_not_compile_before_any_lane(tmp_path) -> None:
+def test_preflight_refuses_an_overlay_that_does_not_compile_before_any_lane(tmp_path: Path) -> None:
     """Through the plugin (the memory runtime: no Docker): refused at preflight, exit 4, the file and line named,
     nothing written."""
     import os

@@ -223,7 +223,7 @@ def test_the_engines_memory_and_its_huge_pages_come_with_the_sample_and_name_the
 
     def speed(tps: float, huge_kb: int) -> DecodeSpeed:
         cpu = CpuShare(wall_s=1.0, engine_cpu_s=1.0, engine_wait_s=0.0, stretch=1.0, others_load=0.0, cpus=2)
-        cpu.update(rss_kb=2048000, anon_huge_kb=huge_kb)
+        cpu.update({"rss_kb": 2048000, "anon_huge_kb": huge_kb})
         return DecodeSpeed(tokens=64, runs_tps=[tps] * 3, median_tps=tps, cpu=cpu)
 
     judged = decode_speed.judge(speed(400.0, 1024000), speed(160.0, 0), 1.75)

@@ -13,7 +13,7 @@ from vsnap_qual import options
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_options_reference_is_current():
+def test_options_reference_is_current() -> None:
     assert (ROOT / "docs" / "options.md").read_text() == options.reference_markdown(), (
         "docs/options.md is stale: run `python -m vsnap_qual.options > docs/options.md`"
     )
@@ -55,7 +55,7 @@ def _dry_run_with(shim: Path, **extra: str) -> list[list[str]]:
     return [shlex.split(line[2:]) for line in done.stdout.splitlines() if line.startswith("+ ")]
 
 
-def test_nightly_script_dry_run_uses_a_private_venv_and_only_options_the_plugin_accepts():
+def test_nightly_script_dry_run_uses_a_private_venv_and_only_options_the_plugin_accepts() -> None:
     commands = _dry_run(VSNAP_ANNOTATE="1")
     venv = ".venv-nightly/bin/"
     assert commands[0][:3] == ["python3", "-m", "venv"]
@@ -73,21 +73,21 @@ def test_nightly_script_dry_run_uses_a_private_venv_and_only_options_the_plugin_
     assert parsed["vsnap_annotate"] is True
 
 
-def test_nightly_script_annotates_only_when_asked_and_spreads_lanes_only_when_told():
+def test_nightly_script_annotates_only_when_asked_and_spreads_lanes_only_when_told() -> None:
     assert "--vsnap-annotate" not in _dry_run(VSNAP_ANNOTATE="0")[-1]
     assert "--vsnap-annotate" not in _dry_run()[-1]
     pytest_cmd = _dry_run(VSNAP_WORKERS="2")[-1]
     assert pytest_cmd[pytest_cmd.index("-n") + 1] == "2"
 
 
-def test_nightly_script_refuses_to_start_without_a_model_cache():
+def test_nightly_script_refuses_to_start_without_a_model_cache() -> None:
     env = {k: v for k, v in os.environ.items() if k != "VSNAP_MODEL_CACHE"}
     env.update(VSNAP_IMAGE="vllm/vllm-openai:nightly-abc", VSNAP_DRY_RUN="1")
     done = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env)
     assert done.returncode != 0 and "VSNAP_MODEL_CACHE" in done.stderr
 
 
-def test_a_failing_doctor_still_leaves_a_report(tmp_path):
+def test_a_failing_doctor_still_leaves_a_report(tmp_path: Path) -> None:
     """Under the old `set -e` a failed doctor ended the script with no summary.md for CI to show."""
     fake = tmp_path / "venv"
     (fake / "bin").mkdir(parents=True)

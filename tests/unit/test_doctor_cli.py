@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from vsnap_qual import cli, options
 from vsnap_qual.cli import doctor
 
@@ -22,17 +24,27 @@ def test_doctor_help_lists_every_option_with_its_variable() -> None:
     assert "docs/options.md" not in text, "the wheel ships no docs/: the help must stand alone"
 
 
-def test_the_options_given_reach_the_doctor_as_given(monkeypatch) -> None:
+def test_the_options_given_reach_the_doctor_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
-    monkeypatch.setattr(doctor, "main", lambda argv: seen.append(argv) or 0)
+
+    def main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 0
+
+    monkeypatch.setattr(doctor, "main", main)
     assert cli.main(["doctor", "--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-runners", "v1", "--bogus"]) == 0
     assert sorted(seen[0]) == sorted(["--vsnap-image=img:1", "--vsnap-cpu-smoke", "--vsnap-runners=v1", "--bogus"])
 
 
-def test_an_off_switch_reaches_the_doctor_as_the_off_switch(monkeypatch) -> None:
+def test_an_off_switch_reaches_the_doctor_as_the_off_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--no-vsnap-cpu-smoke`` is passed on as itself (not as ``--vsnap-cpu-smoke``), and beats the variable."""
     seen: list[list[str]] = []
-    monkeypatch.setattr(doctor, "main", lambda argv: seen.append(argv) or 0)
+
+    def main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 0
+
+    monkeypatch.setattr(doctor, "main", main)
     assert cli.main(["doctor", "--vsnap-image=img:1", "--no-vsnap-cpu-smoke"]) == 0
     assert sorted(seen[0]) == ["--no-vsnap-cpu-smoke", "--vsnap-image=img:1"]
     parsed = options.parse_standalone(seen[0], env={"VSNAP_CPU_SMOKE": "1"})

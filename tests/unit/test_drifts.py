@@ -150,6 +150,6 @@ def test_environment_drifts_need_a_variable_the_create_fingerprinted(box: Local)
     assert isinstance(answer, str) and "holds none of VLLM_NO_USAGE_STATS" in answer
 
 
-def test_another_version_stays_a_version_of_the_same_build():
+def test_another_version_stays_a_version_of_the_same_build() -> None:
     assert drifts.other_version("0.32.0+cpu") == "0.32.0+cpu.vsnapdrift"  # vLLM's CPU detection reads "cpu"
     assert drifts.other_version("0.33.0") == "0.33.0+vsnapdrift"

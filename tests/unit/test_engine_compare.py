@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import hashlib
 
-from vsnap_qual import checks
+from vsnap_qual import checks, model
 from vsnap_qual.engine import client
 from vsnap_qual.engine.client import CanaryOutput
 
 
-def test_canary_compare_follows_oracles_match():
+def test_canary_compare_follows_oracles_match() -> None:
     ref = CanaryOutput("p", [12095], " Paris", -0.4242669641971588)
     same = checks.compare_canary(ref, CanaryOutput("p", [12095], " Paris", -0.4242669641971588), 1e-3)
     assert same["ok"] and same["bit_exact"]
@@ -19,9 +19,14 @@ def test_canary_compare_follows_oracles_match():
     assert not other["ok"] and not other["token_ids_equal"] and not other["text_equal"]
 
 
-def test_digest_compare_names_changes_and_never_counts_unobservable():
-    ref = {"a": {"sha256": "1"}, "b": {"sha256": "2"}, "c": {"sha256": None}, "d": {"sha256": "4"}}
-    got = {"a": {"sha256": "1"}, "b": {"sha256": "X"}, "c": {"sha256": None}}
+def test_digest_compare_names_changes_and_never_counts_unobservable() -> None:
+    ref: dict[str, model.Digest] = {
+        "a": {"sha256": "1"},
+        "b": {"sha256": "2"},
+        "c": {"sha256": None},
+        "d": {"sha256": "4"},
+    }
+    got: dict[str, model.Digest] = {"a": {"sha256": "1"}, "b": {"sha256": "X"}, "c": {"sha256": None}}
     result = checks.compare_digests(ref, got)
     assert result["unchanged"] == 1
     assert result["changed"] == ["b"]
@@ -31,7 +36,7 @@ def test_digest_compare_names_changes_and_never_counts_unobservable():
     assert checks.compare_digests({"a": {"sha256": "1"}}, {"a": {"sha256": "1"}})["ok"]
 
 
-def test_kv_log_line_variants():
+def test_kv_log_line_variants() -> None:
     gpu = "(EngineCore pid=7) INFO 11-29 16:31:10 [kv_cache_utils.py:1] GPU KV cache size: 54,048 tokens"
     cpu = (
         "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, "
@@ -42,5 +47,5 @@ def test_kv_log_line_variants():
     assert client.kv_from_log("nothing here") is None
 
 
-def test_empty_digest_constant_is_the_sha256_of_nothing():
+def test_empty_digest_constant_is_the_sha256_of_nothing() -> None:
     assert hashlib.sha256(b"").hexdigest().startswith("e3b0c442")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -24,18 +25,18 @@ def _writer(path: str, n: int) -> None:
         store.write(_session({"payload": "x" * 6000}, run_id=str(i)))
 
 
-def test_concurrent_appends_never_tear_lines(tmp_path):
+def test_concurrent_appends_never_tear_lines(tmp_path: Path) -> None:
     procs = [multiprocessing.Process(target=_writer, args=(str(tmp_path), 50)) for _ in range(3)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
-    records = list(read_records(tmp_path / "evidence.jsonl"))
+    records: list[dict[str, Any]] = list(read_records(tmp_path / "evidence.jsonl"))
     assert len(records) == 150
     assert all(len(r["options"]["payload"]) == 6000 for r in records)
 
 
-def test_secrets_are_redacted_everywhere(tmp_path):
+def test_secrets_are_redacted_everywhere(tmp_path: Path) -> None:
     store = EvidenceStore(tmp_path, Redactor(["secret-value-123"]))
     store.write(_session({"env": "HF_TOKEN=secret-value-123", "argv": ["--hf-token", "secret-value-123"]}))
     store.write_text(tmp_path / "logs" / "x.log", "token secret-value-123 seen")
@@ -46,7 +47,7 @@ def test_secrets_are_redacted_everywhere(tmp_path):
     assert record["options"]["argv"] == ["--hf-token", "***"]
 
 
-def test_torn_last_line_is_skipped(tmp_path):
+def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     store = EvidenceStore(tmp_path)
     store.write(_session({}))
     with (tmp_path / "evidence.jsonl").open("a") as handle:
@@ -54,7 +55,7 @@ def test_torn_last_line_is_skipped(tmp_path):
     assert [r["kind"] for r in read_records(tmp_path / "evidence.jsonl")] == ["session"]
 
 
-def test_refuse_used_report_dir_accepts_empty_and_new_directories_and_refuses_any_run_file(tmp_path):
+def test_refuse_used_report_dir_accepts_empty_and_new_directories_and_refuses_any_run_file(tmp_path: Path) -> None:
     from vsnap_qual.evidence import RUN_MARKERS, ReportDirInUse, refuse_used_report_dir
 
     refuse_used_report_dir(tmp_path / "new")  # does not exist yet
@@ -69,7 +70,7 @@ def test_refuse_used_report_dir_accepts_empty_and_new_directories_and_refuses_an
             refuse_used_report_dir(used)
 
 
-def test_a_deferred_store_writes_nothing_until_it_opens_then_the_header_once_and_what_it_held(tmp_path):
+def test_a_deferred_store_writes_nothing_until_it_opens_then_the_header_once_and_what_it_held(tmp_path: Path) -> None:
     """xdist workers each hold the run's header; whichever opens first writes it (and the session's files), the
     others only their own records, after it."""
     from vsnap_qual import model
@@ -80,7 +81,7 @@ def test_a_deferred_store_writes_nothing_until_it_opens_then_the_header_once_and
     for n, store in enumerate(stores):
         store.stage([_session({}, run_id="r1")], lambda: prepared.append(1))
         store.write(model.PlanRecord(kind="plan", time="t", worker=f"gw{n}", selected=[], deselected=[],
-                                     selection={}))  # fmt: skip
+                                     selection=cast(model.Selection, {})))  # fmt: skip
     assert not report.exists() and not stores[0].started and stores[0].holds("plan")
     stores[1].open()
     assert stores[0].started, "another process's open is seen"
@@ -94,7 +95,7 @@ def test_a_deferred_store_writes_nothing_until_it_opens_then_the_header_once_and
     assert not (report / "logs").exists(), "logs/ is made by the first log, not by the store"
 
 
-def test_an_empty_directory_is_no_runs_evidence(tmp_path):
+def test_an_empty_directory_is_no_runs_evidence(tmp_path: Path) -> None:
     from vsnap_qual.evidence import ReportDirInUse, refuse_used_report_dir
 
     (tmp_path / "logs" / "v1-head").mkdir(parents=True)  # empty logs/ left by a refused run of an older version
@@ -104,7 +105,7 @@ def test_an_empty_directory_is_no_runs_evidence(tmp_path):
         refuse_used_report_dir(tmp_path)
 
 
-def test_the_report_dir_check_creates_nothing(tmp_path):
+def test_the_report_dir_check_creates_nothing(tmp_path: Path) -> None:
     from vsnap_qual.run.preflight import check_report_dir
     from vsnap_qual.run.preflight_result import PreflightError
 

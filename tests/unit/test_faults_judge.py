@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
-from vsnap_qual import faults, procedure
+from vsnap_qual import faults, model, procedure
 from vsnap_qual.faults import BUILTIN_FAULTS, BUILTIN_INJECTORS, FAULTS_BY_ID, Fault, FaultCatalogue, Observation
+from vsnap_qual.faults.lane import FaultLane
 
-GOOD_FOLLOWUP = {"exit_code": 0, "canary_ok": True}
-CLEAN = {"ok": True}
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+GOOD_FOLLOWUP: model.FollowupRestore = {"exit_code": 0, "canary_ok": True}
+CLEAN: model.CleanupAudit = {"ok": True}
 
 
-def _results(**extra):
-    return {"cleanup": CLEAN, "followup_restore": GOOD_FOLLOWUP, **extra}
+def _results(**extra: Unpack[model.FaultResults]) -> model.FaultResults:
+    return {"cleanup": CLEAN, "followup_restore": GOOD_FOLLOWUP, **extra}  # extra replaces what it names
 
 
-def _judge(fault, expect, obs, results):
+def _judge(fault: Fault, expect: procedure.Expect, obs: Observation, results: model.FaultResults) -> list[str]:
     """The judge with the fault's kind's injector (its kind's rules), as ``fault_step`` calls it."""
     return faults.judge(fault, expect, obs, results, BUILTIN_INJECTORS[fault.kind])
 
 
-def test_every_fault_has_an_expectation_for_both_behaviours():
+def test_every_fault_has_an_expectation_for_both_behaviours() -> None:
     for fault in BUILTIN_FAULTS:
         assert isinstance(fault.expect("head"), faults.Expect) and isinstance(fault.expect("base"), faults.Expect)
     assert len(FAULTS_BY_ID) >= 10
 
 
-def test_head_recovery_failure_passes_when_observed_as_the_contract_says():
+def test_head_recovery_failure_passes_when_observed_as_the_contract_says() -> None:
     fault = FAULTS_BY_ID["wake-raise"]
     obs = Observation(
         exit_code=1, error_json={"phase": "recovery: restore memory"}, phase="recovery: restore memory", fired=True
@@ -34,15 +41,15 @@ def test_head_recovery_failure_passes_when_observed_as_the_contract_says():
     assert _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results()) == []
 
 
-def test_a_fault_that_never_fired_is_an_ineffective_injection():
+def test_a_fault_that_never_fired_is_an_ineffective_injection() -> None:
     fault = FAULTS_BY_ID["canary-perturb"]
     obs = Observation(exit_code=0, fired=False)
     problems = _judge(fault, FAULTS_BY_ID["canary-perturb"].expect("head"), obs, _results())
     assert len(problems) == 1 and "ineffective injection" in problems[0]  # and nothing else is claimed
 
 
-def test_firing_is_decided_from_the_harness_evidence_at_the_action():
-    def fired(fault_id, obs, injected):
+def test_firing_is_decided_from_the_harness_evidence_at_the_action() -> None:
+    def fired(fault_id: str, obs: Observation, injected: Mapping[str, Any]) -> bool:
         return FaultCatalogue.builtin().injector_for(FAULTS_BY_ID[fault_id]).fired(obs, injected)
 
     stderr = Observation(exit_code=1, stderr_tail="snapshot mismatch: environment")
@@ -54,7 +61,7 @@ def test_firing_is_decided_from_the_harness_evidence_at_the_action():
     assert not fired("port-in-use", Observation(), {"bound_at_restore": False})
 
 
-def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffective_injection():
+def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffective_injection() -> None:
     fault = FAULTS_BY_ID["identity-drift"]
     obs = Observation(exit_code=0, fired=True, artifact_unchanged=True)
     text = " | ".join(_judge(fault, FAULTS_BY_ID["identity-drift"].expect("head"), obs, _results()))
@@ -72,18 +79,18 @@ def test_an_engine_that_accepts_the_drift_is_an_engine_failure_not_an_ineffectiv
         ("snapshot mismatch:", "names no field, not the drifted host_id"),
     ],
 )
-def test_an_identity_refusal_must_name_the_drifted_field_and_only_it(said, problem):
+def test_an_identity_refusal_must_name_the_drifted_field_and_only_it(said: str, problem: str | None) -> None:
     fault = FAULTS_BY_ID["identity-host"]
     obs = Observation(exit_code=1, fired=True, artifact_unchanged=True, stderr_tail=f"Traceback\n{said}\n")
-    results = {**_results(), "injected": {"field": "host_id", "held": True}}
+    results: model.FaultResults = {**_results(), "injected": {"field": "host_id", "held": True}}
     problems = _judge(fault, fault.expect("head"), obs, results)
     assert problems == ([] if problem is None else [next(p for p in problems if problem in p)]), problems
 
 
-def test_a_restore_that_unexpectedly_succeeded_says_nothing_about_a_failed_restore():
+def test_a_restore_that_unexpectedly_succeeded_says_nothing_about_a_failed_restore() -> None:
     fault = FAULTS_BY_ID["canary-perturb"]
     obs = Observation(exit_code=0, fired=True, http_bound=True, http_bound_by=["host connect poll"])
-    results = {
+    results: model.FaultResults = {
         "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
         "followup_restore": {"exit_code": 1, "canary_ok": False},
     }
@@ -95,7 +102,7 @@ def test_a_restore_that_unexpectedly_succeeded_says_nothing_about_a_failed_resto
     assert "no longer restores after the fault" in text
 
 
-def test_http_bound_before_the_check_fails_head_and_says_so():
+def test_http_bound_before_the_check_fails_head_and_says_so() -> None:
     fault = FAULTS_BY_ID["canary-perturb"]
     obs = Observation(
         exit_code=1,
@@ -110,10 +117,10 @@ def test_http_bound_before_the_check_fails_head_and_says_so():
     assert _judge(fault, FAULTS_BY_ID["canary-perturb"].expect("base"), obs, _results()) == []
 
 
-def test_mutation_leftovers_and_broken_followup_are_named():
+def test_mutation_leftovers_and_broken_followup_are_named() -> None:
     fault = FAULTS_BY_ID["identity-drift"]
     obs = Observation(exit_code=1, fired=True, artifact_unchanged=False, stderr_tail="snapshot mismatch: environment")
-    results = {
+    results: model.FaultResults = {
         "cleanup": {"ok": False, "leftover_processes": ["42 python3"]},
         "followup_restore": {"exit_code": 1, "canary_ok": False},
     }
@@ -122,19 +129,19 @@ def test_mutation_leftovers_and_broken_followup_are_named():
     assert "mutated" in text and "cleanup incomplete" in text and "no longer restores" in text
 
 
-def test_expectations_are_written_once_with_the_base_only_where_it_differs():
+def test_expectations_are_written_once_with_the_base_only_where_it_differs() -> None:
     same = [f for f in BUILTIN_FAULTS if f.base is None]
     assert same and all(f.expect("base") is f.head for f in same)
     differ = [f for f in BUILTIN_FAULTS if f.base is not None]
     assert differ and all(f.expect("base") == f.base != f.head for f in differ)
 
 
-def test_a_conftest_can_add_a_fault_point_with_its_own_injector():
+def test_a_conftest_can_add_a_fault_point_with_its_own_injector() -> None:
     class HoldLock(faults.Injector):
-        def inject(self, lane, injected, env):
+        def inject(self, lane: FaultLane, injected: dict[str, object], env: dict[str, str]) -> None:
             injected["lock"] = "held"
 
-        def fired(self, obs, injected):
+        def fired(self, obs: Observation, injected: Mapping[str, Any]) -> bool:
             return injected.get("lock") == "held"
 
     catalogue = FaultCatalogue.builtin()
@@ -151,7 +158,7 @@ def test_a_conftest_can_add_a_fault_point_with_its_own_injector():
     assert "lock-held" not in FaultCatalogue.builtin().ids, "the built-in table is not changed by an addition"
 
 
-def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing_fired():
+def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing_fired() -> None:
     """Seen on the H200: the faulted create's engine core died at start, so the hook never ran; the finding quotes
     the library's own fatal line (the hook is not blamed, the engine is not judged)."""
     fault = FAULTS_BY_ID["create-partial-sleep"]
@@ -172,12 +179,12 @@ def test_a_create_that_died_before_the_hook_point_says_why_not_only_that_nothing
     assert "before the hook point was reached: RuntimeError: Engine core initialization failed." in problem
 
 
-def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason():
+def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason() -> None:
     fault = FAULTS_BY_ID["wake-raise"]
     obs = Observation(
         exit_code=1, error_json={"phase": "recovery: restore memory"}, phase="recovery: restore memory", fired=True
     )
-    follow = {
+    follow: model.FollowupRestore = {
         "exit_code": 1,
         "canary_ok": False,
         "stderr_tail": "Traceback\nvllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5",
@@ -191,17 +198,22 @@ def test_a_follow_up_that_does_not_restore_is_told_in_words_with_the_reason():
     del follow["criu_reason"]
     (problem,) = _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=follow))
     assert problem.endswith("exit 1; vllm.snapshot.runtime.SnapshotRestoreError: captured PID is already occupied: 5")
-    wrong = {"exit_code": 0, "canary_ok": False}
+    wrong: model.FollowupRestore = {"exit_code": 0, "canary_ok": False}
     (problem,) = _judge(fault, FAULTS_BY_ID["wake-raise"].expect("head"), obs, _results(followup_restore=wrong))
     assert problem.endswith("follow-up restore exit 0; canary differs from the oracle") and "{" not in problem
 
 
-def test_a_follow_up_that_met_a_consumed_artifact_is_left_to_the_one_finding():
+def test_a_follow_up_that_met_a_consumed_artifact_is_left_to_the_one_finding() -> None:
     """The artifact's outside files were gone before the follow-up (the faulted restore's own exit unlinked
     them): not this fault's failure; the rest of the fault is judged as ever."""
     fault = FAULTS_BY_ID["wake-raise"]
     obs = Observation(exit_code=1, fired=True)
-    follow = {"exit_code": 1, "canary_ok": False, "consumed": ["/dev/shm/psm_302eb8ff"], "criu_reason": ["x"]}
+    follow: model.FollowupRestore = {
+        "exit_code": 1,
+        "canary_ok": False,
+        "consumed": ["/dev/shm/psm_302eb8ff"],
+        "criu_reason": ["x"],
+    }
     assert _judge(fault, fault.expect("base"), obs, _results(followup_restore=follow)) == []
     del follow["consumed"]
     (problem,) = _judge(fault, fault.expect("base"), obs, _results(followup_restore=follow))

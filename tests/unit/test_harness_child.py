@@ -12,8 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-import harness_child
 import pytest
+
+from tests import harness_child
 
 # A stand-in harness: on SIGINT or SIGTERM it "cleans up" for a second (a sweep), writes what it got, exits 130.
 CHILD = r"""

@@ -40,7 +40,9 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_a_circle_closed_by_a_type_only_import_is_found_and_the_layering_names_its_arrow_up(house, tmp_path):
+def test_a_circle_closed_by_a_type_only_import_is_found_and_the_layering_names_its_arrow_up(
+    house: ModuleType, tmp_path: Path
+) -> None:
     write_package(
         tmp_path,
         {
@@ -77,7 +79,7 @@ def test_a_circle_closed_by_a_type_only_import_is_found_and_the_layering_names_i
     ]
 
 
-def test_a_run_time_circle_is_one_floor_and_its_arrows_run_up(house, tmp_path):
+def test_a_run_time_circle_is_one_floor_and_its_arrows_run_up(house: ModuleType, tmp_path: Path) -> None:
     write_package(
         tmp_path,
         {
@@ -99,7 +101,7 @@ def test_a_run_time_circle_is_one_floor_and_its_arrows_run_up(house, tmp_path):
     }
 
 
-def test_dict_str_any_is_counted_in_code_and_never_in_a_comment_or_a_string(house, tmp_path):
+def test_dict_str_any_is_counted_in_code_and_never_in_a_comment_or_a_string(house: ModuleType, tmp_path: Path) -> None:
     write_package(
         tmp_path,
         {
@@ -128,7 +130,7 @@ def test_dict_str_any_is_counted_in_code_and_never_in_a_comment_or_a_string(hous
     }
 
 
-def test_protocol_members_class_methods_and_wide_typed_dicts(house, tmp_path):
+def test_protocol_members_class_methods_and_wide_typed_dicts(house: ModuleType, tmp_path: Path) -> None:
     fields = "\n".join(f"    f{i}: int" for i in range(19))
     write_package(
         tmp_path,
@@ -167,7 +169,9 @@ def test_protocol_members_class_methods_and_wide_typed_dicts(house, tmp_path):
     assert found["wide_typed_dicts"] == [{"name": "vsnap_qual.model.Step", "fields": 21}]
 
 
-def test_a_protocol_that_only_composes_others_counts_their_members_and_says_it_composes_them(house, tmp_path):
+def test_a_protocol_that_only_composes_others_counts_their_members_and_says_it_composes_them(
+    house: ModuleType, tmp_path: Path
+) -> None:
     write_package(
         tmp_path,
         {
@@ -192,7 +196,7 @@ def test_a_protocol_that_only_composes_others_counts_their_members_and_says_it_c
     assert house._protocol_width(found["protocols"][1], found["protocols"]) == "`Files` 2"
 
 
-def test_a_fault_kinds_places_are_its_names_and_data_not_the_verb(house, tmp_path):
+def test_a_fault_kinds_places_are_its_names_and_data_not_the_verb(house: ModuleType, tmp_path: Path) -> None:
     write_package(
         tmp_path,
         {
@@ -243,7 +247,7 @@ def small_chain(house: ModuleType) -> object:
     )
 
 
-def test_a_canary_chain_that_matches_the_code_counts_its_hops(house, tmp_path):
+def test_a_canary_chain_that_matches_the_code_counts_its_hops(house: ModuleType, tmp_path: Path) -> None:
     write_package(tmp_path, CHAIN_FILES)
     found = house.canary_hops(tmp_path, small_chain(house))
 
@@ -277,7 +281,9 @@ def test_a_canary_chain_that_matches_the_code_counts_its_hops(house, tmp_path):
         ),
     ],
 )
-def test_a_canary_chain_that_no_longer_matches_the_code_names_the_broken_hop(house, tmp_path, changed, broken):
+def test_a_canary_chain_that_no_longer_matches_the_code_names_the_broken_hop(
+    house: ModuleType, tmp_path: Path, changed: dict[str, str], broken: str
+) -> None:
     write_package(tmp_path, {**CHAIN_FILES, **changed})
 
     found = house.canary_hops(tmp_path, small_chain(house))
@@ -286,7 +292,9 @@ def test_a_canary_chain_that_no_longer_matches_the_code_names_the_broken_hop(hou
     assert found["broken"] == [broken]
 
 
-def test_a_station_moved_is_named_even_where_the_hand_over_still_reads_the_same(house, tmp_path):
+def test_a_station_moved_is_named_even_where_the_hand_over_still_reads_the_same(
+    house: ModuleType, tmp_path: Path
+) -> None:
     """The recorder still calls a ``write``, but the store's ``write`` the chain names is gone."""
     chain = house.CanaryChain(
         start="vsnap_qual/recorder.py:step",
@@ -304,7 +312,9 @@ def test_a_station_moved_is_named_even_where_the_hand_over_still_reads_the_same(
     ]
 
 
-def test_the_script_exits_1_naming_the_broken_hop(house, tmp_path, monkeypatch, capsys):
+def test_the_script_exits_1_naming_the_broken_hop(
+    house: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_package(tmp_path, {**CHAIN_FILES, "report.py": "def canary_frame(step):\n    return None\n"})
     monkeypatch.setattr(house, "CANARY_CHAINS", (small_chain(house),))
 
@@ -314,7 +324,7 @@ def test_the_script_exits_1_naming_the_broken_hop(house, tmp_path, monkeypatch, 
     assert "hop 2 (vsnap_qual/steps.py:restore -> vsnap_qual/report.py:canary_frame)" in err
 
 
-def test_ref_reads_the_package_at_a_revision_not_the_working_tree(house, tmp_path):
+def test_ref_reads_the_package_at_a_revision_not_the_working_tree(house: ModuleType, tmp_path: Path) -> None:
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     write_package(tmp_path, {"a.py": "from vsnap_qual import b\n", "b.py": ""})
     subprocess.run([*git, "init", "-q"], check=True)
@@ -336,7 +346,7 @@ def test_ref_reads_the_package_at_a_revision_not_the_working_tree(house, tmp_pat
     assert committed.returncode == working.returncode == 1  # this tree has none of the declared canary chain
 
 
-def test_a_revision_takes_the_chain_declared_for_its_code(house, tmp_path):
+def test_a_revision_takes_the_chain_declared_for_its_code(house: ModuleType, tmp_path: Path) -> None:
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run([*git, "init", "-q"], check=True)
     commits = []
@@ -352,7 +362,7 @@ def test_a_revision_takes_the_chain_declared_for_its_code(house, tmp_path):
     assert house.chain_for(tmp_path, None, (old, new)) is new  # the working tree: the current code's chain
 
 
-def test_the_script_runs_on_this_checkout_and_its_canary_chain_matches_the_code():
+def test_the_script_runs_on_this_checkout_and_its_canary_chain_matches_the_code() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--json"], capture_output=True, text=True, cwd=ROOT)
 
     assert done.returncode == 0, (

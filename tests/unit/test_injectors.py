@@ -22,7 +22,7 @@ from typing import Any, cast
 import pytest
 
 from tests.support.fake_lane import FakeLane, fault_lane
-from vsnap_qual import faults, procedure
+from vsnap_qual import faults, model, procedure
 from vsnap_qual.box import ExecResult
 from vsnap_qual.contract import ARTIFACT, WORK
 from vsnap_qual.engine import client
@@ -174,7 +174,7 @@ def test_manifest_and_image_fire_on_the_change_they_made() -> None:
 
 def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kinds() -> None:
     obs = Observation(exit_code=1, stderr_tail="Fatal Python error: Aborted")
-    results = {"injected": {"occupied": False}}
+    results: model.FaultResults = {"injected": {"occupied": False}}
     expect = faults.Expect(1, False, None, True)
     (hooked,) = faults.judge(FAULTS_BY_ID["wake-raise"], expect, obs, results, INJECTORS["hook"])
     (pid,) = faults.judge(FAULTS_BY_ID["pid-occupied"], expect, obs, results, INJECTORS["pid"])
@@ -187,7 +187,7 @@ def test_a_command_that_died_before_a_hook_point_is_said_so_only_for_hooked_kind
 
 def test_only_a_create_is_judged_on_its_target_directory() -> None:
     obs = Observation(exit_code=1, fired=True, stderr_tail="snapshot child exited before ready")
-    ok = {"cleanup": {"ok": True}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
+    ok: model.FaultResults = {"cleanup": {"ok": True}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
     create = FAULTS_BY_ID["create-partial-sleep"]
     created = INJECTORS["create"]
     left = faults.judge(create, create.head, obs, {**ok, "injected": {"target_removed": False}}, created)
@@ -216,7 +216,7 @@ def _rec() -> StepEvidence[Any]:
 def _run(
     lane: FakeLane[FaultState],
     fault: Fault,
-    rec: StepEvidence,
+    rec: StepEvidence[Any],
     catalogue: FaultCatalogue | None = None,
     judged: bool = True,
 ) -> Observation:
@@ -554,13 +554,18 @@ def test_the_sequence_records_where_its_time_went_phase_by_phase(lane: FakeLane[
     assert max(phases, key=phases.__getitem__) == "command"
 
 
+def _series(series: run_figures.Series | None) -> run_figures.Series:
+    assert series is not None, "a series the run has steps for"
+    return series
+
+
 def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results() -> None:
     figures = run_figures
     step = {
         "outcome": "passed",
         "results": {"phases": {"command": 1.0, "audit": 0.5}, "phases_engine": {"command": 0.75}},
     }
-    results = {
+    results = {  # the fields the bench reads of a results.json
         "verdict": {"status": "pass"},
         "run": {"started": "2026-12-02T00:00:00+00:00", "ended": "2026-12-02T00:00:20+00:00"},
         "steps": [
@@ -582,13 +587,14 @@ def test_the_bench_reads_the_harness_time_per_step_and_phase_from_the_results() 
             },
         ],
     }
-    found = figures.figures(results)
+    found = figures.figures(cast(model.Results, results))
     assert found["harness_by_step"]["fault:wake-raise"] == {
         "n": 2, "engine_s": 2.0, "steps_s": 10.0, "harness_median_s": 4.0, "idle_s": 0.0,
     }  # fmt: skip
-    assert found["fault_harness_s"]["median"] == 4.0
+    assert _series(found["fault_harness_s"])["median"] == 4.0
     # a phase's harness time is its time less the engine's share of it
-    assert found["fault_phases"]["command"]["total"] == 0.5 and found["fault_phases"]["audit"]["total"] == 1.0
+    phases = found["fault_phases"]
+    assert _series(phases["command"])["total"] == 0.5 and _series(phases["audit"])["total"] == 1.0
     assert (found["engine_s"], found["steps_s"], found["wall_s"]) == (7.5, 18.0, 20.0)
     assert found["idle_s"] == 1.5 and found["harness_by_step"]["restore-1"]["idle_s"] == 1.5
 

@@ -5,10 +5,11 @@ and what the judge says of the artifact and the sweep. The kind's run against th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from vsnap_qual import model
 from vsnap_qual.box import ProcessRow
 from vsnap_qual.faults import BUILTIN_FAULTS as FAULTS
 from vsnap_qual.faults import BUILTIN_INJECTORS, FAULTS_BY_ID, FaultCatalogue, Observation, parked
@@ -119,7 +120,7 @@ def test_a_killed_creates_artifact_is_absent_refused_with_words_or_answers_as_th
 
 
 def _judged(results: dict[str, Any]) -> list[str]:
-    return BUILTIN_INJECTORS["kill"].problems(Observation(exit_code=137), results)
+    return BUILTIN_INJECTORS["kill"].problems(Observation(exit_code=137), cast(model.FaultResults, results))
 
 
 def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did() -> None:
@@ -172,7 +173,7 @@ def test_the_chaos_figures_count_per_phase_and_name_the_seed_of_each_failure() -
             _step("fault:wake-raise", "passed", {}),
         ]
     }  # fmt: skip
-    fig = chaos.figures(run)
+    fig = chaos.figures(cast(model.RunEvidence, run))  # the fields the chaos figures read
     row = fig["rows"][("create", "SIGKILL", "criu dump")]
     assert (row["runs"], row["left by the command"], row["leaks after the sweep"], row["failed"]) == (2, 1, 1, 1)
     assert dict(row["artifact"]) == {"refused by inspect": 1, "restored, WRONG": 1}
@@ -218,8 +219,8 @@ def test_vllms_own_cleanup_is_not_judged_where_the_signal_reached_criu_mid_resto
     assert "parked in its restorer" in at.injected["own_cleanup"]
     serving = SimpleNamespace(injected={}, fault=restore)
     assert kind.own_cleanup_judged(serving, True, running, {"21524": "do_epoll_wait"}) is True  # type: ignore[arg-type]
-    left = {"ok": False, "leftover_processes": ["731 engine core"], "after_sweep": {"ok": True}}
-    results = {"followup_restore": {"exit_code": 0, "canary_ok": True}}
+    left: model.CleanupAudit = {"ok": False, "leftover_processes": ["731 engine core"], "after_sweep": {"ok": True}}
+    results: model.FaultResults = {"followup_restore": {"exit_code": 0, "canary_ok": True}}
     fault, expect = FAULTS_BY_ID["term-restore"], Expect(ANY, None, None, None, followup_restore=False)
     obs = Observation(exit_code=1, fired=True)
     assert judge(fault, expect, obs, {**results, "cleanup": {**left, "judged": False}}, kind) == []

@@ -2,11 +2,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from vsnap_qual import contract, options
+
+if TYPE_CHECKING:
+    from tests.conftest import VsnapRefused
 
 
 @pytest.mark.parametrize(
@@ -35,13 +40,13 @@ from vsnap_qual import contract, options
         (options.parse_names, "HF-TOKEN", "not environment variable names"),
     ],
 )
-def test_bad_values_say_what_is_wrong(parse, value, fragment):
+def test_bad_values_say_what_is_wrong(parse: Callable[[str], object], value: str, fragment: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=None) as info:
         parse(value)
     assert fragment in str(info.value)
 
 
-def test_good_values_parse():
+def test_good_values_parse() -> None:
     assert options.parse_runners("V2, v1, v2") == ("v2", "v1")
     assert options.parse_timeouts("serve=60")["serve"] == 60.0
     assert options.parse_timeouts("")["create"] == contract.DEFAULT_TIMEOUTS["create"]
@@ -52,7 +57,7 @@ def test_good_values_parse():
     assert options.parse_revision("c1899de289a04d12100db370d81485cdf75e47ca").startswith("c1899")
 
 
-def test_prompts_file_forms(tmp_path):
+def test_prompts_file_forms(tmp_path: Path) -> None:
     lines = tmp_path / "p.txt"
     lines.write_text("one\n\ntwo\n")
     assert options.parse_prompts(str(lines)) == ("one", "two")
@@ -69,8 +74,8 @@ def test_prompts_file_forms(tmp_path):
         options.parse_prompts(str(broken))
 
 
-def test_precedence_cli_over_env_over_ini_over_default():
-    cli = {spec.dest: None for spec in options.OPTIONS}
+def test_precedence_cli_over_env_over_ini_over_default() -> None:
+    cli: dict[str, str | list[str] | None] = {spec.dest: None for spec in options.OPTIONS}
     ini = {"vsnap_dtype": "bfloat16", "vsnap_runners": "v1"}
     env = {"VSNAP_RUNNERS": "v2"}
     chosen = options.raw_values(cli, env, ini)
@@ -99,19 +104,19 @@ def test_precedence_cli_over_env_over_ini_over_default():
         ("--revis main", "--revis (abbreviates --revision)", "--vsnap-revision"),
     ],
 )
-def test_engine_args_may_not_carry_flags_the_harness_sets(args, flag, fix):
+def test_engine_args_may_not_carry_flags_the_harness_sets(args: str, flag: str, fix: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
         options.parse_engine_args(f"--enforce-eager {args}")
     message = str(info.value)
     assert f"{flag} is set by the harness" in message and fix in message and "remove it" in message
 
 
-def test_engine_args_keep_real_flags_that_only_look_like_the_harness_ones():
+def test_engine_args_keep_real_flags_that_only_look_like_the_harness_ones() -> None:
     args = "--tokenizer my/tok --model-impl transformers --max-num-seqs 4 --hostname-ignored x"
     assert options.parse_engine_args(args) == tuple(args.split())
 
 
-def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
+def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned() -> None:
     """HARNESS_FLAGS is the list of where the harness builds argv: config.engine_argv and the serve, create and
     restore command lines (lane/servers.py, lane/snapshot_cli.py, contract.py's restore_argv). A new flag there must be
     refused in
@@ -136,7 +141,7 @@ def test_every_flag_the_harness_puts_on_an_engine_command_is_known_as_owned():
     assert {"--host", "--port", "--snapshot-dir", "--revision"} <= built
 
 
-def test_a_prompts_file_with_a_byte_order_mark_loses_the_mark(tmp_path):
+def test_a_prompts_file_with_a_byte_order_mark_loses_the_mark(tmp_path: Path) -> None:
     lines = tmp_path / "bom.txt"
     lines.write_bytes("\ufeffThe first prompt\nThe second\n".encode())
     assert options.parse_prompts(str(lines)) == ("The first prompt", "The second")
@@ -145,7 +150,7 @@ def test_a_prompts_file_with_a_byte_order_mark_loses_the_mark(tmp_path):
     assert options.parse_prompts(str(listed)) == ("a", "b"), "a BOM before a JSON list: still the list"
 
 
-def test_a_prompts_file_holding_a_json_object_is_refused(tmp_path):
+def test_a_prompts_file_holding_a_json_object_is_refused(tmp_path: Path) -> None:
     obj = tmp_path / "prompts.json"
     obj.write_text('{"prompts": ["a", "b"]}')
     with pytest.raises(argparse.ArgumentTypeError, match=r"holds an object, not a JSON list: write \["):
@@ -167,7 +172,7 @@ def test_a_prompts_file_holding_a_json_object_is_refused(tmp_path):
         ("vsnap_image", "VSNAP_IMAGE"),
     ],
 )
-def test_a_misspelt_vsnap_variable_is_refused_with_did_you_mean(name, meant):
+def test_a_misspelt_vsnap_variable_is_refused_with_did_you_mean(name: str, meant: str) -> None:
     with pytest.raises(options.OptionError) as info:
         options.parse_standalone([], env={name: "x"})
     message = str(info.value)
@@ -175,7 +180,7 @@ def test_a_misspelt_vsnap_variable_is_refused_with_did_you_mean(name, meant):
     assert options.OPTIONS_BY_ENV[meant].cli in message
 
 
-def test_other_vsnap_variables_of_this_project_are_left_alone():
+def test_other_vsnap_variables_of_this_project_are_left_alone() -> None:
     import subprocess
     from pathlib import Path
 
@@ -201,8 +206,8 @@ def test_other_vsnap_variables_of_this_project_are_left_alone():
     assert flagged == {}
 
 
-def test_an_empty_variable_over_an_ini_value_is_called_empty_not_unset():
-    cli = {spec.dest: None for spec in options.OPTIONS}
+def test_an_empty_variable_over_an_ini_value_is_called_empty_not_unset() -> None:
+    cli: dict[str, str | list[str] | None] = {spec.dest: None for spec in options.OPTIONS}
     ini = {"vsnap_image": "vsnap-reference:head"}
     with pytest.raises(options.OptionError) as info:
         options.check_environment({"VSNAP_IMAGE": ""}, ini, cli)
@@ -216,7 +221,7 @@ def test_an_empty_variable_over_an_ini_value_is_called_empty_not_unset():
         options.parse_standalone([], env={"VSNAP_DTYPE": " "})
 
 
-def test_expectations_are_chosen_from_the_image_by_default():
+def test_expectations_are_chosen_from_the_image_by_default() -> None:
     parsed = options.parse_standalone([], env={})
     assert parsed["vsnap_expect"] == "auto" and parsed["vsnap_base_expect"] == "auto"
     assert options.parse_standalone(["--vsnap-expect=head"], env={})["vsnap_expect"] == "head"
@@ -226,18 +231,25 @@ def test_expectations_are_chosen_from_the_image_by_default():
 FLAGS = [spec for spec in options.OPTIONS if spec.flag]
 
 
+def _standalone(argv: list[str], env: dict[str, str]) -> Mapping[str, object]:
+    """``options.parse_standalone``'s values, by a dest the test holds as a string (``OptionSpec.dest``)."""
+    return options.parse_standalone(argv, env=env)
+
+
 @pytest.mark.parametrize("spec", FLAGS, ids=[spec.name for spec in FLAGS])
 def test_every_flag_has_an_off_switch_that_beats_its_variable(spec: options.OptionSpec) -> None:
     on = {spec.env: "1"}
-    assert options.parse_standalone([], env=on)[spec.dest] is True
-    assert options.parse_standalone([spec.no_cli], env=on)[spec.dest] is False
+    assert _standalone([], env=on)[spec.dest] is True
+    assert _standalone([spec.no_cli], env=on)[spec.dest] is False
     # on the command line, the last of the two wins (an @file profile before the off switch, or after it)
-    assert options.parse_standalone([spec.cli, spec.no_cli], env={})[spec.dest] is False
-    assert options.parse_standalone([spec.no_cli, spec.cli], env={})[spec.dest] is True
+    assert _standalone([spec.cli, spec.no_cli], env={})[spec.dest] is False
+    assert _standalone([spec.no_cli, spec.cli], env={})[spec.dest] is True
     assert f"`{spec.no_cli}`" in options.reference_markdown()
 
 
-def test_the_off_switch_beats_the_environment_the_ini_file_and_a_profile_through_pytest(pytester) -> None:
+def test_the_off_switch_beats_the_environment_the_ini_file_and_a_profile_through_pytest(
+    pytester: pytest.Pytester,
+) -> None:
     """pytest's own parser: ``@file`` profile arguments (as ``make qualify``'s), the ini key and the variable all
     say on; ``--no-vsnap-…`` after the profile turns each off, and a value's origin names the switch."""
     pytester.makeini("[pytest]\nvsnap_annotate = true\nvsnap_doctor = true\n")
@@ -306,7 +318,7 @@ def test_a_malformed_image_reference_is_refused_naming_the_option_the_origin_and
     assert str(from_env.value).endswith("(value from environment VSNAP_BASE_IMAGE)")
 
 
-def test_the_host_runtime_and_a_registered_runtime_keep_their_own_engine_values(tmp_path) -> None:
+def test_the_host_runtime_and_a_registered_runtime_keep_their_own_engine_values(tmp_path: Path) -> None:
     """The grammar is Docker's: the host runtime's engines are Pythons (``--vsnap-python``; an image option is
     refused by that runtime in its own words), and another runtime says what its ``--vsnap-image`` means."""
     from vsnap_qual.run.configure import build_config
@@ -319,7 +331,9 @@ def test_the_host_runtime_and_a_registered_runtime_keep_their_own_engine_values(
         build_config(given, tmp_path)
 
 
-def test_pytest_refuses_a_malformed_image_from_the_environment_before_anything_starts(vsnap_refused) -> None:
+def test_pytest_refuses_a_malformed_image_from_the_environment_before_anything_starts(
+    vsnap_refused: VsnapRefused,
+) -> None:
     text = vsnap_refused(
         "bad-image",
         ["--vsnap-gpus=none"],
@@ -359,9 +373,9 @@ def test_a_repeated_variant_option_keeps_each_and_the_environment_gives_one_per_
     given = options.parse_standalone(
         ["--vsnap-variant=a=--enforce-eager", "--vsnap-variant", "b=--no-enable-prefix-caching"], env={}
     )
-    assert [v.name for v in given["vsnap_variant"]] == ["a", "b"]
+    assert [v.name for v in given["vsnap_variant"] or ()] == ["a", "b"]
     from_env = options.parse_standalone([], env={"VSNAP_VARIANT": "c=--enforce-eager\nd=--enable-lora"})
-    assert [v.name for v in from_env["vsnap_variant"]] == ["c", "d"]
+    assert [v.name for v in from_env["vsnap_variant"] or ()] == ["c", "d"]
     with pytest.raises(options.OptionError) as info:
         options.parse_standalone(["--vsnap-variant=x"], env={})
     assert str(info.value).startswith("--vsnap-variant: ") and "(value from --vsnap-variant)" in str(info.value)

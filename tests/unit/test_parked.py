@@ -5,6 +5,8 @@ in tests/integration/test_runtime.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from vsnap_qual.box import ProcessRow
 from vsnap_qual.faults.parked import PARKED_FOR, ParkedWatch
 from vsnap_qual.runtimes.shell import parse_thread_waits
@@ -34,7 +36,9 @@ def row(pid: int, args: str = "python -m vllm.v1.engine.core") -> ProcessRow:
     return {"pid": pid, "ppid": 1, "sid": 1, "stat": "S", "args": args}
 
 
-def watch_over(box: ProcBox, left: list[ProcessRow], looks: list[float], change=None) -> list[bool]:
+def watch_over(
+    box: ProcBox, left: list[ProcessRow], looks: list[float], change: Callable[[int], None] | None = None
+) -> list[bool]:
     """The watch's answers at looks this many seconds after the first; ``change(i)`` alters /proc before look i."""
     clock = Clock()
     watch = ParkedWatch(box, clock)  # type: ignore[arg-type]
@@ -47,14 +51,14 @@ def watch_over(box: ProcBox, left: list[ProcessRow], looks: list[float], change=
     return said
 
 
-def test_a_tree_parked_on_futexes_and_unchanged_is_hopeless_once_it_stayed_so():
+def test_a_tree_parked_on_futexes_and_unchanged_is_hopeless_once_it_stayed_so() -> None:
     box = ProcBox()
     box.tasks = {4313: (70, ["futex_do_wait", "futex_do_wait"]), 4316: (900, ["futex_wait_queue"])}
     left = [row(4313), row(4316)]
     assert watch_over(box, left, [0.0, PARKED_FOR / 2, PARKED_FOR]) == [False, False, True]
 
 
-def test_cpu_spent_between_looks_is_a_tree_still_running():
+def test_cpu_spent_between_looks_is_a_tree_still_running() -> None:
     box = ProcBox()
     box.tasks = {4313: (70, ["futex_do_wait"])}
 
@@ -64,7 +68,7 @@ def test_cpu_spent_between_looks_is_a_tree_still_running():
     assert watch_over(box, [row(4313)], [0.0, 1.0, 2.0, 3.0, 4.0], tick) == [False] * 5
 
 
-def test_one_thread_off_a_futex_or_a_process_gone_is_not_parked():
+def test_one_thread_off_a_futex_or_a_process_gone_is_not_parked() -> None:
     box = ProcBox()
     box.tasks = {4313: (70, ["futex_do_wait", "ep_poll"])}
     assert watch_over(box, [row(4313)], [0.0, 2.0, 4.0]) == [False] * 3
@@ -72,14 +76,14 @@ def test_one_thread_off_a_futex_or_a_process_gone_is_not_parked():
     assert watch_over(box, [row(4313), row(4316)], [0.0, 2.0, 4.0]) == [False] * 3
 
 
-def test_criu_among_the_leftovers_may_still_resume_them():
+def test_criu_among_the_leftovers_may_still_resume_them() -> None:
     box = ProcBox()
     box.tasks = {4313: (70, ["futex_do_wait"]), 6935: (5, ["futex_do_wait"])}
     criu = row(6935, "/opt/vsnap-criu/lib/ld-linux-x86-64.so.2 --library-path /x /opt/vsnap-criu/bin/criu restore -D")
     assert watch_over(box, [row(4313), criu], [0.0, 2.0, 4.0]) == [False] * 3
 
 
-def test_a_set_that_changes_starts_the_time_again():
+def test_a_set_that_changes_starts_the_time_again() -> None:
     box = ProcBox()
     box.tasks = {4313: (70, ["futex_do_wait"]), 4316: (9, ["futex_do_wait"])}
 

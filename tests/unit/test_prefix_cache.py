@@ -51,7 +51,7 @@ def _probe(engine: Engine, canary_ids: list[int] | None = None, max_model_len: i
     return prefix_cache.measure(engine.ask, engine.metrics, canary_ids or [5, 6, 7], max_model_len)
 
 
-def test_the_prompt_is_two_blocks_and_a_half_of_the_canarys_ids_reversed():
+def test_the_prompt_is_two_blocks_and_a_half_of_the_canarys_ids_reversed() -> None:
     engine = Engine([[1], [1]])
     probe = _probe(engine, [5, 6, 7])
     assert probe["block_size"] == 16 and probe["prompt_tokens"] == 40 and probe["enabled"] is True
@@ -60,14 +60,14 @@ def test_the_prompt_is_two_blocks_and_a_half_of_the_canarys_ids_reversed():
     assert [a.get("queried_tokens") for a in probe["asks"]] == [40, 40]
 
 
-def test_a_context_too_short_for_one_block_is_not_judged_and_asks_nothing():
+def test_a_context_too_short_for_one_block_is_not_judged_and_asks_nothing() -> None:
     engine = Engine([[1], [1]])
     probe = _probe(engine, max_model_len=20)  # 20 - 4 - 1 = 15 tokens: not one full block of 16
     assert probe["asks"] == [] and "full 16-token block" in probe["not_judged"] and engine.prompts == []
     assert prefix_cache.judge(probe, probe, 0.0)["ok"] is None
 
 
-def test_an_engine_without_the_counters_is_judged_on_its_answers_alone():
+def test_an_engine_without_the_counters_is_judged_on_its_answers_alone() -> None:
     ordinary = Engine([[1, 2], [1, 2]])
     restored = Engine([[1, 2], [1, 3]])
     plain = (INFO, INFO)
@@ -82,7 +82,7 @@ def test_an_engine_without_the_counters_is_judged_on_its_answers_alone():
     ]
 
 
-def test_a_restore_that_answers_and_hits_as_the_ordinary_engine_passes():
+def test_a_restore_that_answers_and_hits_as_the_ordinary_engine_passes() -> None:
     judged = prefix_cache.judge(_probe(Engine([[1], [2]])), _probe(Engine([[1], [2]])), 0.0)
     assert judged == {
         "ok": True,
@@ -94,7 +94,7 @@ def test_a_restore_that_answers_and_hits_as_the_ordinary_engine_passes():
     assert prefix_cache.findings(judged, "restore-1") == []
 
 
-def test_a_restore_that_lost_prefix_caching_fails_with_right_answers():
+def test_a_restore_that_lost_prefix_caching_fails_with_right_answers() -> None:
     judged = prefix_cache.judge(_probe(Engine([[1], [2]])), _probe(Engine([[1], [2]], hit_second=False)), 0.0)
     assert judged["ok"] is False
     assert judged["problems"] == [
@@ -105,19 +105,19 @@ def test_a_restore_that_lost_prefix_caching_fails_with_right_answers():
     assert finding.check == "prefix cache" and finding.detail.startswith("restore-2: prefix caching lost")
 
 
-def test_a_restore_that_hits_a_prompt_it_never_saw_fails():
+def test_a_restore_that_hits_a_prompt_it_never_saw_fails() -> None:
     judged = prefix_cache.judge(_probe(Engine([[1], [2]])), _probe(Engine([[1], [2]], stale=16)), 0.0)
     assert judged["ok"] is False and len(judged["problems"]) == 1
     assert "served 16 tokens of a prompt it had never been asked from its prefix cache" in judged["problems"][0]
 
 
-def test_a_cached_answer_that_differs_fails_whatever_the_hits():
+def test_a_cached_answer_that_differs_fails_whatever_the_hits() -> None:
     judged = prefix_cache.judge(_probe(Engine([[1], [2]])), _probe(Engine([[1], [9]])), 0.0)
     assert judged["ok"] is False and judged["hits_restored"] == [0.0, 32.0]
     assert judged["problems"][0].startswith("the second (from the prefix cache) ask of a 40-token prompt answered [9]")
 
 
-def test_prefix_caching_off_on_the_ordinary_engine_leaves_the_hits_unjudged():
+def test_prefix_caching_off_on_the_ordinary_engine_leaves_the_hits_unjudged() -> None:
     judged = prefix_cache.judge(
         _probe(Engine([[1], [2]], hit_second=False)), _probe(Engine([[1], [2]], hit_second=False)), 0.0
     )

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from vsnap_qual import options, runtimes
+from vsnap_qual.config import QualConfig
 from vsnap_qual.run import gpus as gpus_mod
 from vsnap_qual.run import preflight
 from vsnap_qual.run.configure import build_config
@@ -22,18 +23,18 @@ A, B = "GPU-aaaaaaaa-1111", "GPU-bbbbbbbb-2222"
 BASE = ["--vsnap-model=m/m", "--vsnap-revision=" + "a" * 40]
 
 
-def _config(tmp_path: Path, *argv: str, workers: int = 0):
+def _config(tmp_path: Path, *argv: str, workers: int = 0) -> QualConfig:
     parsed = options.parse_standalone([*BASE, f"--vsnap-report-dir={tmp_path / 'r'}", *argv], env={})
     parsed["vsnap_workers"] = workers
     return build_config(parsed, tmp_path)
 
 
-def _preflight(config):
+def _preflight(config: QualConfig) -> PreflightResult:
     return preflight.run_preflight(config, runtimes.create(config.runtime, runtimes.settings_for(config)))
 
 
 @pytest.fixture
-def docker_host(monkeypatch):
+def docker_host(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """A Docker host with an NVIDIA runtime whose GPUs are ``state['gpus']``; images resolve to fixed IDs."""
     state: dict[str, Any] = {"gpus": [A], "resolved": []}
     monkeypatch.setattr(preflight, "check_io_uring", lambda: None)
@@ -41,7 +42,7 @@ def docker_host(monkeypatch):
     monkeypatch.setattr(docker_runtime, "nvidia_runtime_present", lambda client: True)
     monkeypatch.setattr(gpus_mod, "host_gpus", lambda **kw: state["gpus"])
 
-    def resolve_image(client, ref, pull_timeout):
+    def resolve_image(client: object, ref: str, pull_timeout: float) -> SimpleNamespace:
         state["resolved"].append(ref)
         return SimpleNamespace(id="sha256:" + ref.encode().hex())
 
@@ -51,14 +52,14 @@ def docker_host(monkeypatch):
     return state
 
 
-def test_two_workers_on_one_gpu_are_refused_before_any_image(tmp_path, docker_host):
+def test_two_workers_on_one_gpu_are_refused_before_any_image(tmp_path: Path, docker_host: dict[str, Any]) -> None:
     with pytest.raises(PreflightError) as info:
         _preflight(_config(tmp_path, "--vsnap-image=img:1", workers=2))
     assert "-n 2 runs 2 runner lanes at once (v1, v2) but this host has 1 GPU" in str(info.value)
     assert docker_host["resolved"] == [], "refused before anything else started"
 
 
-def test_two_workers_on_two_gpus_get_one_each_and_workers_see_it(tmp_path, docker_host):
+def test_two_workers_on_two_gpus_get_one_each_and_workers_see_it(tmp_path: Path, docker_host: dict[str, Any]) -> None:
     docker_host["gpus"] = [A, B]
     config = _config(tmp_path, "--vsnap-image=img:1", workers=2)
     result = _preflight(config)
@@ -69,7 +70,7 @@ def test_two_workers_on_two_gpus_get_one_each_and_workers_see_it(tmp_path, docke
     assert {lane.name: again.gpus_for(lane) for lane in config.lanes} == {"v1-head": A, "v2-head": B}
 
 
-def test_serial_lanes_on_one_gpu_share_it_and_none_needs_no_gpu(tmp_path, docker_host):
+def test_serial_lanes_on_one_gpu_share_it_and_none_needs_no_gpu(tmp_path: Path, docker_host: dict[str, Any]) -> None:
     result = _preflight(_config(tmp_path, "--vsnap-image=img:1"))
     assert result.lane_gpus == {"v1": A, "v2": A} and result.gpus == A
     none = _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-gpus=none", workers=2))
@@ -78,20 +79,20 @@ def test_serial_lanes_on_one_gpu_share_it_and_none_needs_no_gpu(tmp_path, docker
     assert one_runner.lane_gpus == {"v2": A}, "-n 2 with one runner: one lane at a time"
 
 
-def test_old_preflight_files_still_read(tmp_path):
+def test_old_preflight_files_still_read(tmp_path: Path) -> None:
     old = '{"gpus": "all", "images": {}, "packages": {}, "overlay": []}'
     result = PreflightResult.from_json(old)
     config = _config(tmp_path, "--vsnap-image=img:1")
     assert [result.gpus_for(lane) for lane in config.lanes] == ["all", "all"]
 
 
-def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path, monkeypatch):
+def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(preflight, "check_io_uring", lambda: None)
     monkeypatch.setattr(host_runtime, "check_host", lambda root: [])
     monkeypatch.setattr(host_runtime, "host_gpus", lambda requested: True)
     seen: dict[str, Any] = {}
 
-    def listed(**kw):
+    def listed(**kw: object) -> list[str]:
         seen.update(kw)
         return [A]
 
@@ -102,7 +103,9 @@ def test_the_host_runtime_refuses_two_workers_on_one_gpu(tmp_path, monkeypatch):
     assert seen == {"honour_cuda_visible": True}, "host lanes choose within this process's CUDA_VISIBLE_DEVICES"
 
 
-def test_auto_expectations_need_a_snapshot_package_to_read(tmp_path, docker_host, monkeypatch):
+def test_auto_expectations_need_a_snapshot_package_to_read(
+    tmp_path: Path, docker_host: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(
         docker_runtime,
         "probe_package",
@@ -120,7 +123,7 @@ def test_auto_expectations_need_a_snapshot_package_to_read(tmp_path, docker_host
     assert _preflight(_config(tmp_path, "--vsnap-image=img:1")).packages["img:1"]["snapshot_behaviour"] == "base"
 
 
-def test_cpu_smoke_mode_is_refused_on_a_lane_that_would_get_a_gpu(tmp_path, docker_host):
+def test_cpu_smoke_mode_is_refused_on_a_lane_that_would_get_a_gpu(tmp_path: Path, docker_host: dict[str, Any]) -> None:
     """Smoke mode declares sleep mode on vLLM's CPU platform: never where a lane has a GPU."""
     with pytest.raises(PreflightError) as info:
         _preflight(_config(tmp_path, "--vsnap-image=img:1", "--vsnap-cpu-smoke"))  # --vsnap-gpus=auto finds A

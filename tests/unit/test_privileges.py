@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -18,7 +19,7 @@ from vsnap_qual.runtimes.docker import container_kwargs
 OUR_HOST = "Name:\tpython3\nCapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\n"
 
 
-def test_bounding_set_parses_and_names_the_missing_capability():
+def test_bounding_set_parses_and_names_the_missing_capability() -> None:
     mask = privileges.bounding_set(OUR_HOST)
     assert mask == 0x1FFFEFFFFFF
     assert privileges.missing_capabilities(mask) == ("SYS_RESOURCE",)
@@ -26,7 +27,7 @@ def test_bounding_set_parses_and_names_the_missing_capability():
     assert privileges.bounding_set("Name: x\n") is None and privileges.missing_capabilities(None) == ()
 
 
-def test_all_caps_grants_all_but_the_missing_ones_unconfined_with_host_namespaces():
+def test_all_caps_grants_all_but_the_missing_ones_unconfined_with_host_namespaces() -> None:
     settings = privileges.container_settings("all-caps", ("SYS_RESOURCE",))
     assert settings.cap_add == ("ALL",) and settings.cap_drop == ("SYS_RESOURCE",)
     assert set(settings.security_opt) == {"seccomp=unconfined", "apparmor=unconfined"} and settings.unmask_proc
@@ -35,7 +36,7 @@ def test_all_caps_grants_all_but_the_missing_ones_unconfined_with_host_namespace
     assert own.own_pid_namespace and own.host_network and own.cap_drop == ("SYS_RESOURCE",)
 
 
-def test_privileged_is_refused_where_the_bounding_set_is_short_and_all_caps_is_not():
+def test_privileged_is_refused_where_the_bounding_set_is_short_and_all_caps_is_not() -> None:
     allowed, why = privileges.host_allows("privileged", ("SYS_RESOURCE",))
     assert not allowed and "SYS_RESOURCE" in why
     assert privileges.host_allows("privileged", ())[0]
@@ -54,33 +55,35 @@ def test_privileged_is_refused_where_the_bounding_set_is_short_and_all_caps_is_n
         ("isolated", {"init": True, "ports": {"8000/tcp": ("127.0.0.1", 8000)}}),
     ],
 )
-def test_docker_arguments_per_mode(mode, expected):
+def test_docker_arguments_per_mode(mode: str, expected: dict[str, object]) -> None:
     spec = BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={}, privileges=mode, ports=(8000,))
     assert container_kwargs(spec) == expected
 
 
-def test_all_caps_docker_arguments_drop_what_this_host_lacks(monkeypatch):
+def test_all_caps_docker_arguments_drop_what_this_host_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(privileges, "local_missing_capabilities", lambda: ("SYS_RESOURCE",))
     spec = BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={}, privileges="all-caps-own-pid")
     kwargs = container_kwargs(spec)
     assert kwargs["cap_add"] == ["ALL"] and kwargs["cap_drop"] == ["SYS_RESOURCE"]
     assert "pid_mode" not in kwargs and kwargs["init"] is True and kwargs["network_mode"] == "host"
-    assert "seccomp=unconfined" in kwargs["security_opt"]
+    assert "seccomp=unconfined" in cast(list[str], kwargs["security_opt"])
 
 
-def test_io_uring_must_be_disabled_for_everyone(tmp_path: Path):
+def test_io_uring_must_be_disabled_for_everyone(tmp_path: Path) -> None:
     assert preflight.io_uring_problem("2\n") is None and preflight.io_uring_problem(None) is None
     for value in ("0", "1"):
         assert "needs 2" in str(preflight.io_uring_problem(value))
     sysctl = tmp_path / "io_uring_disabled"
     sysctl.write_text("0\n")
-    with pytest.raises(preflight.PreflightError, match="kernel.io_uring_disabled is 0.*sysctl -w"):
+    with pytest.raises(PreflightError, match="kernel.io_uring_disabled is 0.*sysctl -w"):
         preflight.check_io_uring(sysctl)
     sysctl.write_text("2\n")
     preflight.check_io_uring(sysctl)
 
 
-def test_preflight_refuses_an_io_uring_host_before_touching_docker(tmp_path: Path, monkeypatch):
+def test_preflight_refuses_an_io_uring_host_before_touching_docker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sysctl = tmp_path / "io_uring_disabled"
     sysctl.write_text("0\n")
     monkeypatch.setattr(preflight, "IO_URING_SYSCTL", sysctl)
@@ -91,7 +94,7 @@ def test_preflight_refuses_an_io_uring_host_before_touching_docker(tmp_path: Pat
 
 
 @pytest.mark.parametrize("mode", ["privileged", "all-caps", "all-caps-own-pid", "host-namespaces"])
-def test_a_fresh_box_has_an_ipc_namespace_and_a_dev_shm_of_its_own_in_every_mode(mode):
+def test_a_fresh_box_has_an_ipc_namespace_and_a_dev_shm_of_its_own_in_every_mode(mode: str) -> None:
     """A fresh box stands for a new pod or node: whatever the mode shares with the host, its /dev/shm is empty and
     its own (large enough for vLLM's engine core), so an artifact that leans on segments outside it fails there."""
     spec = BoxSpec(name="n", engine="i", image_id="sha256:x", labels={}, environment={}, privileges=mode,

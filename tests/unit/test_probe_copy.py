@@ -15,7 +15,7 @@ def _probe(root: Path) -> Path:
     return root
 
 
-def test_the_copy_leaves_bytecode_out_and_its_digest_is_the_sources(tmp_path):
+def test_the_copy_leaves_bytecode_out_and_its_digest_is_the_sources(tmp_path: Path) -> None:
     source = _probe(tmp_path / "src")
     report = tmp_path / "report"
     report.mkdir()
@@ -26,7 +26,7 @@ def test_the_copy_leaves_bytecode_out_and_its_digest_is_the_sources(tmp_path):
     assert copy == {"source": str(source), "path": "probe", "sha256": tree_digest(source)[0], "files": 2}
 
 
-def test_the_digest_changes_with_a_files_content_or_name(tmp_path):
+def test_the_digest_changes_with_a_files_content_or_name(tmp_path: Path) -> None:
     source = _probe(tmp_path / "src")
     before = tree_digest(source)[0]
     (source / "vsnap_probe" / "digest.py").write_text("X = 2\n")
@@ -36,6 +36,6 @@ def test_the_digest_changes_with_a_files_content_or_name(tmp_path):
     assert len({before, changed, renamed}) == 3
 
 
-def test_without_a_probe_dir_the_built_in_probe_is_copied(tmp_path):
+def test_without_a_probe_dir_the_built_in_probe_is_copied(tmp_path: Path) -> None:
     copy = copy_probe(None, tmp_path)
     assert copy["source"] == str(BUILT_IN) and (tmp_path / "probe" / "vsnap_probe" / "digest.py").is_file()

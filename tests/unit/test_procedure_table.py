@@ -4,7 +4,7 @@ suites and the report read them there (``vsnap_qual.procedure``)."""
 from __future__ import annotations
 
 import inspect
-from typing import TypedDict
+from typing import Any, TypedDict, cast
 
 import pytest
 
@@ -78,17 +78,19 @@ def test_the_step_a_test_runs_is_recorded_under_its_node_once_with_the_tables_pr
     """``vsnap_step.run()``: the body runs in the step's record, named by the table entry and the node; a second run
     in the same test is refused (pytest-benchmark's fixture refuses a second use the same way)."""
     from tests.support.fake_lane import lifecycle_lane
+    from vsnap_qual.lane import LaneRun
     from vsnap_qual.plugin.step import VsnapStep
 
     lane = lifecycle_lane()
+    as_run = cast("LaneRun[Any]", lane)  # the fake lane in LaneRun's shape (the step reads its recorder)
     seen: list[tuple[str, object]] = []
     body = lambda lane, rec: seen.append((rec.step, type(rec.results)))  # noqa: E731
-    step = VsnapStep(procedure.step(procedure.ORDINARY), lane, "suites/test_lifecycle.py::t[v1-head]", body)
+    step = VsnapStep(procedure.step(procedure.ORDINARY), as_run, "suites/test_lifecycle.py::t[v1-head]", body)
     step.run()
     assert seen == [("ordinary", dict)] and lane.recorder.outcomes == {"ordinary": "passed"}
     with pytest.raises(pytest.UsageError, match="run\\(\\) is called once per test"):
         step.run()
-    restore = VsnapStep(procedure.step(procedure.RESTORE_1), lane, "t", body)
+    restore = VsnapStep(procedure.step(procedure.RESTORE_1), as_run, "t", body)
     with pytest.raises(pytest.skip.Exception, match="prerequisite inspect did not pass"):
         restore.run()  # the table's prerequisites, before the body
     assert len(seen) == 1

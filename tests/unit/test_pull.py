@@ -96,13 +96,15 @@ class _Runtime(docker_runtime.DockerRuntime):
         super().__init__(RuntimeSettings(say=said.append))
 
 
-def test_preflight_re_pulls_a_moving_tag_and_keeps_the_local_image_when_the_registry_is_away(monkeypatch) -> None:
+def test_preflight_re_pulls_a_moving_tag_and_keeps_the_local_image_when_the_registry_is_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     said: list[str] = []
     local = ImageInfo(id="sha256:" + "e" * 64, repo_digests=FROM_REGISTRY, labels={}, platform="linux/amd64")
     monkeypatch.setattr(docker_runtime, "local_image", lambda client, ref: local)
     monkeypatch.setattr(docker_runtime, "pull_image", lambda client, ref, timeout, say: _done(say))
     runtime = _Runtime(said)
-    recorded = runtime._pull_as_asked(object(), TAG, "auto", 60)  # type: ignore[arg-type]
+    recorded = runtime._pull_as_asked(object(), TAG, "auto", 60)
     assert recorded == {"why": pull.decision(TAG, "auto", True, FROM_REGISTRY), "digest": "sha256:" + "d" * 64,
                         "status": "Image is up to date"}  # fmt: skip
     assert said[0].startswith(f"pull {TAG}: pulling (a tag, which may have moved") and said[-1].endswith("d" * 64)
@@ -111,11 +113,11 @@ def test_preflight_re_pulls_a_moving_tag_and_keeps_the_local_image_when_the_regi
         raise RuntimeFailure("the registry refused the pull: connection refused")
 
     monkeypatch.setattr(docker_runtime, "pull_image", away)
-    kept = runtime._pull_as_asked(object(), TAG, "auto", 60)  # type: ignore[arg-type]
+    kept = runtime._pull_as_asked(object(), TAG, "auto", 60)
     assert kept["kept"] == local.id and "connection refused" in said[-1] and "qualifying the local image" in said[-1]
     with pytest.raises(RuntimeFailure, match="connection refused.*--vsnap-pull=missing to qualify the local image"):
-        runtime._pull_as_asked(object(), TAG, "always", 60)  # type: ignore[arg-type]
-    assert runtime._pull_as_asked(object(), TAG, "missing", 60) == {}  # type: ignore[arg-type]
+        runtime._pull_as_asked(object(), TAG, "always", 60)
+    assert runtime._pull_as_asked(object(), TAG, "missing", 60) == {}
 
 
 def _done(say: Any) -> pull.PullProgress:

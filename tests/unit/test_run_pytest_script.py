@@ -23,7 +23,7 @@ def _run(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess[s
     )
 
 
-def test_a_skip_fails_the_command_with_no_skips_and_is_named(tmp_path):
+def test_a_skip_fails_the_command_with_no_skips_and_is_named(tmp_path: Path) -> None:
     body = "import pytest\ndef test_ok():\n    pass\ndef test_gone():\n    pytest.skip('no torch here')\n"
     strict = _run(tmp_path, body, "--no-skips")
     assert strict.returncode == 1
@@ -31,10 +31,10 @@ def test_a_skip_fails_the_command_with_no_skips_and_is_named(tmp_path):
     assert _run(tmp_path, body).returncode == 0
 
 
-def test_no_tests_collected_is_a_failure(tmp_path):
+def test_no_tests_collected_is_a_failure(tmp_path: Path) -> None:
     done = _run(tmp_path, "def helper():\n    pass\n")
     assert done.returncode == 1 and "exit 5" in done.stderr
 
 
-def test_all_passing_stays_green(tmp_path):
+def test_all_passing_stays_green(tmp_path: Path) -> None:
     assert _run(tmp_path, "def test_ok():\n    pass\n", "--no-skips").returncode == 0

@@ -38,7 +38,7 @@ def test_a_leftover_that_goes_by_itself_is_held_until_the_last_look_that_saw_it_
     # from the first look to the fourth, the last that found the leftover; not to the fifth, which found none
     assert abs(held_s - (box.looks[3] - box.looks[0])) < 0.005 and held_s < box.looks[4] - box.looks[0] - 0.01
     lane = _lane()
-    assert credit_teardown(lane, left, held_s) == held_s  # type: ignore[arg-type]
+    assert credit_teardown(lane, left, held_s) == held_s
     assert lane.recorder.engine_time == held_s
 
 
@@ -47,7 +47,7 @@ def test_a_wait_that_ends_with_processes_left_stays_the_harnesss() -> None:
     left, held_s = settle_timed(box, {1}, set(), limit=0.2)  # type: ignore[arg-type]
     assert [p["pid"] for p in left] == [4316] and held_s > 0
     lane = _lane()
-    assert credit_teardown(lane, left, held_s) is None  # type: ignore[arg-type]
+    assert credit_teardown(lane, left, held_s) is None
     assert lane.recorder.engine_time == 0.0
 
 

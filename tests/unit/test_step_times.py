@@ -4,13 +4,15 @@ plan line's estimate and ``bench/run_figures.py`` share."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
+from vsnap_qual import model
 from vsnap_qual.report.html import harness_time
 from vsnap_qual.report.step_times import step_times, totals
 from vsnap_qual.timing import plan, run_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = [
+STEPS: list[dict[str, Any]] = [  # the fields step_times reads of a step record
     {"step": "ordinary", "seconds": 13.0, "engine_seconds": 12.0},
     {"step": "fault:wake-raise", "seconds": 4.0, "engine_seconds": 1.0},
     {"step": "fault:wake-raise", "seconds": 7.0},  # no engine time recorded: all of it the harness's
@@ -35,18 +37,19 @@ def test_step_times_group_by_step_and_split_the_engines_time_from_the_harnesss()
 def test_the_report_the_plan_and_the_bench_say_the_same_times() -> None:
     times = step_times(STEPS)
     assert plan.step_medians({"steps": STEPS}) == {name: t.median for name, t in times.items()}
-    said = harness_time({"steps": STEPS})  # type: ignore[typeddict-item]
+    said = harness_time(cast(model.Results, {"steps": STEPS}))
     assert said == (
         "Steps 35 s, of which the engine's own 24 s and the harness's 12 s (steps / engine 1.49); "
         "the harness's median per fault step 5.00 s (n=2)."
     )
     bench = [{**step, "outcome": "failed", "results": {}} for step in STEPS]  # the fields the bench reads besides
-    found = run_figures.figures({"steps": bench, "run": {}, "verdict": {"status": "fail"}})
+    found = run_figures.figures(cast(model.Results, {"steps": bench, "run": {}, "verdict": {"status": "fail"}}))
     assert found["harness_by_step"]["fault:wake-raise"] == {
         "n": 2, "engine_s": 1.0, "steps_s": 11.0, "harness_median_s": 5.0, "idle_s": 0.0,
     }  # fmt: skip
     assert (found["steps_s"], found["engine_s"]) == totals(times)
-    assert found["fault_harness_s"]["median"] == times["fault:wake-raise"].harness_median
+    fault_harness = found["fault_harness_s"]
+    assert fault_harness is not None and fault_harness["median"] == times["fault:wake-raise"].harness_median
 
 
 def test_the_observation_windows_idle_time_is_kept_apart_from_the_harnesss_work() -> None:

@@ -510,7 +510,7 @@ def test_an_ordinary_server_that_never_became_ready_stays_the_lanes_server(monke
     lane = lifecycle_lane()
     handle = ServerHandle(port=8000, root_pid=10)
 
-    def never_ready(rec: StepEvidence) -> ServerHandle:
+    def never_ready(rec: StepEvidence[model.ServeRecord]) -> ServerHandle:
         raise ServeFailed("vllm serve did not answer /health within 1 s", handle)
 
     monkeypatch.setattr(lane.servers, "serve", never_ready)

@@ -10,12 +10,14 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.faults.kinds import weights as tamper
-from vsnap_qual.model import WeightTamper
+from vsnap_qual.faults.kinds.weights import TensorSpan
+from vsnap_qual.model import Canary, Digest, WeightTamper
 
 REVISION = "7f3a9c2e5b1d4086a2e4c6b8d0f1a3c5e7092b4d"
 
@@ -90,11 +92,14 @@ def test_a_missing_revision_is_said_not_raised(tmp_path: Path) -> None:
 
 
 def test_the_tensor_damaged_is_the_largest_one_the_ordinary_digests_observe() -> None:
-    tensors = {
-        "big.packed": {"start": 0, "end": 1000},
-        "embed.weight": {"start": 1000, "end": 1500},
-        "norm.weight": {"start": 1500, "end": 1510},
-    }
+    tensors = cast(  # only the offsets: all choose_tensor reads
+        dict[str, TensorSpan],
+        {
+            "big.packed": {"start": 0, "end": 1000},
+            "embed.weight": {"start": 1000, "end": 1500},
+            "norm.weight": {"start": 1500, "end": 1510},
+        },
+    )
     assert tamper.choose_tensor(tensors, ["norm.weight", "embed.weight"]) == "embed.weight"
     assert tamper.choose_tensor(tensors, []) == "big.packed"  # nothing observed by name: the largest
 
@@ -102,14 +107,14 @@ def test_the_tensor_damaged_is_the_largest_one_the_ordinary_digests_observe() ->
 RECORD = WeightTamper(tensor="embed.weight", shard="/w/model.safetensors", length=4096)
 
 
-def _digests(**shas: str | None) -> dict:
+def _digests(**shas: str | None) -> dict[str, Digest]:
     return {name: {"sha256": sha} for name, sha in shas.items()}
 
 
-def _compared(restored: dict, canaries: list[CanaryOutput] | None = None) -> dict:
-    reference = [{"prompt": "p", "token_ids": [1], "text": "a", "logprob": -0.5}]
+def _compared(restored: dict[str, Digest], canaries: list[CanaryOutput] | None = None) -> WeightTamper:
+    reference: list[Canary] = [{"prompt": "p", "token_ids": [1], "text": "a", "logprob": -0.5}]
     got = canaries if canaries is not None else [CanaryOutput("p", [1], "a", -0.5)]
-    return dict(tamper.compare(RECORD, _digests(**{"embed.weight": "e", "n": "n"}), reference, restored, got, 1e-3))
+    return tamper.compare(RECORD, _digests(**{"embed.weight": "e", "n": "n"}), reference, restored, got, 1e-3).copy()
 
 
 def test_refused_with_a_message_is_as_expected_and_without_one_is_not() -> None:
