@@ -248,3 +248,36 @@ def test_a_name_already_taken_is_refused(name: str) -> None:
 
     with pytest.raises(ValueError, match="already registered"):
         runtimes.register(name, lambda settings: None)  # type: ignore[arg-type,return-value]
+
+
+def test_the_stall_fault_waits_out_a_deadline_derived_from_its_lanes_own_create_and_restore(tmp_path: Path) -> None:
+    """Issue 45: the fault artifact is created with a recovery deadline derived from what the lane's lifecycle
+    measured before it (its create, its restore until bound: ``faults.deadline``), under ``--vsnap-fault-timeout``;
+    the stall fault waits out that deadline, and its recovery still exits 1 before HTTP with its record (the
+    in-memory engine raises at the deadline frozen into the artifact, in its words)."""
+    done, results, _ = _run(
+        tmp_path, "--vsnap-runners=v1", "--vsnap-fault-timeout=30",
+        "-k", "head and (ordinary_reference or test_create or test_inspect or restore_1 or fault_artifact "
+        "or recovery-deadline)",
+        expect=("--vsnap-expect=head", "--vsnap-base-expect=base"),
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    steps = {s["step"]: s for s in results["steps"] if s["lane"] == "v1-head"}
+    assert {"ordinary", "create", "restore-1", "fault-artifact", "fault:recovery-deadline"} <= set(steps), list(steps)
+    made = steps["fault-artifact"]["results"]
+    chosen = made["recovery_deadline"]
+    # the in-memory engine creates and restores in well under a second: the floor (10 s), not the option (30 s)
+    assert chosen["derived_s"] == chosen["deadline_s"] == made["snapshot_timeout_s"] == 10.0, chosen
+    assert chosen["restores"] == 1 and 0 < chosen["restore_ready_s"] < 3 and 0 < chosen["create_s"] < 3, chosen
+    assert chosen["rule"].startswith("max(10, 3 × ") and "under --vsnap-fault-timeout=30 s" in chosen["rule"]
+    stall = steps["fault:recovery-deadline"]
+    res = stall["results"]
+    assert stall["outcome"] == "passed", stall["message"]
+    assert res["recovery_deadline"] == chosen, "the fault's record says the deadline it waited out"
+    observed = res["observed"]
+    assert (observed["exit_code"], observed["http_bound"], observed["phase"]) == (1, False, "recovery: restore memory")
+    # the engine's own words: the deadline frozen into the artifact at create is the derived one
+    assert "recovery exceeded VLLM_SNAPSHOT_TIMEOUT_S=10" in observed["stderr_tail"], observed["stderr_tail"]
+    assert 10 <= observed["seconds"] < 30, "the stall was cut at the derived deadline, not the option's"
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "recovery deadline 10 s: max(10, 3 × " in summary, "the report's fault table says the deadline"

@@ -143,6 +143,8 @@ class FaultRow(TypedDict):
     kill_artifact: str | None
     #: the weight-tamper kind (issue 28): what the restore made of the tampered weights, in words (None: another kind)
     tamper: str | None
+    #: a fault that waits out the recovery deadline: the deadline and how it was derived, in words (None: another)
+    deadline: str | None
 
 
 class CleanupRow(TypedDict):
@@ -558,9 +560,18 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 kill_swept_ok=kill[3],
                 kill_artifact=kill[4],
                 tamper=(res.get("weight_tamper") or {}).get("said"),
+                deadline=deadline_words(res["recovery_deadline"]) if "recovery_deadline" in res else None,
             )
         )
     return _frame(found, FaultRow)
+
+
+def deadline_words(record: model.RecoveryDeadline) -> str | None:
+    """A stall fault's recovery deadline in words: ``recovery deadline 11 s: max(10, 3 × 1.83 s restore + 5, …)``
+    (None: none recorded)."""
+    if "deadline_s" not in record:
+        return None
+    return f"recovery deadline {record['deadline_s']:g} s: {record.get('rule', '')}"
 
 
 def _kill_fields(

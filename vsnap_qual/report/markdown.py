@@ -251,6 +251,8 @@ def fault_result_text(row: FaultRow) -> str:
         parts.append("artifact unchanged" if row["artifact_unchanged"] else "artifact changed")
     if row.get("tamper"):
         parts.append(f"the tampered weights: {row['tamper']}")
+    if row.get("deadline"):
+        parts.append(str(row["deadline"]))
     if row.get("kill") or row.get("kill_swept_ok") is not None:
         parts.extend(kill_words(row))
     elif row.get("cleanup_judged") is False:
