@@ -361,6 +361,31 @@ class UnitRun(TypedDict, total=False):
     fixed_on_head: list[str]
 
 
+class GroupProbe(TypedDict):
+    """One step of a bisection (``faults.group.bisect``): these faults ran again from a reset artifact, then a
+    restore; whether it restored."""
+
+    faults: list[str]
+    restored: bool
+
+
+class GroupFollowup(TypedDict, total=False):
+    """A refusal's follow-up restore proved once for its group (issue 45 item 5, ``faults.group``): on a fault that
+    deferred it, the group and the step whose follow-up proves it; on the step that restored for the group, the
+    faults it covered and, where that restore failed, the bisection that names the fault that broke it."""
+
+    #: the run of refusals this fault belongs to in the lane's order
+    group: list[str]
+    #: this fault was refused with the artifact byte-identical: its follow-up is the group's, in that step
+    deferred_to: str
+    #: this step's follow-up restore proved every one of these (deferred earlier, and this fault itself)
+    covered: list[str]
+    #: where that restore failed: the probes, the fault that alone breaks it (None: none alone), in words
+    bisection: list[GroupProbe]
+    broke: str | None
+    words: str
+
+
 class RecoveryDeadline(TypedDict, total=False):
     """The fault artifact's recovery deadline (``VLLM_SNAPSHOT_TIMEOUT_S``, frozen into it at create), as
     ``faults.deadline`` chose it: derived from what this lane's lifecycle measured before the fault artifact was
@@ -873,6 +898,8 @@ class FaultResults(ShmLeftRecord, total=False):
     killed_artifact: KilledArtifact
     #: the weights kind (issue 28)
     weight_tamper: WeightTamper
+    #: a refusal's follow-up restore proved once for its group (``faults.group``)
+    group_followup: GroupFollowup
     #: a fault that waits out the recovery deadline (``HookParams.stall``): the deadline it waited out, as frozen
     #: at the fault artifact's create, and how it was chosen
     recovery_deadline: RecoveryDeadline

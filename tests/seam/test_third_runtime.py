@@ -281,3 +281,36 @@ def test_the_stall_fault_waits_out_a_deadline_derived_from_its_lanes_own_create_
     assert 10 <= observed["seconds"] < 30, "the stall was cut at the derived deadline, not the option's"
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "recovery deadline 10 s: max(10, 3 × " in summary, "the report's fault table says the deadline"
+
+
+def test_refusals_one_after_another_are_proved_restorable_by_one_follow_up_restore(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 item 5: two refusals that follow one another in the lane's selection (the built-in bad manifest and
+    a conftest's flipped manifest byte, both refused with the artifact byte-identical) are each run and audited; the
+    first defers its follow-up restore to the second's, which restores once for both and says so in its record."""
+    pytester.makepyfile(flip_kind=FLIP_KIND)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), str(HERE), str(ROOT)]))
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "suites"), "-p", "memory_runtime", "-p", "flip_kind", "-p", "no:cacheprovider",
+        "--vsnap-runtime=memory", "--vsnap-image=memory:head", "--vsnap-model=org/tiny", f"--vsnap-revision={REVISION}",
+        "--vsnap-expect=head", "--vsnap-runners=v1", "--vsnap-fault-timeout=2", "--vsnap-cleanup-grace=1",
+        "--vsnap-observe=0", f"--vsnap-report-dir={report}", "-m", "fault",
+        "-k", "fault_artifact or manifest-field or manifest-byte", timeout=600,
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()[-4000:]
+    results = json.loads((report / "results.json").read_text())
+    steps = {s["step"]: s for s in results["steps"] if s["lane"] == "v1-head"}
+    first, last = steps["fault:manifest-field"], steps["fault:manifest-byte"]
+    assert first["outcome"] == last["outcome"] == "passed", (first["message"], last["message"])
+    group = ["manifest-field", "manifest-byte"]
+    assert first["results"]["group_followup"] == {"group": group, "deferred_to": "fault:manifest-byte"}
+    assert "followup_restore" not in first["results"], "its follow-up restore is the group's"
+    assert "follow-up restore" not in first["results"]["phases"]
+    assert first["results"]["observed"]["exit_code"] == 1 and first["results"]["observed"]["artifact_unchanged"]
+    assert first["results"]["cleanup"]["ok"], "audited as before"
+    assert last["results"]["group_followup"] == {"group": group, "covered": group}
+    assert last["results"]["followup_restore"]["canary_ok"]
+    summary = (report / "summary.md").read_text()
+    assert "follow-up restore with its group's, at fault:manifest-byte" in summary, summary

@@ -103,6 +103,8 @@ class FaultState(ArtifactState):
     #: the recovery deadline the fault artifact was created with, and how it was chosen (``faults.deadline``):
     #: frozen at its create, waited out by the stall fault
     deadline: RecoveryDeadline | None = None
+    #: the refusals whose follow-up restore waits for their group's (``faults.group``), in the order they ran
+    deferred: list[str] = field(default_factory=list)
 
     def timed(self, command: str, seconds: float) -> None:
         """An unfaulted ``command`` took ``seconds``: the shortest seen is kept."""

@@ -145,6 +145,9 @@ class FaultRow(TypedDict):
     tamper: str | None
     #: a fault that waits out the recovery deadline: the deadline and how it was derived, in words (None: another)
     deadline: str | None
+    #: a refusal proved with its group (issue 45): whose follow-up restore proved it, or which refusals this step's
+    #: follow-up restore proved, in words (None: it restored after itself alone)
+    followup_group: str | None
 
 
 class CleanupRow(TypedDict):
@@ -561,9 +564,21 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 kill_artifact=kill[4],
                 tamper=(res.get("weight_tamper") or {}).get("said"),
                 deadline=deadline_words(res["recovery_deadline"]) if "recovery_deadline" in res else None,
+                followup_group=group_words(res.get("group_followup") or model.GroupFollowup()),
             )
         )
     return _frame(found, FaultRow)
+
+
+def group_words(record: model.GroupFollowup) -> str | None:
+    """A refusal's follow-up restore with its group in words (None: it restored after itself alone)."""
+    if "deferred_to" in record:
+        return f"follow-up restore with its group's, at {record['deferred_to']}"
+    covered = record.get("covered") or []
+    if len(covered) > 1:
+        said = f"one follow-up restore for {len(covered)} refusals ({', '.join(covered)})"
+        return said + (f"; bisected: {record['words']}" if record.get("words") else "")
+    return None
 
 
 def deadline_words(record: model.RecoveryDeadline) -> str | None:

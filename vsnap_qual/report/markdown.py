@@ -267,6 +267,8 @@ def fault_result_text(row: FaultRow) -> str:
         parts.append("the artifact restores afterwards")
     elif row.get("followup_exit") is not None:
         parts.append(f"follow-up restore exit {row['followup_exit']}")
+    if row.get("followup_group"):
+        parts.append(str(row["followup_group"]))
     text = ", ".join(parts)
     if row.get("outcome") == "failed":
         return f"**FAIL**: {text}; {row.get('mismatches') or row.get('message') or 'no mismatch recorded'}"
