@@ -361,6 +361,53 @@ class UnitRun(TypedDict, total=False):
     fixed_on_head: list[str]
 
 
+class GroupProbe(TypedDict):
+    """One step of a bisection (``faults.group.bisect``): these faults ran again from a reset artifact, then a
+    restore; whether it restored."""
+
+    faults: list[str]
+    restored: bool
+
+
+class GroupFollowup(TypedDict, total=False):
+    """A refusal's follow-up restore proved once for its group (issue 45 item 5, ``faults.group``): on a fault that
+    deferred it, the group and the step whose follow-up proves it; on the step that restored for the group, the
+    faults it covered and, where that restore failed, the bisection that names the fault that broke it."""
+
+    #: the run of refusals this fault belongs to in the lane's order
+    group: list[str]
+    #: this fault was refused with the artifact byte-identical: its follow-up is the group's, in that step
+    deferred_to: str
+    #: this step's follow-up restore proved every one of these (deferred earlier, and this fault itself)
+    covered: list[str]
+    #: where that restore failed: the probes, the fault that alone breaks it (None: none alone), in words
+    bisection: list[GroupProbe]
+    broke: str | None
+    words: str
+
+
+class RecoveryDeadline(TypedDict, total=False):
+    """The fault artifact's recovery deadline (``VLLM_SNAPSHOT_TIMEOUT_S``, frozen into it at create), as
+    ``faults.deadline`` chose it: derived from what this lane's lifecycle measured before the fault artifact was
+    made, never over ``--vsnap-fault-timeout``."""
+
+    #: the deadline the fault artifact was created with (seconds)
+    deadline_s: float
+    #: ``--vsnap-fault-timeout``: the upper bound
+    option_s: float
+    #: the rule's value before the bound (None: nothing measured to derive it from, the option is the deadline)
+    derived_s: float | None
+    #: the longest time from a lifecycle restore's start until its HTTP listener was bound (recovery runs before
+    #: the bind), and how many restores were measured
+    restore_ready_s: float | None
+    restores: int
+    #: the lifecycle create's command seconds (the same deadline bounds the create's wait for its child)
+    create_s: float | None
+    #: the rule with its numbers, in words, and where the measurements came from (or why none were used)
+    rule: str
+    source: str
+
+
 class FreshArtifact(TypedDict):
     """A fault step's new fault artifact: the previous one's outside files were gone before the fault."""
 
@@ -809,6 +856,8 @@ class FaultArtifactResults(ShmLeftRecord, total=False):
     #: why these expectations: the option that named them, or what the image's snapshot package implements
     expect_reason: str
     snapshot_timeout_s: float
+    #: how ``snapshot_timeout_s`` was chosen: measured, the rule, the deadline (``faults.deadline``)
+    recovery_deadline: RecoveryDeadline
     #: the artifact's ``manifest.json`` (vLLM's JSON)
     manifest: dict[str, object]
     outside_files: list[str]
@@ -849,6 +898,11 @@ class FaultResults(ShmLeftRecord, total=False):
     killed_artifact: KilledArtifact
     #: the weights kind (issue 28)
     weight_tamper: WeightTamper
+    #: a refusal's follow-up restore proved once for its group (``faults.group``)
+    group_followup: GroupFollowup
+    #: a fault that waits out the recovery deadline (``HookParams.stall``): the deadline it waited out, as frozen
+    #: at the fault artifact's create, and how it was chosen
+    recovery_deadline: RecoveryDeadline
 
 
 #: A step record's results: the type its step's table entry names (``procedure.Step.results``; ``report.parse``

@@ -579,7 +579,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "behaviour expected of --vsnap-image: auto (from its snapshot package), head or base",
     ),
     OptionSpec("base-expect", parse_expect, "auto", "behaviour expected of --vsnap-base-image: auto, head or base"),
-    OptionSpec("fault-timeout", parse_seconds, "300", "VLLM_SNAPSHOT_TIMEOUT_S for the fault artifact"),
+    OptionSpec(
+        "fault-timeout",
+        parse_seconds,
+        "300",
+        "upper bound of the fault artifact's VLLM_SNAPSHOT_TIMEOUT_S (derived from the lane's measured create and "
+        "restores)",
+    ),
     OptionSpec("probe-dir", parse_optional_dir, "", "probe package to mount instead of the built-in one"),
     OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),
     OptionSpec("doctor", parse_bool, "false", "run the doctor checks before the suites", flag=True),

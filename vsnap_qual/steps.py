@@ -182,6 +182,7 @@ def create(lane: ServingLane, rec: StepEvidence[CreateResults]) -> None:
         rec.results["vllm_reason"] = reason
         skip_if_limitation(reason, cpu_smoke=lane.config.cpu_smoke, variant=lane.spec.variant)
         raise StepFailed(f"vllm snapshot create exited {result.exit_code}: {reason}\n{result.tail()}")
+    lane.peers.measure(lane.spec.name, "create", result.seconds)  # the fault artifact's deadline is sized by it
     manifest_text = lane.cli.artifact_file("manifest.json")
     check(bool(manifest_text), "create exited 0 but published no manifest.json")
     manifest = json.loads(manifest_text)
@@ -285,6 +286,9 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
             f"vllm snapshot restore exited {result.exit_code}: {said_vllm}; "
             f"error.json={error_json.strip() or None}{said}\n{result.tail()}"
         )
+    ready_seconds = round((restored.first_bound or result.ended) - result.started, 3)
+    # recovery ran before the bind: the fault artifact's recovery deadline is sized by it (``faults.deadline``)
+    lane.peers.measure(lane.spec.name, "restore-ready", ready_seconds)
     handle = lane.servers.restored_server(restored.port)
     check(handle is not None, "restore exited 0 but restored.pid is missing")
     assert handle is not None
@@ -369,7 +373,7 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
         root_pid=handle.root_pid,
         listener_first_bound=restored.first_bound,
         gpu_engaged=None if apps is None else GpuEngaged(holders=holders, gpu_apps=sorted(apps)),
-        ready_seconds=round((restored.first_bound or result.ended) - result.started, 3),
+        ready_seconds=ready_seconds,
     )
     if adapter_compare:
         found["adapter_canary"] = {name: [c.as_dict() for c in got] for name, got in adapter_canary.items()}

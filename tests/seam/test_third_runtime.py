@@ -248,3 +248,69 @@ def test_a_name_already_taken_is_refused(name: str) -> None:
 
     with pytest.raises(ValueError, match="already registered"):
         runtimes.register(name, lambda settings: None)  # type: ignore[arg-type,return-value]
+
+
+def test_the_stall_fault_waits_out_a_deadline_derived_from_its_lanes_own_create_and_restore(tmp_path: Path) -> None:
+    """Issue 45: the fault artifact is created with a recovery deadline derived from what the lane's lifecycle
+    measured before it (its create, its restore until bound: ``faults.deadline``), under ``--vsnap-fault-timeout``;
+    the stall fault waits out that deadline, and its recovery still exits 1 before HTTP with its record (the
+    in-memory engine raises at the deadline frozen into the artifact, in its words)."""
+    done, results, _ = _run(
+        tmp_path, "--vsnap-runners=v1", "--vsnap-fault-timeout=30",
+        "-k", "head and (ordinary_reference or test_create or test_inspect or restore_1 or fault_artifact "
+        "or recovery-deadline)",
+        expect=("--vsnap-expect=head", "--vsnap-base-expect=base"),
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    steps = {s["step"]: s for s in results["steps"] if s["lane"] == "v1-head"}
+    assert {"ordinary", "create", "restore-1", "fault-artifact", "fault:recovery-deadline"} <= set(steps), list(steps)
+    made = steps["fault-artifact"]["results"]
+    chosen = made["recovery_deadline"]
+    # the in-memory engine creates and restores in well under a second: the floor (10 s), not the option (30 s)
+    assert chosen["derived_s"] == chosen["deadline_s"] == made["snapshot_timeout_s"] == 10.0, chosen
+    assert chosen["restores"] == 1 and 0 < chosen["restore_ready_s"] < 3 and 0 < chosen["create_s"] < 3, chosen
+    assert chosen["rule"].startswith("max(10, 3 × ") and "under --vsnap-fault-timeout=30 s" in chosen["rule"]
+    stall = steps["fault:recovery-deadline"]
+    res = stall["results"]
+    assert stall["outcome"] == "passed", stall["message"]
+    assert res["recovery_deadline"] == chosen, "the fault's record says the deadline it waited out"
+    observed = res["observed"]
+    assert (observed["exit_code"], observed["http_bound"], observed["phase"]) == (1, False, "recovery: restore memory")
+    # the engine's own words: the deadline frozen into the artifact at create is the derived one
+    assert "recovery exceeded VLLM_SNAPSHOT_TIMEOUT_S=10" in observed["stderr_tail"], observed["stderr_tail"]
+    assert 10 <= observed["seconds"] < 30, "the stall was cut at the derived deadline, not the option's"
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "recovery deadline 10 s: max(10, 3 × " in summary, "the report's fault table says the deadline"
+
+
+def test_refusals_one_after_another_are_proved_restorable_by_one_follow_up_restore(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 item 5: two refusals that follow one another in the lane's selection (the built-in bad manifest and
+    a conftest's flipped manifest byte, both refused with the artifact byte-identical) are each run and audited; the
+    first defers its follow-up restore to the second's, which restores once for both and says so in its record."""
+    pytester.makepyfile(flip_kind=FLIP_KIND)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), str(HERE), str(ROOT)]))
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        str(ROOT / "suites"), "-p", "memory_runtime", "-p", "flip_kind", "-p", "no:cacheprovider",
+        "--vsnap-runtime=memory", "--vsnap-image=memory:head", "--vsnap-model=org/tiny", f"--vsnap-revision={REVISION}",
+        "--vsnap-expect=head", "--vsnap-runners=v1", "--vsnap-fault-timeout=2", "--vsnap-cleanup-grace=1",
+        "--vsnap-observe=0", f"--vsnap-report-dir={report}", "-m", "fault",
+        "-k", "fault_artifact or manifest-field or manifest-byte", timeout=600,
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()[-4000:]
+    results = json.loads((report / "results.json").read_text())
+    steps = {s["step"]: s for s in results["steps"] if s["lane"] == "v1-head"}
+    first, last = steps["fault:manifest-field"], steps["fault:manifest-byte"]
+    assert first["outcome"] == last["outcome"] == "passed", (first["message"], last["message"])
+    group = ["manifest-field", "manifest-byte"]
+    assert first["results"]["group_followup"] == {"group": group, "deferred_to": "fault:manifest-byte"}
+    assert "followup_restore" not in first["results"], "its follow-up restore is the group's"
+    assert "follow-up restore" not in first["results"]["phases"]
+    assert first["results"]["observed"]["exit_code"] == 1 and first["results"]["observed"]["artifact_unchanged"]
+    assert first["results"]["cleanup"]["ok"], "audited as before"
+    assert last["results"]["group_followup"] == {"group": group, "covered": group}
+    assert last["results"]["followup_restore"]["canary_ok"]
+    summary = (report / "summary.md").read_text()
+    assert "follow-up restore with its group's, at fault:manifest-byte" in summary, summary

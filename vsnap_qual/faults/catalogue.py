@@ -92,6 +92,10 @@ class FaultCatalogue:
     def faults(self) -> tuple[Fault, ...]:
         return tuple(self._faults.values())
 
+    def get(self, fault_id: str) -> Fault | None:
+        """The fault of this id, None where the catalogue has none."""
+        return self._faults.get(fault_id)
+
     @property
     def ids(self) -> list[str]:
         return list(self._faults)

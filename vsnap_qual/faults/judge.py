@@ -121,7 +121,9 @@ def judge(fault: Fault, expect: Expect, obs: Observation, results: FaultResults,
             f"ports open {cleanup.get('ports_open')}, link remaps equal {cleanup.get('link_remaps_equal')}"
         )
     follow = results.get("followup_restore") or {}
-    if expect.followup_restore and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
+    # a refusal of a group whose follow-up restore is its group's (``faults.group``): judged in that step
+    deferred = not follow and "deferred_to" in (results.get("group_followup") or {})
+    if expect.followup_restore and not deferred and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
         still = (follow.get("captured_ids_wait") or {}).get("still_held")
         if follow.get("consumed"):
             pass  # not this fault's: the artifact is not self-contained (the check "self-contained": one finding)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
-from vsnap_qual import progress, vllm_words
+from vsnap_qual import procedure, progress, vllm_words
 from vsnap_qual.box import BoxProcesses, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
 from vsnap_qual.engine import client
+from vsnap_qual.faults import group
 from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation
 from vsnap_qual.faults.injector import Attempt, Injector, Observation
-from vsnap_qual.faults.judge import expectation_record, judge, observation_record, observe
+from vsnap_qual.faults.judge import expectation_record, followup_words, judge, observation_record, observe
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.parked import ParkedWatch
 from vsnap_qual.faults.tools import (
@@ -36,7 +37,15 @@ from vsnap_qual.faults.tools import (
     settle_timed,
     wait_engine_gone,
 )
-from vsnap_qual.model import CapturedIdWait, CleanupAudit, FaultArtifactResults, FaultResults, FollowupRestore
+from vsnap_qual.model import (
+    CapturedIdWait,
+    CleanupAudit,
+    FaultArtifactResults,
+    FaultResults,
+    FollowupRestore,
+    GroupFollowup,
+    GroupProbe,
+)
 from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.vllm_words import StepFailed
@@ -50,24 +59,38 @@ def fault_artifact(lane: FaultLane, rec: StepEvidence[FaultArtifactResults]) -> 
     prepare_artifact(lane, rec)
 
 
-def fault_step(lane: FaultLane, rec: StepEvidence[FaultResults], fault: Fault, catalogue: FaultCatalogue) -> None:
+def fault_step(
+    lane: FaultLane,
+    rec: StepEvidence[FaultResults],
+    fault: Fault,
+    catalogue: FaultCatalogue,
+    order: Sequence[str] = (),
+) -> None:
     """One ``fault:<id>`` step (``fault`` its catalogue entry): inject, observe, judge against this lane's
     expectations; an injection that did not hold is tried once more before it is reported as ineffective. Fails the
-    step naming every mismatch."""
+    step naming every mismatch. ``order``: the lane's fault ids as the run selected them; a refusal of a group
+    there (:mod:`.group`) defers its follow-up restore to the group's last, whose follow-up proves them all."""
     rec.results["kind"] = fault.kind  # recorded first: a step that turns out not applicable says its kind too
     behaviour, reason = lane_expectation(lane)
     expect = fault.expect(behaviour)
     injector = catalogue.injector_for(fault)
+    members = refusal_group(fault, catalogue, order, behaviour)
+    if members:
+        rec.results["group_followup"] = GroupFollowup(group=list(members))
+    defer_to = procedure.FAULT_PREFIX + members[-1] if members and fault.id != members[-1] else None
     cannot = injector.not_applicable(lane, fault)
     if cannot:
+        if lane.state.deferred and defer_to is None:  # the group's proof is this step's, applicable or not
+            prove_deferred(lane, rec, catalogue)
         progress.not_applicable(f"{lane.spec.name}: the box cannot present this fault: {cannot}")
-    observed = run_fault(lane, fault, rec, injector, expect.cleanup)
+    observed = run_fault(lane, fault, rec, injector, expect.cleanup, defer_to=defer_to)
     problems = judge(fault, expect, observed, rec.results, injector)
     if problems and problems[0].startswith("ineffective injection"):
         first = problems[0]
-        observed = run_fault(lane, fault, rec, injector, expect.cleanup, attempt=2)
+        observed = run_fault(lane, fault, rec, injector, expect.cleanup, attempt=2, defer_to=defer_to)
         problems = judge(fault, expect, observed, rec.results, injector)
         rec.results["retried_after"] = first
+    problems = group_problems(lane, rec, catalogue, problems)
     if (rec.results.get("followup_restore") or {}).get("consumed"):
         lane.state.consumed_by = fault.id  # the next fault says whose restore used the artifact up
     rec.results.setdefault("cleanup", CleanupAudit()).setdefault("judged", expect.cleanup)  # recorded either way
@@ -112,11 +135,16 @@ def run_fault(
     injector: Injector,
     cleanup_judged: bool = True,
     attempt: int = 1,
+    defer_to: str | None = None,
+    followup: bool = True,
 ) -> Observation:
     """Inject one fault, observe everything the contract says about it, then clean up and restore again: the one
     sequence every kind follows; what differs per kind is its injector's. ``cleanup_judged`` False (this arm's
     expectation records vLLM's cleanup without judging it): what is left is looked at once, as the command
-    exits, not waited for through the grace, since no outcome of the wait could change the verdict."""
+    exits, not waited for through the grace, since no outcome of the wait could change the verdict. ``defer_to``
+    (a refusal of a group, :mod:`.group`): where the command was in fact refused with the artifact byte-identical,
+    the follow-up restore is that step's, the group's; any other follow-up restore also proves the refusals
+    deferred before it (``lane.state.deferred``). ``followup`` False: none at all (a bisection's run)."""
     timeouts = lane.config.timeouts
     phase = Phases(
         rec.results.setdefault("phases", {}),
@@ -213,11 +241,112 @@ def run_fault(
     waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
     if waits:
         rec.results["captured_id_waits"] = waits
+    if not followup:
+        return obs
+    if defer_to is not None and group.refused(obs.exit_code, obs.artifact_unchanged):
+        defer(lane, rec, fault, defer_to)  # refused before it touched anything: its group's follow-up proves it
+        return obs
     with phase("follow-up restore"):
         # the captured IDs were just found free and nothing has started since: the follow-up does not look again
         ids_free = "still_held" not in after_fault
         rec.results["followup_restore"] = followup_restore(lane, injector.undo_before_followup, ids_free)
+    cover(lane, rec, fault)
     return obs
+
+
+# ---- refusals proved once per group (faults.group) -------------------------------------------------------------
+def refusal_group(fault: Fault, catalogue: FaultCatalogue, order: Sequence[str], behaviour: str) -> tuple[str, ...]:
+    """The group of refusals ``fault`` belongs to in the lane's ``order`` (:func:`.group.group_of`), judged by
+    each fault's expectation on this lane's ``behaviour``."""
+
+    def is_refusal(fault_id: str) -> bool:
+        other = catalogue.get(fault_id)
+        if other is None:
+            return False
+        return group.refusal(other.expect(behaviour), catalogue.injector_for(other).judges_artifact)
+
+    return group.group_of(fault.id, order, is_refusal)
+
+
+def defer(lane: FaultLane, rec: StepEvidence[FaultResults], fault: Fault, defer_to: str) -> None:
+    """A refusal of a group, refused with the artifact byte-identical: its follow-up restore is the group's, in
+    the step ``defer_to`` (or the lane's next follow-up restore, whichever comes first), said in its record."""
+    if fault.id not in lane.state.deferred:
+        lane.state.deferred.append(fault.id)
+    rec.results.setdefault("group_followup", GroupFollowup())["deferred_to"] = defer_to
+    rec.results.pop("followup_restore", None)  # a first attempt's, if it restored
+
+
+def cover(lane: FaultLane, rec: StepEvidence[FaultResults], fault: Fault) -> None:
+    """This step's follow-up restore (just recorded) also proves the refusals deferred before it: said in its
+    record (``group_followup.covered``); they are no longer pending."""
+    if not lane.state.deferred:
+        return
+    covered = list(dict.fromkeys([*lane.state.deferred, fault.id]))
+    lane.state.deferred.clear()
+    rec.results.setdefault("group_followup", GroupFollowup())["covered"] = covered
+
+
+def prove_deferred(lane: FaultLane, rec: StepEvidence[FaultResults], catalogue: FaultCatalogue) -> None:
+    """The deferred refusals' follow-up restore, in a step whose own fault does not run (not applicable on this
+    box): the artifact as reset, then the group's judgement (:func:`group_problems`); fails the step where the
+    restore failed, naming what the bisection found."""
+    rec.results["followup_restore"] = followup_restore(lane, True)
+    covered = list(lane.state.deferred)
+    lane.state.deferred.clear()
+    rec.results.setdefault("group_followup", GroupFollowup())["covered"] = covered
+    problems = group_problems(lane, rec, catalogue, [])
+    if problems:
+        raise StepFailed("; ".join(problems))
+
+
+def restored(follow: FollowupRestore) -> bool:
+    return follow.get("exit_code") == 0 and bool(follow.get("canary_ok"))
+
+
+def group_problems(
+    lane: FaultLane, rec: StepEvidence[FaultResults], catalogue: FaultCatalogue, problems: list[str]
+) -> list[str]:
+    """Where this step's follow-up restore proved a group (``group_followup.covered``) and failed: the faults run
+    again by halves, each from a reset artifact and followed by a restore (:func:`.group.bisect`), and the
+    follow-up's problem replaced by one that names the fault that broke it. Else ``problems`` as they are."""
+    record = rec.results.get("group_followup") or GroupFollowup()
+    covered = record.get("covered") or []
+    follow = rec.results.get("followup_restore") or FollowupRestore()
+    if len(covered) < 2 or restored(follow) or follow.get("consumed"):
+        return problems
+    if (follow.get("captured_ids_wait") or {}).get("still_held") or follow.get("ids_taken"):
+        return problems  # the restore was never tried fairly: said as such by the judge
+    scratch: StepEvidence[FaultResults] = StepEvidence(FaultResults(), rec.step)
+    found = group.bisect(covered, lambda subset: rerun_then_restore(lane, scratch, catalogue, subset))
+    record["bisection"] = [GroupProbe(faults=list(p.faults), restored=p.restored) for p in found.probes]
+    record["broke"] = found.broke
+    record["words"] = found.words
+    kept = [p for p in problems if not p.startswith("the artifact no longer restores")]
+    return [
+        *kept,
+        f"the artifact no longer restores after the refusals {', '.join(covered)} (one follow-up restore for all: "
+        f"{followup_words(follow)}); bisected: {found.words}",
+    ]
+
+
+def rerun_then_restore(
+    lane: FaultLane, scratch: StepEvidence[FaultResults], catalogue: FaultCatalogue, subset: tuple[str, ...]
+) -> bool:
+    """One probe of a bisection: ``subset``'s faults run again in order (each from a reset artifact, audited, no
+    follow-up of its own), then one restore of the artifact as reset; whether it restored and answered the canary."""
+    behaviour, _ = lane_expectation(lane)
+    for fault_id in subset:
+        fault = catalogue.get(fault_id)
+        if fault is None:
+            continue
+        injector = catalogue.injector_for(fault)
+        run_fault(lane, fault, scratch, injector, fault.expect(behaviour).cleanup, followup=False)
+    wait_engine_gone(lane, captured_ids(lane), lane.config.timeouts["stop"])
+    gone = consumed(lane)
+    if gone:  # as a fault starts: from an artifact that restores
+        fresh_artifact(lane, scratch, gone, "a bisection probe starts from an artifact that restores")
+    return restored(followup_restore(lane, True))
 
 
 def settle_leftovers(

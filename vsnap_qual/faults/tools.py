@@ -14,6 +14,7 @@ from vsnap_qual import vllm_words
 from vsnap_qual.box import BoxFiles, BoxProcesses, ControlDir, ExecResult, ProcessRow, RuntimeFailure
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import read_json_files
+from vsnap_qual.faults import deadline
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.lane import artifact_deps
 from vsnap_qual.lane.artifact_files import ArtifactFiles, ArtifactFilesError
@@ -24,6 +25,7 @@ from vsnap_qual.model import (
     FaultResults,
     FiredRecord,
     FreshArtifact,
+    RecoveryDeadline,
     ShmLeftRecord,
 )
 from vsnap_qual.probe.vsnap_probe import control_files
@@ -35,15 +37,39 @@ BACKUP = f"{WORK}/artifact.pristine"
 
 # ---- the fault lane's own artifact -------------------------------------------------------------------------
 def prepare_artifact(lane: FaultLane, rec: StepEvidence[FaultArtifactResults]) -> None:
-    """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S`` and keep a pristine copy."""
+    """Create the fault lane's artifact with a short ``VLLM_SNAPSHOT_TIMEOUT_S``, sized by what this lane's
+    lifecycle measured (:func:`recovery_deadline`), and keep a pristine copy."""
+    lane.state.deadline = recovery_deadline(lane)
+    rec.results["recovery_deadline"] = lane.state.deadline  # recorded first: a create that fails says it too
     make_artifact(lane, rec, "create")
     rec.results.update(
         FaultArtifactResults(
-            snapshot_timeout_s=lane.config.fault_timeout,
+            snapshot_timeout_s=snapshot_timeout(lane),
             manifest=lane.state.manifest,
             outside_files=lane.state.outside_files,
         )
     )
+
+
+def recovery_deadline(lane: FaultLane) -> RecoveryDeadline:
+    """The deadline the fault artifact is created with (``faults.deadline``: the rule), from what this lane's
+    lifecycle measured in this process before now (``lane.peers.measured``): its create and its restores."""
+    measured = lane.peers.measured.get(lane.spec.name, {})
+    restores, creates = measured.get("restore-ready", []), measured.get("create", [])
+    name = lane.spec.name
+    source = (
+        f"lane {name}'s lifecycle before the fault artifact: {len(creates)} create(s), {len(restores)} restore(s)"
+        if restores or creates
+        else f"nothing of lane {name}'s lifecycle was measured in this process before the fault artifact"
+    )
+    return deadline.derive(lane.config.fault_timeout, lane.config.cleanup_grace, restores, creates, source)
+
+
+def snapshot_timeout(lane: FaultLane) -> float:
+    """The ``VLLM_SNAPSHOT_TIMEOUT_S`` the lane's fault artifact is (re)created with: the deadline chosen for it
+    (:func:`recovery_deadline`), else ``--vsnap-fault-timeout``."""
+    chosen = lane.state.deadline
+    return chosen["deadline_s"] if chosen and "deadline_s" in chosen else lane.config.fault_timeout
 
 
 def make_artifact(lane: FaultLane, rec: StepEvidence[ShmLeftRecord], name: str) -> None:
@@ -54,7 +80,7 @@ def make_artifact(lane: FaultLane, rec: StepEvidence[ShmLeftRecord], name: str) 
     box = lane.box
     box.remove_path(ARTIFACT)
     box.remove_path(BACKUP)
-    env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{lane.config.fault_timeout:g}"}
+    env = {"VLLM_SNAPSHOT_TIMEOUT_S": f"{snapshot_timeout(lane):g}"}
     shm_before = lane.cli.shm_names()
     result = lane.cli.snapshot(rec, "create", *lane.cli.create_argv(), timeout_key="create", env=env, name=name)
     if result.exit_code != 0:

@@ -7,7 +7,7 @@ artifact a lane makes needs (:class:`ArtifactState`); and what the lanes of one 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from vsnap_qual.engine import shapes
 from vsnap_qual.lane.artifact_files import ArtifactFiles
@@ -19,9 +19,14 @@ from vsnap_qual.model import (
     Digest,
     InspectChange,
     PrefixCacheProbe,
+    RecoveryDeadline,
     ShapeRecord,
     UnitOutcome,
 )
+
+#: what a lane's lifecycle measures for its fault lane (:attr:`Peers.measured`): the create command's seconds, and
+#: each restore's seconds until its HTTP listener was bound (recovery runs before the bind)
+Measure = Literal["create", "restore-ready"]
 
 
 @dataclass
@@ -95,6 +100,11 @@ class FaultState(ArtifactState):
     #: the shortest seconds an unfaulted ``create`` and ``restore`` of the fault artifact took (what a random
     #: kill's offset is drawn over: ``faults.kinds.kill.draw``)
     timings: dict[str, float] = field(default_factory=dict)
+    #: the recovery deadline the fault artifact was created with, and how it was chosen (``faults.deadline``):
+    #: frozen at its create, waited out by the stall fault
+    deadline: RecoveryDeadline | None = None
+    #: the refusals whose follow-up restore waits for their group's (``faults.group``), in the order they ran
+    deferred: list[str] = field(default_factory=list)
 
     def timed(self, command: str, seconds: float) -> None:
         """An unfaulted ``command`` took ``seconds``: the shortest seen is kept."""
@@ -111,3 +121,10 @@ class Peers:
     ordinary: dict[str, OrdinaryReference] = field(default_factory=dict)
     #: the unit step's outcomes (the base arm judges the head's)
     unit: dict[str, dict[str, UnitOutcome]] = field(default_factory=dict)
+    #: what each lane's lifecycle measured, by lane and :data:`Measure`: the fault lane's recovery deadline is
+    #: derived from its own lane's (``faults.deadline``)
+    measured: dict[str, dict[Measure, list[float]]] = field(default_factory=dict)
+
+    def measure(self, lane: str, what: Measure, seconds: float) -> None:
+        """``lane``'s lifecycle measured ``what`` taking ``seconds``."""
+        self.measured.setdefault(lane, {}).setdefault(what, []).append(round(seconds, 3))

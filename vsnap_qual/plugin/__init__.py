@@ -27,7 +27,7 @@ from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.lane import FaultState, LaneEnvironment, LaneRun, LifecycleState
 from vsnap_qual.lane.state import ArtifactState
-from vsnap_qual.plugin.items import item_fault, item_lane_step
+from vsnap_qual.plugin.items import item_fault, item_lane_step, lane_fault_order
 from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
 from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
 from vsnap_qual.plugin.session import VsnapSession
@@ -275,5 +275,9 @@ def vsnap_step(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> VsnapSte
     else:
         lane = lane_for(request, vsnap_lane, "lifecycle", LifecycleState)
     fault = item_fault(request.node)
-    given = (fault, _process(request).catalogue) if procedure.is_fault_step(entry.name) else ()
+    given = (
+        (fault, _process(request).catalogue, lane_fault_order(request.session.items, vsnap_lane.name))
+        if procedure.is_fault_step(entry.name)
+        else ()
+    )
     return VsnapStep(entry, lane, request.node.nodeid, body, given)

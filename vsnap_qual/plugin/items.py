@@ -3,6 +3,8 @@ fault, ``vsnap_fault``) parameters. Any other test is no lane's step."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from vsnap_qual import procedure
@@ -36,3 +38,14 @@ def item_step(item: pytest.Item) -> str | None:
     """``runner/arm/step`` of a suite item, None for any other test."""
     found = item_lane_step(item)
     return procedure.label(found[0].column, found[0].arm, found[1]) if found else None
+
+
+def lane_fault_order(items: Sequence[pytest.Item], lane: str) -> tuple[str, ...]:
+    """The ids of the faults the run selected for ``lane``, in the order its items run (``faults.group``: which
+    refusals follow one another)."""
+    found = []
+    for item in items:
+        fault, at = item_fault(item), item_lane_step(item)
+        if fault is not None and at is not None and at[0].name == lane:
+            found.append(fault.id)
+    return tuple(dict.fromkeys(found))

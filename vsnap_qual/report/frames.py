@@ -143,6 +143,11 @@ class FaultRow(TypedDict):
     kill_artifact: str | None
     #: the weight-tamper kind (issue 28): what the restore made of the tampered weights, in words (None: another kind)
     tamper: str | None
+    #: a fault that waits out the recovery deadline: the deadline and how it was derived, in words (None: another)
+    deadline: str | None
+    #: a refusal proved with its group (issue 45): whose follow-up restore proved it, or which refusals this step's
+    #: follow-up restore proved, in words (None: it restored after itself alone)
+    followup_group: str | None
 
 
 class CleanupRow(TypedDict):
@@ -558,9 +563,30 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 kill_swept_ok=kill[3],
                 kill_artifact=kill[4],
                 tamper=(res.get("weight_tamper") or {}).get("said"),
+                deadline=deadline_words(res["recovery_deadline"]) if "recovery_deadline" in res else None,
+                followup_group=group_words(res.get("group_followup") or model.GroupFollowup()),
             )
         )
     return _frame(found, FaultRow)
+
+
+def group_words(record: model.GroupFollowup) -> str | None:
+    """A refusal's follow-up restore with its group in words (None: it restored after itself alone)."""
+    if "deferred_to" in record:
+        return f"follow-up restore with its group's, at {record['deferred_to']}"
+    covered = record.get("covered") or []
+    if len(covered) > 1:
+        said = f"one follow-up restore for {len(covered)} refusals ({', '.join(covered)})"
+        return said + (f"; bisected: {record['words']}" if record.get("words") else "")
+    return None
+
+
+def deadline_words(record: model.RecoveryDeadline) -> str | None:
+    """A stall fault's recovery deadline in words: ``recovery deadline 11 s: max(10, 3 × 1.83 s restore + 5, …)``
+    (None: none recorded)."""
+    if "deadline_s" not in record:
+        return None
+    return f"recovery deadline {record['deadline_s']:g} s: {record.get('rule', '')}"
 
 
 def _kill_fields(

@@ -251,6 +251,8 @@ def fault_result_text(row: FaultRow) -> str:
         parts.append("artifact unchanged" if row["artifact_unchanged"] else "artifact changed")
     if row.get("tamper"):
         parts.append(f"the tampered weights: {row['tamper']}")
+    if row.get("deadline"):
+        parts.append(str(row["deadline"]))
     if row.get("kill") or row.get("kill_swept_ok") is not None:
         parts.extend(kill_words(row))
     elif row.get("cleanup_judged") is False:
@@ -265,6 +267,8 @@ def fault_result_text(row: FaultRow) -> str:
         parts.append("the artifact restores afterwards")
     elif row.get("followup_exit") is not None:
         parts.append(f"follow-up restore exit {row['followup_exit']}")
+    if row.get("followup_group"):
+        parts.append(str(row["followup_group"]))
     text = ", ".join(parts)
     if row.get("outcome") == "failed":
         return f"**FAIL**: {text}; {row.get('mismatches') or row.get('message') or 'no mismatch recorded'}"

@@ -73,6 +73,12 @@ NEEDS: Final[tuple[Need, ...]] = (
         "steps.unit_step: the head arm's unit outcomes, lane.peers.unit[lane.spec.peer('head')]",
     ),
     Need(
+        procedure.FAULT_ARTIFACT, None, "same", "lifecycle", procedure.RESTORE_1,
+        "faults.tools.recovery_deadline: the fault artifact's recovery deadline is derived from the lane's own create "
+        "and restores, lane.peers.measured[lane.spec.name] (set by steps.create and steps.restore); without them it "
+        "is --vsnap-fault-timeout (faults.deadline)",
+    ),
+    Need(
         FAULTS_BY_ID["weight-tampered"].step, None, "same", "lifecycle", procedure.ORDINARY,
         "faults.WeightsInjector: the tensor to damage and the comparison from the lane's own ordinary reference, "
         "lane.peers.ordinary[lane.spec.name]; without it an exit-0 restore is a finding (tamper.problems)",

@@ -1,8 +1,8 @@
 """The plan line printed before a run starts: lanes, required steps, the fault timeout and the observation window,
-and how long it may take — at least what the stall faults wait (a stall no signal ends waits out the fault
-timeout) and, where a
-finished run lies in the report root, what its steps took, scaled to this plan. A GPU run is long and its steps
-report only when they end: the plan says up front what is coming."""
+and how long it may take — up to what the stall faults wait (a stall no signal ends waits out its lane's recovery
+deadline, derived from what the lane measured and at most the fault timeout) and, where a finished run lies in the
+report root, what its steps took, scaled to this plan. A GPU run is long and its steps report only when they end:
+the plan says up front what is coming."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def plan_line(
     """``plan: 4 lanes, 116 required steps (19 faults per lane), fault timeout 20 s, window 30 s; at least …``;
     ``parallel``: how many lanes run at once (one worker per runner under xdist)."""
     parallel = max(1, parallel)
-    # a stall that no signal ends waits out the fault timeout (the cancellation faults signal as recovery runs)
+    # a stall that no signal ends waits out its lane's recovery deadline, at most the fault timeout (derived from
+    # the lane's measured create and restores: faults.deadline); the cancellation faults signal as recovery runs
     stalls = sum(
         1 for f in BUILTIN_FAULTS if f.id in fault_ids and f.params is not None and f.params.waits_out_deadline()
     )
@@ -65,7 +66,8 @@ def plan_line(
     line = (
         f"plan: {len(lanes)} lanes ({', '.join(lanes)}), {len(required)} required steps "
         f"({len(fault_ids)} faults per lane), fault timeout {fault_timeout:g} s, window {observe_s:g} s after each "
-        f"restore; at least {_minutes(waited)} in the stall faults ({stalls} per lane waits out the fault timeout"
+        f"restore; up to {_minutes(waited)} in the stall faults ({stalls} per lane waits out its recovery deadline, "
+        "derived from the lane's measured create and restores, at most the fault timeout"
         + (f", {parallel} lanes at a time" if parallel > 1 else "")
         + ")"
     )

@@ -19,13 +19,15 @@ from vsnap_qual.box import ControlDir, ExecResult
 from vsnap_qual.contract import ARTIFACT, WORK
 from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation, params_of
 from vsnap_qual.faults.lane import FaultLane
-from vsnap_qual.faults.tools import fired_records
+from vsnap_qual.faults.tools import fired_records, snapshot_timeout
 from vsnap_qual.model import CreateInjected, HookInjected, SignalInjected
 from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.procedure import Expect, Fault, FaultParams
 
 #: where the create kind's faulted create writes (never the fault artifact)
 CREATE_TARGET = f"{WORK}/fault-create"
+#: how much longer than the fault artifact's recovery deadline a stall lasts
+STALL_PAST_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,10 @@ class HookInjector(Injector):
 
     def begin(self, at: Attempt) -> None:
         params = params_of(at.fault, HookParams)
-        arm(at.lane.control, params.point, at.lane.config.fault_timeout + 10.0 if params.stall else None)
+        # a stall outlasts the recovery deadline frozen into the fault artifact at its create
+        arm(at.lane.control, params.point, snapshot_timeout(at.lane) + STALL_PAST_S if params.stall else None)
+        if params.waits_out_deadline() and at.lane.state.deadline is not None:
+            at.rec.results["recovery_deadline"] = at.lane.state.deadline
 
     def end(self, at: Attempt) -> None:
         disarm(at.lane.control)
