@@ -18,6 +18,7 @@ from vsnap_qual.contract import (
     Runner,
     column,
 )
+from vsnap_qual.run.shards import ShardPlan
 
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
@@ -86,6 +87,9 @@ class ParsedOptions(TypedDict, total=False):
     vsnap_cleanup_grace: float
     vsnap_kill_seed: int | None
     vsnap_chaos: int
+    vsnap_shard: tuple[int, int] | None
+    vsnap_shard_count: int | None
+    vsnap_shard_times: Path | None
     vsnap_workers: int
 
 
@@ -193,6 +197,8 @@ class QualConfig:
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
     #: ``--vsnap-variant``: each adds lanes per runner x arm, after the plain configuration's
     variants: tuple[Variant, ...] = ()
+    #: issue 46: this run's shard of the matrix (``--vsnap-shard``, or the scheduler's); None: the whole matrix
+    shard: ShardPlan | None = None
 
     @property
     def concurrent_runners(self) -> int:
@@ -201,6 +207,14 @@ class QualConfig:
 
     @property
     def lanes(self) -> tuple[LaneSpec, ...]:
+        """The lanes this run qualifies: the matrix's (:attr:`matrix_lanes`), or this shard's share of them."""
+        if self.shard is None:
+            return self.matrix_lanes
+        mine = set(self.shard.lanes)
+        return tuple(lane for lane in self.matrix_lanes if lane.name in mine)
+
+    @property
+    def matrix_lanes(self) -> tuple[LaneSpec, ...]:
         """The plain configuration's lanes (every runner's head arm, then its base arm), then each variant's in the
         same order: a base arm always after the head arm it compares with."""
         runners = [cast(Runner, r) for r in self.runners]  # parse_runners admits only the contract's names
@@ -241,7 +255,7 @@ class QualConfig:
         """The lane's ports when ``--vsnap-port-base`` is set; None means pick free ports."""
         if not self.port_base:
             return None
-        offset = 10 * self.lanes.index(spec)  # ten ports a lane, in the lanes' order
+        offset = 10 * self.matrix_lanes.index(spec)  # ten ports a lane, in the matrix's order (every shard alike)
         return {name: self.port_base + offset + i for i, name in enumerate(PORT_NAMES)}
 
     def secret_values(self) -> list[str]:
@@ -264,6 +278,8 @@ class QualConfig:
                 value = str(value)
             elif key == "variants":
                 value = {variant.name: list(variant.args) for variant in self.variants}
+            elif key == "shard":  # recorded apart, whole (the session record's ``shard``)
+                value = str(self.shard.shard) if self.shard else None
             elif isinstance(value, tuple):
                 value = list(value)
             out[key] = value
