@@ -137,8 +137,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 $gres_types
-# A cancelled job's processes get SIGKILL this many seconds after SIGTERM (default 30).
-KillWait=5
+# A cancelled job's processes get SIGKILL this many seconds after SIGTERM: Slurm's default, 30. A cancelled shard
+# (scripts/slurm/qualify.sh) takes SIGTERM as an interrupt and removes its lanes (containers) in that time.
+KillWait=30
 # A finished job stays visible to \`scontrol show job\` this long (no slurmdbd: sacct has no records).
 MinJobAge=300
 ReturnToService=2

@@ -19,6 +19,7 @@ from vsnap_qual.contract import (
     column,
 )
 from vsnap_qual.model import KnownFinding
+from vsnap_qual.run.shards import ShardPlan
 
 SECRET_OPTION = re.compile(r"^--(hf[-_]tok(en?)?|api[-_]k(ey?)?)$")  # vLLM accepts unambiguous abbreviations
 
@@ -88,6 +89,9 @@ class ParsedOptions(TypedDict, total=False):
     vsnap_kill_seed: int | None
     vsnap_chaos: int
     vsnap_known_findings: tuple[KnownFinding, ...] | None
+    vsnap_shard: tuple[int, int] | None
+    vsnap_shard_count: int | None
+    vsnap_shard_times: Path | None
     vsnap_workers: int
 
 
@@ -198,6 +202,8 @@ class QualConfig:
     #: ``--vsnap-known-findings``: failures already recorded upstream, shown as KNOWN (``report.known``); recorded
     #: with the run's options, so the verdict, judged at assembly, reads them there
     known_findings: tuple[KnownFinding, ...] = ()
+    #: issue 46: this run's shard of the matrix (``--vsnap-shard``, or the scheduler's); None: the whole matrix
+    shard: ShardPlan | None = None
 
     @property
     def concurrent_runners(self) -> int:
@@ -206,6 +212,14 @@ class QualConfig:
 
     @property
     def lanes(self) -> tuple[LaneSpec, ...]:
+        """The lanes this run qualifies: the matrix's (:attr:`matrix_lanes`), or this shard's share of them."""
+        if self.shard is None:
+            return self.matrix_lanes
+        mine = set(self.shard.lanes)
+        return tuple(lane for lane in self.matrix_lanes if lane.name in mine)
+
+    @property
+    def matrix_lanes(self) -> tuple[LaneSpec, ...]:
         """The plain configuration's lanes (every runner's head arm, then its base arm), then each variant's in the
         same order: a base arm always after the head arm it compares with."""
         runners = [cast(Runner, r) for r in self.runners]  # parse_runners admits only the contract's names
@@ -246,7 +260,7 @@ class QualConfig:
         """The lane's ports when ``--vsnap-port-base`` is set; None means pick free ports."""
         if not self.port_base:
             return None
-        offset = 10 * self.lanes.index(spec)  # ten ports a lane, in the lanes' order
+        offset = 10 * self.matrix_lanes.index(spec)  # ten ports a lane, in the matrix's order (every shard alike)
         return {name: self.port_base + offset + i for i, name in enumerate(PORT_NAMES)}
 
     def secret_values(self) -> list[str]:
@@ -269,6 +283,8 @@ class QualConfig:
                 value = str(value)
             elif key == "variants":
                 value = {variant.name: list(variant.args) for variant in self.variants}
+            elif key == "shard":  # recorded apart, whole (the session record's ``shard``)
+                value = str(self.shard.shard) if self.shard else None
             elif isinstance(value, tuple):
                 value = list(value)
             out[key] = value

@@ -982,6 +982,62 @@ class HarnessSource(TypedDict):
     dirty: bool | None
 
 
+class ShardLane(TypedDict):
+    """One lane of the matrix and the shard that runs it (``run.shards``)."""
+
+    name: str
+    column: str
+    arm: str
+    shard: int
+
+
+class ShardInfo(TypedDict):
+    """A shard's part of the matrix (issue 46): shard ``k`` of ``n``, where that was read, the matrix's id and the
+    inputs it was computed from, every lane of the matrix with its shard, the lanes this one runs, how the shards
+    were balanced, and what the whole matrix requires (the merge's coverage)."""
+
+    k: int
+    n: int
+    source: str
+    matrix_id: str
+    matrix: dict[str, object]
+    lanes: list[str]
+    matrix_lanes: list[ShardLane]
+    balanced_by: str
+    required: list[str]
+
+
+class MergedShard(TypedDict):
+    """One shard as the merge found it: ``status`` ``ok``, ``missing``, ``duplicate`` (a second copy, left
+    out), ``foreign`` (another matrix: left out), ``interrupted`` (stopped, or killed before its end) or
+    ``empty`` (it held no lane); its lanes as the matrix assigns them."""
+
+    k: int
+    status: str
+    source: str
+    run_id: str | None
+    matrix_id: str | None
+    lanes: list[str]
+    host: Host
+    message: str
+
+
+class SetupDifference(TypedDict):
+    """A fact of the setup (host kernel, driver, CRIU, GPU) that differs between shards: each value's lanes."""
+
+    fact: str
+    values: dict[str, list[str]]
+
+
+class MergeInfo(TypedDict):
+    """``vsnap-qual merge``: the matrix, its shard count and each shard as found; the setups that differ."""
+
+    matrix_id: str
+    n: int
+    shards: list[MergedShard]
+    setups: list[SetupDifference]
+
+
 class SessionRecord(TypedDict):
     kind: Literal["session"]
     time: str
@@ -999,6 +1055,10 @@ class SessionRecord(TypedDict):
     host: Host
     invocation: NotRequired[Invocation]
     harness_source: NotRequired[HarnessSource]
+    #: issue 46: the shard of the matrix this run is; absent for an unsharded run
+    shard: NotRequired[ShardInfo]
+    #: issue 46: a merge of shards (``vsnap-qual merge``): what each shard brought
+    merge: NotRequired[MergeInfo]
 
 
 class Image(TypedDict, total=False):
@@ -1181,6 +1241,10 @@ class RunInfo(TypedDict):
     probe: ProbeCopy | None
     smoke: NotRequired[ProbeCopy]
     host: Host
+    #: issue 46: the shard of the matrix this run was, from its session record
+    shard: NotRequired[ShardInfo]
+    #: issue 46: the shards this merged run was made of (``vsnap-qual merge``)
+    merge: NotRequired[MergeInfo]
 
 
 class Lane(TypedDict):

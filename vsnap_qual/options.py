@@ -188,6 +188,36 @@ def parse_seconds(value: str) -> float:
     return number
 
 
+def parse_shard_option(value: str) -> tuple[int, int] | None:
+    """``K/N``: this shard's number (from 1) and the shard count (issue 46); empty: none given."""
+    from vsnap_qual.run.shards import parse_shard
+
+    if not value.strip():
+        return None
+    try:
+        return parse_shard(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_optional_count(value: str) -> int | None:
+    return None if not value.strip() else parse_positive_int(value)
+
+
+def parse_results_file(value: str) -> Path | None:
+    """A previous run's ``results.json`` (or its report directory); empty: none."""
+    if not value.strip():
+        return None
+    path = Path(value).expanduser()
+    if path.is_dir():
+        path = path / "results.json"
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is no results.json of a finished run (nor a directory holding one)"
+        )
+    return path
+
+
 def parse_runners(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
     if not names:
@@ -653,6 +683,26 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "",
         "TOML file of known findings (id, words, link, expires): a matching failure shows as KNOWN and does not "
         "fail the verdict by itself (docs/known-findings.md)",
+    ),
+    # issue 46: the matrix over many machines
+    OptionSpec(
+        "shard",
+        parse_shard_option,
+        "",
+        "run shard K of N of the matrix (K/N, from 1), whole lane columns at a time; unset: K and N from the "
+        "scheduler (Slurm array, Buildkite parallel job, Kubernetes Indexed Job with --vsnap-shard-count)",
+    ),
+    OptionSpec(
+        "shard-count",
+        parse_optional_count,
+        "",
+        "the shard count N of a Kubernetes Indexed Job (its JOB_COMPLETION_INDEX is K-1)",
+    ),
+    OptionSpec(
+        "shard-times",
+        parse_results_file,
+        "",
+        "a previous run's results.json: shards balanced by its step times (default: by lane counts)",
     ),
 )
 OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}

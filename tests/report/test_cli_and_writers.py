@@ -15,7 +15,7 @@ from vsnap_qual.report.terminal import terminal_summary_lines
 
 
 def test_subcommands_are_a_registry() -> None:
-    assert list(SUBCOMMANDS) == ["report", "compare", "doctor", "nightly-tag", "history"]
+    assert list(SUBCOMMANDS) == ["report", "compare", "doctor", "nightly-tag", "history", "merge"]
     help_text = build_parser().format_help()
     assert "report" in help_text and "compare" in help_text
 

@@ -51,7 +51,9 @@ def test_refused_means_a_non_zero_exit_with_the_artifact_seen_unchanged() -> Non
     assert not group.refused(1, False) and not group.refused(1, None)
 
 
-def restores_unless(broken: Callable[[tuple[str, ...]], bool]) -> tuple[Callable[[tuple[str, ...]], bool], list]:
+def restores_unless(
+    broken: Callable[[tuple[str, ...]], bool],
+) -> tuple[Callable[[tuple[str, ...]], bool], list[tuple[str, ...]]]:
     seen: list[tuple[str, ...]] = []
 
     def restores(subset: tuple[str, ...]) -> bool:
@@ -66,7 +68,11 @@ MEMBERS = ("a", "b", "c", "d", "e", "f", "g", "h", "i")
 
 def test_the_bisection_names_the_one_fault_that_breaks_the_restore_wherever_it_is() -> None:
     for culprit in MEMBERS:
-        restores, seen = restores_unless(lambda subset, c=culprit: c in subset)
+
+        def breaks(subset: tuple[str, ...], c: str = culprit) -> bool:
+            return c in subset
+
+        restores, seen = restores_unless(breaks)
         found = group.bisect(MEMBERS, restores)
         assert found.broke == culprit, (culprit, seen)
         assert found.words == f"{culprit} alone breaks the restore after it"

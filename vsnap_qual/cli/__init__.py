@@ -253,6 +253,35 @@ def _run_history(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if result.failures else 0
 
 
+def _merge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "shards",
+        type=Path,
+        nargs="*",
+        metavar="SHARD",
+        help="a shard's report directory, or a .tar.gz of one (none at all, with --shards: every shard is missing)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="where to write the merged report")
+    parser.add_argument(
+        "--shards", dest="count", type=int, default=None, metavar="N",
+        help="how many shards the matrix was split into (default: as the shards record it)",
+    )  # fmt: skip
+    parser.add_argument("--annotate", action="store_true", help="make summary.md the Buildkite annotation")
+    parser.add_argument("--github-step-summary", action="store_true", help="append summary.md to $GITHUB_STEP_SUMMARY")
+    parser.epilog = (
+        "One verdict from the shards of one matrix (docs/scheduling.md): a shard missing, given twice, of another "
+        "matrix or stopped before its end makes it INCOMPLETE, naming the lanes that shard owned. Exit status as "
+        "for report: 0 PASS, 1 FAIL, 3 PARTIAL, 4 INCOMPLETE; 2 when the arguments are wrong."
+    )
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from vsnap_qual.cli.merge import merge_command
+
+    verdict = merge_command(args.shards, args.out, args.count, annotate=args.annotate, github=args.github_step_summary)
+    return EXIT_BAD_INPUT if verdict is None else EXIT_BY_VERDICT.get(verdict, EXIT_BY_VERDICT["incomplete"])
+
+
 #: name → subcommand; ``build_parser`` adds them in this order.
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     from vsnap_qual import options
@@ -291,6 +320,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "nightly-tag": Subcommand(nightly.HELP, nightly.add_arguments, nightly.run),
     "history": Subcommand("trends across runs, and a gate against recent passes", _history_arguments, _run_history),
+    "merge": Subcommand("one report and verdict from the shards of a matrix", _merge_arguments, _run_merge),
 }
 
 

@@ -46,6 +46,7 @@ class VsnapSession(VsnapProcess):
         super().__init__(config, why, qual, catalogue)
         self.interrupted: str | None = None  # what stopped the run (pytest_keyboard_interrupt)
         self.report_paths: ReportPaths | None = None  # what pytest_sessionfinish wrote
+        self.empty_shard = ""  # what an empty shard said (issue 46)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         qual = self.qual
@@ -58,11 +59,14 @@ class VsnapSession(VsnapProcess):
             [lane.name for lane in qual.lanes], required, catalogue.ids, qual.fault_timeout, qual.observe_s,
             min(int(workers or 1), runners), plan.previous_run(qual.report_dir.parent, qual.report_dir),
         )  # fmt: skip
-        return [
+        lines = [
             f"vsnap-qual {__version__}: image {qual.image}, model {qual.model}@{qual.revision[:12]}, "
-            f"lanes {_lane_list(qual)}, report {qual.report_dir}",
+            f"lanes {_lane_list(qual) or 'none'}, report {qual.report_dir}",
             f"vsnap-qual {line}",
         ]
+        if qual.shard is not None:
+            lines.append(f"vsnap-qual {shard_line(qual)}")
+        return lines
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         config = self.config
@@ -121,6 +125,8 @@ class VsnapSession(VsnapProcess):
         )
         if smoke is not None:
             record["smoke"] = smoke
+        if qual.shard is not None:
+            record["shard"] = shard_info(qual, result, self.catalogue, config)
         # how to run it again (summary.md): the command as given, and the harness's own commit
         record["invocation"] = invocation.invocation(
             config.invocation_params.args, config.invocation_params.dir, os.environ
@@ -169,6 +175,9 @@ class VsnapSession(VsnapProcess):
         config = self.config
         qual = self.qual
         store = self.store
+        if qual.shard is not None and not qual.lanes and not config.option.collectonly:
+            self._empty_shard(session)
+            return
         with contextlib.suppress(RuntimeFailure):
             runtime = runtimes.create(qual.runtime, runtimes.settings_for(qual))
             runtime.sweep(session=qual.run_id)
@@ -210,7 +219,31 @@ class VsnapSession(VsnapProcess):
             # does not fail the run by itself (the verdict counted pytest's failed tests against them)
             session.exitstatus = pytest.ExitCode.OK
 
+    def _empty_shard(self, session: pytest.Session) -> None:
+        """A shard that holds no lane of the matrix (more shards than lane columns): it says so, writes its shard
+        record (the session record and its end, nothing run) and exits 0."""
+        qual = self.qual
+        shard = qual.shard
+        assert shard is not None
+        store = self.store
+        if self.session_record is None:  # refused before preflight: nothing to record
+            return
+        store.open()
+        store.write(
+            model.SessionEndRecord(kind="session_end", time=utc_now(), ended=utc_now(), exitstatus=0, complete=True)
+        )
+        said = (
+            f"shard {shard.shard} of matrix {self.session_record['shard']['matrix_id']} holds no lane: nothing to run"
+        )
+        (qual.report_dir / "summary.md").write_text(f"## vsnap-qual: {said}\n", encoding="utf-8")
+        self.empty_shard = said
+        session.exitstatus = pytest.ExitCode.OK
+
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.empty_shard:
+            terminalreporter.section("vsnap-qual")
+            terminalreporter.write_line(self.empty_shard)
+            return
         if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             self._nothing_selected(terminalreporter)
         paths = self.report_paths
@@ -245,6 +278,75 @@ class VsnapSession(VsnapProcess):
             markexpr=config.option.markexpr or "",
         ):
             terminalreporter.write_line(line, yellow=True)
+
+
+def shard_line(qual: QualConfig) -> str:
+    """The header's shard line: which shard, where that was read, its lanes and how the shards were balanced."""
+    plan_ = qual.shard
+    assert plan_ is not None
+    loads = ", ".join(f"{k}: {load:g}" for k, load in plan_.loads.items())
+    return (
+        f"shard {plan_.shard} (from {plan_.shard.source}): lanes {', '.join(plan_.lanes) or 'none (an empty shard)'} "
+        f"of {len(plan_.assignment)}; balanced by {plan_.balanced_by} (loads {loads})"
+    )
+
+
+def matrix_inputs(
+    qual: QualConfig, pre: PreflightResult, catalogue: FaultCatalogue, config: pytest.Config
+) -> dict[str, object]:
+    """What defines the matrix, and so its id (issue 46): the images and their IDs, the model, runners, variants,
+    engine arguments, the faults and the selection; never the clock, the host or where the report goes."""
+    return {
+        "runtime": qual.runtime,
+        "image": qual.image,
+        "base_image": qual.base_image,
+        "image_ids": dict(sorted(pre.images.items())),
+        "model": qual.model,
+        "revision": qual.revision,
+        "tokenizer_revision": qual.tokenizer_revision,
+        "dtype": qual.dtype,
+        "max_model_len": qual.max_model_len,
+        "engine_args": list(qual.engine_args),
+        "runners": list(qual.runners),
+        "variants": {variant.name: list(variant.args) for variant in qual.variants},
+        "overlay": sorted(f"{f.relative}:{f.sha256}" for f in pre.overlay),
+        "unit_command": qual.unit_command,
+        "cpu_smoke": qual.cpu_smoke,
+        "expect": [qual.expect, qual.base_expect],
+        "faults": list(catalogue.ids),
+        "selection": {
+            "keyword": config.option.keyword or "",
+            "markexpr": config.option.markexpr or "",
+            "deselect": sorted(str(d) for d in (config.getoption("deselect", None) or [])),
+        },
+    }
+
+
+def shard_info(
+    qual: QualConfig, pre: PreflightResult, catalogue: FaultCatalogue, config: pytest.Config
+) -> model.ShardInfo:
+    """The session record's ``shard``: this shard, the matrix's id and assignment, and what the whole matrix
+    requires (the merge's coverage)."""
+    from vsnap_qual.run.shards import matrix_id
+
+    plan_ = qual.shard
+    assert plan_ is not None
+    inputs = matrix_inputs(qual, pre, catalogue, config)
+    lanes = [(lane.column, lane.arm, lane.overlaid and bool(pre.overlay)) for lane in qual.matrix_lanes]
+    return model.ShardInfo(
+        k=plan_.shard.k,
+        n=plan_.shard.n,
+        source=plan_.shard.source,
+        matrix_id=matrix_id(inputs),
+        matrix=inputs,
+        lanes=list(plan_.lanes),
+        matrix_lanes=[
+            model.ShardLane(name=lane.name, column=lane.column, arm=lane.arm, shard=plan_.assignment[lane.name])
+            for lane in qual.matrix_lanes
+        ],
+        balanced_by=plan_.balanced_by,
+        required=procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command)),
+    )
 
 
 def _lane_list(qual: QualConfig) -> str:

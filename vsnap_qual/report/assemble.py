@@ -145,6 +145,10 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
         run["invocation"] = session["invocation"]
     if session and "harness_source" in session:
         run["harness_source"] = session["harness_source"]
+    if session and "shard" in session:
+        run["shard"] = session["shard"]
+    if session and "merge" in session:
+        run["merge"] = session["merge"]
     if session_end and session_end.get("interrupted"):
         run["interrupted"] = session_end["interrupted"]
     if session_end and "pytest_counts" in session_end:

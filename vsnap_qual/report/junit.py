@@ -222,3 +222,23 @@ def _log_xml(config: pytest.Config | None) -> Any:
     from _pytest.junitxml import xml_key
 
     return config.stash.get(xml_key, None)
+
+
+def merged_junit(sources: Sequence[Path], out: Path, results: model.Results) -> Path:
+    """``vsnap-qual merge``'s JUnit: the test cases of each shard's JUnit file (``sources``, the ones present) in
+    one ``vsnap-qual`` suite, its totals counted again, with the merged run's properties and its cases in the
+    procedure's order."""
+    suite = ET.Element("testsuite", name=SUITE_NAME)
+    for path in sources:
+        root = ET.parse(path).getroot()
+        for shard_suite in [root] if root.tag == "testsuite" else root.findall("testsuite"):
+            suite.extend(case for case in shard_suite if case.tag == "testcase")
+    cases = [case for case in suite if case.tag == "testcase"]
+    suite.set("tests", str(len(cases)))
+    for tag, attribute in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+        suite.set(attribute, str(sum(1 for case in cases if case.find(tag) is not None)))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
+    add_run_properties(out, results)
+    return out

@@ -243,6 +243,11 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     if not has_session:
         reasons.append("the evidence has no session record")
         fail = fail or complete
+    merge = info.get("merge")
+    shard_gaps = shard_problems(merge) if merge else []
+    reasons.extend(shard_gaps)
+    setups = setup_differences(merge) if merge else []
+    reasons.extend(setups)
     exitstatus = info["exitstatus"]
     interrupted = info.get("interrupted")
     stopped = [s["step"] for s in cov["skipped"] if s["message"].startswith(model.INTERRUPTED_PREFIX)]
@@ -258,7 +263,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         if not fail:
             reasons.append(f"pytest exited with status {exitstatus} (no step failure or harness error recorded)")
         fail = True
-    if complete and not counts.get("passed") and not interrupted:
+    if complete and not counts.get("passed") and not interrupted and not shard_gaps:
         reasons.append("no step passed")
         fail = True
 
@@ -269,7 +274,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         status = "fail"
     elif interrupted:
         status = "interrupted"
-    elif not complete:
+    elif not complete or shard_gaps:
         status = "incomplete"
     elif not cov["known"] or gaps:
         status = "partial"
@@ -296,6 +301,10 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
             else set()
         )
         headline += f" ({len(titles)} known finding{'s' if len(titles) != 1 else ''})"
+    if shard_gaps and status in ("fail", "incomplete"):
+        headline += f" ({_shards_said(merge)})" if status == "incomplete" else f" (incomplete: {_shards_said(merge)})"
+    if setups and merge and status in ("pass", "partial"):
+        headline += " (setups differ between shards: " + ", ".join(d["fact"] for d in merge["setups"]) + ")"
     smoke = bool(info["options"].get("cpu_smoke"))
     if smoke:
         headline += " (CPU smoke)"  # never a bare PASS: nothing of a GPU was qualified
@@ -306,7 +315,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
     verdict = model.Verdict(
         status=status,
         headline=headline,
-        complete=complete,
+        complete=complete and not shard_gaps,
         reasons=reasons,
         counts=model.Counts(passed=counts["passed"], failed=counts["failed"], skipped=counts["skipped"]),
         failed=failed,
@@ -354,6 +363,50 @@ def _known_exit(exitstatus: int, known_steps: list[str], info: model.RunInfo) ->
         return False
     failed_tests = (info.get("pytest_counts") or {}).get("failed")
     return failed_tests is None or failed_tests <= len(known_steps)
+
+
+_SHARD_WORDS = {
+    "missing": "is missing (no evidence of it was given to the merge)",
+    "duplicate": "was given twice (the second copy was left out)",
+    "foreign": "belongs to another matrix (its evidence was left out)",
+    "interrupted": "did not finish (stopped or killed before its end)",
+}
+
+
+def _bad_shards(merge: model.MergeInfo) -> list[model.MergedShard]:
+    return [shard for shard in merge["shards"] if shard["status"] in _SHARD_WORDS]
+
+
+def shard_problems(merge: model.MergeInfo) -> list[str]:
+    """A merge's shards that make its verdict INCOMPLETE, each with the lanes it owned (issue 46)."""
+    out = []
+    for shard in _bad_shards(merge):
+        lanes = ", ".join(shard["lanes"]) or "no lane"
+        detail = f" ({shard['message']})" if shard["message"] else ""
+        out.append(
+            f"shard {shard['k']}/{merge['n']} {_SHARD_WORDS[shard['status']]}{detail}: its lanes {lanes} are not "
+            "qualified by this merge"
+        )
+    return out
+
+
+def _shards_said(merge: model.MergeInfo | None) -> str:
+    """The headline's words for the shards that make a merge incomplete: ``shard 3/4 missing: lanes v2-head``."""
+    if not merge:
+        return ""
+    said = []
+    for shard in _bad_shards(merge):
+        said.append(f"shard {shard['k']}/{merge['n']} {shard['status']}: lanes {', '.join(shard['lanes']) or 'none'}")
+    return "; ".join(said)
+
+
+def setup_differences(merge: model.MergeInfo) -> list[str]:
+    """The setups that differ between a merge's shards, in the verdict's words: each fact, each value's lanes."""
+    out = []
+    for diff in merge["setups"]:
+        values = "; ".join(f"{value} on {', '.join(lanes)}" for value, lanes in diff["values"].items())
+        out.append(f"setups differ between shards: {diff['fact']}: {values}")
+    return out
 
 
 def _targets(run: model.RunEvidence) -> tuple[list[str], list[str], list[str]]:

@@ -4,7 +4,11 @@ engine options mean (``Runtime.engines``). Refusals raise ``pytest.UsageError`` 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -13,6 +17,7 @@ import pytest
 from vsnap_qual import runtimes
 from vsnap_qual.config import ParsedOptions, QualConfig, kill_seed, new_run_id, prompt_words
 from vsnap_qual.contract import DECODE_TOKENS, DEFAULT_PROMPTS, DEFAULT_TIMEOUTS, SECRET_ENV_NAMES, VLLM_CANARY_PROMPT
+from vsnap_qual.run import shards
 
 T = TypeVar("T")
 
@@ -27,9 +32,12 @@ def _with_vllm_canary(prompts: tuple[str, ...]) -> tuple[str, ...]:
     return (VLLM_CANARY_PROMPT, *(p for p in prompts if p != VLLM_CANARY_PROMPT))
 
 
-def build_config(parsed: ParsedOptions, rootdir: Path, run_id: str | None = None) -> QualConfig:
+def build_config(
+    parsed: ParsedOptions, rootdir: Path, run_id: str | None = None, environ: Mapping[str, str] | None = None
+) -> QualConfig:
     """Cross-field validation and defaults: the parsed options (``options.parse_values``) become the validated
-    ``QualConfig`` here. Raises ``pytest.UsageError`` naming the option and the fix."""
+    ``QualConfig`` here. Raises ``pytest.UsageError`` naming the option and the fix. ``environ`` (default this
+    process's) is where a scheduler says which shard this is (``run.shards``)."""
     runtime = parsed.get("vsnap_runtime") or runtimes.DEFAULT
     try:
         image, base_image = runtimes.create(runtime).engines(parsed, str(Path(sys.executable).absolute()))
@@ -110,7 +118,7 @@ def build_config(parsed: ParsedOptions, rootdir: Path, run_id: str | None = None
     if not report_dir.is_absolute():
         report_dir = (rootdir / report_dir).resolve()
     secret_names = tuple(dict.fromkeys((*SECRET_ENV_NAMES, *(parsed.get("vsnap_secrets") or ()))))
-    return QualConfig(
+    qual = QualConfig(
         runtime=runtime,
         pull=_given(parsed.get("vsnap_pull"), "auto"),
         host_root=parsed.get("vsnap_host_root") or runtimes.DEFAULT_HOST_ROOT,
@@ -161,3 +169,32 @@ def build_config(parsed: ParsedOptions, rootdir: Path, run_id: str | None = None
         variants=variants,
         known_findings=parsed.get("vsnap_known_findings") or (),
     )
+    return dataclasses.replace(qual, shard=shard_plan(parsed, qual, os.environ if environ is None else environ))
+
+
+def shard_plan(parsed: ParsedOptions, qual: QualConfig, environ: Mapping[str, str]) -> shards.ShardPlan | None:
+    """This run's shard of the matrix (issue 46): ``--vsnap-shard``, or the scheduler's environment; balanced by
+    ``--vsnap-shard-times`` (a previous run's step seconds per lane) when given, else by lane counts."""
+    times = parsed.get("vsnap_shard_times")
+    try:
+        shard = shards.resolve_shard(parsed.get("vsnap_shard"), parsed.get("vsnap_shard_count"), environ)
+    except shards.ShardError as exc:
+        raise pytest.UsageError(f"sharding: {exc}") from None
+    if shard is None:
+        if times is not None:
+            raise pytest.UsageError(
+                f"--vsnap-shard-times={times} balances shards, and this run is none: give --vsnap-shard=K/N (or run "
+                "it as a scheduler's array task), or drop --vsnap-shard-times"
+            )
+        return None
+    seconds = None
+    if times is not None:
+        try:
+            steps = json.loads(times.read_text(encoding="utf-8")).get("steps")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise pytest.UsageError(f"--vsnap-shard-times={times}: not a readable results.json ({exc})") from None
+        if not isinstance(steps, list) or not steps:
+            raise pytest.UsageError(f"--vsnap-shard-times={times}: the run it records has no step times")
+        seconds = shards.lane_seconds([s for s in steps if isinstance(s, dict)])
+    lanes = [(lane.name, lane.column) for lane in qual.matrix_lanes]
+    return shards.plan(shard, lanes, seconds, str(times))
