@@ -1,0 +1,181 @@
+"""The API checks after a restore (``vsnap_qual.engine.api_checks``, issue 44 item 1): the plan made from the ordinary
+engine's own answers, a stream reassembled from its events, the comparison by the canary's rules (the alternatives'
+near ties at the cut-off included), what is not applicable or not judged, and the restore step failing on one
+check alone with its first divergence named (on the unit tests' fake lane)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.support.fake_lane import FakeLane, lifecycle_lane
+from vsnap_qual import procedure, steps
+from vsnap_qual.engine import api_checks
+from vsnap_qual.lane.state import LifecycleState
+from vsnap_qual.model import ApiAnswer, ApiChoice, ApiRecord
+from vsnap_qual.recorder import StepEvidence
+from vsnap_qual.vllm_words import StepFailed
+
+TOL = 1e-3
+PLAN = api_checks.base_plan("m", "The capital of France is", 6)
+
+
+def _request(name: str) -> Any:
+    return next(r for r in [*PLAN, *api_checks.derived_plan(PLAN, _greedy_answers())[0]] if r["name"] == name)
+
+
+def _choice(ids: list[int], finish: str = "length", reason: str | int | None = None, **more: Any) -> ApiChoice:
+    return ApiChoice(index=0, text="".join(chr(97 + i % 26) for i in ids), token_ids=ids, finish_reason=finish,
+                     stop_reason=reason, **more)  # fmt: skip
+
+
+def _greedy_answers() -> dict[str, ApiAnswer]:
+    return {
+        "max_tokens": ApiAnswer(status=200, choices=[_choice([1, 2, 3, 4, 5, 6])]),
+        "chat": ApiAnswer(status=200, choices=[_choice([9, 0], "stop")]),  # ended by EOS: its last id
+    }
+
+
+def test_the_plan_takes_its_stop_string_and_eos_id_from_the_ordinary_engines_answers() -> None:
+    names = [r["name"] for r in PLAN]
+    assert names == ["stream", "chat", "logprobs", "max_tokens", "n", "models", "tokenize", "tokenize_chat"]
+    assert all("min_tokens" not in (r["body"] or {}) for r in PLAN)  # ended by max_tokens, a stop string or EOS
+    assert _request("logprobs")["body"]["logprobs"] > 1 and _request("n")["body"]["n"] > 1
+    derived, not_asked = api_checks.derived_plan(PLAN, _greedy_answers())
+    stop, eos = derived
+    assert stop["body"]["stop"] == ["ef"]  # from the middle of the greedy text, "bcdefg"
+    assert eos["body"]["logit_bias"] == {"0": 100} and not not_asked
+    # nothing ended by EOS and too short a text: neither is asked, and the record says why
+    short = {"max_tokens": ApiAnswer(status=200, choices=[_choice([1, 2], "length")])}
+    derived, not_asked = api_checks.derived_plan(PLAN, short)
+    assert derived == [] and "ended by EOS" in not_asked["eos"] and "too little text" in not_asked["stop"]
+
+
+def _sse(*events: object) -> list[str]:
+    return [f"data: {e if isinstance(e, str) else json.dumps(e)}" for e in events]
+
+
+def test_a_stream_is_reassembled_from_its_events_with_the_usage_chunk_and_done() -> None:
+    def chunk(text: str, token: int, finish: str | None = None) -> dict[str, Any]:
+        logprobs = {"tokens": [text], "token_logprobs": [-1.0], "top_logprobs": [{text: -1.0, "x": -2.0}]}
+        return {"choices": [{"index": 0, "text": text, "token_ids": [token], "finish_reason": finish,
+                             "stop_reason": None, "logprobs": logprobs}]}  # fmt: skip
+
+    usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+    lines = _sse(chunk(" a", 1), chunk(" b", 2), chunk(" c", 3, "length"), usage, "[DONE]")
+    answer = api_checks.read_stream(_request("stream"), lines)
+    (choice,) = answer["choices"]
+    assert (choice["text"], choice["token_ids"], choice["finish_reason"]) == (" a b c", [1, 2, 3], "length")
+    assert choice["tokens"] == [" a", " b", " c"] and len(choice["top_logprobs"] or []) == 3
+    assert answer["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert answer["events"] == 5 and answer["done"] and answer["usage_chunk"]
+    # a stream that lost its last chunk or its [DONE] differs, and says how
+    cut = api_checks.read_stream(_request("stream"), lines[:2] + lines[3:])
+    assert "token ids differ from position 2" in str(api_checks.compare(answer, cut, TOL))
+    undone = api_checks.read_stream(_request("stream"), lines[:-1])
+    assert (
+        api_checks.compare(answer, undone, TOL) == "stream closed by data: [DONE]: False, on the ordinary engine True"
+    )
+    # a chat stream's deltas
+    chat = _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+                {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop", "stop_reason": None}]},
+                "[DONE]")  # fmt: skip
+    read = api_checks.read_stream(_request("chat"), chat)
+    assert read["choices"][0]["text"] == "Hi" and read["choices"][0]["finish_reason"] == "stop"
+
+
+def test_answers_compare_by_the_canarys_rules_and_name_the_first_divergence() -> None:
+    top = [{"a": -1.0, "b": -2.0, "c": -3.0}]
+    base = ApiAnswer(status=200, choices=[_choice([1], tokens=["a"], logprobs=[-1.0], top_logprobs=top)])
+    assert api_checks.compare(base, base, TOL) is None
+    within = ApiAnswer(status=200, choices=[_choice([1], tokens=["a"], logprobs=[-1.0005], top_logprobs=top)])
+    assert api_checks.compare(base, within, TOL) is None
+    beyond = ApiAnswer(status=200, choices=[_choice([1], tokens=["a"], logprobs=[-1.01], top_logprobs=top)])
+    assert "position 0: logprob -1.01, the ordinary engine's -1" in str(api_checks.compare(base, beyond, TOL))
+    # the last alternative swapped for one in a near tie at the cut-off: allowed; one well above it: a divergence
+    tie = [{"a": -1.0, "b": -2.0, "d": -3.0004}]
+    near = ApiAnswer(status=200, choices=[_choice([1], tokens=["a"], logprobs=[-1.0], top_logprobs=tie)])
+    assert api_checks.compare(base, near, TOL) is None
+    other = [{"a": -1.0, "d": -1.5, "b": -2.0}]
+    above = ApiAnswer(status=200, choices=[_choice([1], tokens=["a"], logprobs=[-1.0], top_logprobs=other)])
+    said = api_checks.compare(base, above, TOL)
+    assert said == "position 0: alternative 'd' (-1.5) listed only by the restored engine", said
+    fewer = ApiAnswer(status=200, choices=[_choice([1], tokens=["a"], logprobs=[-1.0], top_logprobs=[top[0] | {}])])
+    fewer["choices"][0]["top_logprobs"] = [{"a": -1.0, "b": -2.0}]
+    said = api_checks.compare(base, fewer, TOL)
+    assert said == "position 0: 2 alternatives listed, the ordinary engine's 3", said
+    finish = ApiAnswer(status=200, choices=[_choice([1, 2], "stop", " x")])
+    length = ApiAnswer(status=200, choices=[_choice([1, 2], "length")])
+    assert api_checks.compare(finish, length, TOL) == "finish_reason 'length', the ordinary engine's 'stop'"
+    refused = ApiAnswer(status=400, error="n must be 1 when using greedy sampling, got 2.")
+    assert api_checks.compare(finish, refused, TOL) == (
+        "HTTP 400: n must be 1 when using greedy sampling, got 2., the ordinary engine's 200"
+    )
+
+
+def _record(answers: dict[str, ApiAnswer], steady: bool = True) -> ApiRecord:
+    plan = [r for r in PLAN if r["name"] in answers]
+    return ApiRecord(requests=plan, answers=answers, self_consistent=dict.fromkeys(answers, steady), not_asked={})
+
+
+def test_a_feature_the_ordinary_engine_does_not_serve_is_not_applicable_in_its_words() -> None:
+    refused = {"chat": ApiAnswer(status=404, error="Not Found"), "models": ApiAnswer(status=200, fields={"d": 1})}
+    (chat, models) = api_checks.judge(_record(refused), refused, TOL)
+    assert (chat["check"], chat["status"], chat["ok"]) == ("chat", "not applicable", None)
+    assert chat["detail"] == "chat: not served: the ordinary engine answered HTTP 404: Not Found"
+    assert (models["status"], models["ok"]) == ("as ordinary", True)
+    # served after a restore although the ordinary engine refused it: a divergence all the same
+    served = {**refused, "chat": ApiAnswer(status=200, choices=[_choice([1])])}
+    assert api_checks.judge(_record(refused), served, TOL)[0]["status"] == "differs"
+
+
+def test_a_request_the_ordinary_engine_answered_differently_twice_is_not_judged() -> None:
+    answers = {"n": ApiAnswer(status=200, choices=[_choice([1, 2])])}
+    other = {"n": ApiAnswer(status=200, choices=[_choice([1, 3])])}
+    (check,) = api_checks.judge(_record(answers, steady=False), other, TOL)
+    assert (check["status"], check["ok"]) == ("not judged", None)
+    assert "answered it differently twice (restored: token ids differ from position 1" in check["detail"]
+    assert api_checks.findings([check], "restore-1") == []
+    (wrong,) = api_checks.judge(_record(answers), other, TOL)
+    (finding,) = api_checks.findings([wrong], "restore-1")
+    assert finding.detail.startswith("restore-1: API n-seeded differs from the ordinary engine: n: token ids differ")
+
+
+def _api_lane(**change: Any) -> FakeLane[LifecycleState]:
+    lane = lifecycle_lane()
+    for key, value in change.items():
+        setattr(lane, key, value)
+    steps.ordinary_reference(lane, StepEvidence.of(procedure.ORDINARY))
+    steps.inspect(lane, StepEvidence.of(procedure.INSPECT))
+    return lane
+
+
+def test_the_ordinary_engine_is_asked_every_request_twice_and_each_restore_once() -> None:
+    lane = _api_lane(unserved_api={"/tokenize"})
+    ordinary = lane.state.ordinary
+    assert ordinary is not None and ordinary.api is not None
+    names = [r["name"] for r in ordinary.api["requests"]]
+    assert names[-2:] == ["stop", "eos"]  # made from its own answers: its greedy text, its chat answer's EOS
+    assert lane.api_calls == [names[:-2], names[-2:], names]
+    rec = StepEvidence.of(procedure.RESTORE_1)
+    steps.restore(lane, rec)
+    assert lane.api_calls[-1] == names and sorted(rec.results["api_answers"]) == sorted(names)
+    status = {c["check"]: c["status"] for c in rec.results["api_compare"]}
+    assert status == {"stream": "as ordinary", "chat": "as ordinary", "logprobs": "as ordinary",
+                      "finish": "as ordinary", "n-seeded": "as ordinary", "models": "as ordinary",
+                      "tokenize": "not applicable"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("request_name", "check"), [("stream", "stream"), ("chat", "chat"), ("eos", "finish")])
+def test_a_restore_wrong_on_one_api_request_fails_naming_that_check_alone(request_name: str, check: str) -> None:
+    lane = _api_lane(wrong_api=request_name)
+    rec = StepEvidence.of(procedure.RESTORE_1)
+    with pytest.raises(StepFailed) as failure:
+        steps.restore(lane, rec)
+    message = str(failure.value)
+    assert f"API {check} differs from the ordinary engine: {request_name}: " in message, message
+    assert " | " not in message and "canary differs" not in message
+    bad = [c["check"] for c in rec.results["api_compare"] if c["ok"] is False]
+    assert bad == [check]
