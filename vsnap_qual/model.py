@@ -670,6 +670,9 @@ class KillInjected(TypedDict, total=False):
     tree: list[str]
     completed: str
     own_cleanup: str
+    #: a killed restore: what the kill left changed in the fault artifact against its pristine copy's listing, as
+    #: the follow-up restore meets it (files removed, renamed, resized or truncated, modes; and what was added)
+    artifact_changes: list[str]
 
 
 #: ``results.injected`` of a fault step: its kind's record (``results.kind`` says which), or a conftest kind's own
