@@ -278,6 +278,11 @@ class CleanupAudit(TypedDict, total=False):
     shm_held: list[str]
     shm_kept: list[str]
     shm_left: list[str]
+    #: Fault steps (issue 44): the /dev/shm files new since just before the fault that no process holds and the
+    #: lane's artifact does not name, once its commands (the faulted one, the follow-up restore, a re-create) are
+    #: done: named here and removed with the lane (where the box sees every holder; else ``shm_left_not_judged``)
+    shm_left_by_fault: list[str]
+    shm_left_not_judged: list[str]
     #: Fault steps: the audit's leftovers (as ``PID cmdline``), and the PIDs the harness then killed itself
     leftover_processes: list[str]
     killed_by_harness: list[int]

@@ -36,6 +36,7 @@ from vsnap_qual.faults.tools import (
     settle_timed,
     wait_engine_gone,
 )
+from vsnap_qual.lane.snapshot_cli import shm_left_by_commands
 from vsnap_qual.model import CapturedIdWait, CleanupAudit, FaultArtifactResults, FaultResults, FollowupRestore
 from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepEvidence
@@ -123,6 +124,7 @@ def run_fault(
         rec.results.setdefault("phases_engine", {}),
         lambda: lane.recorder.engine_time,
     )
+    shm_before = lane.cli.shm_names()  # what the fault's commands (a re-create included) leave there is named
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     with phase("captured-id wait before"):
@@ -217,6 +219,9 @@ def run_fault(
         # the captured IDs were just found free and nothing has started since: the follow-up does not look again
         ids_free = "still_held" not in after_fault
         rec.results["followup_restore"] = followup_restore(lane, injector.undo_before_followup, ids_free)
+    shm_left, judged = shm_left_by_commands(lane.cli, lane.state, shm_before)
+    if shm_left:  # named in the fault's audit; those no process holds are removed with the lane
+        audit["shm_left_by_fault" if judged else "shm_left_not_judged"] = shm_left
     return obs
 
 
