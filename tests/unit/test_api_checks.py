@@ -6,6 +6,7 @@ check alone with its first divergence named (on the unit tests' fake lane)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from tests.support.fake_lane import FakeLane, lifecycle_lane
 from vsnap_qual import procedure, steps
 from vsnap_qual.engine import api_checks
 from vsnap_qual.lane.state import LifecycleState
-from vsnap_qual.model import ApiAnswer, ApiChoice, ApiRecord
+from vsnap_qual.model import ApiAnswer, ApiChoice, ApiRecord, ApiRequest
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.vllm_words import StepFailed
 
@@ -179,3 +180,61 @@ def test_a_restore_wrong_on_one_api_request_fails_naming_that_check_alone(reques
     assert " | " not in message and "canary differs" not in message
     bad = [c["check"] for c in rec.results["api_compare"] if c["ok"] is False]
     assert bad == [check]
+
+
+# ---- real vLLM 0.32's answers, as recorded (docker/reference/api-transcripts/vllm-0.32.0) ---------------------
+TRANSCRIPTS = Path(__file__).resolve().parents[2] / "docker" / "reference" / "api-transcripts" / "vllm-0.32.0"
+
+
+def _transcript(kind: str) -> tuple[ApiRequest, ApiAnswer]:
+    """A recorded request of real vLLM 0.32 and its answer, read as the checks read an engine's."""
+    record = json.loads((TRANSCRIPTS / f"{kind}.json").read_text())
+    asked = record["request"]
+    request = ApiRequest(name=kind, check=kind, method=asked["method"], path=asked["path"], body=asked["body"])
+    if "sse_raw" in record:
+        return request, api_checks.read_stream(request, [ln for ln in record["sse_raw"].split("\n") if ln])
+    return request, api_checks.read(request, record["response"])
+
+
+def test_real_vllms_recorded_answers_are_read_as_the_checks_compare_them() -> None:
+    """The checks meet vLLM's own shapes: a stream reassembles to the whole answer's text, ids and logprobs; chat's
+    content and alternatives, completions' alternatives, the finish and stop reasons, EOS's id, n's choices."""
+    _, streamed = _transcript("completion_stream")
+    whole = json.loads((TRANSCRIPTS / "completion_stream.json").read_text())["sse_events"][0]["choices"][0]
+    (choice,) = streamed["choices"]
+    assert (choice["text"], choice["token_ids"], choice["finish_reason"]) == (
+        whole["text"], whole["token_ids"], "length"
+    )  # fmt: skip
+    assert choice["logprobs"] == whole["logprobs"]["token_logprobs"] and len(choice["top_logprobs"] or []) == 6
+    assert streamed["usage"] == {"prompt_tokens": 5, "total_tokens": 11, "completion_tokens": 6}
+    assert streamed["done"] and streamed["usage_chunk"] and api_checks.compare(streamed, streamed, TOL) is None
+    _, plain = _transcript("completion_stream_plain")  # no token ids asked: the text alone, no usage chunk
+    assert plain["choices"][0]["text"] == " is is is is" and plain["choices"][0]["token_ids"] is None
+    assert plain["usage"] is None and not plain["usage_chunk"] and plain["done"]
+    _, stopped = _transcript("completion_stream_stop")
+    assert (stopped["choices"][0]["finish_reason"], stopped["choices"][0]["stop_reason"]) == ("stop", " is")
+    _, sampled = _transcript("completion_stream_n_seed")
+    assert [c["index"] for c in sampled["choices"]] == [0, 1] and all(
+        len(c["token_ids"] or []) == 4 for c in sampled["choices"]
+    )
+    _, chat_stream = _transcript("chat_stream")
+    assert chat_stream["choices"][0]["text"].startswith("\nEvery") and chat_stream["choices"][0]["tokens"]
+    _, chat = _transcript("chat")
+    (answer,) = chat["choices"]
+    assert answer["text"] == "\nEveryEveryEveryEveryEveryEveryEvery" and answer["token_ids"] == [201] + [427] * 7
+    assert answer["tokens"] == ["\n", *["Every"] * 7] and all(len(t) == 2 for t in answer["top_logprobs"] or [])
+    _, alternatives = _transcript("completion_logprobs")
+    assert [len(t) for t in alternatives["choices"][0]["top_logprobs"] or []] == [3, 3, 3, 3]
+    answers = {k: _transcript(k)[1] for k in ("completion_length", "completion_stop", "completion_eos")}
+    assert [(a["choices"][0]["finish_reason"], a["choices"][0]["stop_reason"]) for a in answers.values()] == [
+        ("length", None), ("stop", " is"), ("stop", None)
+    ]  # fmt: skip
+    assert api_checks.eos_id(answers) == 0  # vLLM keeps EOS as the last token id
+    _, models = _transcript("models")
+    assert models["fields"] == {"data": [{"id": "vsnap/tiny-qwen3", "root": "vsnap/tiny-qwen3", "parent": None,
+                                          "max_model_len": 512, "owned_by": "vllm"}]}  # fmt: skip
+    _, tokens = _transcript("tokenize_chat")
+    assert tokens["fields"]["count"] == len(tokens["fields"]["tokens"])  # type: ignore[arg-type]
+    assert api_checks.refusal(
+        json.dumps(json.loads((TRANSCRIPTS / "error_n_greedy.json").read_text())["response"])
+    ) == ("n must be 1 when using greedy sampling, got 2.")
