@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -28,8 +28,10 @@ def _request(name: str) -> Any:
 
 
 def _choice(ids: list[int], finish: str = "length", reason: str | int | None = None, **more: Any) -> ApiChoice:
-    return ApiChoice(index=0, text="".join(chr(97 + i % 26) for i in ids), token_ids=ids, finish_reason=finish,
-                     stop_reason=reason, **more)  # fmt: skip
+    choice = ApiChoice(index=0, text="".join(chr(97 + i % 26) for i in ids), token_ids=ids, finish_reason=finish,
+                       stop_reason=reason)  # fmt: skip
+    choice.update(cast(ApiChoice, more))
+    return choice
 
 
 def _greedy_answers() -> dict[str, ApiAnswer]:
@@ -46,6 +48,7 @@ def test_the_plan_takes_its_stop_string_and_eos_id_from_the_ordinary_engines_ans
     assert _request("logprobs")["body"]["logprobs"] > 1 and _request("n")["body"]["n"] > 1
     derived, not_asked = api_checks.derived_plan(PLAN, _greedy_answers())
     stop, eos = derived
+    assert stop["body"] is not None and eos["body"] is not None
     assert stop["body"]["stop"] == ["ef"]  # from the middle of the greedy text, "bcdefg"
     assert eos["body"]["logit_bias"] == {"0": 100} and not not_asked
     # nothing ended by EOS and too short a text: neither is asked, and the record says why
