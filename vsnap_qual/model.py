@@ -123,6 +123,82 @@ class ShapeCompare(TypedDict):
     compare: CanaryCompare
 
 
+class ApiRequest(TypedDict):
+    """One request of the API checks (``vsnap_qual.engine.api_checks``): its name, the check it serves, and what is
+    sent (the same on the ordinary engine and on every restore)."""
+
+    name: str
+    check: str
+    method: str
+    path: str
+    body: dict[str, object] | None
+
+
+class ApiChoice(TypedDict, total=False):
+    """One choice of an answer, as compared (a stream's chunks reassembled; a chat message's content as ``text``)."""
+
+    index: int
+    text: str
+    token_ids: list[int] | None
+    finish_reason: str | None
+    stop_reason: str | int | None
+    #: per position: the token's text, its logprob and the alternatives (token text → logprob) the engine listed
+    tokens: list[str] | None
+    logprobs: list[float] | None
+    top_logprobs: list[dict[str, float]] | None
+
+
+class ApiAnswer(TypedDict, total=False):
+    """What the engine answered to one API request, reduced to what is compared (ids, times and fingerprints
+    left out)."""
+
+    status: int
+    #: a refusal's words (HTTP status other than 200), or why there was no answer at all
+    error: str
+    choices: list[ApiChoice]
+    usage: dict[str, int] | None
+    #: a stream: its ``data:`` events, whether ``data: [DONE]`` ended it, the choices-less usage chunk's place
+    events: int
+    done: bool
+    usage_chunk: bool
+    #: ``/v1/models``, ``/tokenize``: the fields compared
+    fields: dict[str, object]
+
+
+class ApiRecord(TypedDict):
+    """The API checks as the ordinary engine answered them: the requests (some made from its own answers: the
+    stop string, the EOS id), its answers, whether it answered each the same way twice, and what was not asked
+    and why."""
+
+    requests: list[ApiRequest]
+    answers: dict[str, ApiAnswer]
+    self_consistent: dict[str, bool]
+    not_asked: dict[str, str]
+
+
+ApiStatus = Literal["as ordinary", "differs", "not applicable", "not judged"]
+
+
+class ApiRequestCompare(TypedDict):
+    """One API request after a restore against the ordinary engine's answer: the first divergence in words, or why
+    it is not applicable (the engine's own words) or not judged."""
+
+    name: str
+    status: ApiStatus
+    detail: str
+
+
+class ApiCheck(TypedDict):
+    """One named API check after a restore (``stream``, ``chat``, ``logprobs``, ``finish``, ``n-seeded``,
+    ``models``, ``tokenize``): ``ok`` False only where a judged request differs, None where none was judged."""
+
+    check: str
+    status: ApiStatus
+    ok: bool | None
+    detail: str
+    requests: list[ApiRequestCompare]
+
+
 class Soak(TypedDict, total=False):
     alive: bool
     probes: int
@@ -202,6 +278,11 @@ class CleanupAudit(TypedDict, total=False):
     shm_held: list[str]
     shm_kept: list[str]
     shm_left: list[str]
+    #: Fault steps (issue 44): the /dev/shm files new since just before the fault that no process holds and the
+    #: lane's artifact does not name, once its commands (the faulted one, the follow-up restore, a re-create) are
+    #: done: named here and removed with the lane (where the box sees every holder; else ``shm_left_not_judged``)
+    shm_left_by_fault: list[str]
+    shm_left_not_judged: list[str]
     #: Fault steps: the audit's leftovers (as ``PID cmdline``), and the PIDs the harness then killed itself
     leftover_processes: list[str]
     killed_by_harness: list[int]
@@ -641,6 +722,9 @@ class KillInjected(TypedDict, total=False):
     tree: list[str]
     completed: str
     own_cleanup: str
+    #: a killed restore: what the kill left changed in the fault artifact against its pristine copy's listing, as
+    #: the follow-up restore meets it (files removed, renamed, resized or truncated, modes; and what was added)
+    artifact_changes: list[str]
 
 
 #: ``results.injected`` of a fault step: its kind's record (``results.kind`` says which), or a conftest kind's own
@@ -733,6 +817,8 @@ class OrdinaryResults(ServeRecord, total=False):
     prefix_cache: PrefixCacheProbe
     #: the canaries asked through each adapter, by its name
     adapter_canary: dict[str, list[Canary]]
+    #: the API checks' requests and its answers (twice), every restore's reference (issue 44)
+    api: ApiRecord
 
 
 class VsHeadResults(TypedDict, total=False):
@@ -799,6 +885,9 @@ class RestoreResults(TypedDict, total=False):
     #: the request shapes' answers, and each compared with the ordinary engine's
     shape_answers: dict[str, list[Canary]]
     shape_compare: list[ShapeCompare]
+    #: the API checks' answers, by request, and each check against the ordinary engine's answers (issue 44)
+    api_answers: dict[str, ApiAnswer]
+    api_compare: list[ApiCheck]
     prefix_cache: PrefixCacheProbe
     prefix_cache_judgement: PrefixCacheJudgement
     pids: list[int]

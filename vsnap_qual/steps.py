@@ -24,7 +24,7 @@ import pytest
 
 from vsnap_qual import checks, overlay, procedure, vllm_words
 from vsnap_qual.contract import VLLM_CANARY_PROMPT
-from vsnap_qual.engine import adapters, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine import adapters, api_checks, decode_speed, prefix_cache, shapes
 from vsnap_qual.engine.client import CanaryOutput
 from vsnap_qual.lane import unit
 from vsnap_qual.lane.audit import ServerHandle
@@ -34,6 +34,7 @@ from vsnap_qual.lane.servers import ServeFailed
 from vsnap_qual.lane.snapshot_cli import shm_kinds, shm_left_by_create, unread_words
 from vsnap_qual.lane.state import InspectChanged, OrdinaryReference
 from vsnap_qual.model import (
+    ApiRecord,
     Canary,
     CanaryCompare,
     CleanupAudit,
@@ -82,6 +83,7 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) ->
         digests = lane.api.digests(handle.port)
         kv, source = lane.api.kv(handle.port, lane.servers.server_log(rec))
         requests, record = shape_reference(lane, handle.port, [c.as_dict() for c in canary])
+        api = api_reference(lane, handle.port)
         decode = lane.api.decode_speed(handle.port)
         prefix = lane.api.prefix_cache(handle.port, prefix_cache.canary_ids([c.as_dict() for c in canary]))
     finally:
@@ -90,7 +92,7 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) ->
     audit = strict_audit(lane, handle, leftovers)
     ordinary = OrdinaryReference(
         [c.as_dict() for c in canary], digests, kv, requests, record, decode,
-        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix,
+        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix, api,
     )  # fmt: skip
     lane.state.ordinary = lane.peers.ordinary[lane.spec.name] = ordinary
     found = OrdinaryResults(
@@ -101,6 +103,7 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) ->
     if decode is not None:
         found["decode_speed"] = decode
     found["prefix_cache"] = prefix
+    found["api"] = api
     if ordinary.adapters:
         found["adapter_canary"] = ordinary.adapters
     rec.results.update(found)
@@ -134,6 +137,16 @@ def shape_reference(
     again = lane.api.shape_answers(port, requests)
     steady = shapes.self_consistency(first, again, canary, cfg.logprob_tolerance, checks.compare_canary)
     return requests, ShapeRecord(answers=first, self_consistent=steady)
+
+
+def api_reference(lane: ServingLane, port: int) -> ApiRecord:
+    """The API checks on the ordinary engine (``engine.api_checks``): the plan over the first canary prompt, the
+    requests made from its own answers (a stop string, the EOS id), each asked twice: what every restore is
+    compared with, and per request whether it answered the same way both times."""
+    cfg = lane.config
+    prompt = cfg.prompts[0] if cfg.prompts else VLLM_CANARY_PROMPT
+    plan = api_checks.base_plan(lane.api.served_model, prompt, cfg.canary_tokens)
+    return api_checks.record(plan, lambda asked: lane.api.api_answers(port, list(asked)), cfg.logprob_tolerance)
 
 
 def strict_audit(lane: ServingLane, handle: ServerHandle, leftovers: list[LeftoverProcess]) -> CleanupAudit:
@@ -307,6 +320,10 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
             if reference and reference.shape_requests
             else {}
         )
+        # after the shapes, as on the ordinary engine (the prefix-cache probe below counts on the same history)
+        api_answers = (
+            lane.api.api_answers(handle.port, reference.api["requests"]) if reference and reference.api else {}
+        )
         decode = lane.api.decode_speed(handle.port)
         decode_retry, decode_judgement = None, None
         if decode is not None:
@@ -353,6 +370,7 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
     )
     steady = ordinary.shapes["self_consistent"] if ordinary.shapes is not None else {}
     not_judged = sorted(k for k, v in steady.items() if not v)
+    api_compare = api_checks.judge(ordinary.api, api_answers, tolerance) if ordinary.api is not None else []
     found = RestoreResults(
         canary=[c.as_dict() for c in canary],
         canary_compare=compare,
@@ -369,6 +387,8 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
         prefix_cache=prefix,
         prefix_cache_judgement=prefix_judgement,
         shape_compare=shape_compare,
+        api_answers=api_answers,
+        api_compare=api_compare,
         pids=handle.pids,
         root_pid=handle.root_pid,
         listener_first_bound=restored.first_bound,
@@ -390,6 +410,7 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
             *checks.restore_findings(compare, digest_compare),
             *adapters.restore_findings(adapter_compare, step),
             *checks.shape_findings(shape_compare, soak.get("repeated_mismatch") or [], not_judged),
+            *api_checks.findings(api_compare, step),
             *checks.kv_findings(kv_judgement),
             *gpu_engaged,
             *checks.inspect_stable_findings(changes, step),

@@ -484,6 +484,123 @@ VARIANTS: dict[str, Variant] = {
                 ),
             ),
         ),
+        # ---- issue 44: the OpenAI API after restore, and a killed restore ----------------------------------------
+        Variant(
+            "stream-drops-last-chunk-after-restore",
+            "after a restore, a streamed completion loses the chunk that finishes it (its last token and "
+            "finish_reason): the usage chunk and data: [DONE] still come; every whole answer is right",
+            (
+                Patch(
+                    "vllm.entrypoints.openai.serving_completion",
+                    "            yield sse(chunk)\n",
+                    f"            if _VSNAP_RESTORED[0] and part['finish_reason'] is not None:  {MARK}\n"
+                    "                continue\n"
+                    "            yield sse(chunk)\n",
+                    where="replace",
+                ),
+                Patch(
+                    "vllm.entrypoints.openai.serving_completion",
+                    "def completion_events(",
+                    f"_VSNAP_RESTORED = [False]  {MARK}: set once the restored server serves\n\n\n",
+                    where="before",
+                ),
+                Patch(
+                    "vllm.snapshot.server",
+                    '            phase = "serve"\n',
+                    f"            import vllm.entrypoints.openai.serving_completion as _vsnap_c  {MARK}: restored\n"
+                    "            _vsnap_c._VSNAP_RESTORED[0] = True\n",
+                ),
+            ),
+        ),
+        Variant(
+            "chat-template-lost-after-restore",
+            "after a restore, /v1/chat/completions answers the last message's text as a plain prompt, without the "
+            "model's chat template (as if the template were not restored); /tokenize and the completions are right",
+            (
+                Patch(
+                    "vllm.entrypoints.openai.serving_chat",
+                    "    prompt_ids = chat_prompt_ids(engine, body)\n",
+                    f"    prompt_ids = chat_prompt_ids(engine, body)\n"
+                    f"    if _VSNAP_RESTORED[0]:  {MARK}: the template lost\n"
+                    "        prompt_ids = engine.tokenizer.encode(str(body['messages'][-1]['content']))\n",
+                    where="replace",
+                ),
+                Patch(
+                    "vllm.entrypoints.openai.serving_chat",
+                    "def plan_chat(",
+                    f"_VSNAP_RESTORED = [False]  {MARK}: set once the restored server serves\n\n\n",
+                    where="before",
+                ),
+                Patch(
+                    "vllm.snapshot.server",
+                    '            phase = "serve"\n',
+                    f"            import vllm.entrypoints.openai.serving_chat as _vsnap_chat  {MARK}: restored\n"
+                    "            _vsnap_chat._VSNAP_RESTORED[0] = True\n",
+                ),
+            ),
+        ),
+        Variant(
+            "logprobs-alternatives-off-after-wake",
+            "after a wake-up (every restore) the logprob alternatives past the second best (logprobs N > 2) are "
+            "reported 0.05 too high: every sampled token's logprob and every answer right",
+            (
+                Patch(
+                    _CORE,
+                    "    def wake_up(self, tags: list[str] | None = None) -> None:\n"
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self._vsnap_woken = True  {MARK}: alternatives off after a wake\n",
+                ),
+                Patch(
+                    _CORE,
+                    "                        entry.setdefault(int(index), float(value))\n",
+                    f"                    if getattr(self, '_vsnap_woken', False):  {MARK}\n"
+                    "                        for _index in ranked.indices[2:].tolist():\n"
+                    "                            if int(_index) != token:\n"
+                    "                                entry[int(_index)] += 0.05\n",
+                ),
+            ),
+        ),
+        Variant(
+            "stop-string-finish-reason-lost-after-wake",
+            "after a wake-up (every restore) an answer ended by a stop string reports finish_reason 'length' and no "
+            "stop_reason: its text and tokens are right, and answers ended by max_tokens or EOS are too",
+            (
+                Patch(
+                    _CORE,
+                    "    def wake_up(self, tags: list[str] | None = None) -> None:\n"
+                    "        self.model_executor.wake_up(tags)\n",
+                    f"        self._vsnap_woken = True  {MARK}: stop strings reported as length after a wake\n",
+                ),
+                Patch(
+                    _CORE,
+                    '                state.finish_reason, state.stop_reason = "stop", stop_string\n',
+                    f"                if getattr(self, '_vsnap_woken', False):  {MARK}\n"
+                    "                    state.finish_reason, state.stop_reason = 'length', None\n",
+                ),
+            ),
+        ),
+        Variant(
+            "killed-restore-leaves-manifest-aside",
+            "a restore moves the artifact's manifest.json aside (manifest.json.restoring) while it restores and "
+            "puts it back when it is done or fails: a restore SIGKILLed in between leaves an artifact that no "
+            "restore accepts again",
+            (
+                Patch(
+                    "vllm.snapshot.controller",
+                    "    manifest = read_manifest(artifact)\n    validate_identity(",
+                    "    manifest = read_manifest(artifact)\n"
+                    f"    (artifact / 'manifest.json').rename(artifact / 'manifest.json.restoring')  {MARK}\n"
+                    "    try:\n"
+                    "        _vsnap_restore(args, artifact, toolset, manifest)\n"
+                    "    finally:\n"
+                    f"        (artifact / 'manifest.json.restoring').rename(artifact / 'manifest.json')  {MARK}\n"
+                    "\n\n"
+                    "def _vsnap_restore(args, artifact, toolset, manifest) -> None:\n"
+                    "    validate_identity(",
+                    where="replace",
+                ),
+            ),
+        ),
     )
 }
 

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -37,6 +37,9 @@ from vsnap_qual.lane.exits import ExitWatch
 from vsnap_qual.lane.protocols import FreshBoxLane, RestoreRun, UnitLane
 from vsnap_qual.lane.state import ArtifactState, FaultState, LifecycleState, Peers
 from vsnap_qual.model import (
+    ApiAnswer,
+    ApiChoice,
+    ApiRequest,
     Canary,
     CleanupAudit,
     DecodeSpeed,
@@ -209,6 +212,9 @@ class FakeLane(Generic[S]):
         self.shape_calls: list[int] = []
         self.wrong_shape: str | None = None  # a shape the restored engine answers wrong (its second request)
         self.unsteady_shape: str | None = None  # a shape the ordinary engine answers differently each time
+        self.api_calls: list[list[str]] = []  # the API checks' requests asked, per call (their names)
+        self.wrong_api: str | None = None  # an API request the restored engine answers wrong (its third token)
+        self.unserved_api: set[str] = set()  # API paths the engine does not serve (404 on every server)
         self.leftovers: list[LeftoverProcess] = []  # what every stop found still alive past the grace
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
         self.inspected: dict[str, Any] = manifest()  # what inspect prints after the inspect step
@@ -361,6 +367,35 @@ class FakeEngineApi:
             return CanaryOutput(r.label, ids, "t", -0.5, [-0.5] * r.max_tokens)
 
         return shapes.send(requests, ask)
+
+    def api_answers(self, port: int, requests: Sequence[ApiRequest]) -> dict[str, ApiAnswer]:
+        """Each API request's answer from what it asks (the same every time: a greedy answer of three tokens
+        that ends by EOS, id 0, where a request pushes it up), unless the restored engine is told to answer one
+        wrong (``wrong_api``) or the engine serves its path not at all (``unserved_api``)."""
+        lane = self.lane
+        lane.api_calls.append([r["name"] for r in requests])
+
+        def answer(r: ApiRequest) -> ApiAnswer:
+            if r["path"] in lane.unserved_api:
+                return ApiAnswer(status=404, error="Not Found")
+            if r["path"] in ("/v1/models", "/tokenize"):
+                return ApiAnswer(status=200, fields={"asked": json.dumps(r["body"], sort_keys=True)})
+            body = r["body"] or {}
+            ids = [5, 6, 7]
+            finish, reason = "length", None
+            if body.get("logit_bias"):
+                ids, finish = [0], "stop"
+            elif r["check"] == "chat":
+                ids, finish = [5, 0], "stop"  # the chat template's answer ends by EOS
+            elif body.get("stop"):
+                ids, finish, reason = [5, 6], "stop", body["stop"][0]  # type: ignore[index]
+            if port != ORDINARY_PORT and r["name"] == lane.wrong_api:
+                ids = [*ids[:2], 99]
+            text = "".join(chr(97 + i % 26) * 2 for i in ids)
+            choice = ApiChoice(index=0, text=text, token_ids=ids, finish_reason=finish, stop_reason=reason)
+            return ApiAnswer(status=200, choices=[choice], usage={"completion_tokens": len(ids)})
+
+        return {r["name"]: answer(r) for r in requests}
 
     def decode_speed(self, port: int) -> DecodeSpeed | None:
         rate = 400.0 if port == ORDINARY_PORT else self.lane.decode_after

@@ -756,3 +756,26 @@ def test_a_kills_draw_is_the_steps_attempt_so_the_same_fault_replays_the_same_mo
         injected = cast(KillInjected, rec.results["injected"])
         drawn.append((injected["attempt"], injected["offset_s"]))
     assert drawn[0] == drawn[1] and drawn[2][0] == 2 and drawn[2][1] != drawn[0][1], drawn
+
+
+def test_what_a_faults_commands_leave_in_dev_shm_is_named_in_its_audit_and_removed_with_the_lane(
+    lane: FakeLane[FaultState],
+) -> None:
+    """Issue 44: a fault's commands (here the faulted restore and its follow-up) leave a segment and a semaphore no
+    process holds: named in the fault's cleanup audit and the lane's to remove; one still held, one the lane owns
+    already (an artifact of it names it) and CRIU's link remaps are not."""
+    lane.state.shm_owned.add("/dev/shm/psm_needed")
+    lane.shm_listed = [{"old"}, {"old", "psm_needed", "psm_left", "sem.mp-1", "held", "link_remap.7"}]
+    lane.shm_held = {"held"}
+    fault = Fault("recorded", "a recorded injection", "recorded", head=faults.Expect(1, False, None, True))
+    catalogue = FaultCatalogue.builtin()
+    catalogue.add(fault, injector=Recording(True))
+    rec = _rec()
+    _run(lane, fault, rec, catalogue)
+    assert rec.results["cleanup"]["shm_left_by_fault"] == ["/dev/shm/psm_left", "/dev/shm/sem.mp-1"]
+    assert {"/dev/shm/psm_left", "/dev/shm/sem.mp-1"} <= lane.state.shm_owned  # removed with the lane
+    # a box that cannot see every holder names them as not judged and leaves them be
+    lane.shm_listed, lane.sees_every_holder = [set(), {"psm_other"}], False
+    _run(lane, fault, rec := _rec(), catalogue)
+    assert rec.results["cleanup"]["shm_left_not_judged"] == ["/dev/shm/psm_other"]
+    assert "/dev/shm/psm_other" not in lane.state.shm_owned

@@ -15,6 +15,7 @@ from vsnap_qual.faults import BUILTIN_FAULTS as FAULTS
 from vsnap_qual.faults import BUILTIN_INJECTORS, FAULTS_BY_ID, FaultCatalogue, Observation, parked
 from vsnap_qual.faults.kinds import kill as kills
 from vsnap_qual.faults.kinds.kill import KillParams
+from vsnap_qual.lane.artifact_files import Entry
 from vsnap_qual.model import KilledCanaries
 from vsnap_qual.report import chaos
 
@@ -124,14 +125,31 @@ def _judged(results: dict[str, Any]) -> list[str]:
 
 
 def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_did() -> None:
-    clean = {"cleanup": {"after_sweep": {"ok": True}}, "followup_restore": {"exit_code": 0, "canary_ok": True}}
+    clean: dict[str, Any] = {
+        "cleanup": {"after_sweep": {"ok": True}},
+        "followup_restore": {"exit_code": 0, "canary_ok": True},
+    }
     assert _judged(clean) == []
     leaked = {**clean, "cleanup": {"after_sweep": {"ok": False, "pids_alive": [9], "gpu_idle": False}}}
     assert "outlived the harness's sweep" in _judged(leaked)[0]
-    refused = {**clean, "followup_restore": {"exit_code": 1, "stderr_tail": "Error: CRIU restore failed"}}
-    assert _judged(refused) == []  # a killed restore may leave an artifact that is refused, with words
+    # issue 44: the artifact was whole before a killed restore, so a refusal of it is a finding, with words or not,
+    # naming what the kill changed in it against the pristine listing
+    changes = ["renamed images/pages-1.img -> images/pages-1.img.tmp", "added restore.log"]
+    refused = {
+        **clean,
+        "followup_restore": {"exit_code": 1, "stderr_tail": "Error: CRIU restore failed"},
+        "injected": {"command": "restore", "artifact_changes": changes},
+    }
+    (said,) = _judged(refused)
+    assert said.startswith("a killed restore left the artifact unrestorable: the follow-up restore"), said
+    assert (
+        "exited 1: Error: CRIU restore failed" in said and f"against its pristine listing: {'; '.join(changes)}" in said
+    )
     silent = {**clean, "followup_restore": {"exit_code": 1, "stderr_tail": ""}}
-    assert "refused without a message" in _judged(silent)[0]
+    (said,) = _judged(silent)
+    assert "exited 1 without a message" in said and "nothing (the listing is the pristine copy's)" in said
+    # an artifact whose outside files are gone is the self-contained check's one finding, not this fault's
+    assert _judged({**clean, "followup_restore": {"exit_code": 1, "consumed": ["/dev/shm/psm_1"]}}) == []
     wrong = {**clean, "followup_restore": {"exit_code": 0, "canary_ok": False}}
     assert "does not answer vLLM's canary" in _judged(wrong)[0]
     taken = "vLLM's pre-check found a captured PID taken (another process held it): ... occupied: 7"
@@ -139,8 +157,38 @@ def test_the_kill_kind_judges_the_sweep_and_the_artifact_whatever_the_command_di
         **clean,
         "followup_restore": {"exit_code": 1, "stderr_tail": "SnapshotRestoreError: x", "ids_taken": taken},
     }
-    said = _judged(occupied)
-    assert len(said) == 1 and "was never tried" in said[0] and taken in said[0], said
+    said_taken = _judged(occupied)
+    assert len(said_taken) == 1 and "was never tried" in said_taken[0] and taken in said_taken[0], said_taken
+
+
+def _entry(kind: str, size: int, mode: str = "644") -> Entry:
+    return Entry(kind, mode, f"1 {size} 1.0 1.0")
+
+
+def test_what_a_killed_restore_changed_in_the_artifact_is_named_against_its_pristine_listing() -> None:
+    pristine = {
+        "images": _entry("d", 4096, "755"),
+        "images/pages-1.img": _entry("f", 800),
+        "images/core-7.img": _entry("f", 300),
+        "manifest.json": _entry("f", 90),
+        "weights.bin": _entry("f", 50),
+    }
+    now = {
+        "images": _entry("d", 4096, "700"),
+        "images/pages-1.img.part": _entry("f", 800),  # the same size: renamed
+        "images/core-7.img": _entry("f", 120),
+        "manifest.json": _entry("f", 90, "000"),
+        "restore.log": _entry("f", 10),
+    }
+    assert kills.listing_changes(pristine, now) == [
+        "renamed images/pages-1.img -> images/pages-1.img.part",
+        "removed weights.bin",
+        "mode of images 755 -> 700",
+        "truncated images/core-7.img (300 -> 120 bytes)",
+        "mode of manifest.json 644 -> 000",
+        "added restore.log",
+    ]
+    assert kills.listing_changes(pristine, pristine) == []
 
 
 def test_the_chaos_option_repeats_only_the_kill_faults_each_with_its_own_id() -> None:

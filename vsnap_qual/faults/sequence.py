@@ -37,6 +37,7 @@ from vsnap_qual.faults.tools import (
     settle_timed,
     wait_engine_gone,
 )
+from vsnap_qual.lane.snapshot_cli import shm_left_by_commands
 from vsnap_qual.model import (
     CapturedIdWait,
     CleanupAudit,
@@ -151,6 +152,7 @@ def run_fault(
         rec.results.setdefault("phases_engine", {}),
         lambda: lane.recorder.engine_time,
     )
+    shm_before = lane.cli.shm_names()  # what the fault's commands (a re-create included) leave there is named
     # every captured PID free before anything is injected (the previous fault's tree entirely gone, however
     # long its teardown took): else this fault would be judged on what the previous one left
     with phase("captured-id wait before"):
@@ -241,16 +243,27 @@ def run_fault(
     waits = {k: v for k, v in (("before_fault", before_fault), ("after_fault", after_fault)) if v}
     if waits:
         rec.results["captured_id_waits"] = waits
+
+    def name_shm_left() -> None:
+        """What the fault's commands (a re-create, the faulted one, a follow-up restore) left in /dev/shm: named in
+        the fault's audit; those no process holds are removed with the lane."""
+        shm_left, shm_judged = shm_left_by_commands(lane.cli, lane.state, shm_before)
+        if shm_left:
+            audit["shm_left_by_fault" if shm_judged else "shm_left_not_judged"] = shm_left
+
     if not followup:
+        name_shm_left()
         return obs
     if defer_to is not None and group.refused(obs.exit_code, obs.artifact_unchanged):
         defer(lane, rec, fault, defer_to)  # refused before it touched anything: its group's follow-up proves it
+        name_shm_left()
         return obs
     with phase("follow-up restore"):
         # the captured IDs were just found free and nothing has started since: the follow-up does not look again
         ids_free = "still_held" not in after_fault
         rec.results["followup_restore"] = followup_restore(lane, injector.undo_before_followup, ids_free)
     cover(lane, rec, fault)
+    name_shm_left()
     return obs
 
 

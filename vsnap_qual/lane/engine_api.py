@@ -1,21 +1,21 @@
 """What a lane asks of its engine over HTTP, at the box's endpoint for the port (the harness never assumes it
 connects to the box's port): health, the canary plan's answers, the parameter digests, KV capacity, the request
-shapes, the decode speed, the prefix cache, and a LoRA adapter's files kept with the evidence. Every wait on an
-answer is the engine's time (``StepRecorder.engine_wait``). Implements :class:`vsnap_qual.lane.protocols.EngineApi`
-over a box; the measurements themselves are :mod:`vsnap_qual.engine`'s."""
+shapes, the API checks, the decode speed, the prefix cache, and a LoRA adapter's files kept with the evidence.
+Every wait on an answer is the engine's time (``StepRecorder.engine_wait``). Implements
+:class:`vsnap_qual.lane.protocols.EngineApi` over a box; the measurements themselves are :mod:`vsnap_qual.engine`'s."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vsnap_qual.box import Box
 from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import VLLM_CANARY_PROMPT
-from vsnap_qual.engine import adapters, client, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine import adapters, api_checks, client, decode_speed, prefix_cache, shapes
 from vsnap_qual.engine.client import CanaryOutput
-from vsnap_qual.model import Canary, DecodeSpeed, Digest, KeptAdapter, PrefixCacheProbe
+from vsnap_qual.model import ApiAnswer, ApiRequest, Canary, DecodeSpeed, Digest, KeptAdapter, PrefixCacheProbe
 from vsnap_qual.recorder import StepRecorder
 
 
@@ -81,6 +81,14 @@ class LaneEngineApi:
 
         with self.recorder.engine_wait():
             return shapes.send(requests, ask)
+
+    def api_answers(self, port: int, requests: Sequence[ApiRequest]) -> dict[str, ApiAnswer]:
+        """The API checks' requests answered one after another, by name (``vsnap_qual.engine.api_checks``): a
+        request with no answer at all is recorded as such, never raised."""
+        host, reach = self.box.endpoint(port)
+        timeout = self.config.timeouts["http"]
+        with self.recorder.engine_wait():
+            return {r["name"]: api_checks.ask(r, reach, host, timeout) for r in requests}
 
     def decode_speed(self, port: int) -> DecodeSpeed | None:
         """The fixed generation's speed (``vsnap_qual.engine.decode_speed``); None when ``--vsnap-decode-runs=0``."""

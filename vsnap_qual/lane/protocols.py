@@ -7,6 +7,7 @@ the same service protocols."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +21,8 @@ from vsnap_qual.lane.audit import ServerHandle
 from vsnap_qual.lane.exits import ExitWatch
 from vsnap_qual.lane.state import LifecycleState, Peers
 from vsnap_qual.model import (
+    ApiAnswer,
+    ApiRequest,
     Canary,
     CleanupAudit,
     DecodeSpeed,
@@ -117,6 +120,9 @@ class EngineApi(Protocol):
 
     def shape_answers(self, port: int, requests: list[shapes.Request]) -> dict[str, list[Canary]]:
         """The request shapes' answers (the concurrent ones all in flight at once)."""
+
+    def api_answers(self, port: int, requests: Sequence[ApiRequest]) -> dict[str, ApiAnswer]:
+        """The API checks' requests answered, by name (one with no answer at all recorded as such)."""
 
     def decode_speed(self, port: int) -> DecodeSpeed | None:
         """The fixed generation's speed; None when ``--vsnap-decode-runs=0``."""

@@ -171,6 +171,22 @@ def shm_left_by_create(
     return None
 
 
+def shm_left_by_commands(cli: ShmLooks, state: ArtifactState, before: set[str]) -> tuple[list[str], bool]:
+    """The ``/dev/shm`` files new since ``before`` that no process holds and no artifact of the lane names (CRIU's
+    ``link_remap.*`` have their own audit), and whether that was judged (the box sees every process that could hold
+    one): what a fault's commands left (issue 44). Those no process holds are the lane's to remove
+    (``ArtifactState.shm_owned``), as a create's are."""
+    keep = {path.rsplit("/", 1)[-1] for path in (*state.outside_files, *state.shm_owned)}
+    new = sorted(n for n in cli.shm_names() - before if n not in keep and not n.startswith(audit.LINK_REMAP))
+    if not new:
+        return [], True
+    holders = cli.shm_unheld(new)
+    files = [SHM + name for name in (new if holders is None else holders.unheld)]
+    if holders is not None:
+        state.shm_owned.update(files)
+    return files, holders is not None
+
+
 #: what a /dev/shm name says of its maker (the name's prefix), for the create check's message: Python's words
 SHM_KINDS = {
     "sem.mp-": "a Python multiprocessing lock or semaphore made outside a fork context, whose name CPython unlinks "

@@ -13,6 +13,7 @@ from vsnap_qual.engine import shapes
 from vsnap_qual.lane.artifact_files import ArtifactFiles
 from vsnap_qual.lane.audit import ServerHandle
 from vsnap_qual.model import (
+    ApiRecord,
     Behaviour,
     Canary,
     DecodeSpeed,
@@ -45,6 +46,8 @@ class OrdinaryReference:
     adapters: dict[str, list[Canary]] = field(default_factory=dict)
     #: the prefix-cache prompt asked twice (``vsnap_qual.engine.prefix_cache``)
     prefix: PrefixCacheProbe | None = None
+    #: the API checks' requests and answers (``vsnap_qual.engine.api_checks``)
+    api: ApiRecord | None = None
 
 
 @dataclass

@@ -11,7 +11,7 @@
   outlived the harness's sweep: must be 0;
 - what became of the artifact: a killed create's target absent, refused by ``inspect`` or ``restore`` with a
   message, restored and answering as the ordinary engine, or a finding (refused without a message, or served other
-  answers); a killed restore's artifact restored again afterwards, or refused with a message;
+  answers); a killed restore's artifact restored again afterwards, or refused: unrestorable, a finding (issue 44);
 - the steps that failed, with the seed, the fault and the attempt that replay each.
 
 Nothing is re-judged here: the figures count what each step recorded. Run:
@@ -101,7 +101,9 @@ def artifact_outcome(results: model.FaultResults) -> str:
         return "restores again" if follow.get("canary_ok") else "restores again, WRONG"
     if follow.get("consumed"):
         return "consumed (not self-contained)"
-    return "refused with a message" if follow.get("criu_reason") or follow.get("stderr_tail") else "refused, no message"
+    # the artifact was whole before a killed restore: a refusal of it is a finding, with or without a message
+    said = "with a message" if follow.get("criu_reason") or follow.get("stderr_tail") else "no message"
+    return f"refused, UNRESTORABLE ({said})"
 
 
 def left_how(cleanup: model.CleanupAudit) -> str:

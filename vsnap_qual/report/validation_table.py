@@ -90,6 +90,7 @@ CHECK_IDS: dict[str, str] = {
     "canary.multi-token": "multi-token",
     "adapters": "adapters",
     "shapes": "shapes",
+    "api": "API",
     "faults": "faults",
     "kv": "KV",
     "decode": "decode",
@@ -112,6 +113,7 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "canary.multi-token": lambda: _multi_token(run),
         "adapters": lambda: _adapters(run),
         "shapes": lambda: _shapes(run),
+        "api": lambda: _api(run),
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
         "decode": lambda: _decode(run),
@@ -166,6 +168,10 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
             repeated = (restore.get("soak") or {}).get("repeated_mismatch")
             if repeated:
                 items.append(_item(*where, step, "soak-rounds", ok=False))
+        elif check_id == "api" and restore is not None and "api_compare" in restore:
+            for api in restore["api_compare"]:
+                if api["ok"] is not None:
+                    items.append(_item(*where, step, api["check"], ok=api["ok"]))
         elif check_id == "kv" and restore is not None and "kv_judgement" in restore:
             items.append(_item(*where, step, ok=restore["kv_judgement"].get("ok")))
         elif check_id == "adapters" and restore is not None and restore.get("adapter_compare"):
@@ -475,6 +481,34 @@ def _shapes(run: model.RunEvidence) -> model.Check:
     if unsteady:
         result += f"; not judged (the ordinary engine answered differently twice): {', '.join(unsteady)}"
     return _row(name, not bad, result, bad)
+
+
+def _api(run: model.RunEvidence) -> model.Check:
+    """The OpenAI API after each restore as on the ordinary engine (``engine.api_checks``): per check, how many
+    restores answered as the ordinary engine; a check the engine does not serve is named not applicable in its
+    words, a divergence with its first difference."""
+    name = (
+        "OpenAI API after each restore as on the ordinary engine (stream, chat, logprobs, finish, n, models, tokenize)"
+    )
+    restores = [(key, res) for key, s in latest_steps(run).items() if (res := results_as(s, model.RestoreResults))]
+    compared = [(key, check) for key, res in restores for check in res.get("api_compare") or []]
+    if not compared:
+        return _row(name, None, "not recorded (no restore reached the API checks)")
+    by_check: dict[str, list[model.ApiCheck]] = {}
+    for _key, check in compared:
+        by_check.setdefault(check["check"], []).append(check)
+    parts = []
+    for check_id, found in by_check.items():
+        judged = [c for c in found if c["ok"] is not None]
+        if judged:
+            parts.append(f"{check_id} {sum(1 for c in judged if c['ok'])}/{len(judged)}")
+        else:
+            parts.append(f"{check_id} {found[0]['status']}")
+    bad = [f"{r}/{a}/{s}: {c['check']}: {c['detail']}" for (r, a, s), c in compared if c["ok"] is False]
+    unserved = {c["check"]: c["detail"] for _k, c in compared if c["status"] == "not applicable"}
+    details = [*bad[:_NAMES_SHOWN], *(f"not applicable: {detail}" for detail in unserved.values())]
+    ok = False if bad else (True if any(c["ok"] for _k, c in compared) else None)
+    return _row(name, ok, "; ".join(parts), details)
 
 
 def _liveness(run: model.RunEvidence) -> model.Check:

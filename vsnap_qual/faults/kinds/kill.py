@@ -12,9 +12,12 @@ Either outcome of the command is allowed. What is judged:
   after the harness's sweep (``results.cleanup.after_sweep``), which must leave nothing: no process, no listener,
   no GPU app, no link remap of this lane's;
 - the artifact: for a killed create, its target is absent, or refused by ``inspect`` or ``restore`` with a
-  message, or restores and answers the ordinary engine's canaries (``results.killed_artifact``); for a killed
-  restore, the follow-up restore of the fault artifact restores and answers vLLM's canary, or is refused with a
-  message. A restore that trusts a half-written artifact and serves other answers is a finding.
+  message, or restores and answers the ordinary engine's canaries (``results.killed_artifact``). A restore that
+  trusts a half-written artifact and serves other answers is a finding. For a killed restore (issue 44) the
+  artifact was whole before the kill and an artifact is reusable, restore after restore: the follow-up restore of
+  the fault artifact as the kill left it (no reset in between) must restore and answer vLLM's canary. A refusal is
+  a finding that names what the kill left changed in the artifact against its pristine copy's listing
+  (``results.injected.artifact_changes``: files removed, renamed, resized, modes; and what was added).
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ from vsnap_qual.faults.injector import Attempt, Injector, Kind, Observation, par
 from vsnap_qual.faults.lane import FaultLane
 from vsnap_qual.faults.parked import criu_action
 from vsnap_qual.faults.tools import (
+    BACKUP,
     kill_leftovers,
     never_tried,
     restore_retrying_taken,
     settle,
     wait_engine_gone,
 )
+from vsnap_qual.lane.artifact_files import ArtifactFilesError, Entry, listing
 from vsnap_qual.lane.audit import port_listening
 from vsnap_qual.lane.state import OrdinaryReference
 from vsnap_qual.model import KilledArtifact, KilledCanaries, KillInjected
@@ -198,6 +203,49 @@ def what_is_left(lane: FaultLane, limit: int = 40) -> list[str]:
     return [".", *(f"./{e.path}" for e in entries)][:limit]
 
 
+def _size(entry: Entry) -> int | None:
+    parts = entry.key.split()
+    return int(parts[1]) if len(parts) > 1 else None
+
+
+def listing_changes(pristine: Mapping[str, Entry], now: Mapping[str, Entry]) -> list[str]:
+    """What differs between the artifact's listing ``now`` and its pristine copy's, in words: entries removed
+    (a removed file with the size and kind of exactly one added entry: renamed), files whose size changed
+    (truncated or grown), modes changed, then what was added."""
+    removed = sorted(pristine.keys() - now.keys())
+    added = sorted(now.keys() - pristine.keys())
+    out: list[str] = []
+    for path in removed:
+        was = pristine[path]
+        same = [p for p in added if (now[p].kind, _size(now[p])) == (was.kind, _size(was)) and _size(was) is not None]
+        if len(same) == 1:
+            out.append(f"renamed {path} -> {same[0]}")
+            added.remove(same[0])
+        else:
+            out.append(f"removed {path}")
+    for path in sorted(pristine.keys() & now.keys()):
+        was, new = pristine[path], now[path]
+        if was.kind != new.kind:
+            out.append(f"{path}: now of type {new.kind!r} (was {was.kind!r})")
+            continue
+        before, after = _size(was), _size(new)
+        if was.kind == "f" and before is not None and after is not None and before != after:
+            out.append(f"{'truncated' if after < before else 'grown'} {path} ({before} -> {after} bytes)")
+        if was.mode != new.mode:
+            out.append(f"mode of {path} {was.mode} -> {new.mode}")
+    out += [f"added {path}" for path in added]
+    return out
+
+
+def artifact_changes(lane: FaultLane) -> list[str]:
+    """The fault artifact as the kill left it against its pristine copy (both listed now, the copy untouched since
+    it was made); what cannot be listed is said as such."""
+    try:
+        return listing_changes(listing(lane.box, BACKUP), listing(lane.box, ARTIFACT))
+    except (ArtifactFilesError, RuntimeFailure) as exc:
+        return [f"not listed: {exc}"]
+
+
 def ask_canaries(lane: FaultLane, port: int, ordinary: OrdinaryReference | None = None) -> KilledCanaries:
     """The lane's canaries (``EngineApi.canaries``) asked of a server restored from a killed create's artifact,
     each compared with ``ordinary``'s answer; without one, vLLM's canary (the first) compared with the fault
@@ -242,6 +290,27 @@ def killed_artifact_problems(killed: Mapping[str, Any]) -> list[str]:
             f"engine's ({str(said)[:300]})"
         ]
     return []
+
+
+def killed_restore_problems(follow: Mapping[str, Any], changes: Sequence[str] | None) -> list[str]:
+    """The artifact after a killed restore: it was whole before the kill, so the follow-up restore of it as the kill
+    left it must restore and answer vLLM's canary; a refusal (with a message or not) is a finding naming what the
+    kill changed in it. Not this fault's: a captured ID another process held (never tried), an artifact whose
+    outside files are gone (the self-contained check's one finding)."""
+    if follow.get("ids_taken"):
+        return [never_tried("after the killed restore the artifact", follow)]
+    if follow.get("consumed"):
+        return []
+    if follow.get("exit_code") == 0:
+        return ["after the killed restore the artifact restores but does not answer vLLM's canary"]
+    said = "; ".join((follow.get("criu_reason") or [])[:1]) or refusal_words(str(follow.get("stderr_tail") or ""))
+    changed = "; ".join(changes) if changes else "nothing (the listing is the pristine copy's)"
+    return [
+        f"a killed restore left the artifact unrestorable: the follow-up restore of it as the kill left it (whole "
+        f"before the kill) exited {follow.get('exit_code')}"
+        + (f": {said}" if said else " without a message")
+        + f"; what the kill changed in the artifact against its pristine listing: {changed}"
+    ]
 
 
 @dataclass(frozen=True)
@@ -409,9 +478,12 @@ class KillInjector(Injector):
 
     # ---- after the harness's sweep ---------------------------------------------------------------------------
     def after_sweep(self, at: Attempt) -> None:
-        """A killed create: what a restore makes of what it left (``results.killed_artifact``)."""
+        """A killed create: what a restore makes of what it left (``results.killed_artifact``). A killed restore:
+        what it left changed in the fault artifact, which the follow-up restore then meets as it is."""
         if params_of(at.fault, KillParams).command == "create":
             at.rec.results["killed_artifact"] = judge_killed_create(at.lane)
+        elif at.injected.get("sent"):
+            cast(KillInjected, at.injected)["artifact_changes"] = artifact_changes(at.lane)
 
     def problems(self, obs: Observation, results: Mapping[str, Any]) -> list[str]:
         out: list[str] = []
@@ -427,12 +499,7 @@ class KillInjector(Injector):
             out.extend(killed_artifact_problems(killed))
         follow = results.get("followup_restore") or {}
         if killed is None and follow and not (follow.get("exit_code") == 0 and follow.get("canary_ok")):
-            if follow.get("ids_taken"):
-                out.append(never_tried("after the killed restore the artifact", follow))
-            elif follow.get("exit_code") == 0:
-                out.append("after the killed restore the artifact restores but does not answer vLLM's canary")
-            elif not (follow.get("criu_reason") or refusal_words(str(follow.get("stderr_tail") or ""))):
-                out.append("after the killed restore the artifact is refused without a message")
+            out.extend(killed_restore_problems(follow, (results.get("injected") or {}).get("artifact_changes")))
         return out
 
 
