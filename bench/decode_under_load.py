@@ -156,7 +156,7 @@ def _row(label: str, speed: DecodeSpeed, quiet: DecodeSpeed) -> dict[str, Any]:
         "tps": speed["median_tps"],
         "stretch": cpu.get("stretch"),
         "others_load": cpu.get("others_load"),
-        "own_load": round(decode_speed.own_load(speed["cpu"]), 3) if "cpu" in speed else None,
+        "cpu_ms_per_token": round(1000 * (decode_speed.cpu_per_token(speed) or 0), 3),
         "calibration_s": calibration.get("median_s"),
         "calibration_ran_s": calibration.get("ran_s"),
         "calibration_wait_s": calibration.get("wait_s"),
@@ -212,12 +212,12 @@ def main() -> int:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
             if core is not None:
                 core.unlink(missing_ok=True)
-    head = f"{'set':62s} {'load1':>5s} {'tok/s':>7s} {'stretch':>7s} {'others':>6s} {'own':>5s} {'cal s':>6s}"
+    head = f"{'set':62s} {'load1':>5s} {'tok/s':>7s} {'stretch':>7s} {'others':>6s} {'ms/t':>5s} {'cal s':>6s}"
     print(head + f" {'meas.':>6s} {'queue':>6s} {'calib':>6s} {'mach.':>6s} {'judged':>6s} {'ok':>5s}")
     for row in rows:
         print(
             f"{row['set']:62s} {row['loadavg']:5.1f} {row['tps']:7.1f} {row['stretch'] or 0:7.3f} "
-            f"{row['others_load'] or 0:6.2f} {row['own_load'] or 0:5.2f} {row['calibration_s'] or 0:6.3f} "
+            f"{row['others_load'] or 0:6.2f} {row['cpu_ms_per_token']:5.1f} {row['calibration_s'] or 0:6.3f} "
             f"{row['measured'] or 0:6.2f} {row['queued'] or 0:6.2f} {row['calibrated'] or 0:6.2f} "
             f"{row['machine'] or 0:6.2f} {row['judged'] or 0:6.2f} {row['ok']!s:>5s}"
         )

@@ -202,6 +202,7 @@ def main() -> int:
     parser.add_argument(
         "--co-tenant", default="none", help="CPU-heavy work beside the soak: none, stress:N (N busy processes), build"
     )
+    parser.add_argument("--deadline", type=float, help="a Unix time: no run starts after it (the soak says so)")
     args, extra = parser.parse_known_args()
     if (
         args.co_tenant != "none"

@@ -454,7 +454,7 @@ class DecodeJudgement(TypedDict, total=False):
     machine_slowdown: float
     #: the two estimates of the machine's slowdown behind ``machine_slowdown``: the ratio of the sets' run-queue
     #: stretches (where other work explains it) and of their calibrations' medians (where the restored engine's
-    #: own load explains none of it); absent where not measured
+    #: CPU per token says it is not its own work); absent where not measured
     queued_slowdown: float
     calibrated_slowdown: float
     #: the judged figure: the measured slowdown over the machine's
