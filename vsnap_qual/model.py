@@ -534,6 +534,21 @@ class CpuShare(TypedDict):
     cpus: int
 
 
+class Calibration(TypedDict):
+    """The same fixed CPU work timed in the engine's box around a set of decode runs, while the engine is idle
+    (``vsnap_qual.engine.decode_speed``): how long each took to get done (its wall time in the box; where the box
+    cannot tell, the seconds it ran plus the seconds it waited for a CPU) and, by its own ``/proc/self/schedstat``,
+    the seconds it ran and waited. Its stretch between two sets is the machine's slowdown whatever causes it: other
+    work queued on the CPUs (the wait), a CPU that does less per second it runs (a busy SMT sibling, a shared cache
+    or memory bus: the time run), or time taken from the machine that neither shows (a hypervisor's steal)."""
+
+    runs_s: list[float]
+    ran_s: list[float]
+    wait_s: list[float]
+    #: the median of ``runs_s``
+    median_s: float
+
+
 class DecodeSpeed(TypedDict):
     """A fixed greedy generation timed after a warm-up (``vsnap_qual.engine.decode_speed``): tokens per second of each
     run and their median; vLLM's speculative-decoding counters over the runs where it decodes speculatively."""
@@ -548,6 +563,9 @@ class DecodeSpeed(TypedDict):
     spec_acceptance: NotRequired[float]
     #: the engine's CPU and the machine's other work over the timed runs (absent where the runtime cannot tell)
     cpu: NotRequired[CpuShare]
+    #: the fixed calibration work timed in the engine's box before the first run and after each
+    #: (``decode_speed.CALIBRATION``; absent where the box cannot run it)
+    calibration: NotRequired[Calibration]
 
 
 class DecodeJudgement(TypedDict, total=False):
@@ -562,6 +580,11 @@ class DecodeJudgement(TypedDict, total=False):
     #: how much more the restored engine's work was stretched by waiting for a CPU than the ordinary engine's,
     #: where the machine's other work explains it (1: not so, or not known); see ``decode_speed.machine_slowdown``
     machine_slowdown: float
+    #: the two estimates of the machine's slowdown behind ``machine_slowdown``: the ratio of the sets' run-queue
+    #: stretches (where other work explains it) and of their calibrations' medians (where the restored engine's
+    #: CPU per token says it is not its own work); absent where not measured
+    queued_slowdown: float
+    calibrated_slowdown: float
     #: the judged figure: the measured slowdown over the machine's
     slowdown: float
     tolerance: float

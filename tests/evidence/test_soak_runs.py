@@ -52,3 +52,22 @@ def test_the_soak_after_the_parked_tree_cut_is_ten_clean_runs_and_its_parked_wai
     assert f"{len(parked)} times in {len({p['run'] for p in parked})} of the 10 runs" in section
     assert f"{min(waits):.1f}–{max(waits):.1f} s after it began" in section
     assert f"audit took {min(audits):.1f}–{max(audits):.1f} s" in section and max(audits) < 5.0
+
+
+def test_the_co_tenant_soak_is_what_its_section_says_and_every_decode_judgement_passed() -> None:
+    """Issue 44 item 6: the soak with 2 busy host processes beside it, cut short at a deadline: the runs, the one
+    failure (not the decode check) and every restore's decode judgement as evidence/soak/README.md gives them."""
+    folder = SOAK / "2026-12-07-lifecycle-stress2-da6e619"
+    soak = json.loads((folder / "soak.json").read_text())
+    runs, restores = soak["runs"], json.loads((folder / "decode.json").read_text())["restores"]
+    docs = (SOAK / "README.md").read_text()
+    section = docs.split("(`2026-12-07-lifecycle-stress2-da6e619/`)", 1)[1].split("\n## ", 1)[0]
+    assert all(r["machine"]["cotenant"] == "stress:2" and r["machine"]["cotenant_cpus"] > 0 for r in runs)
+    clean = sum(r["verdict"] == "pass" and r["exit_code"] == 0 for r in runs)
+    assert f"{len(runs)} of 10 runs done, {clean} PASS" in docs and "not the 10 clean" in section
+    failed = [f for r in runs for f in r["failed"]]
+    assert [(f["lane"], f["step"]) for f in failed] == [("v1-base", "fresh-box")] and "died" in failed[0]["message"]
+    assert len(restores) == 32 and all(r["ok"] and not r["retried"] for r in restores)
+    judged, measured = [r["slowdown"] for r in restores], [r["measured_slowdown"] for r in restores]
+    assert f"{len(restores)} of {len(restores)} restores passed" in section
+    assert f"judged {min(judged):.3f}–{max(judged):.3f}×, measured {min(measured):.3f}–{max(measured):.3f}×" in section

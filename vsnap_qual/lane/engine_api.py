@@ -106,8 +106,14 @@ class LaneEngineApi:
                 )
             return len(answer.token_ids)
 
-        # the CPU samples are the harness's own work (a probe of the box), not the engine's time
-        return decode_speed.measure(generate, runs, self._metrics(port), sample=self.box.cpu_sample)
+        def calibrate() -> tuple[float, float, float] | None:
+            return decode_speed.parse_calibration(self.box.sh(decode_speed.CALIBRATION, timeout).stdout)
+
+        # the CPU samples and the calibrations are the harness's own work (probes of the box), not the engine's time
+        return decode_speed.measure(
+            generate, runs, self._metrics(port), sample=self.box.cpu_sample,
+            calibrate=calibrate if self.box.has_shell else None,
+        )  # fmt: skip
 
     def prefix_cache(self, port: int, canary_ids: list[int]) -> PrefixCacheProbe:
         """The prefix-cache prompt asked twice, vLLM's counters read around each ask
