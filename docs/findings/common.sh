@@ -100,7 +100,8 @@ create() {
   local b=$1 before after t0=$SECONDS
   before="$(shm_now "$b")"
   x "$b" "rm -rf $ART; vllm snapshot create $ENGINE --snapshot-dir $ART >/tmp/create.out 2>/tmp/create.err" ||
-    { x "$b" "tail -n 5 /tmp/create.err" || true; verdict 2 "vllm snapshot create failed"; }
+    { x "$b" "grep -hE 'Error|error|Exception' /tmp/create.err /tmp/create.out | grep -v '^ *File ' | tail -n 12 | cut -c1-400" || true
+      verdict 2 "vllm snapshot create failed"; }
   after="$(shm_now "$b")"
   local n
   for n in $(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after")); do SHM_NAMES+=("/dev/shm/$n"); done
