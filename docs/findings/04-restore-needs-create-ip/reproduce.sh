@@ -35,7 +35,7 @@ vol="$TAG-artifact"
 docker volume create --label "ai.vsnap.finding=$FINDING" "$vol" >/dev/null
 trap 'cleanup; docker volume rm -f "$vol" >/dev/null 2>&1 || true' EXIT
 a="$TAG-a" b="$TAG-b"
-box "$a" --network=bridge --ipc=shareable -v "$vol:$WORK"
+box "$a" --network=bridge --ipc=shareable --shm-size=2g -v "$vol:$WORK"
 box "$b" --network=bridge --ipc="container:$a" -v "$vol:$WORK"
 x "$a" "chmod 0700 $WORK"
 ip_a="$(x "$a" "hostname -i")" ip_b="$(x "$b" "hostname -i")"
