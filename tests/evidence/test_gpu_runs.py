@@ -1,5 +1,5 @@
-"""The committed H200 runs (evidence/gpu/) back what the docs say about them (the GPU is not in CI; its results.json
-is)."""
+"""The committed H200 runs and the one H100 run (evidence/gpu/) back what the docs say about them (the GPU is not
+in CI; its results.json is)."""
 
 from __future__ import annotations
 
@@ -354,3 +354,49 @@ def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
     row = next(line for line in (ROOT / "docs" / "measured.md").read_text().splitlines() if name in line)
     assert f"{_known(found['fault_harness_s'])['median']:.2f} s, {ratio:.2f} (unrounded {ratio:.3f}" in row
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
+
+
+def test_the_h100_v1_runs_stated_figures_are_its_evidence() -> None:
+    """Issue 43's restructure on an H100 with runner V1 (issue 45's GPU baseline): the verdict, step counts, wall,
+    card, runner and leftover compute apps its section states are what its committed files say; its timings are an
+    H100's, so the section must say the card."""
+    import gzip
+
+    from vsnap_qual.timing import critical_path
+
+    name = "2026-12-07-v1-full-d575706"
+    run = GPU_RUN / name
+    results = json.loads(gzip.decompress((run / "results.json.gz").read_bytes()))
+    section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
+    verdict = results["verdict"]
+    counts, coverage = verdict["counts"], verdict["coverage"]
+    host = (run / "host.txt").read_text()
+    wall = re.search(r"^wall_s: (\d+)$", host, re.M)
+    assert wall is not None, "host.txt records the tier's wall_s"
+    assert section.startswith(f", d575706): {verdict['headline']}, {counts['passed']} of {coverage['required']}; ")
+    assert f"wall {wall[1]} s" in section.splitlines()[0]
+    not_applicable = re.search(r"^(\d+) passed, (\d+) not applicable in ", (run / "pytest.log").read_text(), re.M)
+    assert not_applicable is not None
+    stated = f"**{verdict['headline']}, {not_applicable[1]} passed, {not_applicable[2]} not applicable**"
+    assert f"{stated} (`pytest.log`), {wall[1]} s wall" in section
+    assert int(not_applicable[1]) == counts["passed"] and not counts["failed"] and not verdict["narrowed"]
+    faults = next(c for c in verdict["checks"] if c["id"] == "faults")
+    assert faults["result"].startswith(f"{len(faults['items'])}/{len(faults['items'])} as expected")
+    assert f"{len(faults['items'])}/{len(faults['items'])} faults as expected" in section
+    assert coverage["runners"] == ["v1"] and coverage["arms"] == ["head", "base"] and "**runner V1 only**" in section
+    cards = {lane["environment"]["gpu"]["name"] for lane in results["lanes"]}
+    assert cards == {"NVIDIA H100 80GB HBM3"} and "gpu: NVIDIA H100 80GB HBM3," in host
+    assert "**Another card: an NVIDIA H100 80GB HBM3**" in section and "not the H200" in section
+    leftover = re.search(r"^compute apps after the run: (\d+)$", host, re.M)
+    assert leftover is not None and f"compute apps after the run: {leftover[1]}" in section and leftover[1] == "0"
+    found = run_figures.figures(results)
+    cold, restore = _known(found["cold_start_ready_s"]), _known(found["restore_ready_s"])
+    assert f"**restore {restore['median']:.2f} s vs cold start {cold['median']:.2f} s**" in section
+    verdict_time = critical_path.time_to_verdict(results)
+    steps_wall, engine_path = verdict_time.wall.steps_s, verdict_time.path("engine").seconds
+    assert steps_wall is not None and engine_path is not None
+    flat = " ".join(section.split())
+    assert f"measured wall of the steps {steps_wall:.1f} s against a **critical path of {engine_path:.1f} s**" in flat
+    assert f"**{steps_wall / engine_path:.2f}×**" in section
+    figures = (run / "figures.txt").read_text()
+    assert f"| critical path, engine seconds, chains apart | {engine_path:.1f} s" in figures
