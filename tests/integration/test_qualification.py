@@ -256,8 +256,8 @@ def test_make_qualify_concludes_as_recorded(full_run: OverlaidRun) -> None:
     commit that made this one run serve both; then the four random-kill faults (issue 29), whose cleanup item is
     the audit after the harness's sweep wherever vLLM's own is not judged, so a kill's item is there whatever
     moment it drew; then (issue 28) the weight-tamper fault, the decode-speed row and the LoRA adapter row (not
-    run: no lane serves an adapter), then the prefix-cache row (its items those of the decode row: every restore).
-    A deliberate change of what
+    run: no lane serves an adapter), then the prefix-cache row (its items those of the decode row: every restore),
+    then (issue 44) the API row: seven checks of the OpenAI API after every restore. A deliberate change of what
     the qualification concludes updates the golden file in the same commit, saying why."""
     assert full_run.returncode == 0, full_run.output[-6000:]
     assert check_items(full_run.results) == json.loads(GOLDEN.read_text())
