@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vsnap_qual import __version__, model
+from vsnap_qual import __version__, model, options
 from vsnap_qual.cli import nightly
 
 #: Exit status when an input cannot be read (the same as argparse's own usage errors).
@@ -201,30 +201,12 @@ def _history_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/history"), help="where to write (reports/history)")
     parser.add_argument("--gate", action="store_true", help="fail when the newest run's figures are worse than "
                         "the median of the last --window compatible passed runs")  # fmt: skip
-    parser.add_argument("--window", type=_positive, default=7, help="compatible passed runs in the gate's median (7)")
-    parser.add_argument("--tolerance", type=_fraction, default=0.25, help="how much worse than the median a "
-                        "figure may be, a fraction (0.25)")  # fmt: skip
+    parser.add_argument(
+        "--window", type=options.parse_positive_int, default=7, help="compatible passed runs in the gate's median (7)"
+    )
+    parser.add_argument("--tolerance", type=options.parse_tolerance, default=0.25,
+                        help="how much worse than the median a figure may be, a fraction (0.25)")  # fmt: skip
     parser.epilog = HISTORY_EPILOG
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0.25 for 25%)") from None
-    if not 0 <= value < 10:
-        raise argparse.ArgumentTypeError(f"{value} is not a fraction from 0 (e.g. 0.25 for 25%)")
-    return value
 
 
 def _run_history(args: argparse.Namespace) -> int:
