@@ -193,16 +193,20 @@ def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(
 def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(
     tmp_path: Path, docker_client: DockerClient, reference_images: None
 ) -> None:
-    """Issue #28 item 1: prefix caching off after the wake. Only the prefix-cache check can see it."""
+    """Issue #28 item 1: prefix caching off after the wake. The prefix-cache check names it; since issue 44 the API
+    checks may name its one other trace: requests whose prompt shares a prefix with earlier ones (the chat template's,
+    a repeated prompt's) are recomputed instead of read from the cache, and their logprobs drift past the tolerance
+    (seen: |Δ| 0.0014 to 0.0089 at position 0), with every token as the ordinary engine's."""
     run = qualify(tmp_path, docker_client, "prefix-cache-lost-on-wake", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
     restore = failed_step(run, "restore-1")
     judged = restore["results"]["prefix_cache_judgement"]
     assert judged["hits_ordinary"] == [0, 32] and judged["hits_restored"] == [0, 0], judged
-    assert restore["message"].startswith("StepFailed: restore-1: prefix caching lost after the restore"), restore[
-        "message"
-    ]
-    assert " | " not in restore["message"], restore["message"]
+    said = restore["message"].removeprefix("StepFailed: ").split(" | ")
+    assert any(s.startswith("restore-1: prefix caching lost after the restore") for s in said), restore["message"]
+    others = [s for s in said if not s.startswith("restore-1: prefix caching lost after the restore")]
+    # anything else is the API checks naming a logprob's drift, never a token, text or finish reason of their own
+    assert all(s.startswith("restore-1: API ") and "logprob" in s and "token" not in s for s in others), others
     assert all(c["ok"] for c in restore["results"]["canary_compare"]) and restore["results"]["digest_compare"]["ok"]
 
 
