@@ -107,6 +107,17 @@ def test_load_results_checks_the_schema(tmp_path: Path) -> None:
         load_results(path)
 
 
+def test_load_results_reads_a_committed_results_json_gz(tmp_path: Path) -> None:
+    """The evidence folder keeps large runs as results.json.gz: `vsnap-qual report` and `history` read them as they
+    are (issue 47: a raw decode error before)."""
+    committed = Path(__file__).resolve().parents[2] / "evidence/gpu/2026-12-07-v1-full-d575706/results.json.gz"
+    assert load_results(committed)["verdict"]["status"] == "pass"
+    broken = tmp_path / "results.json.gz"
+    broken.write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="cannot be read"):
+        load_results(broken)
+
+
 def test_every_container_of_a_lane_keeps_its_environment_record(report_dir: Path) -> None:
     """A lane runs its lifecycle and its faults in two containers, each with an environment record (``lane``,
     ``purpose``); the faults container's, written later, must not replace the lifecycle's."""

@@ -8,6 +8,7 @@ once: the verdict is judged from them, and :func:`assemble` hands them on to the
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -258,11 +259,15 @@ def assemble_path(evidence_path: Path) -> Assembled:
 
 
 def load_results(path: Path) -> model.Results:
-    """Read a ``results.json``, check its schema and read it as the model (``report.parse``); raises
-    ``ValueError`` naming the problem."""
+    """Read a ``results.json`` (or a committed ``results.json.gz``), check its schema and read it as the model
+    (``report.parse``); raises ``ValueError`` naming the problem (``OSError`` where the file cannot be opened)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (EOFError, gzip.BadGzipFile) as exc:
+        raise ValueError(f"{path} cannot be read: {exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path} is not JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__

@@ -21,8 +21,6 @@ of the last ``window`` compatible *passed* runs before it; a figure worse than t
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +30,8 @@ from typing import Literal
 from markupsafe import Markup
 
 from vsnap_qual import model, procedure
-from vsnap_qual.report import figures, parse
-from vsnap_qual.report.assemble import RESULTS_FILE
+from vsnap_qual.report import figures
+from vsnap_qual.report.assemble import RESULTS_FILE, load_results
 
 __all__ = ["FIGURES", "Figure", "GateFailure", "Run", "compatibility", "find_runs", "gate", "render_html",
            "render_markdown", "run_of"]  # fmt: skip
@@ -78,17 +76,12 @@ class Run:
 
 
 def load(path: Path) -> model.Results:
-    """A ``results.json`` or ``results.json.gz``, read as the model; ``ValueError`` naming the problem."""
+    """A ``results.json`` or ``results.json.gz``, read as the model (``assemble.load_results``); ``ValueError``
+    naming the problem."""
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        data = json.loads(raw.decode("utf-8"))
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        return load_results(path)
+    except OSError as exc:
         raise ValueError(f"{path} cannot be read: {exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != model.SCHEMA:
-        raise ValueError(f"{path} is not a vsnap-qual results file (schema {model.SCHEMA!r})")
-    return parse.results(data)
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
