@@ -1,4 +1,4 @@
-"""The committed H200 runs and the one H100 run (evidence/gpu/) back what the docs say about them (the GPU is not
+"""The committed H200 runs and the H100 runs (evidence/gpu/) back what the docs say about them (the GPU is not
 in CI; its results.json is)."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from vsnap_qual.timing import run_figures
 
@@ -356,15 +358,19 @@ def test_the_teardown_credit_runs_figures_are_its_evidence() -> None:
     assert "compute apps after the run: 0" in (GPU_RUN / name / "host.txt").read_text()
 
 
-def test_the_h100_v1_runs_stated_figures_are_its_evidence() -> None:
-    """Issue 43's restructure on an H100 with runner V1 (issue 45's GPU baseline): the verdict, step counts, wall,
-    card, runner and leftover compute apps its section states are what its committed files say; its timings are an
-    H100's, so the section must say the card."""
+@pytest.mark.parametrize(
+    ("name", "commit", "runner"),
+    [("2026-12-07-v1-full-d575706", "d575706", "v1"), ("2026-12-07-v2-full-ab39f7d", "ab39f7d", "v2")],
+)
+def test_the_h100_runs_stated_figures_are_their_evidence(name: str, commit: str, runner: str) -> None:
+    """The full tier on an H100, one runner a run (issue 43's restructure with V1, then main with issue 44's API
+    checks with V2; issue 45's GPU baseline): the verdict, step counts, wall, card, runner and leftover compute apps
+    each section states are what its committed files say; its timings are an H100's, so the section must say the
+    card."""
     import gzip
 
     from vsnap_qual.timing import critical_path
 
-    name = "2026-12-07-v1-full-d575706"
     run = GPU_RUN / name
     results = json.loads(gzip.decompress((run / "results.json.gz").read_bytes()))
     section = (GPU_RUN / "README.md").read_text().split(f"(`{name}`", 1)[1].split("\n## ", 1)[0]
@@ -373,7 +379,7 @@ def test_the_h100_v1_runs_stated_figures_are_its_evidence() -> None:
     host = (run / "host.txt").read_text()
     wall = re.search(r"^wall_s: (\d+)$", host, re.M)
     assert wall is not None, "host.txt records the tier's wall_s"
-    assert section.startswith(f", d575706): {verdict['headline']}, {counts['passed']} of {coverage['required']}; ")
+    assert section.startswith(f", {commit}): {verdict['headline']}, {counts['passed']} of {coverage['required']}; ")
     assert f"wall {wall[1]} s" in section.splitlines()[0]
     not_applicable = re.search(r"^(\d+) passed, (\d+) not applicable in ", (run / "pytest.log").read_text(), re.M)
     assert not_applicable is not None
@@ -383,10 +389,17 @@ def test_the_h100_v1_runs_stated_figures_are_its_evidence() -> None:
     faults = next(c for c in verdict["checks"] if c["id"] == "faults")
     assert faults["result"].startswith(f"{len(faults['items'])}/{len(faults['items'])} as expected")
     assert f"{len(faults['items'])}/{len(faults['items'])} faults as expected" in section
-    assert coverage["runners"] == ["v1"] and coverage["arms"] == ["head", "base"] and "**runner V1 only**" in section
+    assert coverage["runners"] == [runner] and coverage["arms"] == ["head", "base"]
+    assert f"**runner {runner.upper()} only**" in section
     cards = {lane["environment"]["gpu"]["name"] for lane in results["lanes"]}
     assert cards == {"NVIDIA H100 80GB HBM3"} and "gpu: NVIDIA H100 80GB HBM3," in host
     assert "**Another card: an NVIDIA H100 80GB HBM3**" in section and "not the H200" in section
+    api = next((c for c in verdict["checks"] if c["id"] == "api"), None)
+    if runner == "v2":  # the API checks (issue 44) landed after d575706
+        assert api is not None and api["status"] == "pass"
+        restores = len(_steps(results, "restore-1")) * 4
+        assert all(f"{kind} {restores}/{restores}" in api["result"] for kind in ("stream", "chat", "tokenize"))
+        assert f"`/v1/models` and `/tokenize` {restores}/{restores} each" in " ".join(section.split())
     leftover = re.search(r"^compute apps after the run: (\d+)$", host, re.M)
     assert leftover is not None and f"compute apps after the run: {leftover[1]}" in section and leftover[1] == "0"
     found = run_figures.figures(results)

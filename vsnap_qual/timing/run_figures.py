@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 from pathlib import Path
 from typing import TypedDict
@@ -134,9 +133,11 @@ def _line(name: str, series: Series | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, help="a run's results.json")
+    parser.add_argument("results", type=Path, help="a run's results.json (or a committed results.json.gz)")
     args = parser.parse_args(argv)
-    found = figures(json.loads(args.results.read_text()))
+    from vsnap_qual.report.assemble import load_results
+
+    found = figures(load_results(args.results))
     print(f"verdict                      {found['verdict']}")
     print(_line("ordinary cold start, ready", found["cold_start_ready_s"]))
     print(_line("restore, ready", found["restore_ready_s"]))
