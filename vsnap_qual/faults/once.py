@@ -27,14 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: ``--vsnap-fault-runners``: where the kinds of :data:`ONCE_KINDS` run
-FAULT_RUNNERS: Mapping[str, str] = {
-    "once": "the kinds refused before any engine starts run on one runner per image and arm (the default)",
-    "every": "every fault runs on every runner's lanes",
-}
+from vsnap_qual.model import RUNS_ONCE
 
 #: Why, in the words every view uses (the coverage line, the fault table, the step's record and message).
-WHY = "runs once per image and arm: refused before any engine starts, as the run's phase records show"
+WHY = RUNS_ONCE
 
 #: The kinds whose judged path ended before any engine process started on every lane of every committed full run
 #: (the runs: :data:`EVIDENCE`; the table: docs/procedure.md, "Faults that run once per image and arm").
