@@ -28,8 +28,8 @@ def _ok(done: subprocess.CompletedProcess[str]) -> None:
 
 def test_a_refusal_kind_runs_once_per_image_and_arm_and_an_engine_kind_on_every_lane(tmp_path: Path) -> None:
     done, results, _ = _run(
-        tmp_path, "-m", "fault", "--vsnap-fault-timeout=2", "-k", "fault_artifact or manifest or wake-raise",
-        expect=HEAD_BASE,
+        tmp_path, "-m", "fault", "--vsnap-fault-timeout=2", "-k",
+        "fault_artifact or manifest or wake-raise or recovery-deadline", expect=HEAD_BASE,
     )  # fmt: skip
     _ok(done)
     manifest = _steps(results, "fault:manifest-field")
@@ -57,6 +57,10 @@ def test_a_refusal_kind_runs_once_per_image_and_arm_and_an_engine_kind_on_every_
     assert f"ran here for v2-head too: {model.RUNS_ONCE}" in summary
     html = (tmp_path / "report" / "report.html").read_text()
     assert "where and how" in html and "run on v1-base instead" in html and "ran here for v2-base too" in html
+    # the stall fault's derived deadline (faults/deadline.py), in the HTML fault table as in summary.md (item 3)
+    deadline = _steps(results, "fault:recovery-deadline")["v2-base"]["results"]["recovery_deadline"]
+    words = f"recovery deadline {deadline['deadline_s']:g} s: {deadline['rule']}"
+    assert words in summary and words in html, words
 
 
 def test_runners_v2_alone_and_every_runner_run_it_where_they_say(tmp_path: Path) -> None:
