@@ -71,6 +71,7 @@ class ParsedOptions(TypedDict, total=False):
     vsnap_expect: str
     vsnap_base_expect: str
     vsnap_fault_timeout: float
+    vsnap_fault_runners: str
     vsnap_probe_dir: Path | None
     vsnap_secrets: tuple[str, ...] | None
     vsnap_doctor: bool
@@ -196,6 +197,9 @@ class QualConfig:
     #: fault runs per lane (``--vsnap-chaos``)
     kill_seed: int = 0
     chaos: int = 1
+    #: ``--vsnap-fault-runners``: ``once``, the kinds refused before any engine starts (``faults.once``) run on one
+    #: runner per image and arm; ``every``, on every runner
+    fault_runners: str = "once"
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
     #: ``--vsnap-variant``: each adds lanes per runner x arm, after the plain configuration's
     variants: tuple[Variant, ...] = ()

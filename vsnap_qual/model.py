@@ -33,6 +33,9 @@ else:  # Python 3.10: typing has no NotRequired; typing_extensions' TypedDict un
 SCHEMA: Final = "vsnap-qual/results@1"
 #: How a step record's message begins when the step does not apply to its lane by design (not a gap, not counted)
 NOT_APPLICABLE_PREFIX: Final = "not applicable: "
+#: why a fault of a kind refused before any engine starts runs on one runner per image and arm (issue 45,
+#: ``faults.once``), in the words of its records and every view
+RUNS_ONCE: Final = "runs once per image and arm: refused before any engine starts, as the run's phase records show"
 #: the message of the step that was running when the run was stopped (Ctrl-C, SIGTERM): recorded as skipped, never
 #: judged, and named by the verdict INTERRUPTED
 INTERRUPTED_PREFIX: Final = "interrupted: "
@@ -465,6 +468,16 @@ class GroupFollowup(TypedDict, total=False):
     bisection: list[GroupProbe]
     broke: str | None
     words: str
+
+
+class RunsOnce(TypedDict, total=False):
+    """A fault of a kind refused before any engine starts, run once per image and arm (issue 45 item 4,
+    ``faults.once``): why, and on the lane that ran it the lanes it stood for, on a lane that did not the lane that
+    ran it instead."""
+
+    why: str
+    stands_for: list[str]
+    ran_on: str
 
 
 class RecoveryDeadline(TypedDict, total=False):
@@ -1012,6 +1025,8 @@ class FaultResults(ShmLeftRecord, total=False):
     weight_tamper: WeightTamper
     #: a refusal's follow-up restore proved once for its group (``faults.group``)
     group_followup: GroupFollowup
+    #: a kind refused before any engine starts, run once per image and arm (``faults.once``)
+    runs_once: RunsOnce
     #: a fault that waits out the recovery deadline (``HookParams.stall``): the deadline it waited out, as frozen
     #: at the fault artifact's create, and how it was chosen
     recovery_deadline: RecoveryDeadline

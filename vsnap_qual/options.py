@@ -265,6 +265,22 @@ def parse_pull(value: str) -> str:
     return value
 
 
+#: ``--vsnap-fault-runners``: where the fault kinds refused before any engine starts run (``faults/once.py``)
+FAULT_RUNNERS: dict[str, str] = {
+    "once": "on one runner per image and arm, the first the selection gives them",
+    "every": "on every runner's lanes, as every other kind",
+}
+
+
+def parse_fault_runners(value: str) -> str:
+    value = value.strip()
+    if value not in FAULT_RUNNERS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in FAULT_RUNNERS.items())
+        )
+    return value
+
+
 def parse_expect(value: str) -> str:
     value = value.strip()
     if value not in ("head", "base", "auto"):
@@ -615,6 +631,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "300",
         "upper bound of the fault artifact's VLLM_SNAPSHOT_TIMEOUT_S (derived from the lane's measured create and "
         "restores)",
+    ),
+    OptionSpec(
+        "fault-runners",
+        parse_fault_runners,
+        "once",
+        "where the fault kinds refused before any engine starts (identity, pid, manifest) run: once (one runner per "
+        "image and arm) or every (every runner)",
     ),
     OptionSpec("probe-dir", parse_optional_dir, "", "probe package to mount instead of the built-in one"),
     OptionSpec("secrets", parse_names, "", "extra environment variable names whose values are redacted"),

@@ -16,7 +16,7 @@ from vsnap_qual import procedure, progress, vllm_words
 from vsnap_qual.box import BoxProcesses, ProcessRow
 from vsnap_qual.contract import ARTIFACT, VLLM_CANARY_PROMPT, restore_argv
 from vsnap_qual.engine import client
-from vsnap_qual.faults import group
+from vsnap_qual.faults import group, once
 from vsnap_qual.faults.catalogue import FaultCatalogue, lane_expectation
 from vsnap_qual.faults.injector import Attempt, Injector, Observation
 from vsnap_qual.faults.judge import expectation_record, followup_words, judge, observation_record, observe
@@ -46,6 +46,7 @@ from vsnap_qual.model import (
     FollowupRestore,
     GroupFollowup,
     GroupProbe,
+    RunsOnce,
 )
 from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepEvidence
@@ -66,11 +67,15 @@ def fault_step(
     fault: Fault,
     catalogue: FaultCatalogue,
     order: Sequence[str] = (),
+    stands_for: Sequence[str] = (),
 ) -> None:
     """One ``fault:<id>`` step (``fault`` its catalogue entry): inject, observe, judge against this lane's
     expectations; an injection that did not hold is tried once more before it is reported as ineffective. Fails the
     step naming every mismatch. ``order``: the lane's fault ids as the run selected them; a refusal of a group
-    there (:mod:`.group`) defers its follow-up restore to the group's last, whose follow-up proves them all."""
+    there (:mod:`.group`) defers its follow-up restore to the group's last, whose follow-up proves them all.
+    ``stands_for``: the other runners' lanes this fault runs for (a kind refused before any engine starts,
+    :mod:`.once`): said in the record, and its own record must show that no engine process started, else the step
+    fails (those lanes did not run it)."""
     rec.results["kind"] = fault.kind  # recorded first: a step that turns out not applicable says its kind too
     behaviour, reason = lane_expectation(lane)
     expect = fault.expect(behaviour)
@@ -84,6 +89,8 @@ def fault_step(
         if lane.state.deferred and defer_to is None:  # the group's proof is this step's, applicable or not
             prove_deferred(lane, rec, catalogue)
         progress.not_applicable(f"{lane.spec.name}: the box cannot present this fault: {cannot}")
+    if stands_for:  # it runs here for them (an engine reached would fail it: below)
+        rec.results["runs_once"] = RunsOnce(why=once.WHY, stands_for=list(stands_for))
     observed = run_fault(lane, fault, rec, injector, expect.cleanup, defer_to=defer_to)
     problems = judge(fault, expect, observed, rec.results, injector)
     if problems and problems[0].startswith("ineffective injection"):
@@ -106,6 +113,10 @@ def fault_step(
             mismatches=problems,
         )
     )
+    premise = once.premise_problem(rec.results, stands_for)  # the lanes it stood for rest on this record
+    if premise:
+        problems.append(premise)
+        rec.results["mismatches"] = problems
     if problems:
         raise StepFailed(f"{fault.title} ({behaviour} expectations, {reason}): " + "; ".join(problems))
 

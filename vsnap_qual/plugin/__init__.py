@@ -24,15 +24,17 @@ from vsnap_qual.box import owner_label
 from vsnap_qual.config import LaneSpec, ParsedOptions, QualConfig, new_run_id
 from vsnap_qual.contract import Purpose
 from vsnap_qual.evidence import EvidenceStore
-from vsnap_qual.faults import FaultCatalogue
+from vsnap_qual.faults import FaultCatalogue, once
 from vsnap_qual.lane import FaultState, LaneEnvironment, LaneRun, LifecycleState
 from vsnap_qual.lane.state import ArtifactState
-from vsnap_qual.plugin.items import item_fault, item_lane_step, lane_fault_order
+from vsnap_qual.model import RunsOnce
+from vsnap_qual.plugin.items import fault_lanes, item_fault, item_lane_step, lane_fault_order
 from vsnap_qual.plugin.lane_scheduling import refuse_dist_each, xdist_workers
 from vsnap_qual.plugin.process import PLUGIN_KEY, VsnapProcess, log, process_of
 from vsnap_qual.plugin.session import VsnapSession
 from vsnap_qual.plugin.step import VsnapStep, step_body
 from vsnap_qual.plugin.worker import VsnapWorker
+from vsnap_qual.procedure import Fault
 from vsnap_qual.recorder import StepRecorder
 from vsnap_qual.run.configure import build_config
 from vsnap_qual.run.preflight_result import PreflightResult
@@ -270,14 +272,78 @@ def vsnap_step(request: pytest.FixtureRequest, vsnap_lane: LaneSpec) -> VsnapSte
     if why is not None:
         progress.not_applicable(f"{vsnap_lane.name}: {why}")
     body = step_body(entry)
+    fault = item_fault(request.node)
+    placement = once.Placement()
+    if fault is not None:
+        placement = _placement(request, vsnap_lane, fault)
+        if placement.runs_on is not None:  # a kind refused before any engine starts: another runner's lane runs it
+            _not_run_here(request, vsnap_lane, entry.name, fault, placement.runs_on)
+    elif entry.name == procedure.FAULT_ARTIFACT:
+        elsewhere = _faults_elsewhere(request, vsnap_lane)
+        if elsewhere:  # recorded, without starting this lane's box
+            with StepRecorder(spec=vsnap_lane, store=_process(request).store, purpose="faults").step(
+                entry.name, request.node.nodeid, requires=()
+            ):
+                progress.not_applicable(f"{vsnap_lane.name}: every fault selected for this lane {elsewhere}")
     if entry.purpose == "faults":
         lane: LaneRun[Any] = lane_for(request, vsnap_lane, "faults", FaultState)
     else:
         lane = lane_for(request, vsnap_lane, "lifecycle", LifecycleState)
-    fault = item_fault(request.node)
     given = (
-        (fault, _process(request).catalogue, lane_fault_order(request.session.items, vsnap_lane.name))
-        if procedure.is_fault_step(entry.name)
+        (fault, _process(request).catalogue, _lane_order(request, vsnap_lane), placement.stands_for)
+        if fault is not None and procedure.is_fault_step(entry.name)
         else ()
     )
     return VsnapStep(entry, lane, request.node.nodeid, body, given)
+
+
+#: each fault's selected lanes (``plugin.items.fault_lanes``), read once per session
+_FAULT_LANES = pytest.StashKey[dict[str, list[LaneSpec]]]()
+
+
+def _placement(request: pytest.FixtureRequest, spec: LaneSpec, fault: Fault) -> once.Placement:
+    """Where ``fault`` runs for the lane ``spec`` (``faults.once.place``): its twins are the lanes of the same arm
+    and variant whose step of it the run selected, in ``--vsnap-runners``' order."""
+    qual = _process(request).qual
+    selected = request.session.stash.get(_FAULT_LANES, None)
+    if selected is None:  # the selection is made by now: read once
+        selected = request.session.stash[_FAULT_LANES] = fault_lanes(request.session.items)
+    twins = [lane for lane in selected.get(fault.id, []) if lane.arm == spec.arm and lane.variant == spec.variant]
+    twins.sort(key=lambda lane: qual.runners.index(lane.runner) if lane.runner in qual.runners else len(qual.runners))
+    return once.place(fault.kind, spec.name, [t.name for t in twins], every=qual.fault_runners == "every")
+
+
+def _lane_order(request: pytest.FixtureRequest, spec: LaneSpec) -> tuple[str, ...]:
+    """The lane's fault ids as the run selected them, less those another runner's lane runs (``faults.group``'s
+    order: the refusals that follow one another on this lane)."""
+    catalogue = _process(request).catalogue
+    order = lane_fault_order(request.session.items, spec.name)
+    return tuple(
+        f for f in order if (found := catalogue.get(f)) is None or _placement(request, spec, found).runs_on is None
+    )
+
+
+def _faults_elsewhere(request: pytest.FixtureRequest, spec: LaneSpec) -> str | None:
+    """Where every fault selected for this lane runs on another lane (its fault artifact would serve none), in
+    words; None where one runs here, or none is selected."""
+    catalogue = _process(request).catalogue
+    where = []
+    for fault_id in lane_fault_order(request.session.items, spec.name):
+        found = catalogue.get(fault_id)
+        runs_on = _placement(request, spec, found).runs_on if found is not None else None
+        if runs_on is None:
+            return None
+        where.append(runs_on)
+    if not where:
+        return None
+    return f"{once.WHY}; they run on {', '.join(dict.fromkeys(where))}"
+
+
+def _not_run_here(request: pytest.FixtureRequest, spec: LaneSpec, step: str, fault: Fault, runs_on: str) -> None:
+    """The step of a fault another runner's lane runs (``faults.once``): recorded as not applicable, naming that
+    lane, without starting this lane's box."""
+    recorder = StepRecorder(spec=spec, store=_process(request).store, purpose="faults")
+    with recorder.step(step, request.node.nodeid, requires=()) as rec:
+        rec.results["kind"] = fault.kind
+        rec.results["runs_once"] = RunsOnce(why=once.WHY, ran_on=runs_on)
+        progress.not_applicable(f"{spec.name}: {once.not_run_words(runs_on)}")

@@ -49,3 +49,14 @@ def lane_fault_order(items: Sequence[pytest.Item], lane: str) -> tuple[str, ...]
         if fault is not None and at is not None and at[0].name == lane:
             found.append(fault.id)
     return tuple(dict.fromkeys(found))
+
+
+def fault_lanes(items: Sequence[pytest.Item]) -> dict[str, list[LaneSpec]]:
+    """Each fault's lanes whose step of it the run selected, in the order their items run (``faults.once``: which
+    runner's lane runs a kind refused before any engine starts)."""
+    found: dict[str, dict[str, LaneSpec]] = {}
+    for item in items:
+        fault, at = item_fault(item), item_lane_step(item)
+        if fault is not None and at is not None:
+            found.setdefault(fault.id, {}).setdefault(at[0].name, at[0])
+    return {fault_id: list(lanes.values()) for fault_id, lanes in found.items()}

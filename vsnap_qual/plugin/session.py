@@ -314,6 +314,9 @@ def matrix_inputs(
         "cpu_smoke": qual.cpu_smoke,
         "expect": [qual.expect, qual.base_expect],
         "faults": list(catalogue.ids),
+        # issue 45: where the kinds refused before any engine starts run (said only where it is not the default,
+        # so a matrix's id stays what it was)
+        **({"fault_runners": qual.fault_runners} if qual.fault_runners != "once" else {}),
         "selection": {
             "keyword": config.option.keyword or "",
             "markexpr": config.option.markexpr or "",

@@ -148,6 +148,9 @@ class FaultRow(TypedDict):
     #: a refusal proved with its group (issue 45): whose follow-up restore proved it, or which refusals this step's
     #: follow-up restore proved, in words (None: it restored after itself alone)
     followup_group: str | None
+    #: a kind refused before any engine starts, run once per image and arm (issue 45): where it ran and why, in
+    #: words (None: it runs on every lane)
+    runs_once: str | None
 
 
 class CleanupRow(TypedDict):
@@ -565,6 +568,7 @@ def fault_frame(run: model.RunEvidence) -> pd.DataFrame:
                 tamper=(res.get("weight_tamper") or {}).get("said"),
                 deadline=deadline_words(res["recovery_deadline"]) if "recovery_deadline" in res else None,
                 followup_group=group_words(res.get("group_followup") or model.GroupFollowup()),
+                runs_once=once_words(res.get("runs_once")),
             )
         )
     return _frame(found, FaultRow)
@@ -579,6 +583,20 @@ def group_words(record: model.GroupFollowup) -> str | None:
         said = f"one follow-up restore for {len(covered)} refusals ({', '.join(covered)})"
         return said + (f"; bisected: {record['words']}" if record.get("words") else "")
     return None
+
+
+def once_words(record: model.RunsOnce | None) -> str | None:
+    """Where a fault of a kind refused before any engine starts ran, and why, in words (None: it runs on every
+    lane): ``ran here for v2-head too: runs once per image and arm: …`` or ``not run here: runs once …; run on
+    v1-head instead``."""
+    if not record:
+        return None
+    why = record.get("why") or model.RUNS_ONCE
+    if record.get("ran_on"):
+        return f"not run here: {why}; run on {record['ran_on']} instead"
+    if record.get("stands_for"):
+        return f"ran here for {', '.join(record['stands_for'])} too: {why}"
+    return why
 
 
 def deadline_words(record: model.RecoveryDeadline) -> str | None:

@@ -269,6 +269,10 @@ def fault_result_text(row: FaultRow) -> str:
         parts.append(f"follow-up restore exit {row['followup_exit']}")
     if row.get("followup_group"):
         parts.append(str(row["followup_group"]))
+    if row.get("runs_once"):
+        if row.get("not_applicable"):  # not run on this lane: where it ran and why, not a bare skip
+            return str(row["runs_once"])
+        parts.append(str(row["runs_once"]))
     text = ", ".join(parts)
     if row.get("outcome") == "failed":
         return f"**FAIL**: {text}; {row.get('mismatches') or row.get('message') or 'no mismatch recorded'}"

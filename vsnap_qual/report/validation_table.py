@@ -546,8 +546,9 @@ def _faults(comparisons: Comparisons) -> model.Check:
     if not found:
         return _row("injected failures", None, "no fault ran")
     ran = [r for r in found if r["outcome"] != "skipped"]
-    not_applicable = sum(1 for r in found if r["not_applicable"])
-    skipped = len(found) - len(ran) - not_applicable
+    elsewhere = sum(1 for r in found if r["not_applicable"] and r.get("runs_once"))  # run on another runner's lane
+    not_applicable = sum(1 for r in found if r["not_applicable"]) - elsewhere
+    skipped = len(found) - len(ran) - not_applicable - elsewhere
     if not ran:
         said = f"{skipped} fault step(s) skipped" if skipped else f"{not_applicable} not applicable"
         return _row("injected failures", None, said)
@@ -568,6 +569,8 @@ def _faults(comparisons: Comparisons) -> model.Check:
         result += f"; {skipped} skipped"
     if not_applicable:
         result += f"; {not_applicable} not applicable"
+    if elsewhere:
+        result += f"; {elsewhere} run on another runner's lane ({model.RUNS_ONCE})"
     chosen = sorted(
         {
             f"{r['arm']} arm judged by {r['expect']} expectations ({r['expect_reason']})"

@@ -97,9 +97,10 @@ def coverage(run: model.RunEvidence) -> model.VerdictCoverage:
     return out
 
 
-def coverage_line(cov: model.VerdictCoverage, kinds: Mapping[str, str | None] | None = None) -> str:
+def coverage_line(cov: model.VerdictCoverage, kinds: Mapping[str, str | None] | None = None, once: str = "") -> str:
     """One line for the badge: required vs ran, by dimension; ``kinds``: each fault's kind as the run recorded it
-    (:func:`fault_kinds`; a fault not in it: :func:`report.kinds.fault_kind` of its id alone)."""
+    (:func:`fault_kinds`; a fault not in it: :func:`report.kinds.fault_kind` of its id alone); ``once``: where the
+    kinds refused before any engine starts ran (:func:`once_part`)."""
     if not cov["known"]:
         return "coverage unknown: the evidence does not record what the run required"
     na = len(cov.get("not_applicable") or [])
@@ -109,6 +110,7 @@ def coverage_line(cov: model.VerdictCoverage, kinds: Mapping[str, str | None] | 
         "runners " + (", ".join(cov["runners"]) or "none"),
         "arms " + (", ".join(cov["arms"]) or "none"),
         f"{len(cov['faults'])} fault points per lane" + _identity_part(cov["faults"], kinds or {}),
+        *([once] if once else []),
         "overlay " + ("verified per process" if cov["overlay"] else "not configured"),
     ]
     alone = _alone_part(cov)
@@ -130,6 +132,35 @@ def _identity_part(faults: list[str], kinds: Mapping[str, str | None]) -> str:
     said = [f"{len(drifts)} of them identity drifts"] if drifts else []
     said += [f"{len(kills)} random kills"] if kills else []
     return f" ({', '.join(said)})" if said else ""
+
+
+def once_part(steps: list[model.Step]) -> str:
+    """Where the faults of the kinds refused before any engine starts ran, from their records' ``runs_once``
+    (issue 45): ``identity, pid, manifest (10 faults) on v1 only, not on v2: runs once per image and arm: …``; ""
+    where none ran once."""
+    kinds: dict[str, None] = {}
+    faults: dict[str, None] = {}
+    ran: dict[str, None] = {}
+    not_run: dict[str, None] = {}
+    for step in latest_by_label(steps).values():
+        record = step["results"].get("runs_once") if procedure.is_fault_step(step["step"]) else None
+        if not isinstance(record, dict):
+            continue
+        fault = step["step"].removeprefix(procedure.FAULT_PREFIX)
+        kinds[fault_kind(fault, step["results"]) or "?"] = None
+        faults[fault] = None
+        if record.get("ran_on"):
+            not_run[step["runner"]] = None
+        elif step["outcome"] != "skipped":
+            ran[step["runner"]] = None
+    if not faults:
+        return ""
+    said = f"{', '.join(kinds)} ({len(faults)} faults)"
+    if ran:
+        said += f" on {', '.join(ran)}" + (" only" if not_run else "")
+    if not_run:
+        said += f"{',' if ran else ''} not on {', '.join(not_run)}"
+    return f"{said}: {model.RUNS_ONCE}"
 
 
 def fault_kinds(steps: list[model.Step]) -> dict[str, str | None]:
@@ -321,7 +352,7 @@ def judge(run: model.RunEvidence, comparisons: Comparisons | None, *, failure: s
         failed=failed,
         narrowed=narrowed,
         coverage=cov,
-        coverage_line=coverage_line(cov, fault_kinds(run["steps"])),
+        coverage_line=coverage_line(cov, fault_kinds(run["steps"]), once_part(run["steps"])),
         harness_errors=errors,
         checks=checks,
         qualified=qualified(run, smoke, cov.get("not_applicable") or []),
@@ -463,6 +494,8 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
     ]
     lanes: dict[str, str] = {}
     for skipped in not_applicable:
+        if model.RUNS_ONCE in skipped["message"]:  # one fault run on another runner's lane: the coverage line says so
+            continue
         why = skipped["message"].removeprefix(model.NOT_APPLICABLE_PREFIX)
         lanes.setdefault(skipped["step"].rsplit("/", 1)[0], why)
     lines += [f"not applicable: lane {lane}, {why}" for lane, why in lanes.items()]

@@ -165,6 +165,7 @@ def build_config(
         cleanup_grace=cleanup_grace,
         kill_seed=kill_seed(parsed.get("vsnap_kill_seed"), run_id),
         chaos=_given(parsed.get("vsnap_chaos"), 1),
+        fault_runners=_given(parsed.get("vsnap_fault_runners"), "once"),
         workers=int(parsed.get("vsnap_workers") or 0),
         variants=variants,
         known_findings=parsed.get("vsnap_known_findings") or (),
