@@ -16,7 +16,8 @@ from tests.integration.suite_helpers import check_items
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "evidence" / "slurm" / "2026-12-07-reference-shards-ab39f7d"
 GOLDEN = ROOT / "tests" / "integration" / "golden" / "make-qualify-check-items.json"
-PARTS = {"four-shards-first": "four", "cancelled": "cancel"}  # each run's record (a folder of RUN): run.sh's MODE
+#: each run's record (a folder of RUN) and the run.sh MODE that made it
+PARTS = {"four-shards-first": "four", "four-shards": "four", "cancelled": "cancel"}
 
 
 def _results(part: str) -> dict[str, Any]:
@@ -40,6 +41,22 @@ def _golden_without_overlay() -> dict[str, Any]:
 
 def _leftovers(part: str) -> list[str]:
     return (RUN / part / "leftovers.txt").read_text().splitlines()
+
+
+def test_four_shards_merged_give_make_qualifys_pass_with_the_golden_check_items_and_steps() -> None:
+    """four-shards: PASS 134/134, shards 1 and 2 one runner's column each, 3 and 4 empty; the check items, steps and
+    coverage of the golden file, less its overlay."""
+    merged = _results("four-shards")
+    assert merged["verdict"]["status"] == "pass" and merged["verdict"]["headline"] == "PASS"
+    shards = merged["run"]["merge"]["shards"]
+    assert [(s["k"], s["status"]) for s in shards] == [(1, "ok"), (2, "ok"), (3, "empty"), (4, "empty")]
+    assert [s["lanes"] for s in shards[:2]] == [["v1-head", "v1-base"], ["v2-head", "v2-base"]]
+    concluded = check_items(merged)
+    golden = _golden_without_overlay()
+    assert len(concluded["steps"]) == len(golden["steps"]) == 134
+    assert concluded == golden
+    summary = (RUN / "four-shards" / "summary.md").read_text()
+    assert summary.startswith("## vsnap-qual: ✅ PASS")
 
 
 def test_the_first_four_shard_run_failed_one_step_under_load_and_matches_the_golden_file_elsewhere() -> None:
@@ -93,6 +110,12 @@ def test_nothing_is_left_after_either_run() -> None:
             f"slurm jobs named vsnap-evidence-{mode}* in the queue": "0",
             "processes carrying this run's marker": "0",
             "containers labelled with one of the 4 shard sessions": "0",
-            "containers that were not there before": "0",
+            # four-shards: another engineer's container (its own session and owner, other-container.txt), started
+            # 11:13:59 while the run's shards ended; none of the run's shard sessions
+            "containers that were not there before": "1" if part == "four-shards" else "0",
             "/dev/shm entries that were not there before": "0",
         }, part
+    other = (RUN / "four-shards" / "other-container.txt").read_text()
+    assert "session 20261207T111357Z-7bece4 owner vm:1868" in other
+    shard_sessions = [s["run_id"] for s in _results("four-shards")["run"]["merge"]["shards"]]
+    assert len(shard_sessions) == 4 and "20261207T111357Z-7bece4" not in shard_sessions
