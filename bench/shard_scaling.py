@@ -6,8 +6,10 @@ scaling: one lane column (both arms of a runner travel together) is the floor.
 Run: ``.venv/bin/python bench/shard_scaling.py RUN [--models M] [--machines 1,2,4,8,16] [--measured K=SECONDS ...]``
 RUN is a ``results.json`` (``.gz`` too). ``--models M`` repeats the run's columns M times (the issue's 36-lane
 matrix: 3 models × 2 runners × 2 arms × 3 variants from a run of 2 runners × 2 arms × 3+ variants), each model's
-lane taking the measured lane's seconds: an extrapolation, said in the table. ``--measured 1=634 --measured 2=402``
-puts measured walls (a run of 1 and of 2 shards on this machine) beside the computed ones.
+lane taking the measured lane's seconds: an extrapolation, said in the table. ``--variants V`` keeps the plain
+columns and V-1 of the run's variants; where the run has fewer, the missing variant columns take the plain column's
+lane seconds (also an extrapolation, said). ``--measured 1=634 --measured 2=402`` puts measured walls (a run of 1 and
+of 2 shards on this machine) beside the computed ones.
 """
 
 from __future__ import annotations
@@ -33,22 +35,33 @@ def lanes_of(
     """The matrix's lanes ((name, column)) and each lane's seconds: the run's, each column repeated per model."""
     seconds = shards.lane_seconds(results["steps"])
     columns = list(dict.fromkeys(str(r) for r in results["runners"]))
+    copies: dict[str, str] = {}  # an extrapolated variant column → the plain column whose lane seconds it takes
     if variants is not None:
         kept = list(dict.fromkeys(c.split("+", 1)[1] for c in columns if "+" in c))[: max(0, variants - 1)]
         columns = [c for c in columns if "+" not in c or c.split("+", 1)[1] in kept]
+        plain = [c for c in columns if "+" not in c]
+        for extra in range(len(kept) + 2, variants + 1):
+            copies.update({f"{runner}+x{extra}": runner for runner in plain})
+        columns += list(copies)
     lanes: list[tuple[str, str]] = []
     times: dict[str, float] = {}
     for model in range(1, models + 1):
         for column in columns:
-            runner, _, variant = column.partition("+")
+            runner, _, variant = copies.get(column, column).partition("+")
             for arm in results["arms"]:
                 measured = f"{runner}-{arm}" + (f"-{variant}" if variant else "")
                 if measured not in seconds:
                     continue
-                name = measured if models == 1 else f"m{model}-{measured}"
+                own = f"{runner}-{arm}" + (f"-{column.partition('+')[2]}" if "+" in column else "")
+                name = own if models == 1 else f"m{model}-{own}"
                 lanes.append((name, column if models == 1 else f"m{model}/{column}"))
                 times[name] = seconds[measured]
     return lanes, times
+
+
+def extrapolated(lanes: list[tuple[str, str]], models: int) -> int:
+    """How many of the lanes no run measured: a second or later model's, or a variant column the run lacked."""
+    return sum(1 for name, column in lanes if (models > 1 and not name.startswith("m1-")) or "+x" in column)
 
 
 def table(
@@ -92,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"from the step times of {args.run} (run {results['run']['run_id']})")
     if args.models > 1:
         print(f"its columns repeated for {args.models} models, each lane the measured lane's seconds (extrapolated)")
+    if any("+x" in column for _, column in lanes):
+        print("variant columns the run lacks (+x<N>) take the plain column's lane seconds (extrapolated)")
+    guessed = extrapolated(lanes, args.models)
+    print(f"{len(lanes) - guessed} lanes measured, {guessed} extrapolated")
     print(table(lanes, times, [int(m) for m in args.machines.split(",")], measured))
     return 0
 
