@@ -26,6 +26,18 @@ UP_TIMEOUT_S="${VSNAP_SLURM_UP_TIMEOUT:-60}"
 
 [[ "$(id -u)" == 0 ]] || die "needs root: it installs packages and starts munged, slurmctld and slurmd"
 
+# Start a daemon holding none of this script's descriptors but 0-2: a caller's lock (`flock FILE slurm-up.sh`)
+# or pipe must not live on in munged or slurmd after this script exits.
+detached() {
+  (
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd="${fd##*/}"
+      if [[ "$fd" =~ ^[0-9]+$ ]] && ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec "$@"
+  )
+}
+
 # --- packages -------------------------------------------------------------------------------------------------
 if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1 \
   || ! command -v sbatch >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
@@ -55,7 +67,7 @@ if ! munge_answers; then
   # Debian's unit would make these (RuntimeDirectory=munge); without systemd they are ours to make.
   install -d -o munge -g munge -m 755 /run/munge
   install -d -o munge -g munge -m 700 /var/log/munge /var/lib/munge
-  runuser -u munge -- munged
+  detached runuser -u munge -- munged
   # slurm-down.sh stops munged only when this file says that this script started it.
   echo /run/munge/munged.pid >"$DIR/munged.started"
   for _ in $(seq 1 50); do
@@ -211,7 +223,7 @@ if alive slurmctld; then
   log "slurmctld already running (PID $(cat "$DIR/run/slurmctld.pid"))"
 else
   log "starting slurmctld"
-  slurmctld -f "$CONF"
+  detached slurmctld -f "$CONF"
 fi
 slurmd_started_at=""
 if alive slurmd; then
@@ -219,7 +231,7 @@ if alive slurmd; then
 else
   log "starting slurmd"
   slurmd_started_at="$(date +%s)"
-  slurmd -f "$CONF"
+  detached slurmd -f "$CONF"
 fi
 
 # The node takes jobs once slurmd has registered with slurmctld. States with a suffix (idle*, idle~, drained, ...)
