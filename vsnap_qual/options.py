@@ -8,17 +8,24 @@ functions raise :class:`argparse.ArgumentTypeError` with a message that says wha
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's origin, tomli (a dependency there)
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 from vsnap_qual import runtimes
 from vsnap_qual.config import ParsedOptions, Variant
@@ -213,7 +220,8 @@ def parse_results_file(value: str) -> Path | None:
         path = path / "results.json"
     if not path.is_file():
         raise argparse.ArgumentTypeError(
-            f"{value!r} is no results.json of a finished run (nor a directory holding one)"
+            f"{value!r} is no results.json of a finished run (nor a directory holding one): give a finished run's "
+            "results.json or its report directory"
         )
     return path
 
@@ -390,7 +398,7 @@ def parse_variants(value: str) -> tuple[Variant, ...]:
 def parse_existing_dir(value: str) -> Path:
     path = Path(value).expanduser()
     if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value!r} is not an existing directory")
+        raise argparse.ArgumentTypeError(f"{value!r} is not an existing directory: give an existing directory")
     return path.resolve()
 
 
@@ -446,9 +454,12 @@ def parse_prompts(value: str) -> tuple[str, ...]:
     try:
         text = path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is not part of the first prompt
     except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot read prompts file {value!r}: {exc.strerror}") from None
+        raise argparse.ArgumentTypeError(
+            f"cannot read prompts file {value!r}: {exc.strerror}; give a file of prompts (a JSON list of strings, or "
+            "one prompt per line)"
+        ) from None
     except UnicodeDecodeError:
-        raise argparse.ArgumentTypeError(f"prompts file {value!r} is not UTF-8 text") from None
+        raise argparse.ArgumentTypeError(f"prompts file {value!r} is not UTF-8 text: save it as UTF-8") from None
     prompts: list[Any]
     if text.lstrip().startswith(("[", "{")):
         try:
@@ -480,14 +491,19 @@ def parse_known_findings(value: str) -> tuple[KnownFinding, ...] | None:
     try:
         return read_file(Path(value.strip()).expanduser())
     except KnownFindingsError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(
+            f"{exc}; give a known-findings TOML file (id, words, link, expires: docs/known-findings.md)"
+        ) from None
 
 
 def parse_names(value: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     bad = [n for n in names if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)]
     if bad:
-        raise argparse.ArgumentTypeError(f"{', '.join(bad)} are not environment variable names")
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(bad)}: give environment variable names (letters, digits and _, not starting with a digit), "
+            "comma-separated"
+        )
     return names
 
 
@@ -825,7 +841,7 @@ def environment_problems(
         if cli is not None and cli.get(spec.dest) is not None:
             continue  # the command line wins anyway
         shadowed = str(ini.get(spec.dest) or "").strip()
-        if shadowed:
+        if shadowed and shadowed != spec.default:  # pytest's getini gives the default where the file says nothing
             problems.append(
                 f"{spec.env} is set but empty in the environment, and an empty value overrides ini "
                 f"{spec.dest} = {shadowed!r}: unset {spec.env} to use the ini value, or give it a value "
@@ -844,12 +860,47 @@ def check_environment(env: Mapping[str, str], ini: Mapping[str, str], cli: Mappi
         raise OptionError("; ".join(problems))
 
 
+def unread_ini_keys(inipath: Path | None, starts: Sequence[Path]) -> list[tuple[Path, list[str]]]:
+    """``vsnap_*`` keys in a ``pyproject.toml`` that pytest does not read in this session (pytest reads one
+    configuration file: ``inipath``, e.g. ``suites/pytest.ini`` under ``pytest suites/``), searched from each of
+    ``starts`` up to the file system's root; each file with the keys it holds."""
+    found: dict[Path, list[str]] = {}
+    chosen = inipath.resolve() if inipath is not None else None
+    for start in starts:
+        for folder in (start.resolve(), *start.resolve().parents):
+            candidate = folder / "pyproject.toml"
+            if candidate in found or candidate == chosen or not candidate.is_file():
+                continue
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # not ours to judge: pytest says so when it reads it
+            table = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
+            keys = sorted(k for k in table if isinstance(table, dict) and str(k).startswith("vsnap_"))
+            if keys:
+                found[candidate] = keys
+    return list(found.items())
+
+
+def check_unread_ini(inipath: Path | None, starts: Sequence[Path]) -> None:
+    """Refuse ``vsnap_*`` keys that pytest would silently ignore (issue 47: ``pytest suites/`` reads
+    ``suites/pytest.ini``, never the checkout's ``pyproject.toml``)."""
+    for path, keys in unread_ini_keys(inipath, starts):
+        read = f"this session reads {inipath}" if inipath is not None else "this session reads no configuration file"
+        raise OptionError(
+            f"{', '.join(keys)} in {path} [tool.pytest.ini_options] would be ignored: {read} (pytest reads one "
+            "configuration file); pass them as --vsnap-* options (or an @file profile, as suites/profiles/), move "
+            f"them into {inipath or 'a pytest.ini'}, or remove them from {path.name}"
+        )
+
+
 def resolve(config: pytest.Config, env: Mapping[str, str] | None = None) -> ParsedOptions:
     """Resolve and parse every option; a bad value raises ``pytest.UsageError`` naming option and fix."""
     cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
     ini = {spec.dest: str(config.getini(spec.dest) or "") for spec in OPTIONS}
     environ = os.environ if env is None else env
     try:
+        check_unread_ini(config.inipath, [Path(config.invocation_params.dir), config.rootpath])
         check_environment(environ, ini, cli)
         parsed = parse_values(raw_values(cli, environ, ini))
     except OptionError as exc:
@@ -888,7 +939,7 @@ def parse_values(chosen: Mapping[str, tuple[str, str]]) -> ParsedOptions:
 
 def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> ParsedOptions:
     """The same options for the ``vsnap-qual`` commands: command line > ``VSNAP_*`` environment > default."""
-    parser = argparse.ArgumentParser(prog="vsnap-qual", add_help=False)
+    parser = argparse.ArgumentParser(prog="vsnap-qual", add_help=False, allow_abbrev=False)  # as pytest's parser
     for spec in OPTIONS:
         if spec.flag:
             parser.add_argument(spec.cli, dest=spec.dest, action="store_const", const="true", default=None)
@@ -897,10 +948,25 @@ def parse_standalone(argv: list[str], env: Mapping[str, str] | None = None) -> P
             parser.add_argument(spec.cli, dest=spec.dest, default=None, action="append" if spec.repeat else "store")
     namespace, rest = parser.parse_known_args(argv)
     if rest:
-        raise OptionError(f"unknown arguments: {' '.join(rest)}")
+        raise OptionError("; ".join(unknown_argument(arg) for arg in rest))
     environ = os.environ if env is None else env
     check_environment(environ, {}, vars(namespace))
     return parse_values(raw_values(vars(namespace), environ, {}))
+
+
+def unknown_argument(arg: str) -> str:
+    """An argument no option takes, said with the option it abbreviates or misspells (abbreviations are refused, as
+    pytest refuses them: a name that stops matching one option when another is added would change meaning)."""
+    name = arg.split("=", 1)[0]
+    names = [known for spec in OPTIONS for known in ((spec.cli, spec.no_cli) if spec.flag else (spec.cli,))]
+    starts = [known for known in names if known.startswith(name)] if name.startswith("--vsnap") else []
+    close = starts or difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    if close and len(starts) > 1:
+        return f"{name}: abbreviations are not accepted (it begins {', '.join(starts)}): write the option in full"
+    if close:
+        how = "abbreviations are not accepted" if starts else "no such option"
+        return f"{name}: {how}: did you mean {close[0]}? Write it in full"
+    return f"unknown argument {arg}: see --help for the --vsnap-* options"
 
 
 def reference_markdown() -> str:

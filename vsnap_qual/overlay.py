@@ -107,7 +107,10 @@ def collect(checkout: Path, ref: str, explicit: tuple[str, ...] = ()) -> list[Ov
     for name in names:
         path = checkout / name
         if not path.is_file():
-            raise OverlayError(f"overlay file {name} does not exist in {checkout}")
+            raise OverlayError(
+                f"overlay file {name} does not exist in {checkout}: name files that exist in the checkout "
+                "(--vsnap-overlay-files, paths under vllm/)"
+            )
         files.append(OverlayFile(name, path.resolve(), sha256_file(path)))
     return files
 

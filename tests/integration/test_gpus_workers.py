@@ -40,8 +40,8 @@ def test_worker_count_reaches_the_gpu_assignment(
         "--collect-only",
         "-s",
         f"--vsnap-image={REFERENCE_HEAD}",
-        "--vsnap-model=org/m",
-        "--vsnap-revision=" + "0" * 40,
+        "--vsnap-model=vsnap/tiny-qwen3",  # the model the image holds (preflight asks it: issue 47)
+        "--vsnap-revision=7f3a9c2e5b1d4086a2e4c6b8d0f1a3c5e7092b4d",
         "--vsnap-gpus=none",
         f"--vsnap-report-dir={tmp_path / 'r'}",
     )

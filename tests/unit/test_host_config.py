@@ -20,10 +20,13 @@ def _config(tmp_path: Path, *argv: str) -> QualConfig:
 
 
 def test_host_runtime_qualifies_a_python_and_needs_no_image(tmp_path: Path) -> None:
-    config = _config(tmp_path, "--vsnap-runtime=host", f"--vsnap-base-python={sys.executable}")
+    base = tmp_path / "base" / "bin" / "python"  # another environment's Python (the same one would be refused)
+    base.parent.mkdir(parents=True)
+    base.symlink_to(sys.executable)
+    config = _config(tmp_path, "--vsnap-runtime=host", f"--vsnap-base-python={base}")
     assert config.runtime == "host"
     assert config.image == str(Path(sys.executable).absolute()), "default: the harness's own Python"
-    assert config.base_image == str(Path(sys.executable).absolute())
+    assert config.base_image == str(base)
     assert str(config.host_root) == "/var/tmp/vsnap-lanes"
 
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         (options.parse_file_list, "vllm/../x.py", "under vllm/"),
         (options.parse_dtype, "int8", "not a vLLM dtype"),
         (options.parse_port_base, "80", "1024..65000"),
-        (options.parse_names, "HF-TOKEN", "not environment variable names"),
+        (options.parse_names, "HF-TOKEN", "give environment variable names"),
     ],
 )
 def test_bad_values_say_what_is_wrong(parse: Callable[[str], object], value: str, fragment: str) -> None:

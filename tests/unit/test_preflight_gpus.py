@@ -49,6 +49,7 @@ def docker_host(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(docker_runtime, "resolve_image", resolve_image)
     monkeypatch.setattr(docker_runtime, "local_image", lambda client, ref: None if "absent" in ref else _built(ref))
     monkeypatch.setattr(docker_runtime, "probe_package", lambda *a, **k: {"package_dir": "/p/vllm"})
+    monkeypatch.setattr(docker_runtime, "check_engine", lambda *a, **k: None)  # the engine's own answers: not here
     return state
 
 

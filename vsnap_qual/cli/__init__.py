@@ -26,6 +26,9 @@ EXIT_PYTEST_USAGE = 4
 #: ``vsnap-qual compare``: the new run regressed at the ``--fail-on`` level.
 EXIT_REGRESSION = 1
 
+#: the fix said with every run that cannot be read
+SOURCE_FIX = "give a run's results.json (or .json.gz), its evidence.jsonl, or its report directory"
+
 REPORT_EPILOG = (
     "Exit status: the run's recorded verdict (never judged again): 0 PASS (also a narrowed PASS), 1 FAIL, "
     "3 PARTIAL, 4 INCOMPLETE (a killed run) or INTERRUPTED (a stopped run); 2 when SOURCE cannot be read or the "
@@ -88,6 +91,9 @@ def _report(args: argparse.Namespace) -> str | None:
     from vsnap_qual.report.assemble import EVIDENCE_FILE, RESULTS_FILE, assemble_path, load_results
 
     source: Path = args.source
+    if args.out is not None and (problem := _out_problem(args.out)):  # said before anything is read or written
+        print(f"vsnap-qual report: --out {problem}; choose a writable directory", file=sys.stderr)
+        return None
     entries = None
     if args.known_findings is not None:  # read and checked before anything is read or written
         from vsnap_qual.report.known import KnownFindingsError, read_file
@@ -95,7 +101,11 @@ def _report(args: argparse.Namespace) -> str | None:
         try:
             entries = read_file(Path(args.known_findings))
         except KnownFindingsError as exc:
-            print(f"vsnap-qual report: --vsnap-known-findings: {exc}", file=sys.stderr)
+            print(
+                f"vsnap-qual report: --vsnap-known-findings: {exc}; give a known-findings TOML file (id, words, link, "
+                "expires: docs/known-findings.md)",
+                file=sys.stderr,
+            )
             return None
     if source.is_dir():
         # Prefer the evidence: it is what a killed run leaves, and results.json is assembled from it.
@@ -119,16 +129,31 @@ def _report(args: argparse.Namespace) -> str | None:
         else:
             results, comparisons = load_results(source), None
     except (OSError, ValueError) as exc:
-        print(f"vsnap-qual report: {exc}", file=sys.stderr)
+        print(f"vsnap-qual report: {exc}; {SOURCE_FIX}", file=sys.stderr)
         return None
     if entries is not None:
         from vsnap_qual.report.verdict import with_known_findings
 
         results = with_known_findings(results, entries, comparisons)
     out_dir: Path = args.out or source.parent
-    paths = render_reports(results, out_dir, log_root=source.parent, comparisons=comparisons)
+    try:
+        paths = render_reports(results, out_dir, log_root=source.parent, comparisons=comparisons)
+    except OSError as exc:
+        where = "--out " if args.out is not None else "beside SOURCE: "
+        print(
+            f"vsnap-qual report: {where}{out_dir}: {exc.strerror or exc}; give a writable directory with --out",
+            file=sys.stderr,
+        )
+        return None
     print(f"{paths.verdict.upper()}: wrote {paths.report_html}, {paths.summary_md}, {paths.results_json}")
     return paths.verdict
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why ``--out`` cannot take the reports (a file, a read-only directory), or None."""
+    from vsnap_qual.run.preflight import writable_dir_problem
+
+    return writable_dir_problem(out)
 
 
 def _compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -174,7 +199,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     try:
         old, new = _load_for_compare(args.old), _load_for_compare(args.new)
     except (OSError, ValueError) as exc:
-        print(f"vsnap-qual compare: {exc}", file=sys.stderr)
+        print(f"vsnap-qual compare: {exc}; {SOURCE_FIX}", file=sys.stderr)
         return EXIT_BAD_INPUT
     diff = diff_runs(old, new)
     text = format_markdown(diff) if args.markdown else format_text(diff)
@@ -212,6 +237,9 @@ def _history_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_history(args: argparse.Namespace) -> int:
     from vsnap_qual.report import history
 
+    if problem := _out_problem(args.out):
+        print(f"vsnap-qual history: --out {problem}; choose a writable directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         runs = history.read_runs(args.dirs)
     except (OSError, ValueError) as exc:
@@ -260,6 +288,9 @@ def _merge_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_merge(args: argparse.Namespace) -> int:
     from vsnap_qual.cli.merge import merge_command
 
+    if problem := _out_problem(args.out):
+        print(f"vsnap-qual merge: --out {problem}; choose a writable directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
     verdict = merge_command(args.shards, args.out, args.count, annotate=args.annotate, github=args.github_step_summary)
     return EXIT_BAD_INPUT if verdict is None else EXIT_BY_VERDICT.get(verdict, EXIT_BY_VERDICT["incomplete"])
 
@@ -308,11 +339,13 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``vsnap-qual`` argument parser with one subparser per entry of ``SUBCOMMANDS``."""
-    parser = argparse.ArgumentParser(prog="vsnap-qual", description="vLLM snapshot qualification: reports and tools")
+    parser = argparse.ArgumentParser(
+        prog="vsnap-qual", description="vLLM snapshot qualification: reports and tools", allow_abbrev=False
+    )  # no abbreviations, as pytest: `doctor --vsnap-imag=` is refused, not read as --vsnap-image
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, subcommand in SUBCOMMANDS.items():
-        sub = subparsers.add_parser(name, help=subcommand.help, description=subcommand.help)
+        sub = subparsers.add_parser(name, help=subcommand.help, description=subcommand.help, allow_abbrev=False)
         subcommand.add_arguments(sub)
     return parser
 

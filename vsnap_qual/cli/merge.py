@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,9 +32,12 @@ def merge_command(
     if out.resolve() in {path.resolve() for path in inputs}:
         print(f"vsnap-qual merge: --out {out} is one of the shards: give a directory of its own", file=sys.stderr)
         return None
+    existed = out.exists()
     try:
         merged = merge_into(inputs, out, count)
     except (MergeInputError, OSError) as exc:
+        if not existed:  # a refused merge leaves nothing behind
+            shutil.rmtree(out, ignore_errors=True)
         print(f"vsnap-qual merge: {exc}", file=sys.stderr)
         return None
     paths = write_reports(out, github_step_summary=github, annotate=annotate)

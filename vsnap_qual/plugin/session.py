@@ -151,6 +151,18 @@ class VsnapSession(VsnapProcess):
             node.workerinput["vsnap_preflight"] = self.preflight.to_json()
             node.workerinput["vsnap_session"] = json.dumps(self.session_record, default=str)
 
+    @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+    def pytest_collection_modifyitems_deselect(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """A ``--deselect`` that names no collected test is refused before any lane starts (pytest would ignore it
+        and run what the user meant to leave out). Under xdist the workers collect: checked only here."""
+        from vsnap_qual.run.selection import unmatched_deselects
+
+        if not items:
+            return  # xdist's controller collects nothing (its workers do), or a collection error said enough
+        unmatched = unmatched_deselects(config.getoption("deselect", None) or [], [item.nodeid for item in items])
+        if unmatched:
+            raise pytest.UsageError(unmatched)
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self._harness_error("collection", report.nodeid, _failure_message(report))

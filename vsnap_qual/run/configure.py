@@ -195,7 +195,10 @@ def shard_plan(parsed: ParsedOptions, qual: QualConfig, environ: Mapping[str, st
         except (OSError, ValueError, AttributeError) as exc:
             raise pytest.UsageError(f"--vsnap-shard-times={times}: not a readable results.json ({exc})") from None
         if not isinstance(steps, list) or not steps:
-            raise pytest.UsageError(f"--vsnap-shard-times={times}: the run it records has no step times")
+            raise pytest.UsageError(
+                f"--vsnap-shard-times={times}: the run it records has no step times; give a finished run's "
+                "results.json, or drop --vsnap-shard-times (shards are then balanced by lane counts)"
+            )
         seconds = shards.lane_seconds([s for s in steps if isinstance(s, dict)])
     lanes = [(lane.name, lane.column) for lane in qual.matrix_lanes]
     return shards.plan(shard, lanes, seconds, str(times))

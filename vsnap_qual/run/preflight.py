@@ -19,24 +19,31 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 
 
-def check_report_dir(path: Path) -> None:
-    """The report directory can be created and written, checked without creating it (nothing is written there
-    before the run's first lane starts): the nearest existing directory on its path takes a test file, removed."""
+def writable_dir_problem(path: Path) -> str | None:
+    """Why the directory ``path`` cannot be created and written (with the fix's words left to the caller), or None;
+    checked without creating it: the nearest existing directory on its path takes a test file, removed."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise PreflightError(
-            f"--vsnap-report-dir: {path} cannot be created: {existing} is not a directory; choose another path"
-        )
+        if existing == path:
+            return f"{path} is a file, not a directory"
+        return f"{path} cannot be created: {existing} is not a directory"
     try:
         probe = existing / f".vsnap-write-test-{uuid.uuid4().hex}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise PreflightError(
-            f"--vsnap-report-dir: {path} is not writable ({exc.strerror}); choose a writable directory"
-        ) from None
+        return f"{path} is not writable ({exc.strerror or exc})"
+    return None
+
+
+def check_report_dir(path: Path) -> None:
+    """The report directory can be created and written (nothing is written there before the run's first lane
+    starts)."""
+    problem = writable_dir_problem(path)
+    if problem:
+        raise PreflightError(f"--vsnap-report-dir: {problem}; choose a writable directory")
 
 
 def model_cache_problems(cache: Path, model: str, revision: str) -> list[str]:

@@ -26,3 +26,17 @@ def nothing_selected_lines(
     if tests:
         lines.append("tests: " + ", ".join(dict.fromkeys(tests)))
     return lines
+
+
+def unmatched_deselects(prefixes: Sequence[str], nodeids: Sequence[str]) -> str:
+    """The refusal of ``--deselect`` ids that match no collected test (pytest deselects by node-id prefix and
+    ignores one that matches nothing), naming a few ids there are; empty when each matched."""
+    unmatched = [prefix for prefix in prefixes if not any(nodeid.startswith(prefix) for nodeid in nodeids)]
+    if not unmatched:
+        return ""
+    shown = ", ".join(list(dict.fromkeys(nodeids))[:3])
+    return (
+        f"--deselect {', '.join(unmatched)}: no collected test has that id, so nothing would be left out; give a node "
+        f"id as `pytest --collect-only -q` lists them, relative to the rootdir (e.g. {shown}), or use -k to select "
+        "by name"
+    )

@@ -11,6 +11,7 @@ images are resolved explicitly with a deadline; ``exec_run(stream=True)`` has no
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import json
 import logging
@@ -21,7 +22,7 @@ import shutil
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,8 @@ from vsnap_qual.config import ParsedOptions, QualConfig
 from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.overlay import OverlayFile
+from vsnap_qual.run import engine_check, package_probe
 from vsnap_qual.run import gpus as gpus_mod
-from vsnap_qual.run import package_probe
 from vsnap_qual.run.package_probe import PackageInfo
 from vsnap_qual.run.preflight_result import PreflightError, PreflightResult, lane_gpu_result
 from vsnap_qual.runtimes import EngineOptionError, RuntimeSettings, privileges, procfs, pull
@@ -191,14 +192,29 @@ class OneShot:
 
 
 def run_oneshot(
-    client: DockerClient, image: str, argv: list[str], labels: Mapping[str, str], timeout: float
+    client: DockerClient,
+    image: str,
+    argv: list[str],
+    labels: Mapping[str, str],
+    timeout: float,
+    *,
+    binds: Sequence[Bind] = (),
+    environment: Mapping[str, str] | None = None,
 ) -> OneShot:
-    """Run ``argv`` in a fresh network-less container of ``image`` (entrypoint cleared, root) and remove it;
-    past ``timeout`` seconds the container is killed and removed and ``timed_out`` is set. Docker errors
-    (the image cannot start) raise ``RuntimeFailure``."""
+    """Run ``argv`` in a fresh network-less container of ``image`` (entrypoint cleared, root; ``binds`` mounted,
+    ``environment`` over the image's) and remove it; past ``timeout`` seconds the container is killed and removed
+    and ``timed_out`` is set. Docker errors (the image cannot start) raise ``RuntimeFailure``."""
     try:
         container = client.containers.create(
-            image, argv, entrypoint=[], network_mode="none", labels=dict(labels), user="0", detach=True
+            image,
+            argv,
+            entrypoint=[],
+            network_mode="none",
+            labels=dict(labels),
+            user="0",
+            detach=True,
+            mounts=[_docker_mount(bind) for bind in binds],
+            environment=dict(environment or {}),
         )
     except docker.errors.DockerException as exc:
         raise RuntimeFailure(f"cannot create a container of {image[:19]}: {exc}") from None
@@ -557,6 +573,62 @@ def probe_package(
     return info
 
 
+def absent_image_hint(client: DockerClient, ref: str) -> str:
+    """For an image that is neither local nor pulled: the local image it was likely meant to be (the same name under
+    an organisation, or a close spelling), or what a name without an organisation means; empty when neither."""
+    if local_image(client, ref) is not None:
+        return ""
+    try:
+        tags = sorted({tag for image in client.images.list() for tag in image.tags})
+    except docker.errors.DockerException:
+        return ""
+    wanted = ref if ":" in ref.rsplit("/", 1)[-1] or "@" in ref else f"{ref}:latest"
+    under_org = [tag for tag in tags if tag.endswith("/" + wanted)]
+    close = under_org or difflib.get_close_matches(wanted, tags, n=1, cutoff=0.75)
+    if close:
+        return f". Did you mean the local image {close[0]}? Give it as --vsnap-image={close[0]}"
+    if "/" not in ref:
+        return (
+            f". A name without an organisation is Docker Hub's official library/{wanted.split('@')[0]}: if you meant "
+            "an organisation's image, name it (e.g. vllm/vllm-openai:nightly)"
+        )
+    return ""
+
+
+OVERLAY_CHECK_DIR = "/vsnap-overlay-check"
+
+
+def check_engine(
+    client: DockerClient, image_id: str, ref: str, config: QualConfig, overlay: list[OverlayFile], option: str
+) -> None:
+    """Ask the image's own ``python3`` (``run.engine_check``): does it hold the model at the revisions when no
+    ``--vsnap-model-cache`` is mounted, and does every overlaid file compile there (each bound read-only)."""
+    model = None if config.model_cache is not None else config.model
+    if model is None and not overlay:
+        return
+    binds = [Bind(f"{OVERLAY_CHECK_DIR}/{n}.py", item.host_path, read_only=True) for n, item in enumerate(overlay)]
+    paths = [(bind.target, item.relative) for bind, item in zip(binds, overlay, strict=True)]
+    labels = {LABEL_SESSION: config.run_id, LABEL_OWNER: owner_label()}
+    argv = ["python3", "-c", engine_check.SCRIPT, engine_check.request(model, paths)]
+    try:
+        ran = run_oneshot(client, image_id, argv, labels, config.timeouts["exec"], binds=binds, environment=config.env)
+    except RuntimeFailure as exc:
+        raise PreflightError(f"{option}: {exc}") from None
+    if ran.timed_out or ran.exit_code != 0:
+        raise PreflightError(
+            f"{option}: {ref}: the engine check (python3 -c …) "
+            + ("did not finish in time; raise --vsnap-timeouts=exec=SECONDS" if ran.timed_out
+               else f"failed (exit {ran.exit_code}): {(ran.stderr or ran.stdout).strip()[-500:]!r}")
+        )  # fmt: skip
+    engine_check.refuse(
+        ran.stdout,
+        option=option,
+        engine=f"image {ref}",
+        model=model,
+        revisions=(config.revision, config.tokenizer_revision),
+    )
+
+
 def overlay_targets_exist(
     client: DockerClient, image_id: str, package_dir: str, files: list[OverlayFile], session: str
 ) -> list[str]:
@@ -613,10 +685,13 @@ class DockerRuntime:
         return self._client
 
     def engines(self, parsed: ParsedOptions, default_python: str) -> tuple[str, str | None]:
-        if parsed.get("vsnap_python") or parsed.get("vsnap_base_python"):
+        host_only = [
+            f"--vsnap-{n}" for n in ("python", "base-python", "host-root") if parsed.get(f"vsnap_{n}".replace("-", "_"))
+        ]
+        if host_only:
             raise EngineOptionError(
-                "--vsnap-python / --vsnap-base-python need --vsnap-runtime=host; with Docker the engine is "
-                "--vsnap-image"
+                f"{', '.join(host_only)} need --vsnap-runtime=host; with Docker the engine is --vsnap-image: add "
+                f"--vsnap-runtime=host, or drop {', '.join(host_only)}"
             )
         image, base = parsed.get("vsnap_image"), parsed.get("vsnap_base_image")
         if image and base == image and not parsed.get("vsnap_overlay"):
@@ -651,11 +726,12 @@ class DockerRuntime:
                 pulled = self._pull_as_asked(client, ref, config.pull, config.timeouts["serve"])
                 image = resolve_image(client, ref, pull_timeout=config.timeouts["serve"])
             except (RuntimeFailure, pull.PullRefused) as exc:
-                raise PreflightError(f"{option}: {exc}") from None
+                raise PreflightError(f"{option}: {exc}{absent_image_hint(client, ref)}") from None
             if pulled:
                 result.pulls[ref] = pulled
             result.images[ref] = str(image.id)
             result.packages[ref] = probe_package(client, str(image.id), config.run_id, config.timeouts["exec"], option)
+            check_engine(client, str(image.id), ref, config, overlay if ref == config.image else [], option)
         if overlay:
             package_dir = str(result.packages[config.image].get("package_dir"))
             missing = overlay_targets_exist(client, result.images[config.image], package_dir, overlay, config.run_id)

@@ -62,8 +62,8 @@ from vsnap_qual.contract import CONTROL
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.model import CpuSample
 from vsnap_qual.overlay import OverlayFile
+from vsnap_qual.run import engine_check, package_probe
 from vsnap_qual.run import gpus as gpus_mod
-from vsnap_qual.run import package_probe
 from vsnap_qual.run.preflight_result import PreflightError, PreflightResult, lane_gpu_result
 from vsnap_qual.runtimes import DEFAULT_HOST_ROOT, EngineOptionError, RuntimeSettings, procfs
 from vsnap_qual.runtimes.procfs import ProcInfo, parse_stat, proc_info, processes_in_mount_namespace
@@ -127,6 +127,46 @@ def holder_pythonpath() -> str:
     import vsnap_qual
 
     return str(Path(vsnap_qual.__file__).resolve().parents[1])
+
+
+def same_python(a: str, b: str) -> bool:
+    """Whether two Python paths run the same environment: the same path, or one interpreter reached by two names
+    in one bin directory (``python``, ``python3``). A venv's ``python`` links to its base interpreter, so two venvs'
+    resolve to one file: only names in one directory count as one environment."""
+    first, second = Path(a).absolute(), Path(b).absolute()
+    if first == second:
+        return True
+    return first.parent == second.parent and os.path.realpath(first) == os.path.realpath(second)
+
+
+def check_engine(python: str, env: dict[str, str], config: QualConfig, overlay: list[OverlayFile], option: str) -> None:
+    """Ask the arm's own Python (``run.engine_check``), in the lanes' environment: does it hold the model at the
+    revisions when no ``--vsnap-model-cache`` is given, and does every overlaid file compile there."""
+    model = None if config.model_cache is not None else config.model
+    if model is None and not overlay:
+        return
+    paths = [(str(item.host_path), item.relative) for item in overlay]
+    try:
+        done = subprocess.run(
+            [python, "-c", engine_check.SCRIPT, engine_check.request(model, paths)],
+            capture_output=True,
+            text=True,
+            env={**env, **config.env},
+            timeout=config.timeouts["exec"],
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise PreflightError(
+            f"{option}: {python}: the engine check did not finish in {config.timeouts['exec']:.0f} s; raise "
+            "--vsnap-timeouts=exec=SECONDS"
+        ) from None
+    engine_check.refuse(
+        done.stdout,
+        option=option,
+        engine=f"Python {python}",
+        model=model,
+        revisions=(config.revision, config.tokenizer_revision),
+    )
 
 
 def check_host(root: Path = DEFAULT_ROOT) -> list[str]:
@@ -612,7 +652,16 @@ class HostRuntime:
             )
         # The arm's engine environment is its Python: the image fields carry its path through the evidence.
         base = parsed.get("vsnap_base_python")
-        return str(parsed.get("vsnap_python") or default_python), str(base) if base else None
+        python = str(parsed.get("vsnap_python") or default_python)
+        if base and same_python(python, str(base)):
+            shown = "--vsnap-python" if parsed.get("vsnap_python") else "the Python running pytest"
+            raise EngineOptionError(
+                f"--vsnap-base-python is the Python under test ({shown}, {python}), so both arms would import the "
+                "same vllm (on the host an overlay is the checkout that Python imports, not a mount): give the "
+                "Python of an environment with the unmodified vllm your change is compared with, or drop "
+                "--vsnap-base-python"
+            )
+        return python, str(base) if base else None
 
     def engine_problem(self, value: str) -> str | None:
         return None  # a Python: --vsnap-python's own parse checks it is an executable file
@@ -658,6 +707,7 @@ class HostRuntime:
                     )
             result.images[python] = host_image_id(python, info)
             result.packages[python] = info
+            check_engine(python, env, config, overlay if python == config.image else [], option)
         return result
 
     def image(self, ref: str, pre: PreflightResult) -> ImageInfo:
