@@ -47,11 +47,17 @@ vllm-overlay: vllm-cpu  ## build/vllm-overlay-0.32.0 (+ -regress-oracle): git ch
 vllm-unit: vllm-overlay  ## vsnap-qual's unit tests over vllm.snapshot, from the overlay checkout, in both images
 	bash docker/vllm-cpu/unit-both.sh build/vllm-overlay-0.32.0
 
-qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
+# Each qualification's results.json is kept in $(HISTORY_DIR) (outside the report directory it deletes): the plan
+# line estimates the next run from them (--vsnap-plan-history), and `vsnap-qual history $(HISTORY_DIR)` trends them.
+HISTORY_DIR ?= reports/history
+
+qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR) (kept in $(HISTORY_DIR))
 	rm -rf $(REPORT_DIR)
-	$(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
-	  --vsnap-base-image=vsnap-reference:base \
-	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
+	mkdir -p $(HISTORY_DIR)
+	status=0; $(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
+	  --vsnap-base-image=vsnap-reference:base --vsnap-plan-history=$(HISTORY_DIR) \
+	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
+	bash scripts/keep-run.sh $(REPORT_DIR) $(HISTORY_DIR); exit $$status
 
 VLLM_OVERLAY ?= build/vllm-overlay-0.32.0
 

@@ -105,6 +105,12 @@ def _family(ref: str) -> str:
     return ref[: len(ref) - len(last)] + last.split(":", 1)[0] if ":" in last else ref
 
 
+def image_family(ref: str) -> str:
+    """An image reference less its tag and digest (``vllm/vllm-openai:nightly-a`` → ``vllm/vllm-openai``): also
+    which kept runs the plan line estimates from (``timing.plan``)."""
+    return _family(ref)
+
+
 def compatibility(results: model.Results) -> tuple[str, str, str]:
     """(image family, GPU, engine) of a run's head arm (else its first lane): runs compare only within one."""
     envs = [lane["environment"] for lane in results["lanes"] if lane["environment"]]
