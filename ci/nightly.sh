@@ -139,7 +139,12 @@ resolve_image() {
   status=$?
   cat "$err" >&2
   if [ "$status" -ne 0 ]; then
-    early_failure "the registry could not be read for the newest $PATTERN tag of $REPOSITORY" "$(cat "$err")"
+    # no tag resolved: the registry answered with no matching tag, or could not be read; either way a FAIL summary
+    if grep -q "error: no tag of " "$err"; then
+      early_failure "no tag of $REPOSITORY matches $PATTERN: nothing to qualify" "$(cat "$err")"
+    else
+      early_failure "the registry could not be read for the newest $PATTERN tag of $REPOSITORY" "$(cat "$err")"
+    fi
     rm -f "$err"
     return 1
   fi
