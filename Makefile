@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPORT_DIR ?= reports/latest
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants mutate-vllm-cpu unit test test-real findings lint bench doctor screenshot
+.PHONY: install install-dev browser docker criu-kit reference vllm-cpu vllm-overlay vllm-unit qualify qualify-vllm-cpu qualify-vllm-cpu-variants mutate-vllm-cpu unit test test-real findings lint bench doctor screenshot
 
 $(PY):
 	python3 -m venv $(VENV) || { apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }
@@ -21,6 +21,9 @@ install: $(PY)  ## the harness (editable), in .venv: what `make qualify` needs
 
 install-dev: install  ## plus the harness's own test and lint tools (ruff, mypy, torch CPU, jsonschema)
 	$(PIP_NOTICES) $(PY) -m pip install -q -e '.[dev]'
+
+browser:  ## headless chromium (if not installed), for the rendered-page test (tests/report/test_rendered_page.py)
+	command -v $${CHROMIUM:-chromium} >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
 docker:  ## install (if needed) and start the Docker engine
 	bash scripts/docker-up.sh
@@ -44,11 +47,17 @@ vllm-overlay: vllm-cpu  ## build/vllm-overlay-0.32.0 (+ -regress-oracle): git ch
 vllm-unit: vllm-overlay  ## vsnap-qual's unit tests over vllm.snapshot, from the overlay checkout, in both images
 	bash docker/vllm-cpu/unit-both.sh build/vllm-overlay-0.32.0
 
-qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
+# Each qualification's results.json is kept in $(HISTORY_DIR) (outside the report directory it deletes): the plan
+# line estimates the next run from them (--vsnap-plan-history), and `vsnap-qual history $(HISTORY_DIR)` trends them.
+HISTORY_DIR ?= reports/history
+
+qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR) (kept in $(HISTORY_DIR))
 	rm -rf $(REPORT_DIR)
-	$(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
-	  --vsnap-base-image=vsnap-reference:base \
-	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
+	mkdir -p $(HISTORY_DIR)
+	status=0; $(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
+	  --vsnap-base-image=vsnap-reference:base --vsnap-plan-history=$(HISTORY_DIR) \
+	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
+	bash scripts/keep-run.sh $(REPORT_DIR) $(HISTORY_DIR); exit $$status
 
 VLLM_OVERLAY ?= build/vllm-overlay-0.32.0
 
@@ -82,7 +91,7 @@ doctor: install reference  ## host and image checks with `make qualify`'s option
 unit: install-dev  ## the tests that need no Docker and no image (seconds to minutes): unit, probe, report, plugin, the seam, the evidence
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh tests/unit tests/probe tests/report tests/seam tests/evidence -m "not docker and not real" -p no:cacheprovider $(PYTEST_ARGS)
 
-test: install-dev reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
+test: install-dev browser reference lint  ## the harness's own tests (unit, plugin, Docker integration, hardening)
 	PATH=$(VENV)/bin:$$PATH bash scripts/run-pytest.sh --no-skips tests/ -m "not real" -p no:cacheprovider $(PYTEST_ARGS)
 
 test-real: install-dev vllm-cpu $(VLLM_OVERLAY)  ## the real-vLLM tier: vsnap-vllm-cpu:0.32.0, and the whole qualification against 0.31.0

@@ -139,7 +139,12 @@ resolve_image() {
   status=$?
   cat "$err" >&2
   if [ "$status" -ne 0 ]; then
-    early_failure "the registry could not be read for the newest $PATTERN tag of $REPOSITORY" "$(cat "$err")"
+    # no tag resolved: the registry answered with no matching tag, or could not be read; either way a FAIL summary
+    if grep -q "error: no tag of " "$err"; then
+      early_failure "no tag of $REPOSITORY matches $PATTERN: nothing to qualify" "$(cat "$err")"
+    else
+      early_failure "the registry could not be read for the newest $PATTERN tag of $REPOSITORY" "$(cat "$err")"
+    fi
     rm -f "$err"
     return 1
   fi
@@ -304,6 +309,11 @@ if [ "${VSNAP_ANNOTATE:-0}" = "1" ] && [ "$stage" = run ]; then annotate_args=(-
 # The qualification's one command line, for every CI definition, and the README's and the GPU guide's: `python -m
 # pytest suites/` with the suites' own ini (suites/pytest.ini: the plugin and xdist, no target, no tuning; the target
 # comes from the VSNAP_* variables); the plugin keeps each runner's lanes on one worker itself.
+# The plan line's estimate (--vsnap-plan-history, through its variable: the command line stays the one above) from
+# the nights kept in VSNAP_NIGHTLY_STATE/history (keep_history): "no estimate: no previous run" the first night,
+# the step medians of the last compatible nights from the second on.
+export VSNAP_PLAN_HISTORY="${VSNAP_PLAN_HISTORY:-$STATE/history}"
+if [ "$dry" != "1" ]; then mkdir -p "$VSNAP_PLAN_HISTORY"; fi
 pytest_log="$REPORT_DIR/pytest.txt"
 pytest_cmd=("$VENV/bin/python" -m pytest suites/ "${xdist_args[@]}" --vsnap-report-dir="$REPORT_DIR"
   --junitxml="$REPORT_DIR/junit.xml" --vsnap-pull=missing "${base_args[@]}" "${annotate_args[@]}" "${shard_args[@]}")

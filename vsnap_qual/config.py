@@ -93,6 +93,7 @@ class ParsedOptions(TypedDict, total=False):
     vsnap_shard: tuple[int, int] | None
     vsnap_shard_count: int | None
     vsnap_shard_times: Path | None
+    vsnap_plan_history: Path | None
     vsnap_workers: int
 
 
@@ -208,6 +209,8 @@ class QualConfig:
     known_findings: tuple[KnownFinding, ...] = ()
     #: issue 46: this run's shard of the matrix (``--vsnap-shard``, or the scheduler's); None: the whole matrix
     shard: ShardPlan | None = None
+    #: ``--vsnap-plan-history``: kept runs the plan line estimates from (``timing.plan``); None: no estimate
+    plan_history: Path | None = None
 
     @property
     def concurrent_runners(self) -> int:

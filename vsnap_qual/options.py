@@ -226,6 +226,20 @@ def parse_results_file(value: str) -> Path | None:
     return path
 
 
+def parse_plan_history(value: str) -> Path | None:
+    """Where the plan line's estimate comes from: a previous run's ``results.json`` (or ``.gz``, or its report
+    directory), or a directory of kept runs (``vsnap-qual history``'s); empty: none."""
+    if not value.strip():
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} does not exist: give a previous run's results.json or a directory of kept runs "
+            "(`make qualify` keeps reports/history; create an empty one for a first run), or leave it empty"
+        )
+    return path
+
+
 def parse_runners(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
     if not names:
@@ -742,6 +756,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse_results_file,
         "",
         "a previous run's results.json: shards balanced by its step times (default: by lane counts)",
+    ),
+    OptionSpec(
+        "plan-history",
+        parse_plan_history,
+        "",
+        "the plan line's estimate from kept runs: a previous run's results.json or a directory of them (the "
+        "newest runs of the same image family); empty: no estimate",
     ),
 )
 OPTIONS_BY_DEST = {spec.dest: spec for spec in OPTIONS}

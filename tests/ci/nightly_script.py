@@ -35,6 +35,13 @@ case "$2" in
       mkdir -p "$report" && echo "## vsnap-qual: PASS" >"$report/summary.md" && : >"$report/evidence.jsonl"
     fi
     if [ -n "${FAKE_PYTEST_RESULTS:-}" ]; then cp "$FAKE_PYTEST_RESULTS" "$report/results.json"; fi
+    # what the plan line would estimate from: the variable, and how many kept runs it held as pytest started
+    if [ -d "${VSNAP_PLAN_HISTORY:-/nonexistent}" ]; then
+      kept="$(find "$VSNAP_PLAN_HISTORY" -name results.json | wc -l)"
+    else
+      kept=missing
+    fi
+    echo "${VSNAP_PLAN_HISTORY:-} $kept" >"$CALLS/plan-history"
     echo "${FAKE_PYTEST_OUTPUT:-}"
     exit "${FAKE_PYTEST_EXIT:-0}" ;;
 esac

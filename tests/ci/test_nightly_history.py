@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.ci.nightly_script import NightlyRunner
+from vsnap_qual.timing import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "evidence/gpu/2026-12-03-all-checks-6a0923b/results.json"
@@ -42,6 +43,12 @@ def test_each_night_is_kept_and_rendered_and_the_gate_fails_a_slower_night(
                       FAKE_HISTORY="real", VSNAP_HISTORY_GATE="1")  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr
         assert (nightly.report / "history" / "history.html").is_file()
+        # the plan line estimates from the kept nights (--vsnap-plan-history through its variable): no night
+        # before the first, night 1 before the second; and the real estimate reads tonight for tomorrow's plan
+        handed, kept = (run.calls_dir / "plan-history").read_text().split()
+        assert (Path(handed), kept) == (nightly.state / "history", str(day - 1)), "the nights before this one"
+        found = plan.estimate(Path(handed), results["run"]["options"]["image"], False)
+        assert found.runs[:1] == (f"night-{day}",) and found.medians, found.none
     slow = night(results, 3, 2.0, tmp_path / "n3.json")
     run = nightly(ENV, FAKE_PYTEST_RESULTS=str(slow), FAKE_HISTORY="real", VSNAP_HISTORY_GATE="1")
     assert run.returncode == 1, run.stdout + run.stderr

@@ -394,3 +394,11 @@ def test_the_nightly_script_qualifies_a_new_tag_once_then_says_nothing_new(pushe
         "## vsnap-qual: FAIL — the registry could not be read for the newest nightly-* tag of 127.0.0.1:"
     )
     assert "error: GET http://127.0.0.1:" in unreachable.summary and unreachable.annotation_style == "error"
+    # no tag resolves (the registry answers, and no tag matches): a FAIL summary and annotation saying so, no run
+    unmatched = runner({**env, "VSNAP_NIGHTLY_PATTERN": "release-*"}, "run", GITHUB_OUTPUT=str(outputs))
+    assert unmatched.returncode == 1 and unmatched.summary.startswith(
+        f"## vsnap-qual: FAIL — no tag of {pushed.repository} matches release-*: nothing to qualify"
+    ), unmatched.summary
+    assert "(8 tags listed)" in unmatched.summary and unmatched.annotation == unmatched.summary
+    assert unmatched.annotation_style == "error" and unmatched.pytest_argv() is None, "nothing qualified"
+    assert outputs.read_text().endswith("qualify=false\n")

@@ -166,14 +166,17 @@ def test_the_kv_chart_plots_the_difference_from_ordinary_with_the_digits_that_sh
     labels = re.findall(r'class="value">([^<]+)</text>', svg)
     assert "−0.0016%" in labels and "−0.03%" in labels and "0.00%" in labels, labels
     assert not any(re.fullmatch(r"[−+]0\.0*%", label) for label in labels), labels  # a difference is never zero
-    # the one-block bar goes left of the zero line, the equal capacity draws none
-    zero = float(re.search(r'<line x1="([\d.]+)"', svg).group(1))  # type: ignore[union-attr]
-    bars = re.findall(
-        r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="14" fill="[^"]+"><title>([^<]+)</title>', svg
-    )
+    # a fixed symmetric axis, labelled: the one-block bar is a sliver left of the zero line in the middle, and the
+    # 0.03 % one is short too (no autoscale stretching the largest difference to the full width)
+    ticks = re.findall(r'class="tick">([^<]+)</text>', svg)
+    assert ticks == ["−1%", "−0.5%", "0", "+0.5%", "+1%"], ticks
+    assert 'class="axis-name">Δ KV-cache tokens' in svg
+    zero = float(re.search(r'<line x1="([\d.]+)"[^>]*class="axis"', svg).group(1))  # type: ignore[union-attr]
+    bars = re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)" height="14"[^>]*><title>([^<]+)</title>', svg)
     one_block = next((x, w) for x, w, title in bars if title == "v1/head snapshot: −0.0016%")
-    assert float(one_block[0]) + float(one_block[1]) == zero and float(one_block[1]) > 1
-    assert zero == 150 + 90 + 520, "every difference is negative: the zero line at the right, the bars use the width"
+    assert abs(float(one_block[0]) + float(one_block[1]) - zero) < 0.01 and float(one_block[1]) < 1
+    v2 = next(float(w) for x, w, title in bars if title == "v2/head snapshot: −0.03%")
+    assert v2 < 10, "0.03 % of the axis's ±1 % half-width (260 px)"
 
 
 def test_the_header_says_how_long_the_run_took_and_pytests_counts(make_run: MakeRun) -> None:

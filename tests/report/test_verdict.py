@@ -142,9 +142,8 @@ def test_cpu_smoke_is_never_a_bare_pass_and_a_runner_the_cpu_build_lacks_is_name
     assert any(line.startswith("CPU smoke mode: real vLLM's CPU build") for line in qualified)
     assert "Not qualified: GPU memory release and restore" in " ".join(qualified)
     assert [line for line in qualified if line.startswith("not applicable")] == [
-        "not applicable: lane v2/head, vLLM's CPU build has no such runner: Model Runner V2 requires Triton",
-        "not applicable: lane v2/base, vLLM's CPU build has no such runner: Model Runner V2 requires Triton",
-    ]
+        "not applicable: lanes v2/head, v2/base, vLLM's CPU build has no such runner: Model Runner V2 requires Triton",
+    ], "one line per reason, naming its lanes: the engine's words said once"
     # the same steps skipped for another reason are a gap: partial, never a pass
     gap = RunSpec(changed_digests=(), canary_deltas=(), cpu_smoke=True, skipped_steps=[(s, "no GPU") for s in v2])
     assert assemble_file(make_run("gap", gap) / "evidence.jsonl")["verdict"]["status"] == "partial"

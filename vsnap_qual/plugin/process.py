@@ -100,12 +100,15 @@ class VsnapProcess:
         elif self.qual.shard is not None and not self.qual.lanes:
             items[:] = []  # an empty shard (issue 46): its lanes' tests were never made; nothing else runs either
 
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends the collected ids (the plan line waits on them)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Record what this run selected and what the user's selection left out (``-k``, ``-m``, ``--deselect``,
-        paths): the verdict's coverage compares it with what a full qualification requires."""
+        paths): the verdict's coverage compares it with what a full qualification requires; the plan line says
+        it (:meth:`selected`)."""
         config = self.config
         selected = [label for item in session.items if (label := item_step(item))]
         deselected = [label for item in self.deselected if (label := item_step(item))]
+        self.selected(list(dict.fromkeys(selected)), len(set(deselected)))
         self.store.write(
             model.PlanRecord(
                 kind="plan",
@@ -121,6 +124,10 @@ class VsnapProcess:
                 },
             )
         )
+
+    def selected(self, labels: list[str], deselected: int) -> None:
+        """The steps this process collected, as ``runner/arm/step`` (the session prints the plan line; an xdist
+        worker hands them to the controller)."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

@@ -9,7 +9,10 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import socket
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,7 +24,7 @@ from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore, ReportDirInUse, redact_tree, refuse_used_report_dir
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.plugin.items import item_step
-from vsnap_qual.plugin.lane_scheduling import lane_scheduling, numprocesses
+from vsnap_qual.plugin.lane_scheduling import lane_scheduling, xdist_workers
 from vsnap_qual.plugin.process import VsnapProcess, log
 from vsnap_qual.run import invocation, probe_copy
 from vsnap_qual.run.preflight import check_report_dir, run_preflight
@@ -47,26 +50,47 @@ class VsnapSession(VsnapProcess):
         self.interrupted: str | None = None  # what stopped the run (pytest_keyboard_interrupt)
         self.report_paths: ReportPaths | None = None  # what pytest_sessionfinish wrote
         self.empty_shard = ""  # what an empty shard said (issue 46)
+        self.plan_dir: str | None = None  # where xdist's workers hand over what they collected (the plan line)
+        self.plan_said = False
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         qual = self.qual
-        catalogue = self.catalogue
-        lanes = [(lane.column, lane.arm, lane.overlaid and qual.overlay is not None) for lane in qual.lanes]
-        required = procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command))
-        workers = numprocesses(config)
-        runners = len({lane.runner for lane in qual.lanes})
-        line = plan.plan_line(
-            [lane.name for lane in qual.lanes], required, catalogue.ids, qual.fault_timeout, qual.observe_s,
-            min(int(workers or 1), runners), plan.previous_run(qual.report_dir.parent, qual.report_dir),
-        )  # fmt: skip
         lines = [
             f"vsnap-qual {__version__}: image {qual.image}, model {qual.model}@{qual.revision[:12]}, "
             f"lanes {_lane_list(qual) or 'none'}, report {qual.report_dir}",
-            f"vsnap-qual {line}",
         ]
         if qual.shard is not None:
             lines.append(f"vsnap-qual {shard_line(qual)}")
         return lines
+
+    def selected(self, labels: list[str], deselected: int) -> None:
+        """The plan line, once the selection is known (without xdist: this process collected)."""
+        self._say_plan(labels, deselected)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """xdist hook: a worker collected; the plan line from the steps it handed over (``VsnapWorker.selected``),
+        once (every worker collects the same items)."""
+        if self.plan_said or self.plan_dir is None:
+            return
+        handed = Path(self.plan_dir) / f"{node.gateway.id}.json"
+        try:
+            found = json.loads(handed.read_text())
+        except (OSError, ValueError):
+            return
+        self._say_plan(list(found["selected"]), int(found["deselected"]))
+
+    def _say_plan(self, labels: list[str], deselected: int) -> None:
+        qual = self.qual
+        runners = len({label.split("/", 1)[0].split("+", 1)[0] for label in labels})
+        parallel = min(max(1, xdist_workers(self.config)), max(1, runners))
+        found = plan.estimate(qual.plan_history, qual.image, qual.cpu_smoke)
+        line = plan.plan_line(labels, qual.fault_timeout, qual.observe_s, parallel, found, deselected=deselected)
+        self.plan_said = True
+        log.info("%s", line)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"vsnap-qual {line}")
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         config = self.config
@@ -147,6 +171,9 @@ class VsnapSession(VsnapProcess):
         """xdist hook: hand the run id, what preflight learned and the session record to the workers (after the
         controller's preflight: xdist starts its workers in its own, later, ``pytest_sessionstart``)."""
         node.workerinput["vsnap_run_id"] = self.qual.run_id
+        if self.plan_dir is None:
+            self.plan_dir = tempfile.mkdtemp(prefix="vsnap-plan-")
+        node.workerinput["vsnap_plan_dir"] = self.plan_dir
         if self.preflight is not None:
             node.workerinput["vsnap_preflight"] = self.preflight.to_json()
             node.workerinput["vsnap_session"] = json.dumps(self.session_record, default=str)
@@ -185,6 +212,8 @@ class VsnapSession(VsnapProcess):
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
+        if self.plan_dir is not None:
+            shutil.rmtree(self.plan_dir, ignore_errors=True)
         qual = self.qual
         store = self.store
         if qual.shard is not None and not qual.lanes and not config.option.collectonly:

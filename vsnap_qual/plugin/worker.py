@@ -6,6 +6,7 @@ as the controller would; never the session's end or the reports."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,16 @@ class VsnapWorker(VsnapProcess):
         self.hold_session(
             PreflightResult.from_json(workerinput["vsnap_preflight"]), json.loads(workerinput["vsnap_session"])
         )
+
+    def selected(self, labels: list[str], deselected: int) -> None:
+        """Hand the collected steps to the controller for its plan line (``vsnap_plan_dir``: xdist sends the
+        controller only node ids, and this runs before it does)."""
+        where = getattr(self.config, "workerinput", {}).get("vsnap_plan_dir")
+        if where:
+            worker = getattr(self.config, "workerinput", {}).get("workerid", "gw")
+            target = Path(where) / f"{worker}.json"
+            target.with_suffix(".tmp").write_text(json.dumps({"selected": labels, "deselected": deselected}))
+            target.with_suffix(".tmp").replace(target)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.store.started:

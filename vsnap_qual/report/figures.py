@@ -75,3 +75,20 @@ def short_hash(value: object, length: int = 12) -> str:
     if not isinstance(value, str) or not value:
         return "–"
     return value.removeprefix("sha256:")[:length]
+
+
+#: How much of a quote from vLLM (an error it printed, a reason it gave) a report shows; the evidence keeps it whole
+QUOTE_CHARS = 160
+
+
+def quote(text: str, limit: int = QUOTE_CHARS) -> str:
+    """A quote from the engine, cut once for a report: whitespace runs made one space, then, past ``limit``
+    characters, cut at the last word boundary before it with ``… [cut: whole in the evidence]`` (the step's
+    recorded message keeps every character)."""
+    said = " ".join(text.split())
+    if len(said) <= limit:
+        return said
+    cut = said[:limit]
+    if " " in cut[limit // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + " … [cut: whole in the evidence]"

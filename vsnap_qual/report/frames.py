@@ -668,6 +668,10 @@ def judged_audit(audit: model.CleanupAudit | None) -> model.CleanupAudit | None:
 # --------------------------------------------------------------------------------------- matrix, overlay
 
 
+def _not_applicable(step: model.Step) -> bool:
+    return step["outcome"] == "skipped" and str(step.get("message") or "").startswith(model.NOT_APPLICABLE_PREFIX)
+
+
 def step_matrix(run: model.RunEvidence) -> pd.DataFrame:
     """Lane × step: each non-fault step's outcome (``None`` if not run); ``faults`` is ``passed/total``."""
     import pandas as pd
@@ -686,9 +690,20 @@ def step_matrix(run: model.RunEvidence) -> pd.DataFrame:
             record = latest.get((runner, arm, step))
             row[step] = record["outcome"] if record else None
         faults = [s for (r, a, name), s in latest.items() if r == runner and a == arm and procedure.is_fault_step(name)]
-        passed = sum(1 for s in faults if s["outcome"] == "passed")
-        row["faults"] = f"{passed}/{len(faults)}" if faults else None
-        row["faults_ok"] = None if not faults else passed == len(faults)
+        # a fault that does not apply to the lane (its platform lacks the runner) is neither passed nor failed: a
+        # lane where none applies reads "not applicable", never a red 0/12
+        applicable = [s for s in faults if not _not_applicable(s)]
+        passed = sum(1 for s in applicable if s["outcome"] == "passed")
+        if faults and not applicable:
+            row["faults"] = "not applicable"
+        else:
+            skipped = len(faults) - len(applicable)
+            row["faults"] = (
+                (f"{passed}/{len(applicable)}" + (f" ({skipped} not applicable)" if skipped else ""))
+                if faults
+                else None
+            )
+        row["faults_ok"] = None if not applicable else passed == len(applicable)
         found.append(row)
     matrix: pd.DataFrame = pd.DataFrame(found, columns=["lane", "runner", "arm", *columns, "faults", "faults_ok"])
     return matrix

@@ -30,7 +30,7 @@ from typing import Literal
 from markupsafe import Markup
 
 from vsnap_qual import model, procedure
-from vsnap_qual.report import figures
+from vsnap_qual.report import charts, figures
 from vsnap_qual.report.assemble import RESULTS_FILE, load_results
 
 __all__ = ["FIGURES", "Figure", "GateFailure", "Run", "compatibility", "find_runs", "gate", "render_html",
@@ -103,6 +103,12 @@ def _family(ref: str) -> str:
     ref = ref.split("@", 1)[0]
     last = ref.rsplit("/", 1)[-1]
     return ref[: len(ref) - len(last)] + last.split(":", 1)[0] if ":" in last else ref
+
+
+def image_family(ref: str) -> str:
+    """An image reference less its tag and digest (``vllm/vllm-openai:nightly-a`` → ``vllm/vllm-openai``): also
+    which kept runs the plan line estimates from (``timing.plan``)."""
+    return _family(ref)
 
 
 def compatibility(results: model.Results) -> tuple[str, str, str]:
@@ -327,21 +333,14 @@ def _gate_markdown(result: GateResult, *, tolerance: float, window: int) -> list
 
 
 # ---- the HTML page: SVG line charts drawn here, axes from zero ----------------------------------------------------
-#: distinct colours (Okabe-Ito and Tableau's), a lane each; past them, the same colours dashed
-_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442", "#8C564B",
-            "#7F7F7F", "#BCBD22", "#17BECF")  # fmt: skip
+#: distinct colours, a lane each (the report's charts' own: ``charts.COLOURS``); past them, the same colours dashed
+_COLOURS = charts.COLOURS
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 240, 70, 16, 16, 40
 
 
 def _ticks(top: float) -> list[float]:
-    """Round tick values from 0 to at least ``top``: 1, 2 or 5 times a power of ten apart."""
-    if top <= 0:
-        return [0.0, 1.0]
-    raw = top / 4
-    power = 10 ** int(f"{raw:e}".split("e")[1])
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    count = int(top / step + 0.999999) + 1
-    return [round(i * step, 12) for i in range(count)]
+    """Round tick values from 0 to at least ``top``: 1, 2 or 5 times a power of ten apart (``charts.nice_ticks``)."""
+    return charts.nice_ticks(top)
 
 
 def line_chart(fig: Figure, group: Sequence[Run], lanes: Sequence[str]) -> Markup:

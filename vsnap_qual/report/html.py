@@ -10,16 +10,16 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from vsnap_qual import model, procedure
 from vsnap_qual.redact import Redactor
-from vsnap_qual.report import figures
+from vsnap_qual.report import charts, figures
 from vsnap_qual.report.canary import CanaryRow, CanarySummaryRow, canary_rows, canary_summary
 from vsnap_qual.report.frames import (
     DIGEST_COLUMNS,
@@ -39,6 +39,7 @@ from vsnap_qual.report.frames import (
 from vsnap_qual.report.markdown import SIMULATED_LABEL
 from vsnap_qual.report.recorded import option_value
 from vsnap_qual.report.step_times import step_times, totals
+from vsnap_qual.report.verdict import shown_qualified
 
 if TYPE_CHECKING:
     import jinja2
@@ -52,7 +53,8 @@ _PROBLEM_ROWS_SHOWN = 50
 #: Failed logs shown inline (the rest are linked): keeps the page small when everything fails.
 MAX_LOG_TAILS = 12
 _MATRIX_META = ("lane", "runner", "arm", "faults", "faults_ok")
-_PALETTE = ("#3b6ea5", "#d08c2a", "#4a9a6b", "#a6508a", "#6b6b6b", "#b5443b", "#7b62b8", "#2a9d9d")
+#: The KV chart's axis spans at least ±1 %: a difference of one block in a million tokens draws as a sliver at zero
+KV_AXIS_FLOOR_PCT = 1.0
 Row = TypeVar("Row")
 
 
@@ -160,6 +162,8 @@ class ReportView(TypedDict):
     generated: str
     run: model.RunInfo
     verdict: model.Verdict
+    #: what was qualified, as a page shows it (``verdict.shown_qualified``: the engine's words cut once)
+    qualified: list[str]
     title: str
     options: list[tuple[str, str]]
     checks: list[model.Check]
@@ -242,6 +246,7 @@ def build_view(
         generated=results["generated"],
         run=run,
         verdict=_known_verdict(results["verdict"]),
+        qualified=shown_qualified(results["verdict"].get("qualified") or []),
         title=_title(results),
         options=sorted((k, _plain(v)) for k, v in run["options"].items()),
         checks=_known_checks(results["verdict"]),
@@ -553,98 +558,7 @@ def _tail(path: str, log_root: Path | None) -> tuple[str, str]:
     return tail, excerpt
 
 
-# ---------------------------------------------------------------------------------------------- SVG charts
-
-
-def _legend(series: Sequence[str], x: int) -> list[str]:
-    """A chart's legend: a swatch and a name per series, in the palette's order, from ``x`` along the top."""
-    parts = []
-    for index, name in enumerate(series):
-        colour = _PALETTE[index % len(_PALETTE)]
-        parts.append(f'<rect x="{x}" y="6" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{x + 14}" y="15" class="legend">{escape(name)}</text>')
-        x += 24 + 7 * len(name)
-    return parts
-
-
-def _group_label(label: str, label_w: int, middle: float) -> str:
-    """A group's (or a lane's) label, right-aligned left of the bars, at its vertical middle."""
-    return f'<text x="{label_w - 8}" y="{middle + 4:.1f}" text-anchor="end" class="label">{escape(label)}</text>'
-
-
-def _svg_bars(
-    groups: Sequence[tuple[str, Sequence[tuple[str, float | None]]]],
-    *,
-    unit_format: Callable[[float], str],
-    title: str,
-    series: Sequence[str],
-) -> Markup:
-    """A horizontal grouped bar chart: a group per label, a bar per series, the value at the bar end."""
-    values = [v for _, bars in groups for _, v in bars if v is not None]
-    if not values:
-        return Markup("")
-    label_w, chart_w, bar_h, gap = 150, 560, 14, 10
-    peak = max(values) or 1.0
-    height = 34 + sum(len(bars) * (bar_h + 2) + gap for _, bars in groups) + 22
-    parts = [
-        f'<svg role="img" width="{label_w + chart_w + 120}" '
-        f'height="{height}" viewBox="0 0 {label_w + chart_w + 120} {height}" class="chart">',
-        f"<title>{escape(title)}</title>",
-    ]
-    parts += _legend(series, label_w)
-    y = 30
-    for label, bars in groups:
-        group_h = len(bars) * (bar_h + 2)
-        parts.append(_group_label(label, label_w, y + group_h / 2))
-        for name, value in bars:
-            colour = _PALETTE[list(series).index(name) % len(_PALETTE)] if name in series else _PALETTE[0]
-            if value is not None:
-                width = max(1.0, chart_w * value / peak)
-                parts.append(
-                    f'<rect x="{label_w}" y="{y}" width="{width:.1f}" height="{bar_h}" fill="{colour}">'
-                    f"<title>{escape(label)} {escape(name)}: {escape(unit_format(value))}</title></rect>"
-                )
-                parts.append(
-                    f'<text x="{label_w + width + 4:.1f}" y="{y + bar_h - 3}" class="value">'
-                    f"{escape(unit_format(value))}</text>"
-                )
-            y += bar_h + 2
-        y += gap
-    parts.append(f'<line x1="{label_w}" y1="26" x2="{label_w}" y2="{y - gap + 2}" class="axis"/>')
-    parts.append("</svg>")
-    return Markup("".join(parts))
-
-
-def _svg_stacked(lanes: Sequence[tuple[str, Sequence[tuple[str, float]]]], series: Sequence[str]) -> Markup:
-    """One horizontal stacked bar per lane: where the lane's wall time went, step by step."""
-    totals = [sum(v for _, v in segments) for _, segments in lanes]
-    if not lanes or not any(totals):
-        return Markup("")
-    label_w, chart_w, bar_h, gap = 150, 620, 20, 10
-    peak = max(totals)
-    height = 34 + len(lanes) * (bar_h + gap) + 10
-    parts = [
-        f'<svg role="img" width="{label_w + chart_w + 90}" height="{height}" '
-        f'viewBox="0 0 {label_w + chart_w + 90} {height}" class="chart">',
-        "<title>Wall time per lane, by step</title>",
-    ]
-    parts += _legend(series, label_w)
-    y = 30
-    for (label, segments), total in zip(lanes, totals, strict=True):
-        parts.append(_group_label(label, label_w, y + bar_h / 2))
-        x = float(label_w)
-        for name, value in segments:
-            width = chart_w * value / peak
-            colour = _PALETTE[list(series).index(name) % len(_PALETTE)]
-            parts.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{bar_h}" fill="{colour}">'
-                f"<title>{escape(label)} {escape(name)}: {escape(figures.seconds(value))}</title></rect>"
-            )
-            x += width
-        parts.append(f'<text x="{x + 4:.1f}" y="{y + bar_h - 5}" class="value">{escape(figures.seconds(total))}</text>')
-        y += bar_h + gap
-    parts.append("</svg>")
-    return Markup("".join(parts))
+# ---------------------------------------------------------------------------------------------- charts
 
 
 def harness_time(results: model.Results) -> str:
@@ -680,7 +594,10 @@ def _timing_chart(results: model.Results, comparisons: Comparisons) -> Markup:
                 totals[key] = totals.get(key, 0.0) + float(row["median"]) * int(row["n"] or 1)
         segments = [(name, totals[name]) for name in series if totals.get(name)]
         lanes.append((f"{lane['runner']}/{lane['arm']}", segments))
-    return _svg_stacked(lanes, series)
+    return charts.stacked(
+        lanes, series, title="Wall time per lane, by step", unit_format=figures.seconds,
+        axis="seconds (the lane's steps, one after another)", tick_format="{:g} s".format,
+    )  # fmt: skip
 
 
 def _ready_chart(found: list[ReadinessRow]) -> Markup:
@@ -691,7 +608,10 @@ def _ready_chart(found: list[ReadinessRow]) -> Markup:
         )
         for r in found
     ]
-    return _svg_bars(groups, unit_format=figures.seconds, title="Ready time", series=("cold start (serve)", "restore"))
+    return charts.bars(
+        groups, unit_format=figures.seconds, title="Ready time", series=("cold start (serve)", "restore"),
+        axis="seconds until the engine answers", tick_format="{:g} s".format,
+    )  # fmt: skip
 
 
 def _kv_chart(found: list[KvRow]) -> Markup:
@@ -706,59 +626,15 @@ def _kv_chart(found: list[KvRow]) -> Markup:
         if r["restored"] is not None:
             bars.append(("restored", 100.0 * (float(r["restored"]) - float(ordinary)) / float(ordinary)))
         groups.append((f"{r['runner']}/{r['arm']}", bars))
-    return _svg_delta_bars(
-        groups, title="KV-cache capacity, Δ % against the ordinary reference", series=("snapshot", "restored")
+    return charts.delta_bars(
+        groups,
+        title="KV-cache capacity, Δ % against the ordinary reference",
+        series=("snapshot", "restored"),
+        floor=KV_AXIS_FLOOR_PCT,
+        axis="Δ KV-cache tokens against the lane's ordinary reference, % (fixed scale, at least ±1 %)",
+        unit_format=figures.percent,
+        tick_format=lambda v: f"{v:+g}%".replace("-", "−"),
     )
-
-
-def _svg_delta_bars(groups: Sequence[tuple[str, Sequence[tuple[str, float | None]]]], *, title: str,
-                    series: Sequence[str]) -> Markup:  # fmt: skip
-    """Horizontal bars from a zero line, left for a negative difference and right for a positive one, each
-    labelled with ``figures.percent`` (the digits that show the difference: never ``−0.00%`` for one block)."""
-    values = [abs(v) for _, bars in groups for _, v in bars if v is not None]
-    if not values:
-        return Markup("")
-    label_w, span, pad, bar_h, gap = 150, 520, 90, 14, 10
-    signed = [v for _, bars in groups for _, v in bars if v]
-    # the zero line where the bars need it: at the right when every difference is negative, at the left when every
-    # one is positive, in the middle otherwise
-    left_w = (
-        span if signed and all(v < 0 for v in signed) else 0 if signed and all(v > 0 for v in signed) else span // 2
-    )
-    right_w = span - left_w
-    zero = label_w + pad + left_w
-    width = zero + right_w + pad
-    peak = max(values) or 1.0
-    height = 34 + sum(len(bars) * (bar_h + 2) + gap for _, bars in groups) + 22
-    parts = [
-        f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" class="chart kv-delta">',
-        f"<title>{escape(title)}</title>",
-    ]
-    parts += _legend(series, label_w)
-    parts.append(f'<text x="{zero}" y="15" text-anchor="middle" class="legend">0 = ordinary</text>')
-    y = 30
-    for label, bars in groups:
-        group_h = len(bars) * (bar_h + 2)
-        parts.append(_group_label(label, label_w, y + group_h / 2))
-        for name, value in bars:
-            colour = _PALETTE[list(series).index(name) % len(_PALETTE)] if name in series else _PALETTE[0]
-            if value is not None:
-                said = figures.percent(value)
-                length = (left_w if value < 0 else right_w) * abs(value) / peak if value else 0.0
-                left = zero - length if value < 0 else zero
-                parts.append(
-                    f'<rect x="{left:.1f}" y="{y}" width="{max(length, 1.0):.1f}" height="{bar_h}" fill="{colour}">'
-                    f"<title>{escape(label)} {escape(name)}: {escape(said)}</title></rect>"
-                )
-                x, anchor = (left - 4, "end") if value < 0 else (zero + max(length, 1.0) + 4, "start")
-                parts.append(
-                    f'<text x="{x:.1f}" y="{y + bar_h - 3}" text-anchor="{anchor}" class="value">{escape(said)}</text>'
-                )
-            y += bar_h + 2
-        y += gap
-    parts.append(f'<line x1="{zero}" y1="22" x2="{zero}" y2="{y - gap + 2}" class="axis"/>')
-    parts.append("</svg>")
-    return Markup("".join(parts))
 
 
 _KNOWN_PILL = {"known": "skipped", "unmatched": "not-run", "expired": "FAIL", "changed": "FAIL"}

@@ -8,6 +8,7 @@ from vsnap_qual import model
 from vsnap_qual.redact import Redactor
 from vsnap_qual.report.frames import Comparisons, FaultRow, compare_all, rows
 from vsnap_qual.report.recorded import option_value
+from vsnap_qual.report.verdict import shown_qualified
 
 #: GitHub step summaries and Buildkite annotations reject larger bodies (1 MiB); stay clearly below.
 SUMMARY_LIMIT_BYTES = 1_000_000
@@ -51,7 +52,7 @@ def render_markdown(
         + (f" · {cell(said, 300)}" if said else ""),
         "",
     ]
-    qualified = verdict.get("qualified") or []
+    qualified = shown_qualified(verdict.get("qualified") or [])
     if qualified:  # what was qualified, before anything else: a reference engine or a smoke run is not vLLM on a GPU
         head += [f"> **What was qualified**: {'; '.join(qualified)}", ""]
     head += [" · ".join(_facts(results)), ""]
@@ -276,6 +277,8 @@ def fault_result_text(row: FaultRow) -> str:
     text = ", ".join(parts)
     if row.get("outcome") == "failed":
         return f"**FAIL**: {text}; {row.get('mismatches') or row.get('message') or 'no mismatch recorded'}"
+    if row.get("not_applicable"):  # the engine's words are said once, under "What was qualified"
+        return "not applicable (why: What was qualified)"
     if row.get("outcome") != "passed":
         return f"{row.get('outcome')}: {row.get('message') or text}"
     return text

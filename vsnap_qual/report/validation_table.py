@@ -635,14 +635,23 @@ def _adapters(run: model.RunEvidence) -> model.Check:
 
 
 def _slowdown(step: str, judgement: model.DecodeJudgement) -> str:
-    """``restore-1 1.02×``, with the measured figure and the machine's where other work on the CPUs was counted."""
+    """``restore-1 1.02×``: the judged slowdown, one figure (how it was reached is :func:`_slowdown_note`'s)."""
     if judgement.get("slowdown") is None:
         return f"{step} –"
-    said = f"{step} {judgement['slowdown']:.2f}×"
+    return f"{step} {judgement['slowdown']:.2f}×"
+
+
+def _slowdown_note(lane: str, step: str, judgement: model.DecodeJudgement) -> str | None:
+    """Where other work on the CPUs was counted, how the judged figure came about: the measured slowdown over the
+    machine's own (its run-queue and busy-time stretch between the two timed sets); ``None`` where it was not."""
     machine = judgement.get("machine_slowdown", 1.0)
-    if machine != 1.0:
-        said += f" ({judgement.get('measured_slowdown', 0.0):.2f}× measured, {machine:.2f}× the machine's)"
-    return said
+    if judgement.get("slowdown") is None or machine == 1.0:
+        return None
+    return (
+        f"{lane}/{step}: {judgement['slowdown']:.2f}× is the measured slowdown "
+        f"{judgement.get('measured_slowdown', 0.0):.2f}× over the machine's own {machine:.2f}× (the other work on its "
+        "CPUs between the ordinary and the restored timing)"
+    )
 
 
 def _decode(run: model.RunEvidence) -> model.Check:
@@ -658,18 +667,21 @@ def _decode(run: model.RunEvidence) -> model.Check:
     ]
     if not judged:
         return _row(name, None, "not measured")
-    parts = []
+    parts, notes = [], []
     for runner, arm in dict.fromkeys((r, a) for (r, a, _s), _j in judged):
         mine = [(s, j) for (r, a, s), j in judged if (r, a) == (runner, arm)]
         ordinary = next((j.get("ordinary_tps") for _s, j in mine if j.get("ordinary_tps")), None)
         slowdowns = ", ".join(_slowdown(s, j) for s, j in mine)
+        notes += [n for s, j in mine if (n := _slowdown_note(f"{runner}/{arm}", s, j))]
         said = f"{ordinary:.1f} tokens/s ordinary" if ordinary else "no ordinary figure"
         parts.append(f"{runner}/{arm} {said}; {slowdowns}")
     tolerance = judged[0][1].get("tolerance")
     problems = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in judged for p in j.get("problems", [])]
     oks = [j.get("ok") for _k, j in judged]
     ok = False if any(o is False for o in oks) else (True if all(o for o in oks) else None)
-    return _row(f"{name}, tolerance {tolerance:g}×" if tolerance else name, ok, " · ".join(parts), problems[:10])
+    return _row(
+        f"{name}, tolerance {tolerance:g}×" if tolerance else name, ok, " · ".join(parts), [*problems[:10], *notes]
+    )
 
 
 def _prefix_cache(run: model.RunEvidence) -> model.Check:

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from vsnap_qual import model, procedure, vllm_words
+from vsnap_qual.report import figures
 from vsnap_qual.report import known as known_findings
 from vsnap_qual.report.frames import Comparisons
 from vsnap_qual.report.kinds import fault_kind
@@ -492,14 +493,40 @@ def qualified(run: model.RunEvidence, smoke: bool, not_applicable: list[model.Sk
         f"simulated: {s} (the lanes had none; the target's stand-in, as its ai.vsnap.simulated label says)"
         for s in simulated
     ]
-    lanes: dict[str, str] = {}
+    # one line per reason, naming every lane it applies to: the engine's words said once (whole here: a report cuts
+    # them, shown_qualified)
+    reasons: dict[str, list[str]] = {}
     for skipped in not_applicable:
         if model.RUNS_ONCE in skipped["message"]:  # one fault run on another runner's lane: the coverage line says so
             continue
         why = skipped["message"].removeprefix(model.NOT_APPLICABLE_PREFIX)
-        lanes.setdefault(skipped["step"].rsplit("/", 1)[0], why)
-    lines += [f"not applicable: lane {lane}, {why}" for lane, why in lanes.items()]
+        lane = skipped["step"].rsplit("/", 1)[0]
+        if not any(lane in named for named in reasons.values()):
+            reasons.setdefault(why, []).append(lane)
+    lines += [f"not applicable: {_lanes(lanes)}, {why}" for why, lanes in reasons.items()]
     return lines
+
+
+def _lanes(lanes: Sequence[str]) -> str:
+    return f"lane{'s' if len(lanes) > 1 else ''} {', '.join(lanes)}"
+
+
+_NOT_APPLICABLE_LINE = re.compile(r"not applicable: lanes? ((?:[\w.-]+/[\w.-]+)(?:, [\w.-]+/[\w.-]+)*), (.*)", re.S)
+
+
+def shown_qualified(lines: Sequence[str]) -> list[str]:
+    """:func:`qualified`'s lines as a report page or summary shows them: the not-applicable lanes one line per
+    reason (also for a run recorded before they were grouped), the engine's words cut once (``figures.quote``);
+    ``results.json`` and the terminal keep them whole."""
+    shown: list[str] = []
+    reasons: dict[str, list[str]] = {}
+    for line in lines:
+        found = _NOT_APPLICABLE_LINE.fullmatch(line)
+        if found is None:
+            shown.append(line)
+        else:
+            reasons.setdefault(found.group(2), []).extend(found.group(1).split(", "))
+    return shown + [f"not applicable: {_lanes(lanes)}, {figures.quote(why)}" for why, lanes in reasons.items()]
 
 
 def with_known_findings(

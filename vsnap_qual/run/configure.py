@@ -169,6 +169,7 @@ def build_config(
         workers=int(parsed.get("vsnap_workers") or 0),
         variants=variants,
         known_findings=parsed.get("vsnap_known_findings") or (),
+        plan_history=parsed.get("vsnap_plan_history"),
     )
     return dataclasses.replace(qual, shard=shard_plan(parsed, qual, os.environ if environ is None else environ))
 
