@@ -46,7 +46,7 @@ vllm-unit: vllm-overlay  ## vsnap-qual's unit tests over vllm.snapshot, from the
 
 qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR)
 	rm -rf $(REPORT_DIR)
-	$(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
+	$(PY) -m pytest suites/ @suites/profiles/reference.args -n 4 --vsnap-report-dir=$(REPORT_DIR) \
 	  --vsnap-base-image=vsnap-reference:base \
 	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS)
 

@@ -21,7 +21,7 @@ from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore, ReportDirInUse, redact_tree, refuse_used_report_dir
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.plugin.items import item_step
-from vsnap_qual.plugin.lane_scheduling import lane_scheduling, numprocesses
+from vsnap_qual.plugin.lane_scheduling import lane_scheduling, numprocesses, overlap_plan
 from vsnap_qual.plugin.process import VsnapProcess, log
 from vsnap_qual.run import invocation, probe_copy
 from vsnap_qual.run.preflight import check_report_dir, run_preflight
@@ -55,6 +55,8 @@ class VsnapSession(VsnapProcess):
         required = procedure.required(lanes, catalogue.ids, unit=bool(qual.unit_command))
         workers = numprocesses(config)
         runners = len({lane.runner for lane in qual.lanes})
+        if qual.overlap == "lanes" and qual.gpus == "none":  # lanes at once (issue 45); GPUs: known after preflight
+            runners = len(qual.lanes)
         line = plan.plan_line(
             [lane.name for lane in qual.lanes], required, catalogue.ids, qual.fault_timeout, qual.observe_s,
             min(int(workers or 1), runners), plan.previous_run(qual.report_dir.parent, qual.report_dir),
@@ -125,6 +127,7 @@ class VsnapSession(VsnapProcess):
         )
         if smoke is not None:
             record["smoke"] = smoke
+        record["overlap"] = overlap_plan(qual.overlap, qual.workers, qual.lanes, result.lane_gpus)
         if qual.shard is not None:
             record["shard"] = shard_info(qual, result, self.catalogue, config)
         # how to run it again (summary.md): the command as given, and the harness's own commit
@@ -138,9 +141,10 @@ class VsnapSession(VsnapProcess):
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """With ``-n``: each runner's lanes on one worker (:func:`~vsnap_qual.plugin.lane_scheduling.
-        lane_scheduling`)."""
-        return lane_scheduling(config, log, self.qual.lanes)
+        """With ``-n``: each lane on a worker of its own where lanes overlap, else each runner's lanes on one
+        (:func:`~vsnap_qual.plugin.lane_scheduling.lane_scheduling`; the session record's ``overlap``)."""
+        overlap = self.session_record.get("overlap") if self.session_record else None
+        return lane_scheduling(config, log, self.qual.lanes, overlap["scope"] if overlap else "runner")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

@@ -166,6 +166,7 @@ def build_config(
         kill_seed=kill_seed(parsed.get("vsnap_kill_seed"), run_id),
         chaos=_given(parsed.get("vsnap_chaos"), 1),
         workers=int(parsed.get("vsnap_workers") or 0),
+        overlap=parsed.get("vsnap_overlap") or "lanes",
         variants=variants,
         known_findings=parsed.get("vsnap_known_findings") or (),
     )
