@@ -54,7 +54,7 @@ HISTORY_DIR ?= reports/history
 qualify: install reference  ## the main job: full qualification of the reference image → $(REPORT_DIR) (kept in $(HISTORY_DIR))
 	rm -rf $(REPORT_DIR)
 	mkdir -p $(HISTORY_DIR)
-	status=0; $(PY) -m pytest suites/ @suites/profiles/reference.args -n 2 --vsnap-report-dir=$(REPORT_DIR) \
+	status=0; $(PY) -m pytest suites/ @suites/profiles/reference.args -n 4 --vsnap-report-dir=$(REPORT_DIR) \
 	  --vsnap-base-image=vsnap-reference:base --vsnap-plan-history=$(HISTORY_DIR) \
 	  --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
 	bash scripts/keep-run.sh $(REPORT_DIR) $(HISTORY_DIR); exit $$status

@@ -82,6 +82,7 @@ class ParsedOptions(TypedDict, total=False):
     vsnap_decode_runs: int
     vsnap_decode_tolerance: float
     vsnap_observe: float
+    vsnap_overlap: str
     vsnap_canary_prompts: int
     vsnap_request_shapes: tuple[str, ...]
     vsnap_concurrent_requests: int
@@ -202,6 +203,9 @@ class QualConfig:
     #: runner per image and arm; ``every``, on every runner
     fault_runners: str = "once"
     workers: int = 0  # xdist workers (-n); 0: every lane in this process, one after another
+    #: ``--vsnap-overlap`` (issue 45): ``lanes``, each lane a worker's scope (lanes holding no GPU run at once under
+    #: ``-n``), or ``off``, each runner's lanes one worker's (``plugin.lane_scheduling.overlap_plan``)
+    overlap: str = "lanes"
     #: ``--vsnap-variant``: each adds lanes per runner x arm, after the plain configuration's
     variants: tuple[Variant, ...] = ()
     #: ``--vsnap-known-findings``: failures already recorded upstream, shown as KNOWN (``report.known``); recorded

@@ -33,6 +33,7 @@ RUN_MARKERS: tuple[str, ...] = (
     "summary.md",
     "logs",
     "lanes",
+    "handoff",  # issue 45: what lanes at once handed each other (plugin.process.handoff_dir)
     probe_copy.COPY_NAME,
     probe_copy.SMOKE_COPY_NAME,
 )

@@ -1165,6 +1165,36 @@ class MergeInfo(TypedDict):
     setups: list[SetupDifference]
 
 
+class Overlap(TypedDict):
+    """Issue 45: how the run's lanes were given to its processes (``--vsnap-overlap``, ``-n``), decided before any
+    lane starts (``plugin.lane_scheduling.overlap_plan``). ``scope``: ``lane`` (each lane a worker's: lanes run
+    at once) or ``runner`` (each runner's lanes one worker's, one after another); ``at_once``: how many lanes can
+    hold an engine at the same time; ``lanes``: the lanes that can run at once (empty when one runs at a time);
+    ``shared``: what those lanes share, in words (the machine's CPUs and memory; never a GPU); ``why``: why this
+    scope. Which lanes' steps did overlap is read from their step times (``report.assemble``: ``overlapped``)."""
+
+    mode: str
+    scope: Literal["lane", "runner"]
+    workers: int
+    at_once: int
+    lanes: list[str]
+    shared: str
+    why: str
+
+
+class LanesOverlapped(TypedDict):
+    lanes: list[str]
+    seconds: float
+
+
+class RunOverlap(Overlap):
+    """The session record's :class:`Overlap` in ``results.json``, with what the run's step times show:
+    ``overlapped``, each pair of lanes whose steps ran at the same time, and for how many seconds (a lane's
+    lifecycle and faults boxes count as the lane)."""
+
+    overlapped: list[LanesOverlapped]
+
+
 class SessionRecord(TypedDict):
     kind: Literal["session"]
     time: str
@@ -1186,6 +1216,8 @@ class SessionRecord(TypedDict):
     shard: NotRequired[ShardInfo]
     #: issue 46: a merge of shards (``vsnap-qual merge``): what each shard brought
     merge: NotRequired[MergeInfo]
+    #: issue 45: how the lanes were given to the run's processes, and what lanes running at once shared
+    overlap: NotRequired[Overlap]
 
 
 class Image(TypedDict, total=False):
@@ -1372,6 +1404,8 @@ class RunInfo(TypedDict):
     shard: NotRequired[ShardInfo]
     #: issue 46: the shards this merged run was made of (``vsnap-qual merge``)
     merge: NotRequired[MergeInfo]
+    #: issue 45: which lanes could run at once and what they shared (the session record's), and which did
+    overlap: NotRequired[RunOverlap]
 
 
 class Lane(TypedDict):

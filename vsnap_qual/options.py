@@ -303,6 +303,23 @@ def parse_fault_runners(value: str) -> str:
     return value
 
 
+#: ``--vsnap-overlap``'s values and what each does (issue 45)
+OVERLAP_MODES = {
+    "lanes": "each lane (runner x arm, variant) on an xdist worker of its own, so that lanes holding no GPU run at "
+    "once under -n; the base arm takes the head arm's answers as they are handed on",
+    "off": "each runner's lanes on one worker, one after another (as before issue 45)",
+}
+
+
+def parse_overlap(value: str) -> str:
+    value = value.strip()
+    if value not in OVERLAP_MODES:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use " + "; ".join(f"'{k}' ({v})" for k, v in OVERLAP_MODES.items())
+        )
+    return value
+
+
 def parse_expect(value: str) -> str:
     value = value.strip()
     if value not in ("head", "base", "auto"):
@@ -703,6 +720,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "30",
         "seconds each restored server must stay alive and healthy after vllm snapshot restore exits (its checks "
         "run inside the window; 0: the soak only)",
+    ),
+    # issue 45: time to a verdict
+    OptionSpec(
+        "overlap",
+        parse_overlap,
+        "lanes",
+        "lanes: with -n, lanes that hold no GPU run at once, each on a worker of its own (the run records which "
+        "overlapped and that they shared the machine); off: each runner's lanes one after another on one worker",
     ),
     OptionSpec("canary-prompts", parse_positive_int, "5", "how many canary prompts (of --vsnap-prompts)"),
     OptionSpec(

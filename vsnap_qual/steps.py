@@ -94,7 +94,8 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) ->
         [c.as_dict() for c in canary], digests, kv, requests, record, decode,
         {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix, api,
     )  # fmt: skip
-    lane.state.ordinary = lane.peers.ordinary[lane.spec.name] = ordinary
+    lane.state.ordinary = ordinary
+    lane.peers.hand_ordinary(lane.spec.name, ordinary)
     found = OrdinaryResults(
         canary=ordinary.canary, digests=digests, kv_tokens=kv, kv_source=source, pids=handle.pids, cleanup=audit
     )
@@ -671,7 +672,7 @@ def unit_step(lane: UnitLane, rec: StepEvidence[UnitResults]) -> None:
         raise StepFailed(f"the unit command's JUnit cannot be read: {exc}") from None
     record["counts"], record["failed"] = unit.counts(found), unit.failed(found)
     check(bool(found), f"the unit command ran no test (exit {result.exit_code}): {result.tail()}")
-    lane.peers.unit[lane.spec.name] = found
+    lane.peers.hand_unit(lane.spec.name, found)
     shown = unit.counts(found)
     summary = f"{shown['passed']} passed, {shown['failed']} failed, {shown['skipped']} skipped"
     if lane.spec.arm == "head":
@@ -681,9 +682,9 @@ def unit_step(lane: UnitLane, rec: StepEvidence[UnitResults]) -> None:
         record["judged"] = "alone (no base arm): every failure counts"
         check(not record["failed"], f"{len(record['failed'])} unit test(s) failed ({summary}): {record['failed'][:10]}")
         return
-    head = lane.peers.unit.get(lane.spec.peer("head"))
+    head, why = lane.peers.head_unit(lane.spec.peer("head"))
     if head is None:
-        pytest.skip(f"{lane.spec.name}: the head arm's unit outcomes are not available to judge against")
+        pytest.skip(f"{lane.spec.name}: the head arm's unit outcomes are not available to judge against ({why})")
     new, pre, fixed = unit.against_base(head, found)
     record["judged"] = "the head arm's failures against this (base) arm's"
     record["new_on_head"], record["pre_existing"], record["fixed_on_head"] = new, pre, fixed
@@ -696,10 +697,11 @@ def unit_step(lane: UnitLane, rec: StepEvidence[UnitResults]) -> None:
 
 def compare_arms(lane: ReferenceLane, rec: StepEvidence[VsHeadResults]) -> None:
     """The base arm's ordinary reference against the head arm's: same canary outputs, same parameter bytes."""
-    head = lane.peers.ordinary.get(lane.spec.peer("head"))
+    head, why = lane.peers.head_ordinary(lane.spec.peer("head"))
     ordinary = lane.state.ordinary
     if not head or ordinary is None:
-        pytest.skip(f"{lane.spec.name}: the head arm's ordinary reference is not available to compare with")
+        why = why if not head else "this lane's own is missing"
+        pytest.skip(f"{lane.spec.name}: the head arm's ordinary reference is not available to compare with ({why})")
     expected = [CanaryOutput.of(c) for c in head.canary]
     actual = [CanaryOutput.of(c) for c in ordinary.canary]
     tolerance = lane.config.logprob_tolerance

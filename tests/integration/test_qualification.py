@@ -50,7 +50,7 @@ def full_run(
     run = run_suite(
         tmp / "report",
         "-n",
-        "2",
+        "4",  # make qualify's: its four lanes at once (issue 45, --vsnap-overlap=lanes)
         f"--vsnap-base-image={REFERENCE_BASE}",
         f"--vsnap-overlay={checkout}",
         f"--vsnap-overlay-files={OVERLAID}",
@@ -246,7 +246,7 @@ GOLDEN = Path(__file__).parent / "golden" / "make-qualify-check-items.json"
 
 
 def test_make_qualify_concludes_as_recorded(full_run: OverlaidRun) -> None:
-    """`make qualify`'s configuration (the reference profile, the base arm, -n 2), in this module's one full run
+    """`make qualify`'s configuration (the reference profile, the base arm, -n 4), in this module's one full run
     (with its harmless overlay, so the overlay is judged too, and ``--vsnap-observe=0``: the window has its own
     tests; one run instead of two keeps .ci/run inside its time), reaches the recorded verdict, checks, items, step
     outcomes and coverage, less times and ids, so a change that moves any judgement shows here. First recorded

@@ -1,5 +1,6 @@
-"""With ``-n``, each runner's lanes (both arms) run on one xdist worker, through the plugin's own scheduler: no
-``--dist loadgroup``, no ``@group`` suffix in node ids or JUnit names, and no ceiling on pytest.
+"""With ``-n``, each lane runs on an xdist worker of its own where lanes overlap (``--vsnap-overlap=lanes``, no GPU),
+else each runner's lanes (both arms) on one worker, through the plugin's own scheduler: no ``--dist loadgroup``, no
+``@group`` suffix in node ids or JUnit names, and no ceiling on pytest.
 
 The fake suite's lanes run nothing; its conftest replaces preflight (which would look for vLLM, CRIU and root)
 with an empty result, so what is exercised is the real xdist scheduling of real parametrized lane items.
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from vsnap_qual.config import LaneSpec, Variant
-from vsnap_qual.plugin.lane_scheduling import lane_group, xdist_workers
+from vsnap_qual.plugin.lane_scheduling import lane_group, overlap_plan, xdist_workers
 
 CONFTEST = """
 from vsnap_qual.plugin import session as controller
@@ -90,10 +91,45 @@ def test_a_variants_lanes_share_their_runners_worker() -> None:
     assert lane_group("t.py::T::test_a[v1-head-nopc]", lanes) == "vsnap-runner-v1"  # v1-head, then a fault id
 
 
-@pytest.mark.parametrize("dist", [[], ["--dist", "loadgroup"]], ids=["default", "loadgroup"])
-def test_each_runner_lanes_run_on_one_worker(tmp_path: Path, dist: list[str]) -> None:
+def test_a_lanes_scope_is_its_own_where_lanes_overlap() -> None:
+    lanes = [LaneSpec("v1", "head", "i", "head", False), LaneSpec("v1", "base", "b", "base", False)]
+    assert lane_group("t.py::T::test_a[v1-head]", lanes, "lane") == "vsnap-lane-v1-head"
+    assert lane_group("t.py::T::test_fault[v1-base-wake-raise]", lanes, "lane") == "vsnap-lane-v1-base"
+    nopc = Variant("nopc", ("--no-enable-prefix-caching",))
+    variant = [*lanes, LaneSpec("v1", "head", "i", "head", False, nopc)]
+    assert lane_group("t.py::T::test_a[v1-head-nopc]", variant, "lane") == "vsnap-lane-v1-head-nopc"
+    assert lane_group("t.py::T::test_a[v1-head]", variant, "lane") == "vsnap-lane-v1-head"
+    assert lane_group("t.py::test_plain", lanes, "lane") is None
+
+
+def _lanes(*runners: str) -> list[LaneSpec]:
+    heads = [LaneSpec(r, "head", "i", "head", False) for r in runners]  # type: ignore[arg-type]
+    return heads + [LaneSpec(r, "base", "b", "base", False) for r in runners]  # type: ignore[arg-type]
+
+
+def test_lanes_overlap_only_with_workers_to_run_them_and_no_gpu() -> None:
+    """Issue 45: lanes run at once (each a worker's scope) under ``lanes`` with two workers or more and no lane
+    holding a GPU; else each runner's lanes one after another, and the plan says why."""
+    four = _lanes("v1", "v2")
+    plan = overlap_plan("lanes", 4, four, {"v1": "none", "v2": "none"})
+    assert (plan["scope"], plan["at_once"]) == ("lane", 4)
+    assert plan["lanes"] == ["v1-head", "v2-head", "v1-base", "v2-base"] and "no GPU" in plan["shared"]
+    assert overlap_plan("lanes", 2, four, {})["at_once"] == 2  # two lanes at a time on two workers
+    assert overlap_plan("lanes", 8, _lanes("v1"), {})["at_once"] == 2  # never more than the lanes
+    off = overlap_plan("off", 4, four, {})
+    assert (off["scope"], off["at_once"]) == ("runner", 2) and "--vsnap-overlap=off" in off["why"]
+    alone = overlap_plan("lanes", 0, four, {})
+    assert (alone["scope"], alone["at_once"], alone["lanes"], alone["shared"]) == ("runner", 1, [], "")
+    gpu = overlap_plan("lanes", 4, four, {"v1": "GPU-a", "v2": "GPU-b"})
+    assert gpu["scope"] == "runner" and gpu["at_once"] == 2 and "GPU-a, GPU-b" in gpu["why"]
+    assert "each runner its own GPU" in gpu["shared"]
+    assert overlap_plan("lanes", 4, four, {"v1": "all", "v2": "all"})["scope"] == "runner"
+    assert overlap_plan("lanes", 4, _lanes("v1")[:1], {})["scope"] == "runner"  # one lane
+
+
+def _run_fake_suite(tmp_path: Path, *args: str) -> tuple[list[dict[str, str]], Path, str]:
     project, notes = tmp_path / "suite", tmp_path / "notes"
-    project.mkdir()
+    project.mkdir(parents=True)
     notes.mkdir()
     (project / "conftest.py").write_text(CONFTEST)
     (project / "test_lanes.py").write_text(SUITE)
@@ -101,7 +137,7 @@ def test_each_runner_lanes_run_on_one_worker(tmp_path: Path, dist: list[str]) ->
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "VSNAP_"))}
     done = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "vsnap_qual", "-n", "2", *dist,
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "vsnap_qual", *args,
             "--vsnap-runtime=host", f"--vsnap-base-python={Path('/usr/bin/python3').resolve()}",
             "--vsnap-model=org/m", f"--vsnap-revision={'0' * 40}", "--vsnap-runners=v1,v2",
             f"--vsnap-host-root={tmp_path / 'lanes'}", f"--vsnap-report-dir={tmp_path / 'report'}",
@@ -112,6 +148,12 @@ def test_each_runner_lanes_run_on_one_worker(tmp_path: Path, dist: list[str]) ->
     output = done.stdout + done.stderr
     seen = [json.loads(line) for path in notes.glob("*.jsonl") for line in path.read_text().splitlines()]
     assert len(seen) == 4 * 5, output[-3000:]  # lanes v1-head v2-head v1-base v2-base, five tests each
+    return seen, junit, output
+
+
+@pytest.mark.parametrize("dist", [[], ["--dist", "loadgroup"]], ids=["default", "loadgroup"])
+def test_each_runner_lanes_run_on_one_worker_without_overlap(tmp_path: Path, dist: list[str]) -> None:
+    seen, junit, _ = _run_fake_suite(tmp_path, "-n", "2", *dist, "--vsnap-overlap=off")
     workers = {runner: {s["worker"] for s in seen if s["runner"] == runner} for runner in ("v1", "v2")}
     assert all(len(w) == 1 for w in workers.values()), workers
     assert workers["v1"] != workers["v2"], f"-n 2 did not spread the runners: {workers}"
@@ -119,6 +161,17 @@ def test_each_runner_lanes_run_on_one_worker(tmp_path: Path, dist: list[str]) ->
     cases = ET.parse(junit).getroot().iter("testcase")
     names = [f"{c.get('classname')}::{c.get('name')}" for c in cases]
     assert len(names) == 24 and not [n for n in names if "@" in n], names
+
+
+def test_each_lane_runs_on_a_worker_of_its_own_where_lanes_overlap(tmp_path: Path) -> None:
+    """Issue 45: ``-n 4`` and the default ``--vsnap-overlap=lanes`` (no GPU): four lanes, four workers, each lane's
+    tests all on its one worker; ``off`` keeps each runner's lanes on one worker, two workers idle."""
+    seen, junit, output = _run_fake_suite(tmp_path / "lanes", "-n", "4")
+    workers = {lane: {s["worker"] for s in seen if s["lane"] == lane} for lane in {s["lane"] for s in seen}}
+    assert all(len(w) == 1 for w in workers.values()), workers
+    assert len({next(iter(w)) for w in workers.values()}) == 4, f"-n 4 did not give each lane a worker: {workers}"
+    seen, _, _ = _run_fake_suite(tmp_path / "off", "-n", "4", "--vsnap-overlap=off")
+    assert len({s["worker"] for s in seen}) == 2, "--vsnap-overlap=off: the runners' two workers alone"
 
 
 def test_dist_each_is_refused_naming_the_fix(tmp_path: Path) -> None:

@@ -314,3 +314,30 @@ def test_refusals_one_after_another_are_proved_restorable_by_one_follow_up_resto
     assert last["results"]["followup_restore"]["canary_ok"]
     summary = (report / "summary.md").read_text()
     assert "follow-up restore with its group's, at fault:manifest-byte" in summary, summary
+
+
+@pytest.mark.parametrize("overlap", ["lanes", "off"])
+def test_a_runners_two_arms_run_at_once_and_the_base_arm_judges_the_head_arms_handed_on_answers(
+    tmp_path: Path, overlap: str
+) -> None:
+    """Issue 45: under ``-n 2`` and ``--vsnap-overlap=lanes`` the head and base arm of one runner run at once, each
+    on a worker of its own; the base arm compares with the head arm's ordinary reference as the head's worker handed
+    it on (``handoff/``), and the run says which lanes overlapped and what they shared. ``off``: one worker, one
+    after another, as before."""
+    done, results, _ = _run(tmp_path, "-m", "not fault", "--vsnap-runners=v1", "-n", "2", f"--vsnap-overlap={overlap}")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    steps = {(s["lane"], s["step"]): s for s in results["steps"]}
+    vs_head = steps[("v1-base", "vs-head")]
+    assert vs_head["outcome"] == "passed", vs_head["message"]
+    assert len(vs_head["results"]["canary_compare"]) == 6 and vs_head["results"]["kv_head"] == 4096
+    found = results["run"]["overlap"]
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    handed = tmp_path / "report" / "handoff" / "v1-head.ordinary.json"
+    if overlap == "lanes":
+        assert (found["scope"], found["at_once"], found["lanes"]) == ("lane", 2, ["v1-head", "v1-base"])
+        assert [pair["lanes"] for pair in found["overlapped"]] == [["v1-base", "v1-head"]]
+        assert found["overlapped"][0]["seconds"] > 0 and handed.is_file()
+        assert "lanes overlapped (--vsnap-overlap=lanes, 2 workers)" in summary and "(no GPU)" in summary
+    else:
+        assert (found["scope"], found["at_once"], found["overlapped"]) == ("runner", 1, [])
+        assert not handed.exists() and "lanes ran one after another per worker" in summary

@@ -393,3 +393,13 @@ def test_the_parsed_options_type_is_each_options_parse_result() -> None:
     for spec in options.OPTIONS:
         returned = typing.get_type_hints(spec.parse)["return"]
         assert declared[spec.dest] == (returned if spec.default else returned | None), spec.dest
+
+
+def test_pytest_refuses_a_bad_overlap_before_anything_starts(vsnap_refused: VsnapRefused, tmp_path: Path) -> None:
+    """Issue 45: ``--vsnap-overlap`` takes ``lanes`` or ``off``; anything else is one usage error naming both."""
+    text = vsnap_refused(
+        "bad-overlap", ["--vsnap-gpus=none", "--vsnap-overlap=yes"], {}, "--vsnap-overlap", revision="a" * 40
+    )
+    assert "'yes': use 'lanes'" in text and "'off'" in text
+    assert not (tmp_path / "bad-overlap").exists()
+    assert options.parse_overlap(" off ") == "off"

@@ -66,3 +66,21 @@ def test_the_observation_windows_idle_time_is_kept_apart_from_the_harnesss_work(
     )
     assert times["restore-1"].harness == (20.0, 19.0) and times["restore-1"].work == (2.0, 2.0)
     assert times["create"].work == (0.5,) and idle_total(times) == 35.0
+
+
+def test_the_lanes_whose_steps_ran_at_the_same_time_are_paired_with_their_seconds() -> None:
+    """Issue 45: the run says which lanes overlapped, from its steps' times (a lane's two boxes are one lane)."""
+    from vsnap_qual.report.step_times import lanes_overlapped
+
+    def step(lane: str, start: str, end: str) -> dict[str, Any]:
+        return {"lane": lane, "started": f"2026-12-07T10:00:{start}+00:00", "ended": f"2026-12-07T10:00:{end}+00:00"}
+
+    steps = [
+        step("v1-head", "00", "10"), step("v1-head", "10", "20"),  # lifecycle, then faults
+        step("v1-base", "05", "15"),
+        step("v2-head", "30", "40"),  # met none
+        {"runner": "v2", "arm": "base", "started": "2026-12-07T10:00:35+00:00", "ended": "2026-12-07T10:00:50+00:00"},
+        {"lane": "v1-head", "started": None, "ended": None},  # not timed: not counted
+    ]  # fmt: skip
+    assert lanes_overlapped(steps) == [("v1-base", "v1-head", 10.0), ("v2-base", "v2-head", 5.0)]
+    assert lanes_overlapped(steps[:2]) == []

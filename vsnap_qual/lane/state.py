@@ -2,16 +2,19 @@
 ordinary reference, the inspect output, the restored server, the snapshot's KV) and the fault lane's own
 bookkeeping (:class:`FaultState`: captured thread IDs, expectation, artifact files, timings), both with what every
 artifact a lane makes needs (:class:`ArtifactState`); and what the lanes of one process hand each other
-(:class:`Peers`: the head arm's answers the base arm is judged against)."""
+(:class:`Peers`: the head arm's answers the base arm is judged against; handed on through the session's
+``lane.handoff`` where the two arms run at once in processes of their own, issue 45)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vsnap_qual import procedure
 from vsnap_qual.engine import shapes
 from vsnap_qual.lane.artifact_files import ArtifactFiles
 from vsnap_qual.lane.audit import ServerHandle
+from vsnap_qual.lane.handoff import Handoff
 from vsnap_qual.model import (
     ApiRecord,
     Behaviour,
@@ -118,7 +121,9 @@ class FaultState(ArtifactState):
 @dataclass
 class Peers:
     """What the lanes of one process hand each other, by lane name: the plugin gives one to every lane, so the base
-    arm of a runner judges against what its head arm recorded."""
+    arm of a runner judges against what its head arm recorded. With ``handoff`` (lanes at once, each in a process
+    of its own: ``--vsnap-overlap=lanes`` under ``-n``) the head arm's answers the base arm reads are also handed
+    on through the session's shared directory, and a base arm in another process waits for them."""
 
     #: the ordinary references (the base arm compares its own with the head's)
     ordinary: dict[str, OrdinaryReference] = field(default_factory=dict)
@@ -127,6 +132,46 @@ class Peers:
     #: what each lane's lifecycle measured, by lane and :data:`Measure`: the fault lane's recovery deadline is
     #: derived from its own lane's (``faults.deadline``)
     measured: dict[str, dict[Measure, list[float]]] = field(default_factory=dict)
+
+    #: the session's shared directory, where lanes run at once in processes of their own (None: one process)
+    handoff: Handoff | None = None
+
+    def hand_ordinary(self, lane: str, reference: OrdinaryReference) -> None:
+        """``lane``'s ordinary reference, for its own later steps and for the base arm (what ``steps.compare_arms``
+        reads of it: the canaries, the digests, the KV capacity, the adapters' canaries)."""
+        self.ordinary[lane] = reference
+        if self.handoff is not None:
+            handed = {"canary": reference.canary, "digests": reference.digests, "kv_tokens": reference.kv_tokens,
+                      "adapters": reference.adapters}  # fmt: skip
+            self.handoff.put(lane, "ordinary", handed)
+
+    def head_ordinary(self, lane: str) -> tuple[OrdinaryReference | None, str]:
+        """``lane``'s ordinary reference (the head arm's, asked by the base arm), and, when none, why."""
+        if lane in self.ordinary:
+            return self.ordinary[lane], ""
+        if self.handoff is None:
+            return None, "not recorded in this process"
+        found, why = self.handoff.get(lane, "ordinary", procedure.ORDINARY)
+        if found is None:
+            return None, why
+        return OrdinaryReference(
+            canary=found["canary"], digests=found["digests"], kv_tokens=found["kv_tokens"], adapters=found["adapters"]
+        ), ""
+
+    def hand_unit(self, lane: str, outcomes: dict[str, UnitOutcome]) -> None:
+        """``lane``'s unit outcomes per test id (the base arm judges the head arm's)."""
+        self.unit[lane] = outcomes
+        if self.handoff is not None:
+            self.handoff.put(lane, "unit", outcomes)
+
+    def head_unit(self, lane: str) -> tuple[dict[str, UnitOutcome] | None, str]:
+        """``lane``'s unit outcomes (the head arm's, asked by the base arm), and, when none, why."""
+        if lane in self.unit:
+            return self.unit[lane], ""
+        if self.handoff is None:
+            return None, "not recorded in this process"
+        found, why = self.handoff.get(lane, "unit", procedure.UNIT)
+        return found, why
 
     def measure(self, lane: str, what: Measure, seconds: float) -> None:
         """``lane``'s lifecycle measured ``what`` taking ``seconds``."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.lane import Peers
+from vsnap_qual.lane.handoff import Handoff
 from vsnap_qual.plugin.items import item_lane_step, item_step
 from vsnap_qual.plugin.step import VsnapStep, out_of_order
 from vsnap_qual.redact import Redactor
@@ -46,7 +48,8 @@ class VsnapProcess:
         self.store = EvidenceStore(qual.report_dir, Redactor(qual.secret_values()), deferred=True)
         self.preflight: PreflightResult | None = None  # what preflight learned (pytest_sessionstart)
         self.session_record: model.SessionRecord | None = None  # written first when the run starts
-        self.peers = Peers()  # what this process's lanes hand each other (both arms of a runner run here)
+        self.peers = Peers()  # what this process's lanes hand each other (and, lanes at once, other processes')
+        self.lanes_run: set[str] = set()  # the lanes whose tests ran in this process
         self.deselected: list[pytest.Item] = []  # what the user's selection left out (pytest_deselected)
         self.suite_problem: str | None = None  # a suite out of the procedure's order (collected, then nothing runs)
 
@@ -55,6 +58,9 @@ class VsnapProcess:
         process's lane starts first (:meth:`EvidenceStore.stage`)."""
         self.preflight = result
         self.session_record = record
+        overlap = record.get("overlap")
+        if overlap is not None and overlap["scope"] == "lane":  # each lane on a worker of its own (issue 45)
+            self.peers.handoff = Handoff(handoff_dir(self.qual), wait_s=handoff_wait(self.qual))
         self.store.stage([record], _session_files(self.qual, result, record))
 
     def register_junit_names(self) -> None:
@@ -107,6 +113,9 @@ class VsnapProcess:
         it (:meth:`selected`)."""
         config = self.config
         selected = [label for item in session.items if (label := item_step(item))]
+        if self.peers.handoff is not None:  # a lane waits only for the steps this run runs
+            found = (item_lane_step(item) for item in session.items)
+            self.peers.handoff.expected = frozenset((lane.name, step) for lane, step in filter(None, found))
         deselected = [label for item in self.deselected if (label := item_step(item))]
         self.selected(list(dict.fromkeys(selected)), len(set(deselected)))
         self.store.write(
@@ -144,6 +153,9 @@ class VsnapProcess:
         found = item_lane_step(item)
         if found is not None:
             progress.mark_report(report, found[0].name, found[1])
+            self.lanes_run.add(found[0].name)
+            if call.when == "teardown" and self.peers.handoff is not None:
+                self.peers.handoff.ended(found[0].name, found[1])  # a lane of another process may wait for it
         step = getattr(item, "funcargs", {}).get("vsnap_step")
         if report.failed and call.when == "call" and isinstance(step, VsnapStep):
             recorder = step.lane.recorder
@@ -154,6 +166,17 @@ class VsnapProcess:
                     continue
                 report.sections.append((f"vsnap log {path}", text))
         return report
+
+
+def handoff_dir(qual: QualConfig) -> Path:
+    """The directory the session's processes hand lanes' answers on through (``lane.handoff``)."""
+    return qual.report_dir / "handoff"
+
+
+def handoff_wait(qual: QualConfig) -> float:
+    """The longest a lane waits for a step of another process's lane to end: every step timeout once, longer than
+    any one step can take (a step that ends, however, says so at once; so does the other process's end)."""
+    return sum(qual.timeouts.values())
 
 
 def _session_files(qual: QualConfig, result: PreflightResult, record: model.SessionRecord) -> Callable[[], None]:

@@ -24,7 +24,7 @@ from vsnap_qual.config import QualConfig
 from vsnap_qual.evidence import EvidenceStore, ReportDirInUse, redact_tree, refuse_used_report_dir
 from vsnap_qual.faults import FaultCatalogue
 from vsnap_qual.plugin.items import item_step
-from vsnap_qual.plugin.lane_scheduling import lane_scheduling, xdist_workers
+from vsnap_qual.plugin.lane_scheduling import lane_scheduling, overlap_plan, xdist_workers
 from vsnap_qual.plugin.process import VsnapProcess, log
 from vsnap_qual.run import invocation, probe_copy
 from vsnap_qual.run.preflight import check_report_dir, run_preflight
@@ -82,8 +82,10 @@ class VsnapSession(VsnapProcess):
 
     def _say_plan(self, labels: list[str], deselected: int) -> None:
         qual = self.qual
-        runners = len({label.split("/", 1)[0].split("+", 1)[0] for label in labels})
-        parallel = min(max(1, xdist_workers(self.config)), max(1, runners))
+        units = {label.split("/", 1)[0].split("+", 1)[0] for label in labels}  # a runner's lanes share a worker
+        if qual.overlap == "lanes" and qual.gpus == "none":  # each lane a worker of its own (issue 45)
+            units = {"/".join(label.split("/", 2)[:2]) for label in labels}
+        parallel = min(max(1, xdist_workers(self.config)), max(1, len(units)))
         found = plan.estimate(qual.plan_history, qual.image, qual.cpu_smoke)
         line = plan.plan_line(labels, qual.fault_timeout, qual.observe_s, parallel, found, deselected=deselected)
         self.plan_said = True
@@ -149,6 +151,7 @@ class VsnapSession(VsnapProcess):
         )
         if smoke is not None:
             record["smoke"] = smoke
+        record["overlap"] = overlap_plan(qual.overlap, qual.workers, qual.lanes, result.lane_gpus)
         if qual.shard is not None:
             record["shard"] = shard_info(qual, result, self.catalogue, config)
         # how to run it again (summary.md): the command as given, and the harness's own commit
@@ -162,9 +165,10 @@ class VsnapSession(VsnapProcess):
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """With ``-n``: each runner's lanes on one worker (:func:`~vsnap_qual.plugin.lane_scheduling.
-        lane_scheduling`)."""
-        return lane_scheduling(config, log, self.qual.lanes)
+        """With ``-n``: each lane on a worker of its own where lanes overlap, else each runner's lanes on one
+        (:func:`~vsnap_qual.plugin.lane_scheduling.lane_scheduling`; the session record's ``overlap``)."""
+        overlap = self.session_record.get("overlap") if self.session_record else None
+        return lane_scheduling(config, log, self.qual.lanes, overlap["scope"] if overlap else "runner")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

@@ -37,5 +37,10 @@ class VsnapWorker(VsnapProcess):
             target.with_suffix(".tmp").replace(target)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        handoff = self.peers.handoff
+        if handoff is not None:  # stopped early (-x, an interrupt): no lane of another process waits for these
+            for lane, step in handoff.expected:
+                if lane in self.lanes_run and not handoff.has_ended(lane, step):
+                    handoff.ended(lane, step)
         if self.store.started:
             self.store.open()  # this worker's held records (its plan) join the run another process started

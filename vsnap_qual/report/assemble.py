@@ -20,7 +20,7 @@ from vsnap_qual import model, procedure
 from vsnap_qual.clock import utc_stamp
 from vsnap_qual.contract import column
 from vsnap_qual.evidence import EVIDENCE_FILE, Evidence, read_evidence
-from vsnap_qual.report import parse
+from vsnap_qual.report import parse, step_times
 from vsnap_qual.report.frames import Comparisons, compare_all
 from vsnap_qual.report.verdict import judge
 
@@ -150,6 +150,12 @@ def assemble(evidence: Evidence, *, source: str = EVIDENCE_FILE) -> Assembled:
         run["shard"] = session["shard"]
     if session and "merge" in session:
         run["merge"] = session["merge"]
+    if session and "overlap" in session:
+        pairs = step_times.lanes_overlapped(steps)
+        run["overlap"] = model.RunOverlap(
+            **session["overlap"],
+            overlapped=[model.LanesOverlapped(lanes=[a, b], seconds=seconds) for a, b, seconds in pairs],
+        )
     if session_end and session_end.get("interrupted"):
         run["interrupted"] = session_end["interrupted"]
     if session_end and "pytest_counts" in session_end:

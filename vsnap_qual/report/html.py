@@ -36,7 +36,7 @@ from vsnap_qual.report.frames import (
     compare_all,
     rows,
 )
-from vsnap_qual.report.markdown import SIMULATED_LABEL
+from vsnap_qual.report.markdown import SIMULATED_LABEL, overlap_text
 from vsnap_qual.report.recorded import option_value
 from vsnap_qual.report.step_times import step_times, totals
 from vsnap_qual.report.verdict import shown_qualified
@@ -574,7 +574,8 @@ def harness_time(results: model.Results) -> str:
     own = [h for name, t in times.items() if procedure.is_fault_step(name) for h in t.harness]
     if own:
         said += f"; the harness's median per fault step {statistics.median(own):.2f} s (n={len(own)})"
-    return said + "."
+    overlap = overlap_text(results["run"]) if "run" in results else ""
+    return said + "." + (f" The {overlap[0].lower()}{overlap[1:]}." if overlap else "")
 
 
 def _timing_chart(results: model.Results, comparisons: Comparisons) -> Markup:

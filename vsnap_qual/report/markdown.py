@@ -137,10 +137,31 @@ def _facts(results: model.Results) -> list[str]:
         facts.append("runners " + ", ".join(results["runners"]))
     facts.append(f"run `{results['run']['run_id'] or 'unknown'}`")
     facts.append(f"vsnap-qual {results['run'].get('harness_version') or 'unknown'}" + harness_commit(results))
+    overlap = overlap_text(results["run"])
+    if overlap:
+        facts.append(overlap)
     build = next((ci for _l, env in _lane_environments(results) if (ci := env.get("ci"))), model.CiBuild())
     if build.get("build_url"):
         facts.append(f"[CI build]({build.get('build_url')})")
     return facts
+
+
+def overlap_text(run: model.RunInfo) -> str:
+    """Issue 45: whether the run's lanes ran at once, what they shared, and which did overlap ("" when the run
+    does not say: evidence from before issue 45)."""
+    found = run.get("overlap")
+    if not found:
+        return ""
+    if found["scope"] != "lane" or found["at_once"] < 2:
+        said = f"lanes ran one after another per worker ({found['why']})"
+        if found["at_once"] > 1:
+            said += f"; {found['shared']}"
+        return said
+    met = ", ".join(f"{'+'.join(pair['lanes'])} {pair['seconds']:.0f} s" for pair in found["overlapped"])
+    return (
+        f"lanes overlapped (--vsnap-overlap={found['mode']}, {found['workers']} workers): up to {found['at_once']} at "
+        f"once, sharing {found['shared']}; ran at the same time: {met or 'none'}"
+    )
 
 
 def harness_commit(results: model.Results) -> str:

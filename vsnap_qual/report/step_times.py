@@ -9,6 +9,7 @@ Pure and import-light (no pandas).
 
 from __future__ import annotations
 
+import datetime as dt
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -90,3 +91,35 @@ def totals(times: Mapping[str, StepTimes]) -> tuple[float, float]:
 def idle_total(times: Mapping[str, StepTimes]) -> float:
     """The observation window's idle seconds summed over every step name."""
     return sum(t.idle_total for t in times.values())
+
+
+def _seconds(stamp: object) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def lanes_overlapped(steps: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, float]]:
+    """Each pair of lanes whose steps ran at the same time, with the seconds they did (issue 45: the run says
+    which lanes overlapped), from the steps' ``started`` and ``ended``; a lane is its ``lane`` (else runner-arm),
+    its lifecycle and faults steps together. Pairs by lane name; none that never met."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for step in steps:
+        start, end = _seconds(step.get("started")), _seconds(step.get("ended"))
+        if start is None or end is None or end <= start:
+            continue
+        lane = str(step.get("lane") or f"{step.get('runner')}-{step.get('arm')}")
+        spans.setdefault(lane, []).append((start, end))
+    names = sorted(spans)
+    found: list[tuple[str, str, float]] = []
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            shared = sum(
+                max(0.0, min(a_end, b_end) - max(a_start, b_start))
+                for a_start, a_end in spans[first]
+                for b_start, b_end in spans[second]
+            )
+            if shared > 0:
+                found.append((first, second, round(shared, 1)))
+    return found

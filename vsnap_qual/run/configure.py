@@ -167,6 +167,7 @@ def build_config(
         chaos=_given(parsed.get("vsnap_chaos"), 1),
         fault_runners=_given(parsed.get("vsnap_fault_runners"), "once"),
         workers=int(parsed.get("vsnap_workers") or 0),
+        overlap=parsed.get("vsnap_overlap") or "lanes",
         variants=variants,
         known_findings=parsed.get("vsnap_known_findings") or (),
         plan_history=parsed.get("vsnap_plan_history"),
