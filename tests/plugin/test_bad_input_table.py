@@ -378,6 +378,10 @@ ROWS: list[Row] = [
         needs=("known-malformed",),
         fix="docs/known-findings.md",
     ),
+    # ---- merged after the table: issue 45's overlap and faults once, issue 47's plan history -----------------------
+    P("fault-runners-word", f"{S}fault-runners=sometimes", fix="use 'once'"),
+    P("overlap-word", f"{S}overlap=maybe", fix="use 'lanes'"),
+    P("plan-history-missing", f"{S}plan-history={{t}}/no-such-history", fix="give a previous run's results.json"),
     # ---- shards ---------------------------------------------------------------------------------------------------
     P("shard-beyond-count", f"{S}shard=3/2", fix="K counts from 1 to N"),
     P("shard-word", f"{S}shard=first", fix="K/N"),
