@@ -202,6 +202,19 @@ class ApiCheck(TypedDict):
     requests: list[ApiRequestCompare]
 
 
+class SecondLook(TypedDict):
+    """A liveness look that failed and was looked at again before it could be a death: the second look found the
+    server alive (its processes by their own state, ``/health`` within a deadline sized by measurement)."""
+
+    #: seconds after the restore exited
+    after_s: float
+    #: what the first look said (``processes gone [...]``, ``/health did not answer 200 within 2 s``)
+    first: str
+    #: how long the second ``/health`` ask took to answer 200, and its deadline
+    health_s: float
+    deadline_s: float
+
+
 class Soak(TypedDict, total=False):
     alive: bool
     probes: int
@@ -221,6 +234,11 @@ class Soak(TypedDict, total=False):
     log_tail: str
     #: how the restored tree's processes ended (``exits``: the kernel's process events), or why that is unknown
     exit: str
+    #: failed looks that a second look found alive (not deaths), the first few; how many in all
+    second_looks: list[SecondLook]
+    second_looks_count: int
+    #: the slowest ``/health`` answer the watch measured (a second look's deadline is sized by it)
+    slowest_health_s: float
 
 
 class Digest(TypedDict, total=False):

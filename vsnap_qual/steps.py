@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 
 import pytest
 
 from vsnap_qual import checks, overlay, procedure, vllm_words
 from vsnap_qual.contract import VLLM_CANARY_PROMPT
 from vsnap_qual.engine import adapters, api_checks, decode_speed, prefix_cache, shapes
-from vsnap_qual.engine.client import CanaryOutput
+from vsnap_qual.engine.client import HEALTH_TIMEOUT, CanaryOutput
 from vsnap_qual.lane import unit
 from vsnap_qual.lane.audit import ServerHandle
 from vsnap_qual.lane.exits import ExitWatch
@@ -47,6 +48,7 @@ from vsnap_qual.model import (
     OverlayResults,
     RestartResults,
     RestoreResults,
+    SecondLook,
     ShapeRecord,
     Soak,
     UnitResults,
@@ -431,27 +433,77 @@ def inspect_changes(lane: ServingLane, rec: StepEvidence[object], name: str) -> 
     return checks.manifest_changes(lane.state.manifest, now)
 
 
-def probe_liveness(lane: ServingLane, handle: ServerHandle, since: float, reason: str = "") -> Soak:
+#: a liveness look that fails is looked at again before it is a death: the second ``/health`` ask waits this many
+#: times the slowest answer measured from the server (the failed ask counted at its bound), at most the ``http``
+#: timeout
+CONFIRM_HEADROOM = 4.0
+
+
+def probe_liveness(
+    lane: ServingLane,
+    handle: ServerHandle,
+    since: float,
+    reason: str = "",
+    *,
+    known: Mapping[int, str] | None = None,
+    slowest_s: float = 0.0,
+) -> Soak:
     """One look at a restored server: its processes, ``/health``. ``died_after_s`` counts from ``since`` (when
-    ``vllm snapshot restore`` exited 0)."""
+    ``vllm snapshot restore`` exited 0). A look that fails is not yet a death (:func:`_look`)."""
+    return _look(lane, handle, since, reason, known, slowest_s)[0]
+
+
+def _look(
+    lane: ServingLane,
+    handle: ServerHandle,
+    since: float,
+    reason: str,
+    known: Mapping[int, str] | None,
+    slowest_s: float,
+) -> tuple[Soak, list[int], float | None]:
+    """A liveness look, its confirmed gone processes and how long ``/health`` took to answer 200 (None: it did not).
+
+    The first look asks the box which processes exist and ``/health`` within ``client.HEALTH_TIMEOUT``. When it
+    fails, a second look decides: the processes by their own state (their start times, ``known`` where the watch
+    recorded them: a PID held by another process is gone), then, where all are there, ``/health`` again with a
+    deadline sized by measurement (:data:`CONFIRM_HEADROOM` × the slowest answer measured, ``slowest_s``, or the
+    failed ask's own bound; at most the ``http`` timeout). A death is two failed looks; a failed look that the
+    second finds alive is recorded as a ``second_look`` (under load a look's answer can come late or be lost)."""
     gone = sorted(set(handle.pids) - set(lane.servers.alive(handle.pids)))
-    healthy = lane.api.health(handle.port)
-    alive = not gone and healthy
-    out = Soak(alive=alive, probes=0, seconds=0.0)
-    if not alive:
-        out.update(
-            {
-                "died_after_s": round(time.time() - since, 2),
-                "reason": (f"processes gone {gone}" if gone else "/health did not answer 200")
-                + (f" ({reason})" if reason else ""),
-                "log_tail": lane.servers.restored_log_tail(),
-            }
-        )
-    return out
+    asked = time.monotonic()
+    if not gone and lane.api.health(handle.port):
+        return Soak(alive=True, probes=0, seconds=0.0), [], time.monotonic() - asked
+    first = f"processes gone {gone}" if gone else f"/health did not answer 200 within {HEALTH_TIMEOUT:g} s"
+    now = lane.servers.identify(handle.pids)
+    gone = sorted(p for p in handle.pids if p not in now or (known or {}).get(p, now[p]) != now[p])
+    deadline = round(min(lane.config.timeouts["http"], CONFIRM_HEADROOM * max(slowest_s, HEALTH_TIMEOUT)), 2)
+    asked = time.monotonic()
+    if not gone and lane.api.health(handle.port, deadline):
+        answered = time.monotonic() - asked
+        second = SecondLook(after_s=round(time.time() - since, 2), first=first, health_s=round(answered, 2),
+                            deadline_s=deadline)  # fmt: skip
+        return Soak(alive=True, probes=0, seconds=0.0, second_looks=[second]), [], answered
+    again = (
+        f"processes gone {gone}"
+        if gone
+        else f"/health did not answer 200 within {deadline:g} s ({CONFIRM_HEADROOM:g} × the slowest answer "
+        f"measured, {max(slowest_s, HEALTH_TIMEOUT):.2f} s), its processes there"
+    )
+    out = Soak(
+        alive=False,
+        probes=0,
+        seconds=0.0,
+        died_after_s=round(time.time() - since, 2),
+        reason=f"{first}; looked at again: {again}" + (f" ({reason})" if reason else ""),
+        log_tail=lane.servers.restored_log_tail(),
+    )
+    return out, gone, None
 
 
 #: the soak's pause between two looks at the restored server (its idle time is recorded: ``Soak.idle_s``)
 PROBE_PAUSE = 0.25
+#: the second looks a soak records in full (the rest are counted)
+SECOND_LOOKS_KEPT = 5
 
 
 def soak_server(lane: ServingLane, handle: ServerHandle, since: float) -> Soak:
@@ -483,8 +535,13 @@ def _watch(
     probes = canaries = 0
     idle = 0.0
     last_ok = since
+    # the restored tree's processes as the watch begins (a PID later held by another process is not theirs)
+    known = lane.servers.identify(handle.pids)
+    slowest = 0.0  # the slowest /health answer measured: a second look's deadline is sized by it
+    second_looks: list[SecondLook] = []
+    seconds_looked = 0
     while True:
-        look = probe_liveness(lane, handle, since)
+        look, gone, answered = _look(lane, handle, since, "", known, slowest)
         if look["alive"] and (probes % 4 == 3 or time.time() - started >= seconds):
             try:
                 answers = lane.api.canaries(handle.port)
@@ -497,7 +554,9 @@ def _watch(
                     ]
                     mismatch += differ[: max(0, 3 - len(mismatch))]
             except Exception as exc:
-                look = probe_liveness(lane, handle, since, f"canary request: {type(exc).__name__}: {exc}")
+                look, gone, answered = _look(
+                    lane, handle, since, f"canary request: {type(exc).__name__}: {exc}", known, slowest
+                )
                 if look["alive"]:
                     look.update(
                         {
@@ -507,6 +566,12 @@ def _watch(
                             "log_tail": lane.servers.restored_log_tail(),
                         }
                     )
+        for second in look.pop("second_looks", []):
+            seconds_looked += 1
+            if len(second_looks) < SECOND_LOOKS_KEPT:
+                second_looks.append(second)
+        if answered is not None:
+            slowest = max(slowest, answered)
         died = not look["alive"]
         if not died:
             probes += 1
@@ -514,12 +579,23 @@ def _watch(
         if died or (last_ok - started >= seconds and last_ok - since >= window):
             look.update(
                 {"probes": probes, "canaries": canaries, "window_s": window, "idle_s": round(idle, 2),
-                 "seconds": round((time.time() if died else last_ok) - started, 2)}
+                 "seconds": round((time.time() if died else last_ok) - started, 2),
+                 "slowest_health_s": round(slowest, 3)}
             )  # fmt: skip
+            if seconds_looked:
+                look.update({"second_looks": second_looks, "second_looks_count": seconds_looked})
             if died:
-                gone = sorted(set(handle.pids) - set(lane.servers.alive(handle.pids)))
-                exits.wait_for(gone)
-                look.update({"exit": exits.ended(gone or handle.pids), "last_ok_after_s": round(last_ok - since, 2)})
+                look["last_ok_after_s"] = round(last_ok - since, 2)
+                if gone:  # two looks found them gone: how they ended
+                    exits.wait_for(gone)
+                    look["exit"] = exits.ended(gone)
+                else:  # a server that stopped answering: its processes are there, and not an exit to explain
+                    now = lane.servers.identify(handle.pids)
+                    look["exit"] = (
+                        "not exited: its processes are there ("
+                        + ", ".join(f"{pid} started at tick {now[pid]}" for pid in handle.pids if pid in now)
+                        + ")"
+                    )
             else:
                 look["observed_after_restore_s"] = round(last_ok - since, 2)
             if mismatch:

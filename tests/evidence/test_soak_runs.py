@@ -71,3 +71,22 @@ def test_the_co_tenant_soak_is_what_its_section_says_and_every_decode_judgement_
     judged, measured = [r["slowdown"] for r in restores], [r["measured_slowdown"] for r in restores]
     assert f"{len(restores)} of {len(restores)} restores passed" in section
     assert f"judged {min(judged):.3f}–{max(judged):.3f}×, measured {min(measured):.3f}–{max(measured):.3f}×" in section
+
+
+def test_the_soak_after_the_liveness_fix_is_what_its_section_says() -> None:
+    """Issue 44 item 6, after the liveness fix: the co-tenant soak's runs (cut to the lock's holds), each a PASS, and
+    every watched restore alive through its window, as evidence/soak/README.md gives them."""
+    folder = SOAK / "2026-12-07-lifecycle-v1-stress2-7e41dfb"
+    runs = [r for part in sorted(folder.glob("part-*")) for r in json.loads((part / "soak.json").read_text())["runs"]]
+    docs = (SOAK / "README.md").read_text()
+    section = docs.split("(`2026-12-07-lifecycle-v1-stress2-7e41dfb/`)", 1)[1].split("\n## ", 1)[0]
+    assert all(r["machine"]["cotenant"] == "stress:2" and r["machine"]["cotenant_cpus"] > 0 for r in runs)
+    assert all(r["verdict"] == "pass" and r["exit_code"] == 0 and not r["failed"] for r in runs)
+    assert all("runners v1;" in r["coverage"] and "watched 30 s" in r["coverage"] for r in runs)
+    assert f"{len(runs)} of {len(runs)} PASS, not the 10 clean runs" in section
+    watches = json.loads((folder / "liveness.json").read_text())["watches"]
+    assert len(watches) == 8 * len(runs) and all(w["alive"] and w["observed_after_restore_s"] >= 30 for w in watches)
+    second = sum(w["second_looks_count"] for w in watches)
+    assert ("no second look needed" in section) == (second == 0)
+    slowest = [w["slowest_health_s"] for w in watches]
+    assert f"the slowest `/health` answer {min(slowest):.3f}–{max(slowest):.3f} s" in section

@@ -29,7 +29,7 @@ from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
 from vsnap_qual.engine import prefix_cache, shapes
-from vsnap_qual.engine.client import CanaryOutput
+from vsnap_qual.engine.client import HEALTH_TIMEOUT, CanaryOutput
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultLane
 from vsnap_qual.lane.audit import ServerHandle
@@ -217,6 +217,11 @@ class FakeLane(Generic[S]):
         self.unserved_api: set[str] = set()  # API paths the engine does not serve (404 on every server)
         self.leftovers: list[LeftoverProcess] = []  # what every stop found still alive past the grace
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
+        #: box looks at the processes whose answer is wrong ("none of them") though they live (a lost answer)
+        self.wrong_looks = 0
+        #: how long the restored server's /health takes to answer (None: at once): an ask that waits less fails
+        self.health_late_s: float | None = None
+        self.health_asks: list[float] = []  # each /health ask's deadline
         self.inspected: dict[str, Any] = manifest()  # what inspect prints after the inspect step
         self.start_times: dict[int, str] = {}  # a PID's start time now (else "100")
         self.gpu_listed: set[int] | None = None  # nvidia-smi's compute apps after a restore (None: no GPU)
@@ -255,6 +260,11 @@ class FakeLane(Generic[S]):
             return True
         self.probes_until_death -= 1
         return self.probes_until_death >= 0
+
+    @property
+    def dead(self) -> bool:
+        """Whether the restored server has died (its processes gone), without a look of its own."""
+        return self.probes_until_death is not None and self.probes_until_death < 0
 
     def ran(self, stdout: str = "", code: int = 0) -> ExecResult:
         """A command that just ended (the observation window counts from its end)."""
@@ -302,10 +312,15 @@ class FakeServers:
         return CleanupAudit(**AUDIT_OK, ports_open=[], lane=self.lane.spec.name)
 
     def alive(self, pids: list[int]) -> list[int]:
-        return list(pids) if self.lane.alive_now() else []
+        if not self.lane.alive_now():
+            return []
+        if self.lane.wrong_looks:
+            self.lane.wrong_looks -= 1
+            return []
+        return list(pids)
 
     def identify(self, pids: list[int]) -> dict[int, str]:
-        return {p: self.lane.start_times.get(p, "100") for p in pids}
+        return {} if self.lane.dead else {p: self.lane.start_times.get(p, "100") for p in pids}
 
     def gpu_apps(self) -> set[int] | None:
         return self.lane.gpu_listed
@@ -334,8 +349,10 @@ class FakeEngineApi:
     def served_model(self) -> str:
         return self.lane.config.model
 
-    def health(self, port: int) -> bool:
-        return self.lane.alive_now()
+    def health(self, port: int, timeout: float = HEALTH_TIMEOUT) -> bool:
+        self.lane.health_asks.append(timeout)
+        late = self.lane.health_late_s
+        return self.lane.alive_now() and (late is None or timeout >= late)
 
     def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]:
         lane = self.lane

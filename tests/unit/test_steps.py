@@ -154,6 +154,74 @@ def test_the_observation_window_outlasts_the_soak_and_is_recorded() -> None:
     assert soak["idle_s"] == steps.PROBE_PAUSE * (soak["probes"] - 1) and soak["idle_s"] <= soak["seconds"]
 
 
+def test_a_look_that_finds_the_processes_gone_while_they_live_is_looked_at_again_not_a_death() -> None:
+    # the soak of 2026-12-07 (stress:2): one look said "processes gone" while the processes lived (their own
+    # /proc said so, and the stop found them alive); the second look, by their own state, finds them there
+    lane = _restored_lane(wrong_looks=1)
+    lane.configure(observe_s=0.6)
+    rec = _rec("restore-1")
+    steps.restore(lane, rec)
+    soak = rec.results["soak"]
+    assert soak["alive"] is True and "died_after_s" not in soak and "exit" not in soak, soak
+    assert soak["second_looks_count"] == 1 and soak["second_looks"][0]["first"] == "processes gone [20, 21]"
+    assert soak["second_looks"][0]["deadline_s"] == steps.CONFIRM_HEADROOM * 2.0
+
+
+def test_a_death_is_two_failed_looks_and_names_both_with_how_the_processes_ended() -> None:
+    lane = _restored_lane(probes_until_death=2)  # alive for the first look, gone at the next
+    lane.configure(soak_s=60.0)
+    rec = _rec("restore-1")
+    with pytest.raises(StepFailed, match=r"processes gone \[20, 21\]; looked at again: processes gone \[20, 21\]"):
+        steps.restore(lane, rec)
+    soak = rec.results["soak"]
+    assert soak["alive"] is False and soak["exit"].startswith("exit status not observed: a fake lane"), soak
+    assert "second_looks" not in soak
+
+
+def test_a_pid_held_by_another_process_at_the_second_look_is_gone() -> None:
+    lane = _restored_lane(wrong_looks=1)
+    handle = ServerHandle(port=8004, root_pid=20, pids=[20, 21])
+    lane.start_times = {21: "999"}  # 21 now names a process started after the watch recorded the tree
+    look = steps.probe_liveness(lane, handle, 0.0, known={20: "100", 21: "100"})
+    assert look["alive"] is False and look["reason"] == (
+        "processes gone [20, 21]; looked at again: processes gone [21]"
+    ), look
+
+
+def test_a_health_answer_late_under_load_is_asked_again_with_a_deadline_sized_by_measurement() -> None:
+    handle = ServerHandle(port=8004, root_pid=20, pids=[20, 21])
+    # /health answers in 5 s: the 2 s ask fails, the second waits 4 x its bound (8 s) and is answered
+    lane = _restored_lane(health_late_s=5.0)
+    look = steps.probe_liveness(lane, handle, 0.0)
+    assert look["alive"] is True and lane.health_asks == [2.0, 8.0], (look, lane.health_asks)
+    assert look["second_looks"][0]["first"] == "/health did not answer 200 within 2 s"
+    # in 15 s: past 4 x the bound, but within 4 x the slowest answer the watch measured (5 s)
+    lane = _restored_lane(health_late_s=15.0)
+    assert steps.probe_liveness(lane, handle, 0.0, slowest_s=5.0)["alive"] is True
+    assert lane.health_asks == [2.0, 20.0]
+    # never within the deadline: a server that stopped answering, its processes there
+    lane = _restored_lane(health_late_s=15.0)
+    look = steps.probe_liveness(lane, handle, 0.0)
+    assert look["alive"] is False and look["reason"] == (
+        "/health did not answer 200 within 2 s; looked at again: /health did not answer 200 within 8 s "
+        "(4 × the slowest answer measured, 2.00 s), its processes there"
+    ), look
+    # the deadline is at most the http timeout
+    lane = _restored_lane(health_late_s=15.0)
+    lane.configure(timeouts={**lane.config.timeouts, "http": 3.0})
+    assert steps.probe_liveness(lane, handle, 0.0, slowest_s=5.0)["alive"] is False
+    assert lane.health_asks == [2.0, 3.0]
+
+
+def test_a_server_that_stops_answering_in_the_soak_fails_not_as_an_exit() -> None:
+    lane = _restored_lane(health_late_s=60.0)
+    rec = _rec("restore-1")
+    with pytest.raises(StepFailed, match=r"/health did not answer 200 within 8 s .*its processes there"):
+        steps.restore(lane, rec)
+    soak = rec.results["soak"]
+    assert soak["exit"] == "not exited: its processes are there (20 started at tick 100, 21 started at tick 100)"
+
+
 def test_a_process_that_outlives_the_grace_fails_the_stop_gpu_holders_first() -> None:
     lane = lifecycle_lane()
     lane.leftovers = [

@@ -188,9 +188,14 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.05) -> bool
         return False
 
 
-def health_ok(port: int, host: str = "127.0.0.1") -> bool:
+#: how long one ``/health`` ask waits for its answer (a liveness look; a failed look is asked again with a deadline
+#: sized by the server's measured answers: ``steps.probe_liveness``)
+HEALTH_TIMEOUT = 2.0
+
+
+def health_ok(port: int, host: str = "127.0.0.1", timeout: float = HEALTH_TIMEOUT) -> bool:
     try:
-        return requests.get(f"http://{host}:{port}/health", timeout=2.0).status_code == 200
+        return requests.get(f"http://{host}:{port}/health", timeout=timeout).status_code == 200
     except requests.RequestException:
         return False
 

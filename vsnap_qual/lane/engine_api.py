@@ -35,10 +35,10 @@ class LaneEngineApi:
             return args[args.index("--served-model-name") + 1]
         return self.config.model
 
-    def health(self, port: int) -> bool:
+    def health(self, port: int, timeout: float = client.HEALTH_TIMEOUT) -> bool:
         with self.recorder.engine_wait():
             host, reach = self.box.endpoint(port)
-            return client.health_ok(reach, host)
+            return client.health_ok(reach, host, timeout)
 
     def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]:
         """The canary plan's answers, from the served model or through ``model`` (a LoRA adapter's name)."""

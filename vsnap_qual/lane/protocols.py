@@ -16,7 +16,7 @@ from vsnap_qual.box import ExecResult, ShmHolders
 from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import ARTIFACT
 from vsnap_qual.engine import shapes
-from vsnap_qual.engine.client import CanaryOutput
+from vsnap_qual.engine.client import HEALTH_TIMEOUT, CanaryOutput
 from vsnap_qual.lane.audit import ServerHandle
 from vsnap_qual.lane.exits import ExitWatch
 from vsnap_qual.lane.state import LifecycleState, Peers
@@ -106,8 +106,8 @@ class EngineApi(Protocol):
     def served_model(self) -> str:
         """The model name the engine serves (``--served-model-name``, else the model)."""
 
-    def health(self, port: int) -> bool:
-        """Whether ``/health`` answers 200."""
+    def health(self, port: int, timeout: float = HEALTH_TIMEOUT) -> bool:
+        """Whether ``/health`` answers 200 within ``timeout`` seconds."""
 
     def canaries(self, port: int, model: str | None = None) -> list[CanaryOutput]:
         """The canary plan's answers, from the served model or through ``model`` (a LoRA adapter's name)."""

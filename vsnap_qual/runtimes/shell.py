@@ -7,6 +7,7 @@ a runtime that can do better (the host runtime reads the host's ``/proc`` direct
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import shlex
 from collections.abc import Mapping
@@ -72,6 +73,13 @@ _SHM = "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f|%D|%i|%m|%s\\n' | sort
 
 def _pids(pids: list[int]) -> str:
     return " ".join(str(int(p)) for p in pids)
+
+
+#: the last line of a look's output (:meth:`ShellBox.answered`): an answer that ends without it was cut short on its
+#: way back. Docker's daemon waits at most 2 s after an exec's process exited for its output to be copied, then
+#: closes the streams and still reports exit code 0: on a loaded host a look's whole output can be lost, and "no
+#: ``pid`` line" would read as "every watched process is gone" (issue 44 item 6).
+ANSWER_END = "vsnap-answer-end"
 
 
 def parse_shm(text: str) -> list[ShmEntry]:
@@ -319,12 +327,29 @@ class ShellBox:
     def listening_ports(self) -> set[int]:
         return listening_ports(self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", 20.0).stdout)
 
+    def answered(self, script: str, timeout: float) -> ExecResult:
+        """``script``'s whole answer, for a look that reads absence from missing lines: its output must end with
+        :data:`ANSWER_END` (stripped here). An answer without it (exit code 0, output cut short on the way back) is
+        asked again once; cut short twice, it fails (:class:`RuntimeFailure`) rather than say what it never said.
+        A command that failed is returned as it is, for its caller to judge."""
+        for _ in range(2):
+            result = self.sh(f"{script}\necho {ANSWER_END}", timeout)
+            if result.exit_code != 0:
+                return result
+            lines = result.stdout.splitlines(keepends=True)
+            if lines and lines[-1].rstrip("\n") == ANSWER_END:
+                return dataclasses.replace(result, stdout="".join(lines[:-1]))
+        raise RuntimeFailure(
+            f"{self.name}: the answer to a look came back without its last line twice (output lost on its way "
+            f"back, exit code 0); last: {len(result.stdout)} bytes"
+        )
+
     def look(self, pids: list[int]) -> tuple[list[int], set[int]]:
         script = (
             f"for p in {_pids(pids)}; do [ -d /proc/$p ] && echo pid $p; done; "
             "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true"
         )
-        result = self.sh(script, 30)
+        result = self.answered(script, 30)
         if result.exit_code != 0:
             raise RuntimeFailure(f"cannot probe processes and ports in {self.name}: {result.tail()}")
         alive = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("pid ")]
@@ -336,7 +361,7 @@ class ShellBox:
         start = "$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
         script = f'for p in {_pids(pids)}; do [ -r /proc/$p/stat ] && echo "$p {start}"; done; true'
         found = {}
-        for line in self.sh(script, 30).stdout.splitlines():
+        for line in self.answered(script, 30).stdout.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0].isdigit():
                 found[int(parts[0])] = parts[1]
