@@ -214,6 +214,8 @@ class ServingSeries(TypedDict, total=False):
     #: the engine processes' GPU memory after each request, MiB, as ``nvidia-smi`` lists their compute apps (absent:
     #: the lane has no GPU)
     gpu_mib: list[int]
+    #: how long the series took, requests and samples together (what it adds to a restore)
+    seconds: float
     not_applicable: str
 
 

@@ -13,6 +13,7 @@ Ratios and differences of the two engines' own figures only: nothing is compared
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from vsnap_qual.checks import Finding
@@ -143,10 +144,12 @@ def measure(
     ids = prompt_ids(canary_ids, int(size) if size.isdigit() else None, max_model_len)
     if not ids:
         return ServingSeries(requests=0, counters={}, rss_kb=[], not_applicable="no canary ids to make its prompt of")
+    started = time.monotonic()
     moved_by, rss, gpu = run_series(lambda _i: ask(ids), REQUESTS, lambda: metrics_status()[1], rss_kb, gpu_mib)
     series = ServingSeries(
-        requests=REQUESTS, prompt_tokens=len(ids), max_tokens=ASK_TOKENS, counters=moved_by, rss_kb=rss
-    )
+        requests=REQUESTS, prompt_tokens=len(ids), max_tokens=ASK_TOKENS, counters=moved_by, rss_kb=rss,
+        seconds=round(time.monotonic() - started, 3),
+    )  # fmt: skip
     if gpu:
         series["gpu_mib"] = gpu
     return series
