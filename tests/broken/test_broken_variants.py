@@ -216,8 +216,13 @@ def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(
     said = restore["message"].removeprefix("StepFailed: ").split(" | ")
     assert any(s.startswith("restore-1: prefix caching lost after the restore") for s in said), restore["message"]
     others = [s for s in said if not s.startswith("restore-1: prefix caching lost after the restore")]
-    # since issue 44 item 2 the serving series names the same loss in vLLM's counter: its repeated prompt hit nothing
-    hits = [s for s in others if s.startswith("restore-1: vllm:prefix_cache_hits_total moved by 0 after restore")]
+    # since issue 44 item 2 the serving series names the same loss in vLLM's prefix-cache counters: with caching off
+    # the engine neither queries nor hits its cache for the series' repeated prompt (seen: moved by 0, 240 and 176 on
+    # the ordinary engine)
+    counted = ("restore-1: vllm:prefix_cache_queries_total moved by 0 after restore",
+               "restore-1: vllm:prefix_cache_hits_total moved by 0 after restore")  # fmt: skip
+    hits = [s for s in others if s.startswith(counted)]
+    assert hits, others
     # anything else is the API checks naming a logprob's drift, never a token, text or finish reason of their own
     others = [s for s in others if s not in hits]
     assert all(s.startswith("restore-1: API ") and "logprob" in s and "token" not in s for s in others), others
