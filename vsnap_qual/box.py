@@ -438,6 +438,11 @@ class BoxMachine(Protocol):
         """The PIDs ``nvidia-smi`` lists as compute apps; None when the box has no ``nvidia-smi``."""
         ...
 
+    def gpu_memory(self) -> dict[int, int] | None:
+        """The GPU memory each compute app ``nvidia-smi`` lists uses, MiB by PID; None when the box has no
+        ``nvidia-smi`` or it cannot say."""
+        ...
+
     def facts(self, gpus: bool) -> BoxFacts:
         """CRIU's version, ``CUDA_VERSION`` and (``gpus``) the GPUs, as the box sees them."""
         ...

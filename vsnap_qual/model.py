@@ -215,6 +215,80 @@ class SecondLook(TypedDict):
     deadline_s: float
 
 
+class ServingSeries(TypedDict, total=False):
+    """A fixed series of requests on one engine (``vsnap_qual.engine.serving_series``, issue 44 item 2): vLLM's
+    serving counters moved by it, and the engine's memory after each request; ``not_applicable`` in the engine's
+    words where it serves no ``/metrics``."""
+
+    requests: int
+    prompt_tokens: int
+    max_tokens: int
+    #: each of ``serving_series.COUNTERS`` the engine reports, by how much the series moved it
+    counters: dict[str, float]
+    #: the box's engine processes' resident memory after each request, KiB (empty: the box cannot tell)
+    rss_kb: list[int]
+    #: the engine processes' GPU memory after each request, MiB, as ``nvidia-smi`` lists their compute apps (absent:
+    #: the lane has no GPU)
+    gpu_mib: list[int]
+    #: how long the series took, requests and samples together (what it adds to a restore)
+    seconds: float
+    not_applicable: str
+
+
+ServingStatus = Literal["as ordinary", "differs", "not applicable", "not judged"]
+
+
+class ServingJudgement(TypedDict, total=False):
+    """A restore's series against the ordinary engine's: the counters, and the memory's growth per request (MiB per
+    request, least squares) after the restore against the ordinary engine's over the same series."""
+
+    status: ServingStatus
+    ok: bool | None
+    problems: list[str]
+    detail: str
+    counters_ok: bool | None
+    rss_growth_mib: float | None
+    rss_growth_ordinary_mib: float | None
+    gpu_growth_mib: float | None
+    gpu_growth_ordinary_mib: float | None
+
+
+BoundaryOutcome = Literal["refused", "answered", "closed", "timed out", "not sent"]
+
+
+class BoundaryRequest(TypedDict, total=False):
+    """One request across a lifecycle boundary (issue 44 item 3): sent while a restore's recovery was held
+    (``recovery``), or in flight when the restored server was stopped gracefully (``stop``); what came of it.
+    Times in seconds from when the boundary began (the hold's start, or the stop's)."""
+
+    boundary: Literal["recovery", "stop"]
+    #: ``recovery``: how long the probe held the recovery at its point (``wake-stall``), and whether it did
+    hold_s: float
+    held: bool
+    #: when the request was sent, and answered or refused (from the boundary's start)
+    sent_s: float
+    ended_s: float
+    #: whether the connection was taken (something listened) and whether that was while the recovery was held
+    accepted: bool
+    accepted_during_hold: bool
+    outcome: BoundaryOutcome
+    status: int
+    tokens: int
+    #: the answer equals the ordinary engine's for the same request (completed answers only)
+    answer_ok: bool
+    #: ``stop``: the engine reported the request running before the stop began (``vllm:num_requests_running``)
+    in_flight: bool | None
+    detail: str
+
+
+class BoundaryJudgement(TypedDict):
+    """A boundary request judged: ``ok`` None where it was not judged (and why, in ``detail``)."""
+
+    boundary: str
+    ok: bool | None
+    detail: str
+
+
 class Soak(TypedDict, total=False):
     alive: bool
     probes: int
@@ -873,6 +947,8 @@ class OrdinaryResults(ServeRecord, total=False):
     adapter_canary: dict[str, list[Canary]]
     #: the API checks' requests and its answers (twice), every restore's reference (issue 44)
     api: ApiRecord
+    #: the fixed request series: counters moved and memory per request, every restore's reference (issue 44)
+    serving_series: ServingSeries
 
 
 class VsHeadResults(TypedDict, total=False):
@@ -942,6 +1018,13 @@ class RestoreResults(TypedDict, total=False):
     #: the API checks' answers, by request, and each check against the ordinary engine's answers (issue 44)
     api_answers: dict[str, ApiAnswer]
     api_compare: list[ApiCheck]
+    #: the fixed request series after the restore and its judgement against the ordinary engine's (issue 44)
+    serving_series: ServingSeries
+    serving_judgement: ServingJudgement
+    #: requests across the boundaries (issue 44 item 3): one sent while the first restore's recovery was held, one
+    #: in flight at the graceful stop of ``restore-2``; each judged
+    boundary_requests: list[BoundaryRequest]
+    boundary_judgements: list[BoundaryJudgement]
     prefix_cache: PrefixCacheProbe
     prefix_cache_judgement: PrefixCacheJudgement
     pids: list[int]

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
 from vsnap_qual import checks, overlay, procedure, vllm_words
 from vsnap_qual.contract import VLLM_CANARY_PROMPT
-from vsnap_qual.engine import adapters, api_checks, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine import adapters, api_checks, boundaries, decode_speed, prefix_cache, serving_series, shapes
 from vsnap_qual.engine.client import HEALTH_TIMEOUT, CanaryOutput
 from vsnap_qual.lane import unit
 from vsnap_qual.lane.audit import ServerHandle
@@ -36,6 +37,7 @@ from vsnap_qual.lane.snapshot_cli import shm_kinds, shm_left_by_create, unread_w
 from vsnap_qual.lane.state import InspectChanged, OrdinaryReference
 from vsnap_qual.model import (
     ApiRecord,
+    BoundaryRequest,
     Canary,
     CanaryCompare,
     CleanupAudit,
@@ -49,6 +51,7 @@ from vsnap_qual.model import (
     RestartResults,
     RestoreResults,
     SecondLook,
+    ServingSeries,
     ShapeRecord,
     Soak,
     UnitResults,
@@ -88,13 +91,15 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) ->
         api = api_reference(lane, handle.port)
         decode = lane.api.decode_speed(handle.port)
         prefix = lane.api.prefix_cache(handle.port, prefix_cache.canary_ids([c.as_dict() for c in canary]))
+        # the last of its requests, as after every restore: the counters and the memory over the fixed series
+        series = serving(lane, handle, prefix_cache.canary_ids([c.as_dict() for c in canary]))
     finally:
         leftovers = lane.servers.stop(handle)
         lane.state.server = None
     audit = strict_audit(lane, handle, leftovers)
     ordinary = OrdinaryReference(
         [c.as_dict() for c in canary], digests, kv, requests, record, decode,
-        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix, api,
+        {name: [c.as_dict() for c in answers] for name, answers in adapter_canary.items()}, prefix, api, series,
     )  # fmt: skip
     lane.state.ordinary = ordinary
     lane.peers.hand_ordinary(lane.spec.name, ordinary)
@@ -107,6 +112,7 @@ def ordinary_reference(lane: ServingLane, rec: StepEvidence[OrdinaryResults]) ->
         found["decode_speed"] = decode
     found["prefix_cache"] = prefix
     found["api"] = api
+    found["serving_series"] = series
     if ordinary.adapters:
         found["adapter_canary"] = ordinary.adapters
     rec.results.update(found)
@@ -150,6 +156,27 @@ def api_reference(lane: ServingLane, port: int) -> ApiRecord:
     prompt = cfg.prompts[0] if cfg.prompts else VLLM_CANARY_PROMPT
     plan = api_checks.base_plan(lane.api.served_model, prompt, cfg.canary_tokens)
     return api_checks.record(plan, lambda asked: lane.api.api_answers(port, list(asked)), cfg.logprob_tolerance)
+
+
+def serving(lane: ServingLane, handle: ServerHandle, canary_ids: list[int]) -> ServingSeries:
+    """The fixed request series (``engine.serving_series``): vLLM's counters around it, the engine processes'
+    resident memory and, where the lane has a GPU, their GPU memory after each request."""
+    return lane.api.serving_series(handle.port, canary_ids, lambda: lane.servers.gpu_memory(handle.pids))
+
+
+def recovery_request(lane: ServingLane) -> Callable[[int, float], BoundaryRequest]:
+    """The request sent while the first restore's recovery is held (``engine.boundaries``): the canary plan's first
+    request, its answer compared with the ordinary engine's where one came."""
+    prompt, tokens = shapes.canary_plan(lane.config.prompts, lane.config.canary_tokens)[0]
+    reference = lane.state.ordinary.canary[0]["token_ids"] if lane.state.ordinary else None
+
+    def ask(port: int, began: float) -> BoundaryRequest:
+        record, ids = lane.api.boundary_request(port, prompt, tokens, began)
+        if ids is not None and reference is not None:
+            record["answer_ok"] = ids == list(reference)
+        return record
+
+    return ask
 
 
 def strict_audit(lane: ServingLane, handle: ServerHandle, leftovers: list[LeftoverProcess]) -> CleanupAudit:
@@ -271,7 +298,11 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
     """``vllm snapshot restore``: exit 0, listener, canary and digests equal to the ordinary reference, KV
     capacity as created, ``inspect`` unchanged, and the server still alive and serving through the soak."""
     step = rec.step
-    restored = lane.cli.restore(rec, step)
+    held = recovery_request(lane) if step == procedure.RESTORE_1 else None
+    restored = lane.cli.restore(rec, step, held)
+    boundary = [restored.held] if restored.held is not None else []
+    if boundary:
+        rec.results["boundary_requests"] = boundary
     result = restored.result
     collision = vllm_words.captured_id_collision(result.stdout, result.stderr) if result.exit_code else None
     if collision:  # another host process took a captured PID/TID for a moment: restore once more
@@ -303,8 +334,10 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
             f"error.json={error_json.strip() or None}{said}\n{result.tail()}"
         )
     ready_seconds = round((restored.first_bound or result.ended) - result.started, 3)
-    # recovery ran before the bind: the fault artifact's recovery deadline is sized by it (``faults.deadline``)
-    lane.peers.measure(lane.spec.name, "restore-ready", ready_seconds)
+    # recovery ran before the bind: the fault artifact's recovery deadline is sized by it (``faults.deadline``),
+    # less the harness's own hold of it (issue 44 item 3)
+    held_s = boundaries.HOLD_S if restored.held is not None and restored.held.get("held") else 0.0
+    lane.peers.measure(lane.spec.name, "restore-ready", max(0.0, ready_seconds - held_s))
     handle = lane.servers.restored_server(restored.port)
     check(handle is not None, "restore exited 0 but restored.pid is missing")
     assert handle is not None
@@ -340,6 +373,7 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
                 )
         # after the decode speed, as on the ordinary engine: both have answered the same requests before it
         prefix = lane.api.prefix_cache(handle.port, prefix_cache.canary_ids(reference.canary if reference else []))
+        series = serving(lane, handle, prefix_cache.canary_ids(reference.canary if reference else []))
     except Exception as exc:
         # A server that died after restore exited 0 is reported as what it is, with when and its log tail.
         soak = probe_liveness(lane, handle, result.ended, f"{type(exc).__name__}: {exc}")
@@ -374,6 +408,8 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
     steady = ordinary.shapes["self_consistent"] if ordinary.shapes is not None else {}
     not_judged = sorted(k for k, v in steady.items() if not v)
     api_compare = api_checks.judge(ordinary.api, api_answers, tolerance) if ordinary.api is not None else []
+    series_judgement = serving_series.judge(ordinary.series, series)
+    boundary_judged = [boundaries.judge_recovery(r) for r in boundary]
     found = RestoreResults(
         canary=[c.as_dict() for c in canary],
         canary_compare=compare,
@@ -392,12 +428,16 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
         shape_compare=shape_compare,
         api_answers=api_answers,
         api_compare=api_compare,
+        serving_series=series,
+        serving_judgement=series_judgement,
         pids=handle.pids,
         root_pid=handle.root_pid,
         listener_first_bound=restored.first_bound,
         gpu_engaged=None if apps is None else GpuEngaged(holders=holders, gpu_apps=sorted(apps)),
         ready_seconds=ready_seconds,
     )
+    if boundary:
+        found["boundary_requests"], found["boundary_judgements"] = boundary, boundary_judged
     if adapter_compare:
         found["adapter_canary"] = {name: [c.as_dict() for c in got] for name, got in adapter_canary.items()}
         found["adapter_compare"] = adapter_compare
@@ -414,6 +454,8 @@ def restore(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
             *adapters.restore_findings(adapter_compare, step),
             *checks.shape_findings(shape_compare, soak.get("repeated_mismatch") or [], not_judged),
             *api_checks.findings(api_compare, step),
+            *serving_series.findings(series_judgement, step),
+            *boundaries.findings(boundary_judged, step),
             *checks.kv_findings(kv_judgement),
             *gpu_engaged,
             *checks.inspect_stable_findings(changes, step),
@@ -655,15 +697,24 @@ def restart(lane: ServingLane, rec: StepEvidence[RestartResults]) -> None:
     require_findings([*findings, *found])
 
 
-def stop_restored(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> bool:
+def stop_restored(lane: ServingLane, rec: StepEvidence[RestoreResults], in_flight: bool = False) -> bool:
     """Stop the restored server (still alive and serving when it is stopped) and audit that nothing is left.
-    Whether there was one to stop (it raises on what the stop or its audit found)."""
+    Whether there was one to stop (it raises on what the stop or its audit found). With ``in_flight`` (``restore-2``
+    after a restore that passed, issue 44 item 3) a request is in flight as it stops: one cut short fails the step,
+    which still counts as stopped cleanly (``delivered``: the next restore runs after it)."""
     handle = lane.state.server
     if handle is None:
         return False
     look = probe_liveness(lane, handle, time.time())
     rec.results["alive_at_stop"] = look["alive"]
-    leftovers = lane.servers.stop(handle)
+    if in_flight and look["alive"]:
+        with InFlight(lane, handle.port) as flight:
+            leftovers = lane.servers.stop(handle)
+        judged = boundaries.judge_stop(flight.record, boundaries.STOP_TOKENS)
+        rec.results["boundary_requests"] = [*rec.results.get("boundary_requests", []), flight.record]
+        rec.results["boundary_judgements"] = [*rec.results.get("boundary_judgements", []), judged]
+    else:
+        leftovers, judged = lane.servers.stop(handle), None
     audit = strict_audit(lane, handle, leftovers)
     lane.state.server = None
     rec.results["cleanup"] = audit
@@ -675,7 +726,45 @@ def stop_restored(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> bool:
             )
         )
     require_findings(findings)
+    if judged is not None and judged["ok"] is False:
+        rec.delivered = True  # stopped cleanly all the same
+        require_findings(boundaries.findings([judged], rec.step))
     return True
+
+
+class InFlight:
+    """A request in flight while the restored server is stopped (``engine.boundaries``): sent in a thread as the
+    block begins; the block (the stop) begins once the engine reports it running (a bounded number of looks at
+    ``/metrics``; at once where the engine reports no such gauge); :attr:`record` says what came of it."""
+
+    LOOKS = 200
+
+    def __init__(self, lane: ServingLane, port: int) -> None:
+        self.lane, self.port = lane, port
+        self.started = time.time()
+        self.record = BoundaryRequest(boundary="stop", outcome="not sent")
+        self._thread = threading.Thread(target=self._send, daemon=True)
+
+    def _send(self) -> None:
+        prompt = self.lane.config.prompts[0] if self.lane.config.prompts else VLLM_CANARY_PROMPT
+        record, _ = self.lane.api.boundary_request(self.port, prompt, boundaries.STOP_TOKENS, self.started)
+        self.record.update(record)
+
+    def __enter__(self) -> InFlight:
+        self._thread.start()
+        running: bool | None = None
+        for _ in range(self.LOOKS):
+            running = self.lane.api.in_flight(self.port)
+            if running is not False or not self._thread.is_alive():
+                break
+            time.sleep(0.01)
+        self.record["in_flight"] = running if self._thread.is_alive() else (running or False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(self.lane.config.timeouts["http"] + 5.0)
+        if self._thread.is_alive():
+            self.record.update({"outcome": "timed out", "detail": "no answer and no close after the stop"})
 
 
 def restore_then_stop(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> None:
@@ -697,7 +786,7 @@ def restore_then_stop(lane: ServingLane, rec: StepEvidence[RestoreResults]) -> N
             audit = rec.results.setdefault("cleanup", CleanupAudit(ok=False))
             audit.setdefault("detail", f"after the failed restore, the stop or its audit failed too: {error}")
         raise
-    rec.delivered = stop_restored(lane, rec)
+    rec.delivered = stop_restored(lane, rec, in_flight=rec.step == procedure.RESTORE_2)
 
 
 def fresh_box_restore(lane: FreshBoxLane, rec: StepEvidence[RestoreResults]) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.broken.variants import LEAKED_REMAP, LEAKED_SEGMENT_PREFIX, SHM_SEGMENT_PREFIX, VARIANTS, build_overlay
 from tests.integration.suite_helpers import REFERENCE_HEAD, SuiteRun, image_file, run_suite
+from vsnap_qual.engine.serving_series import COUNTERS as SERIES_COUNTERS
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
@@ -73,6 +74,15 @@ def test_the_unmodified_reference_passes_the_same_checks(
     assert all(c["status"] == "as ordinary" for c in api.values()), api
     finish = {r["name"]: r["status"] for r in api["finish"]["requests"]}
     assert finish == {"max_tokens": "as ordinary", "stop": "as ordinary", "eos": "as ordinary"}, finish
+    # issue 44 items 2 and 3: the series' five counters moved as on the ordinary engine, its memory did not grow past
+    # it; the request sent while the recovery was held found nothing listening
+    serving = restore["serving_judgement"]
+    assert serving["ok"] is True and serving["counters_ok"] is True, serving
+    assert sorted(restore["serving_series"]["counters"]) == sorted(SERIES_COUNTERS), restore["serving_series"]
+    (recovery,) = restore["boundary_judgements"]
+    assert recovery["ok"] is True and restore["boundary_requests"][0]["outcome"] == "refused", restore[
+        "boundary_requests"
+    ]
 
 
 def test_a_kv_pool_shrunk_after_restore_fails_restore_naming_both_capacities(
@@ -193,10 +203,11 @@ def test_a_restore_that_answers_right_but_slowly_fails_the_decode_speed(
 def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(
     tmp_path: Path, docker_client: DockerClient, reference_images: None
 ) -> None:
-    """Issue #28 item 1: prefix caching off after the wake. The prefix-cache check names it; since issue 44 the API
-    checks may name its one other trace: requests whose prompt shares a prefix with earlier ones (the chat template's,
-    a repeated prompt's) are recomputed instead of read from the cache, and their logprobs drift past the tolerance
-    (seen: |Δ| 0.0014 to 0.0089 at position 0), with every token as the ordinary engine's."""
+    """Issue #28 item 1: prefix caching off after the wake. The prefix-cache check names it, and the serving series
+    its counter of hits (issue 44 item 2); the API checks may name its one other trace: requests whose prompt shares
+    a prefix with earlier ones (the chat template's, a repeated prompt's) are recomputed instead of read from the
+    cache, and their logprobs drift past the tolerance (seen: |Δ| 0.0014 to 0.0089 at position 0), with every token
+    as the ordinary engine's."""
     run = qualify(tmp_path, docker_client, "prefix-cache-lost-on-wake", *TO_RESTORE_1)
     passed(run, "ordinary", "create", "inspect")
     restore = failed_step(run, "restore-1")
@@ -205,7 +216,15 @@ def test_a_restore_that_loses_prefix_caching_fails_with_every_answer_right(
     said = restore["message"].removeprefix("StepFailed: ").split(" | ")
     assert any(s.startswith("restore-1: prefix caching lost after the restore") for s in said), restore["message"]
     others = [s for s in said if not s.startswith("restore-1: prefix caching lost after the restore")]
+    # since issue 44 item 2 the serving series names the same loss in vLLM's prefix-cache counters: with caching off
+    # the engine neither queries nor hits its cache for the series' repeated prompt (seen: moved by 0, 240 and 176 on
+    # the ordinary engine)
+    counted = ("restore-1: vllm:prefix_cache_queries_total moved by 0 after restore",
+               "restore-1: vllm:prefix_cache_hits_total moved by 0 after restore")  # fmt: skip
+    hits = [s for s in others if s.startswith(counted)]
+    assert hits, others
     # anything else is the API checks naming a logprob's drift, never a token, text or finish reason of their own
+    others = [s for s in others if s not in hits]
     assert all(s.startswith("restore-1: API ") and "logprob" in s and "token" not in s for s in others), others
     assert all(c["ok"] for c in restore["results"]["canary_compare"]) and restore["results"]["digest_compare"]["ok"]
 
@@ -529,3 +548,53 @@ def test_a_restore_whose_kill_leaves_the_artifact_unrestorable_fails_naming_what
         assert step["results"]["followup_restore"]["exit_code"] != 0
     # a kill that missed the window (or came after the manifest was put back) leaves a restorable artifact
     assert all(k["results"]["followup_restore"]["exit_code"] == 0 for k in kills if k["outcome"] == "passed")
+
+
+@pytest.mark.parametrize(
+    ("variant", "said"),
+    [
+        ("counters-stop-after-restore", "restore-1: vllm:"),
+        ("memory-grows-per-request-after-restore", "restore-1: resident memory grows "),
+    ],
+)
+def test_counters_kept_still_or_memory_grown_per_request_after_restore_fail_the_serving_series_alone(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None, variant: str, said: str
+) -> None:
+    """Issue 44 item 2: the request counters that stop moving after a restore (the prefix-cache counters still
+    move), or 8 MiB kept per completion after a restore: every answer right, only the serving series fails, naming
+    each counter with both figures, or the growth in MiB per request against the ordinary engine's."""
+    run = qualify(tmp_path, docker_client, variant, *TO_RESTORE_1)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    said_each = restore["message"].removeprefix("StepFailed: ").split(" | ")
+    assert said_each and all(s.startswith(said) for s in said_each), restore["message"]
+    judged = restore["results"]["serving_judgement"]
+    assert judged["ok"] is False, judged
+    if variant == "counters-stop-after-restore":
+        named = sorted(s.split()[1] for s in said_each)
+        assert named == ["vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total"]
+        assert all("moved by 0 after restore" in s for s in said_each), said_each
+    else:
+        assert judged["counters_ok"] is True and judged["rss_growth_mib"] >= 4.0, judged
+        assert "MiB per request after restore" in restore["message"]
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]) and restore["results"]["digest_compare"]["ok"]
+    assert restore["results"]["prefix_cache_judgement"]["ok"] is True
+    assert all(c["ok"] is not False for c in restore["results"]["api_compare"])
+
+
+def test_a_restored_child_that_serves_while_recovering_fails_the_recovery_boundary_alone(
+    tmp_path: Path, docker_client: DockerClient, reference_images: None
+) -> None:
+    """Issue 44 item 3: the variant's restored child binds and serves HTTP before it recovers. The first restore's
+    recovery is held at the probe's wake-stall point; the request sent then is taken (vLLM's own order: nothing
+    listens until recovery and its private canary passed) and answered once generation resumes; that alone fails."""
+    run = qualify(tmp_path, docker_client, "serves-while-recovering", *TO_RESTORE_1)
+    passed(run, "ordinary", "create", "inspect")
+    restore = failed_step(run, "restore-1")
+    message = restore["message"]
+    assert "restore-1: a request sent while the restore was recovering (held 1.5 s at wake-stall) was taken" in message
+    assert " | " not in message, message
+    (sent,) = restore["results"]["boundary_requests"]
+    assert sent["held"] and sent["accepted_during_hold"] and sent["outcome"] == "answered", sent
+    assert restore["results"]["serving_judgement"]["ok"] is True
+    assert all(c["ok"] for c in restore["results"]["canary_compare"]) and restore["results"]["digest_compare"]["ok"]

@@ -601,6 +601,88 @@ VARIANTS: dict[str, Variant] = {
                 ),
             ),
         ),
+        # ---- issue 44 items 2 and 3: serving counters and memory over a series, a request during recovery -------
+        Variant(
+            "counters-stop-after-restore",
+            "after a restore, /metrics keeps vllm:prompt_tokens_total, vllm:generation_tokens_total and "
+            "vllm:request_success_total at the values it first reported (as a stats logger not re-attached after "
+            "the wake): every answer right, the prefix-cache counters and the KV gauge still move and read right",
+            (
+                Patch(
+                    "vllm.entrypoints.openai.api_server",
+                    '    info = engine.client.call("info")\n',
+                    f"    if _VSNAP_RESTORED[0]:  {MARK}: request counters kept still after restore\n"
+                    "        if not _VSNAP_STILL:\n"
+                    "            _VSNAP_STILL.update({key: info[key] for key in "
+                    "('num_prompt_tokens', 'num_generation_tokens')})\n"
+                    "            _VSNAP_STILL['request_success'] = dict(info['request_success'])\n"
+                    "        info = {**info, **_VSNAP_STILL}\n",
+                ),
+                Patch(
+                    "vllm.entrypoints.openai.api_server",
+                    "def _metrics(engine: LLMEngine) -> str:\n",
+                    f"_VSNAP_RESTORED = [False]  {MARK}: set once the restored server serves\n"
+                    "_VSNAP_STILL: dict[str, Any] = {}\n\n\n",
+                    where="before",
+                ),
+                Patch(
+                    "vllm.snapshot.server",
+                    '            phase = "serve"\n',
+                    f"            import vllm.entrypoints.openai.api_server as _vsnap_api  {MARK}: restored\n"
+                    "            _vsnap_api._VSNAP_RESTORED[0] = True\n",
+                ),
+            ),
+        ),
+        Variant(
+            "memory-grows-per-request-after-restore",
+            "after a restore, the API server keeps 8 MiB for every completion it answers (a per-request buffer "
+            "never freed, the shape of vLLM's memory that grows after a wake, #47654): every answer right",
+            (
+                Patch(
+                    "vllm.entrypoints.openai.api_server",
+                    "    plan = plan_completion(engine, body)\n",
+                    f"    if _VSNAP_RESTORED[0]:  {MARK}: 8 MiB kept per completion after restore\n"
+                    "        _VSNAP_KEPT.append(b'\\x01' * (8 << 20))\n",
+                ),
+                Patch(
+                    "vllm.entrypoints.openai.api_server",
+                    "def _completion(engine: LLMEngine, body: dict[str, Any]) -> dict[str, Any]:\n",
+                    f"_VSNAP_RESTORED = [False]  {MARK}: set once the restored server serves\n"
+                    "_VSNAP_KEPT: list[bytes] = []\n\n\n",
+                    where="before",
+                ),
+                Patch(
+                    "vllm.snapshot.server",
+                    '            phase = "serve"\n',
+                    f"            import vllm.entrypoints.openai.api_server as _vsnap_api  {MARK}: restored\n"
+                    "            _vsnap_api._VSNAP_RESTORED[0] = True\n",
+                ),
+            ),
+        ),
+        Variant(
+            "serves-while-recovering",
+            "the restored child binds its HTTP listener and serves before it recovers (communicators, memory, the "
+            "private canary), instead of after: a request that arrives during recovery is taken and answered as "
+            "soon as generation resumes, before the private canary has passed; every answer right",
+            (
+                Patch(
+                    "vllm.snapshot.server",
+                    "            error_file.unlink(missing_ok=True)\n",
+                    f"            import threading as _vsnap_threading  {MARK}: HTTP served while recovering\n"
+                    "            from vllm.entrypoints.openai.api_server import build_http_server as _vsnap_build\n"
+                    "            _vsnap_address, _vsnap_sock = bind_server_socket(args, reuse_port=False)\n"
+                    "            _vsnap_early = _vsnap_build(engine, _vsnap_sock, args)\n"
+                    "            _vsnap_threading.Thread(target=_vsnap_early.serve_forever, daemon=True).start()\n",
+                ),
+                Patch(
+                    "vllm.snapshot.server",
+                    "            listen_address, sock = bind_server_socket(args, reuse_port=False)\n",
+                    f"            _vsnap_early.shutdown()  {MARK}: the same listener from here on\n"
+                    "            listen_address, sock = _vsnap_address, _vsnap_sock\n",
+                    where="replace",
+                ),
+            ),
+        ),
     )
 }
 

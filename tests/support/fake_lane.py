@@ -28,7 +28,7 @@ from vsnap_qual.box import Bind, BoxSpec, ExecResult, RuntimeFailure, ShmHolders
 from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import ARTIFACT, CONTROL, WORK
 from vsnap_qual.control import MountedControlDir
-from vsnap_qual.engine import prefix_cache, shapes
+from vsnap_qual.engine import boundaries, prefix_cache, shapes
 from vsnap_qual.engine.client import HEALTH_TIMEOUT, CanaryOutput
 from vsnap_qual.evidence import EvidenceStore
 from vsnap_qual.faults import FaultLane
@@ -40,6 +40,7 @@ from vsnap_qual.model import (
     ApiAnswer,
     ApiChoice,
     ApiRequest,
+    BoundaryRequest,
     Canary,
     CleanupAudit,
     DecodeSpeed,
@@ -50,6 +51,7 @@ from vsnap_qual.model import (
     OverlayFileResult,
     PrefixCacheProbe,
     ServeRecord,
+    ServingSeries,
 )
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.recorder import StepEvidence, StepRecorder
@@ -215,6 +217,15 @@ class FakeLane(Generic[S]):
         self.api_calls: list[list[str]] = []  # the API checks' requests asked, per call (their names)
         self.wrong_api: str | None = None  # an API request the restored engine answers wrong (its third token)
         self.unserved_api: set[str] = set()  # API paths the engine does not serve (404 on every server)
+        # issue 44 items 2 and 3: the series' counters a restored server moves not at all, its memory's growth per
+        # request (KiB; the ordinary engine's 0), whether a restored engine serves /metrics; whether a request sent
+        # while recovery is held is taken (and answered 200), what the request in flight at the stop gets
+        self.counters_frozen_after: set[str] = set()
+        self.rss_growth_after_kb = 0
+        self.metrics_served = True
+        self.recovery_taken = False
+        self.stop_answer: tuple[str, int | None, int | None] = ("answered", 200, 48)
+        self.boundary_calls: list[tuple[int, str, int]] = []
         self.leftovers: list[LeftoverProcess] = []  # what every stop found still alive past the grace
         self.probes_until_death: int | None = None  # the restored server dies after this many liveness looks
         #: box looks at the processes whose answer is wrong ("none of them") though they live (a lost answer)
@@ -324,6 +335,9 @@ class FakeServers:
 
     def gpu_apps(self) -> set[int] | None:
         return self.lane.gpu_listed
+
+    def gpu_memory(self, pids: list[int]) -> int | None:
+        return None if self.lane.gpu_listed is None else 0
 
     def restored_server(self, port: int) -> ServerHandle | None:
         return ServerHandle(port=port, root_pid=20, pids=[20, 21])
@@ -437,6 +451,47 @@ class FakeEngineApi:
 
         return prefix_cache.measure(ask, metrics, canary_ids, 512)
 
+    def serving_series(
+        self, port: int, canary_ids: list[int], gpu_mib: Callable[[], int | None] | None
+    ) -> ServingSeries:
+        """Six asks of a 40-token prompt: the counters move alike on every server (unless a restored one is told
+        to keep some still), the memory grows by ``rss_growth_after_kb`` per request after a restore."""
+        lane = self.lane
+        if not lane.metrics_served:
+            return ServingSeries(requests=0, counters={}, rss_kb=[], not_applicable="GET /metrics: HTTP 404: Not Found")
+        moved = {"prompt_tokens": 240.0, "generation_tokens": 24.0, "requests": 6.0,
+                 "prefix_cache_queries": 240.0, "prefix_cache_hits": 160.0}  # fmt: skip
+        growth = 0 if port == ORDINARY_PORT else lane.rss_growth_after_kb
+        if port != ORDINARY_PORT:
+            moved = {k: 0.0 if k in lane.counters_frozen_after else v for k, v in moved.items()}
+        rss = [2_000_000 + growth * i + (300 if i % 2 else 0) for i in range(6)]
+        return ServingSeries(requests=6, prompt_tokens=40, max_tokens=4, counters=moved, rss_kb=rss)
+
+    def in_flight(self, port: int) -> bool | None:
+        return True
+
+    def boundary_request(
+        self, port: int, prompt: str, max_tokens: int, started: float
+    ) -> tuple[BoundaryRequest, list[int] | None]:
+        lane = self.lane
+        lane.boundary_calls.append((port, prompt, max_tokens))
+        if max_tokens == boundaries.STOP_TOKENS:
+            outcome, status, tokens = lane.stop_answer
+            record = BoundaryRequest(sent_s=0.0, ended_s=0.5, accepted=outcome != "refused")
+            record["outcome"] = outcome  # type: ignore[typeddict-item]
+            if status is not None:
+                record["status"] = status
+            if tokens is not None:
+                record["tokens"] = tokens
+            return record, None
+        if lane.recovery_taken:
+            ids = list(REF.token_ids)
+            return BoundaryRequest(
+                sent_s=0.1, ended_s=0.2, accepted=True, outcome="answered", status=200, tokens=1
+            ), ids
+        refused = BoundaryRequest(sent_s=0.1, ended_s=0.1, accepted=False, outcome="refused", detail="nothing listened")
+        return refused, None
+
     def keep_adapter(self, name: str, path: str) -> KeptAdapter:
         self.lane.calls.append(f"keep adapter {name}")
         return KeptAdapter(path=path, files={"adapter_config.json": "ab" * 32}, kept=f"adapters/v1-head/{name}")
@@ -453,14 +508,23 @@ class FakeSnapshotCli:
     def inspect(self, rec: StepEvidence[object], name: str = "inspect") -> ExecResult:
         return self.lane.ran(json.dumps(manifest() if name == "inspect" else self.lane.inspected))
 
-    def restore(self, rec: StepEvidence[object], step: str) -> RestoreRun:
+    def restore(
+        self,
+        rec: StepEvidence[object],
+        step: str,
+        during_hold: Callable[[int, float], BoundaryRequest] | None = None,
+    ) -> RestoreRun:
         lane = self.lane
         lane.calls.append(step)
         if lane.restore_answer is not None:
             return lane.restore_answer
         result = lane.ran()
         port = ORDINARY_PORT + sum(c.startswith(("restore", "fresh-box")) for c in lane.calls)
-        return RestoreRun(result, port, result.started + 0.5)
+        held = None
+        if during_hold is not None:  # the hold began as the restore ran (``HeldRecovery``)
+            held = during_hold(port, result.started)
+            held.update({"boundary": "recovery", "held": True, "hold_s": boundaries.HOLD_S})
+        return RestoreRun(result, port, result.started + 0.5, held)
 
     def artifact_file(self, name: str) -> str:
         return json.dumps(manifest()) if name == "manifest.json" else self.lane.files.get(name, "")

@@ -664,6 +664,9 @@ class MemoryBox:
     def gpu_apps(self) -> set[int] | None:
         return None
 
+    def gpu_memory(self) -> dict[int, int] | None:
+        return None
+
     def facts(self, gpus: bool) -> BoxFacts:
         return BoxFacts(criu=None, cuda=None)
 

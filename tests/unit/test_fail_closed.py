@@ -79,7 +79,7 @@ def test_a_restore_failure_is_not_replaced_by_the_cleanup_failure_after_it(monke
 def test_a_passing_restore_still_has_its_cleanup_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(steps, "restore", lambda lane, rec: None)
 
-    def stop_restored(lane: Any, rec: StepEvidence[Any]) -> None:
+    def stop_restored(lane: Any, rec: StepEvidence[Any], in_flight: bool = False) -> None:
         raise StepFailed("cleanup after restore incomplete: ports open [8001]")
 
     monkeypatch.setattr(steps, "stop_restored", stop_restored)

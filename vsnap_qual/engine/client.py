@@ -138,6 +138,15 @@ def metrics_text(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> s
     return response.text if response.status_code == 200 else ""
 
 
+def metrics_answer(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> tuple[int | None, str]:
+    """``GET /metrics``: its HTTP status and text (None and why where nothing answered)."""
+    try:
+        response = requests.get(f"http://{host}:{port}/metrics", timeout=timeout)
+    except requests.RequestException as exc:
+        return None, f"no answer: {type(exc).__name__}: {exc}"
+    return response.status_code, response.text
+
+
 def kv_from_metrics(port: int, host: str = "127.0.0.1", timeout: float = 30.0) -> int | None:
     """KV capacity in tokens from ``vllm:cache_config_info``; None when the gauge carries no capacity."""
     try:

@@ -13,9 +13,28 @@ from dataclasses import dataclass
 from vsnap_qual.box import Box
 from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import VLLM_CANARY_PROMPT
-from vsnap_qual.engine import adapters, api_checks, client, decode_speed, prefix_cache, shapes
+from vsnap_qual.engine import (
+    adapters,
+    api_checks,
+    boundaries,
+    client,
+    decode_speed,
+    prefix_cache,
+    serving_series,
+    shapes,
+)
 from vsnap_qual.engine.client import CanaryOutput
-from vsnap_qual.model import ApiAnswer, ApiRequest, Canary, DecodeSpeed, Digest, KeptAdapter, PrefixCacheProbe
+from vsnap_qual.model import (
+    ApiAnswer,
+    ApiRequest,
+    BoundaryRequest,
+    Canary,
+    DecodeSpeed,
+    Digest,
+    KeptAdapter,
+    PrefixCacheProbe,
+    ServingSeries,
+)
 from vsnap_qual.recorder import StepRecorder
 
 
@@ -128,6 +147,57 @@ class LaneEngineApi:
                 )
 
         return prefix_cache.measure(ask, self._metrics(port), canary_ids, self.config.max_model_len)
+
+    def serving_series(
+        self, port: int, canary_ids: list[int], gpu_mib: Callable[[], int | None] | None
+    ) -> ServingSeries:
+        """The fixed request series (``vsnap_qual.engine.serving_series``): vLLM's counters read around it, the
+        box's resident memory (and ``gpu_mib()``, where the lane has a GPU) after each request. The memory samples
+        are the harness's own work, not the engine's time."""
+        host, reach = self.box.endpoint(port)
+        timeout = self.config.timeouts["http"]
+
+        def metrics_status() -> tuple[int | None, str]:
+            with self.recorder.engine_wait():
+                return client.metrics_answer(reach, host, timeout)
+
+        def ask(ids: list[int]) -> CanaryOutput:
+            with self.recorder.engine_wait():
+                return client.completion(
+                    reach, self.served_model, ids, host=host, timeout=timeout, max_tokens=serving_series.ASK_TOKENS
+                )
+
+        def rss_kb() -> int | None:
+            sample = self.box.cpu_sample()
+            return None if sample is None else sample.get("rss_kb")
+
+        return serving_series.measure(
+            metrics_status, ask, canary_ids, self.config.max_model_len, rss_kb, gpu_mib
+        )  # fmt: skip
+
+    def in_flight(self, port: int) -> bool | None:
+        """Whether the engine reports a request running now (``vllm:num_requests_running``); None: not reported."""
+        text = self._metrics(port)()
+        running = client.metric_sums(text, ["vllm:num_requests_running"]).get("vllm:num_requests_running")
+        return None if running is None else running > 0
+
+    def boundary_request(
+        self, port: int, prompt: str, max_tokens: int, started: float
+    ) -> tuple[BoundaryRequest, list[int] | None]:
+        """One greedy completion across a boundary (``vsnap_qual.engine.boundaries``), ``min_tokens`` equal."""
+        host, reach = self.box.endpoint(port)
+        body: dict[str, object] = {
+            "model": self.served_model, "prompt": prompt, "max_tokens": max_tokens, "min_tokens": max_tokens,
+            "temperature": 0, "seed": 0, "logprobs": 0, "return_token_ids": True,
+        }  # fmt: skip
+        with self.recorder.engine_wait():
+            record, ids = boundaries.send(
+                f"http://{host}:{reach}/v1/completions", body, self.config.timeouts["http"], started
+            )
+        if record.get("outcome") == "closed" and not self.box.connect_proves_listener:
+            # the runtime's proxy takes every connect and closes it while nothing listens in the box
+            record.update({"accepted": False, "outcome": "refused", "detail": f"{record.get('detail')} (a proxy's)"})
+        return record, ids
 
     def keep_adapter(self, name: str, path: str) -> KeptAdapter:
         """A LoRA adapter's files copied from the box into the report (``adapters/<lane>/<name>/``), with their

@@ -7,7 +7,7 @@ the same service protocols."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +23,7 @@ from vsnap_qual.lane.state import LifecycleState, Peers
 from vsnap_qual.model import (
     ApiAnswer,
     ApiRequest,
+    BoundaryRequest,
     Canary,
     CleanupAudit,
     DecodeSpeed,
@@ -33,6 +34,7 @@ from vsnap_qual.model import (
     OverlayFileResult,
     PrefixCacheProbe,
     ServeRecord,
+    ServingSeries,
 )
 from vsnap_qual.overlay import OverlayFile
 from vsnap_qual.recorder import StepEvidence
@@ -45,6 +47,8 @@ class RestoreRun:
     result: ExecResult
     port: int
     first_bound: float | None
+    #: the request sent while its recovery was held (``restore(..., during_hold=...)``; issue 44 item 3)
+    held: BoundaryRequest | None = None
 
 
 # ---- the services ------------------------------------------------------------------------------------------------
@@ -82,6 +86,9 @@ class Servers(Protocol):
 
     def gpu_apps(self) -> set[int] | None:
         """The PIDs nvidia-smi lists as compute apps, seen from the lane; None when the lane has no GPU."""
+
+    def gpu_memory(self, pids: list[int]) -> int | None:
+        """The GPU memory the compute apps among ``pids`` use together, MiB; None when the lane has no GPU."""
 
     def restored_server(self, port: int) -> ServerHandle | None:
         """The restored server (``restored.pid``'s tree) listening on ``port``; None without ``restored.pid``."""
@@ -133,6 +140,19 @@ class EngineApi(Protocol):
     def keep_adapter(self, name: str, path: str) -> KeptAdapter:
         """A LoRA adapter's files kept with the evidence, with their sha256."""
 
+    def serving_series(
+        self, port: int, canary_ids: list[int], gpu_mib: Callable[[], int | None] | None
+    ) -> ServingSeries:
+        """The fixed request series: vLLM's counters around it, the engine's memory after each request."""
+
+    def in_flight(self, port: int) -> bool | None:
+        """Whether the engine reports a request running now (``vllm:num_requests_running``); None: not reported."""
+
+    def boundary_request(
+        self, port: int, prompt: str, max_tokens: int, started: float
+    ) -> tuple[BoundaryRequest, list[int] | None]:
+        """One greedy completion across a boundary, and what came of it (``vsnap_qual.engine.boundaries.send``)."""
+
 
 class SnapshotCli(Protocol):
     """The snapshot commands as a user types them, each recorded in its step, and the artifact they leave: its
@@ -168,8 +188,14 @@ class SnapshotCli(Protocol):
     def inspect(self, rec: StepEvidence[object], name: str = "inspect") -> ExecResult:
         """``vllm snapshot inspect`` of the lane's artifact."""
 
-    def restore(self, rec: StepEvidence[object], step: str) -> RestoreRun:
-        """``vllm snapshot restore`` on ``step``'s port, its listener watched from the harness."""
+    def restore(
+        self,
+        rec: StepEvidence[object],
+        step: str,
+        during_hold: Callable[[int, float], BoundaryRequest] | None = None,
+    ) -> RestoreRun:
+        """``vllm snapshot restore`` on ``step``'s port, its listener watched from the harness; with
+        ``during_hold``, its recovery held at the probe's point and ``during_hold(port, began)`` asked once it held."""
 
     def artifact_file(self, name: str) -> str:
         """A file of the artifact as text (empty when it has none)."""

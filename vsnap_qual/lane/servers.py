@@ -133,6 +133,14 @@ class LaneServers:
             raise StepFailed(f"{self.spec.name}: the lane has GPUs but no nvidia-smi to list their compute apps")
         return apps
 
+    def gpu_memory(self, pids: list[int]) -> int | None:
+        """The GPU memory the compute apps among ``pids`` use together, MiB; None when the lane has no GPU or
+        ``nvidia-smi`` cannot say."""
+        if not self.has_gpu:
+            return None
+        used = self.box.gpu_memory()
+        return None if used is None else sum(mib for pid, mib in used.items() if pid in set(pids))
+
     def restored_server(self, port: int) -> ServerHandle | None:
         text = self.box.read_text(f"{ARTIFACT}/restored.pid").strip()
         if not text.isdigit():

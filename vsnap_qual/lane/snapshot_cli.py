@@ -5,18 +5,24 @@ does not carry, the link remaps its dump made, and what a create left in ``/dev/
 
 from __future__ import annotations
 
+import calendar
+import json
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from vsnap_qual.box import Box, ExecResult, ShmHolders
+from vsnap_qual.box import Box, ControlDir, ExecResult, ShmHolders
 from vsnap_qual.config import LaneSpec, QualConfig
 from vsnap_qual.contract import ARTIFACT, restore_argv
-from vsnap_qual.engine import client
+from vsnap_qual.engine import boundaries, client
 from vsnap_qual.lane import artifact_deps, audit
 from vsnap_qual.lane.artifact_deps import SHM
 from vsnap_qual.lane.protocols import RestoreRun
 from vsnap_qual.lane.state import ArtifactState
-from vsnap_qual.model import ShmLeftRecord, ShmNotJudged
+from vsnap_qual.model import BoundaryRequest, ShmLeftRecord, ShmNotJudged
+from vsnap_qual.probe.vsnap_probe import control_files
 from vsnap_qual.recorder import StepEvidence, StepRecorder
 
 
@@ -83,12 +89,24 @@ class LaneSnapshotCli:
     def inspect(self, rec: StepEvidence[object], name: str = "inspect") -> ExecResult:
         return self.snapshot(rec, "inspect", ARTIFACT, timeout_key="inspect", name=name)
 
-    def restore(self, rec: StepEvidence[object], step: str) -> RestoreRun:
+    def restore(
+        self,
+        rec: StepEvidence[object],
+        step: str,
+        during_hold: Callable[[int, float], BoundaryRequest] | None = None,
+    ) -> RestoreRun:
         port = self.ports[step]
         host, reach = self.box.endpoint(port)
-        with client.ListenerWatch(reach, host) as watch:
+        if during_hold is None:
+            with client.ListenerWatch(reach, host) as watch:
+                result = self.restore_at(rec, port, name=step)
+            return RestoreRun(result, port, watch.first_bound)
+        ask = during_hold
+        held = HeldRecovery(self.box.control(), lambda began: ask(port, began), self.config.timeouts["http"])
+        with held, client.ListenerWatch(reach, host) as watch:
             result = self.restore_at(rec, port, name=step)
-        return RestoreRun(result, port, watch.first_bound)
+            held.command_ended()
+        return RestoreRun(result, port, watch.first_bound, held.record)
 
     def artifact_file(self, name: str) -> str:
         return self.box.read_text(f"{ARTIFACT}/{name}")
@@ -126,6 +144,84 @@ class LaneSnapshotCli:
         (:class:`ShmHolders`); None where the box cannot see every process that may hold one (a PID namespace of
         its own: another lane's, or the host's, are not in it)."""
         return self.box.shm_unheld(names) if self.box.host_pid_namespace else None
+
+
+# ---- a restore's recovery held (issue 44 item 3) -----------------------------------------------------------------
+def fired_at(text: object) -> float | None:
+    """The epoch second of a probe record's ``time`` (UTC ISO-8601 with microseconds, or an epoch second as a
+    runtime's own engine may write it); None where unreadable."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    if not isinstance(text, str):
+        return None
+    try:
+        whole, _, fraction = text.rstrip("Z").partition(".")
+        return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{fraction or 0}")
+    except ValueError:
+        return None
+
+
+class HeldRecovery:
+    """The probe's :data:`boundaries.HOLD_POINT` armed to hold the restore's recovery for :data:`boundaries.HOLD_S`
+    seconds; once its record says the hold began, ``during_hold(began)`` is asked (in a thread, while the restore
+    command runs). The point is disarmed once it fired, or once :data:`boundaries.HOLD_LATE_S` passed after the
+    command ended without it firing (:attr:`record` then says so)."""
+
+    def __init__(self, control: ControlDir, during_hold: Callable[[float], BoundaryRequest], http_s: float) -> None:
+        self.control, self.during_hold, self.http_s = control, during_hold, http_s
+        self.record: BoundaryRequest | None = None
+        self._ended: float | None = None
+        self._known: set[str] = set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HeldRecovery:
+        self._known = set(self.control.names(control_files.FIRED_GLOB))
+        self.control.write_json(
+            control_files.ARMED, control_files.armed_payload(boundaries.HOLD_POINT, boundaries.HOLD_S)
+        )
+        self._thread.start()
+        return self
+
+    def command_ended(self) -> None:
+        self._ended = time.time()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ended is None:
+            self._ended = time.time()
+        self._thread.join(boundaries.HOLD_LATE_S + boundaries.HOLD_S + self.http_s + 5.0)
+        self.control.remove(control_files.ARMED)
+        if self.record is None:
+            self.record = BoundaryRequest(boundary="recovery", held=False, outcome="not sent", detail="no answer came")
+
+    def _began(self) -> float | None:
+        point = f"fired-{boundaries.HOLD_POINT}-"
+        for name in self.control.names(control_files.FIRED_GLOB):
+            if name in self._known or point not in name:
+                continue
+            try:
+                payload = json.loads(self.control.read_text(name) or "")
+            except ValueError:
+                continue  # being written
+            if isinstance(payload, dict) and (began := fired_at(payload.get("time"))) is not None:
+                return began
+        return None
+
+    def _run(self) -> None:
+        while True:
+            began = self._began()
+            if began is not None:
+                record = self.during_hold(began)
+                record.update({"boundary": "recovery", "held": True, "hold_s": boundaries.HOLD_S})
+                self.record = record
+                return
+            if self._ended is not None and time.time() > self._ended + boundaries.HOLD_LATE_S:
+                self.record = BoundaryRequest(
+                    boundary="recovery", held=False, hold_s=boundaries.HOLD_S, outcome="not sent",
+                    detail=f"the probe's {boundaries.HOLD_POINT} point did not fire during the restore or "
+                    f"{boundaries.HOLD_LATE_S:g} s after it (an engine without the point, or the probe not loaded)",
+                )  # fmt: skip
+                return
+            time.sleep(0.02)
 
 
 # ---- what a create left in /dev/shm ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from vsnap_qual.model import (
     InspectChange,
     PrefixCacheProbe,
     RecoveryDeadline,
+    ServingSeries,
     ShapeRecord,
     UnitOutcome,
 )
@@ -51,6 +52,8 @@ class OrdinaryReference:
     prefix: PrefixCacheProbe | None = None
     #: the API checks' requests and answers (``vsnap_qual.engine.api_checks``)
     api: ApiRecord | None = None
+    #: the fixed request series (``vsnap_qual.engine.serving_series``)
+    series: ServingSeries | None = None
 
 
 @dataclass

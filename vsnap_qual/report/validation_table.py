@@ -91,6 +91,8 @@ CHECK_IDS: dict[str, str] = {
     "adapters": "adapters",
     "shapes": "shapes",
     "api": "API",
+    "serving": "serving",
+    "boundaries": "boundaries",
     "faults": "faults",
     "kv": "KV",
     "decode": "decode",
@@ -114,6 +116,8 @@ def validation_checks(run: model.RunEvidence, comparisons: Comparisons) -> list[
         "adapters": lambda: _adapters(run),
         "shapes": lambda: _shapes(run),
         "api": lambda: _api(run),
+        "serving": lambda: _serving(run),
+        "boundaries": lambda: _boundaries(run),
         "faults": lambda: _faults(comparisons),
         "kv": lambda: _kv(run, comparisons),
         "decode": lambda: _decode(run),
@@ -172,6 +176,13 @@ def check_items(check_id: str, run: model.RunEvidence) -> list[model.CheckItem]:
             for api in restore["api_compare"]:
                 if api["ok"] is not None:
                     items.append(_item(*where, step, api["check"], ok=api["ok"]))
+        elif check_id == "serving" and restore is not None and "serving_judgement" in restore:
+            if (serving := restore["serving_judgement"]).get("ok") is not None:
+                items.append(_item(*where, step, ok=serving.get("ok")))
+        elif check_id == "boundaries" and restore is not None:
+            for crossed in restore.get("boundary_judgements") or []:
+                if crossed["ok"] is not None:
+                    items.append(_item(*where, step, crossed["boundary"], ok=crossed["ok"]))
         elif check_id == "kv" and restore is not None and "kv_judgement" in restore:
             items.append(_item(*where, step, ok=restore["kv_judgement"].get("ok")))
         elif check_id == "adapters" and restore is not None and restore.get("adapter_compare"):
@@ -509,6 +520,54 @@ def _api(run: model.RunEvidence) -> model.Check:
     details = [*bad[:_NAMES_SHOWN], *(f"not applicable: {detail}" for detail in unserved.values())]
     ok = False if bad else (True if any(c["ok"] for _k, c in compared) else None)
     return _row(name, ok, "; ".join(parts), details)
+
+
+def _serving(run: model.RunEvidence) -> model.Check:
+    """vLLM's serving counters and the engine's memory over the fixed request series after each restore, against
+    the ordinary engine's over the same series (``engine.serving_series``); not applicable in the engine's words
+    where it serves no ``/metrics``."""
+    name = "serving counters and memory per request over a request series after each restore as on the ordinary engine"
+    restores = [(key, res) for key, s in latest_steps(run).items() if (res := results_as(s, model.RestoreResults))]
+    judged = [(key, j) for key, res in restores if (j := res.get("serving_judgement")) is not None]
+    if not judged:
+        return _row(name, None, "not recorded (no restore reached the request series)")
+    bad = [f"{r}/{a}/{s}: {p}" for (r, a, s), j in judged for p in j.get("problems") or []]
+    counted = [j for _k, j in judged if j.get("ok") is not None]
+    growth = [g for _k, j in judged if (g := j.get("rss_growth_mib")) is not None]
+    result = f"{sum(1 for j in counted if j['ok'])}/{len(counted)} restores as the ordinary engine"
+    if growth:
+        result += f" (resident memory {min(growth):+.2f} to {max(growth):+.2f} MiB per request)"
+    unserved = {j.get("detail", "") for _k, j in judged if j.get("status") == "not applicable"}
+    if not counted and unserved:
+        return _row(name, None, f"not applicable: {'; '.join(sorted(unserved))}")
+    ok = False if bad else (True if counted else None)
+    return _row(name, ok, result, bad[:_NAMES_SHOWN])
+
+
+def _boundaries(run: model.RunEvidence) -> model.Check:
+    """Requests across the boundaries (``engine.boundaries``): one sent while the first restore's recovery was held
+    must not be taken before recovery and its private check completed; one in flight at ``restore-2``'s graceful
+    stop completes or is refused cleanly (``restore-after-stop`` then restores again)."""
+    name = "requests across boundaries: none taken while recovering; one in flight at the stop completes or is refused"
+    judged = [
+        (key, j)
+        for key, s in latest_steps(run).items()
+        if (res := results_as(s, model.RestoreResults))
+        for j in res.get("boundary_judgements") or []
+    ]
+    if not judged:
+        return _row(name, None, "not recorded (no restore reached a boundary)")
+    bad = [f"{r}/{a}/{s}: {j['detail']}" for (r, a, s), j in judged if j["ok"] is False]
+    parts = []
+    for boundary in ("recovery", "stop"):
+        found = [j for _k, j in judged if j["boundary"] == boundary]
+        counted = [j for j in found if j["ok"] is not None]
+        if counted:
+            parts.append(f"{boundary} {sum(1 for j in counted if j['ok'])}/{len(counted)}")
+        elif found:
+            parts.append(f"{boundary} {found[0]['detail']}")
+    ok = False if bad else (True if any(j["ok"] for _k, j in judged) else None)
+    return _row(name, ok, "; ".join(parts), bad[:_NAMES_SHOWN])
 
 
 def _liveness(run: model.RunEvidence) -> model.Check:

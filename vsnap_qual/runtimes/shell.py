@@ -34,6 +34,7 @@ from vsnap_qual.runtimes.procfs import parse_cpu_sample
 #: state and start time of process $p (after the comm field, which may hold spaces and parentheses)
 _IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"
 _GPU_APPS = "nvidia-smi --query-compute-apps=pid --format=csv,noheader"
+_GPU_MEMORY = "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits"
 _GPUS = "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader"
 #: the /dev/shm files process $p holds open or mapped and that still have a name (not "(deleted)"), a path a line
 _SHM_OF_PROCESS = (
@@ -113,6 +114,17 @@ def parse_shm_holders(names: list[str], text: str) -> ShmHolders:
         elif kind == "unread" and rest.strip():
             unread.append(rest.strip())
     return ShmHolders([n for n in names if n not in held], unread)
+
+
+def parse_gpu_memory(text: str) -> dict[int, int]:
+    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`` rows: MiB by PID (a row
+    whose memory is not a number, ``[N/A]``, is left out)."""
+    used: dict[int, int] = {}
+    for line in text.splitlines():
+        pid, _, mib = (part.strip() for part in line.partition(","))
+        if pid.isdigit() and mib.isdigit():
+            used[int(pid)] = used.get(int(pid), 0) + int(mib)
+    return used
 
 
 def parse_gpus(csv: str) -> list[GpuRow]:
@@ -421,6 +433,10 @@ class ShellBox:
         if listing.exit_code != 0:
             raise RuntimeFailure(f"nvidia-smi cannot list compute apps: exit {listing.exit_code} {listing.tail()}")
         return {int(x) for x in listing.stdout.split() if x.strip().isdigit()}
+
+    def gpu_memory(self) -> dict[int, int] | None:
+        listing = self.sh(f"command -v nvidia-smi >/dev/null || exit 127; {_GPU_MEMORY}", 30)
+        return parse_gpu_memory(listing.stdout) if listing.exit_code == 0 else None
 
     def facts(self, gpus: bool) -> BoxFacts:
         script = (
