@@ -619,7 +619,8 @@ def read_results(report: Path) -> dict[str, Any] | None:
 
 def merge_controls(parts: Iterable[Mapping[str, StepResult]]) -> dict[str, StepResult]:
     """One control from several control runs (each the union of some mutants' selections, run one at a time): every
-    step any of them ran, a step that failed in one of them counted as failing in the control."""
+    step any of them ran, a step that failed in one of them counted as failing in the control (a step one of them
+    skipped, its prerequisite failed, is the other's)."""
     merged: dict[str, StepResult] = {}
     for part in parts:
         for label, step in part.items():

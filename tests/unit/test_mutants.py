@@ -327,6 +327,10 @@ def test_controls_run_apart_merge_into_one_where_a_failure_in_any_counts() -> No
     wake = MUTANTS["12-restore-error-exits-zero"]
     kv = MUTANTS["04-kv-pool-sized-by-model-len"]
     assert uncovered([wake, kv], lifecycle) == [wake] and uncovered([wake, kv], merged) == []
+    # a control whose fault artifact failed (a create timed out) skipped the faults: they are still to be run
+    timed_out = _steps(("v1/head/fault-artifact", "failed", "x"), ("v1/head/fault:wake-raise", "skipped", "x"))
+    assert uncovered([wake], timed_out) == [wake]
+    assert merge_controls([timed_out, faults])["v1/head/fault:wake-raise"].outcome == "passed"
 
 
 def test_a_rerun_replaces_its_row_and_keeps_the_earlier_run_and_other_rows_stay() -> None:
