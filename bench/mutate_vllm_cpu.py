@@ -38,6 +38,7 @@ that ``tests/unit/test_mutants.py`` tests, and the runner reads ``results.json``
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 08,09 --control-only   # their control, one run
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 08                     # then each, one run each
     .venv/bin/python bench/mutate_vllm_cpu.py --dry-run     # the plan: each run's command, nothing started
+    .venv/bin/python bench/mutate_vllm_cpu.py --export evidence/real-vllm/DATE-mutants-SHA  # what to commit
 """
 
 from __future__ import annotations
@@ -672,6 +673,31 @@ def record_run(row: dict[str, Any], fresh: Mapping[str, Any]) -> None:
     row.update({k: fresh[k] for k in _RUN_FIELDS if k in fresh})
 
 
+def export(out: Path, where: Path) -> list[Path]:
+    """The table and what each of its runs wrote that a reader needs, small enough to commit: ``mutants.md``,
+    ``mutants.json``, and per run its report's ``summary.md`` and ``results.json`` gzipped (as ``results.json.gz``,
+    which :func:`read_results` reads), at the same relative paths; not the logs. The files written."""
+    doc = json.loads((out / "mutants.json").read_text())
+    reports = [c["report"] for c in doc.get("controls") or []] + [r["report"] for r in doc["mutants"] if "report" in r]
+    where.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in ("mutants.md", "mutants.json"):
+        shutil.copyfile(out / name, where / name)
+        written.append(where / name)
+    for report in reports:
+        target = where / report
+        target.mkdir(parents=True, exist_ok=True)
+        if (out / report / "summary.md").exists():
+            shutil.copyfile(out / report / "summary.md", target / "summary.md")
+            written.append(target / "summary.md")
+        results = read_results(out / report)
+        if results is not None:
+            packed = gzip.compress(json.dumps(results, indent=1).encode(), mtime=0)
+            (target / "results.json.gz").write_bytes(packed)
+            written.append(target / "results.json.gz")
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "mutate-vllm-cpu", help="output folder")
@@ -686,7 +712,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness run may take")
     parser.add_argument("--keep-checkouts", action="store_true", help="keep each mutant's clone")
     parser.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
+    parser.add_argument(
+        "--export", type=Path, metavar="DIR",
+        help="copy the table and each run's summary.md and results.json (gzipped) from --out to DIR; run nothing",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
+    if opts.export:
+        written = export(opts.out.resolve(), opts.export.resolve())
+        print(f"{len(written)} files, {sum(p.stat().st_size for p in written):,} bytes in {opts.export}")
+        return 0
     manifest = load_manifest()
     overlay = (opts.overlay or ROOT / manifest.overlay).resolve()
     if not (overlay / ".git").is_dir():
