@@ -33,7 +33,8 @@ Output (``--out``, default ``reports/mutate-vllm-cpu``): ``mutants.md`` (the tab
 report directory and ``pytest.log``. A Python program rather than a shell script: the classifier is a pure function
 that ``tests/unit/test_mutants.py`` tests, and the runner reads ``results.json`` and writes the table itself.
 
-    make mutate-vllm-cpu                                    # the control and every mutant (about 80 min on 2 cores)
+    make mutate-vllm-cpu                                    # the controls and every mutant (about 80 min on 2 cores:
+                                                            # a lifecycle mutant 2-4 min, a fault one about 2)
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 01,12 --out reports/mutants-two
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 08,09 --control-only   # their control, one run
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 08                     # then each, one run each
@@ -673,10 +674,20 @@ def record_run(row: dict[str, Any], fresh: Mapping[str, Any]) -> None:
     row.update({k: fresh[k] for k in _RUN_FIELDS if k in fresh})
 
 
+def _links_from(folder: Path, text: str) -> str:
+    """A summary's links into this repository's ``docs/`` (a known finding's link, written relative to the
+    repository root) made relative to ``folder``, where the copy lies, when that is inside the repository."""
+    folder = folder.resolve()
+    if ROOT not in folder.parents:
+        return text
+    return text.replace("](docs/", f"]({os.path.relpath(ROOT, folder)}/docs/")
+
+
 def export(out: Path, where: Path) -> list[Path]:
     """The table and what each of its runs wrote that a reader needs, small enough to commit: ``mutants.md``,
-    ``mutants.json``, and per run its report's ``summary.md`` and ``results.json`` gzipped (as ``results.json.gz``,
-    which :func:`read_results` reads), at the same relative paths; not the logs. The files written."""
+    ``mutants.json``, and per run its report's ``summary.md`` (its links into ``docs/`` made relative to where it
+    lies) and ``results.json`` gzipped (as ``results.json.gz``, which :func:`read_results` reads), at the same
+    relative paths; not the logs. The files written."""
     doc = json.loads((out / "mutants.json").read_text())
     reports = [c["report"] for c in doc.get("controls") or []] + [r["report"] for r in doc["mutants"] if "report" in r]
     where.mkdir(parents=True, exist_ok=True)
@@ -688,7 +699,7 @@ def export(out: Path, where: Path) -> list[Path]:
         target = where / report
         target.mkdir(parents=True, exist_ok=True)
         if (out / report / "summary.md").exists():
-            shutil.copyfile(out / report / "summary.md", target / "summary.md")
+            (target / "summary.md").write_text(_links_from(target, (out / report / "summary.md").read_text()))
             written.append(target / "summary.md")
         results = read_results(out / report)
         if results is not None:
