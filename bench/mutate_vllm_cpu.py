@@ -17,24 +17,36 @@ reads the run's ``results.json`` and says what the harness made of it (:func:`cl
 - **not reached**: the expected step did not run (skipped, not applicable or not selected) and nothing else failed;
 - **no result**: the run wrote no ``results.json``.
 
-The **control** is the union of the mutants' selections run once on the unmutated overlay checkout, so that a step
+The **control** is the union of the mutants' selections run on the unmutated overlay checkout (in one run, or in
+several, merged: a step failing in any of them fails in the control), so that a step
 that fails anyway (real vLLM 0.32's own findings: the create's ``sem.mp-*``, ``restore-after-stop``, ``fresh-box``)
 is never counted as a catch. After each run it looks for what the run left: containers of its session, files in the
 host's ``/dev/shm`` that the run's evidence names, processes naming the run's paths; it removes them and says so.
+
+Runs into the same ``--out`` add up: a run reads the ``mutants.json`` already there, keeps every control run and
+every mutant's row it holds, runs a control only for the chosen mutants whose expected step no control ran yet
+(``--control-only``: that and nothing else), and records each chosen mutant's run in its row, the run it replaces
+(a re-run after a harness fix) kept in the row's ``earlier``. So the set can be run one harness run at a time (one
+lock hold each, on a shared machine), the control reused; ``--fresh`` forgets what was there.
 
 Output (``--out``, default ``reports/mutate-vllm-cpu``): ``mutants.md`` (the table), ``mutants.json``, and per run its
 report directory and ``pytest.log``. A Python program rather than a shell script: the classifier is a pure function
 that ``tests/unit/test_mutants.py`` tests, and the runner reads ``results.json`` and writes the table itself.
 
-    make mutate-vllm-cpu                                    # the control and every mutant (about 80 min on 2 cores)
+    make mutate-vllm-cpu                                    # the controls and every mutant (about 80 min on 2 cores:
+                                                            # a lifecycle mutant 2-4 min, a fault one about 2)
     .venv/bin/python bench/mutate_vllm_cpu.py --mutants 01,12 --out reports/mutants-two
+    .venv/bin/python bench/mutate_vllm_cpu.py --mutants 08,09 --control-only   # their control, one run
+    .venv/bin/python bench/mutate_vllm_cpu.py --mutants 08                     # then each, one run each
     .venv/bin/python bench/mutate_vllm_cpu.py --dry-run     # the plan: each run's command, nothing started
+    .venv/bin/python bench/mutate_vllm_cpu.py --export evidence/real-vllm/DATE-mutants-SHA  # what to commit
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -54,7 +66,7 @@ from typing import Any, Literal
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS_DIR = ROOT / "docker" / "vllm-cpu" / "mutants"
 MANIFEST = MUTANTS_DIR / "mutants.toml"
-SCHEMA = "vsnap-qual/mutants@1"
+SCHEMA = "vsnap-qual/mutants@2"
 SHM = Path("/dev/shm")
 
 Outcome = Literal["caught", "caught elsewhere", "survived", "not reached", "no result"]
@@ -332,6 +344,8 @@ class RunRecord:
     run_id: str | None = None
     headline: str | None = None
     leaks: Leaks = field(default_factory=Leaks)
+    #: the harness commit the run was made with (a mutant re-run after a harness fix is run with another)
+    harness: dict[str, Any] = field(default_factory=dict)
 
 
 def harness_argv(manifest: Manifest, checkout: Path, select: Sequence[str], report: Path) -> list[str]:
@@ -423,7 +437,7 @@ def run_harness(
         shutil.rmtree(report)
     folder.mkdir(parents=True, exist_ok=True)
     argv = harness_argv(manifest, checkout, select, report)
-    record = RunRecord(name=name, report=str(report.relative_to(out)), argv=argv)
+    record = RunRecord(name=name, report=str(report.relative_to(out)), argv=argv, harness=_harness_commit())
     print(f"[{_now()}] {name}: $ {shlex.join(argv)}", flush=True)
     shm_before = _shm_names()
     started = time.monotonic()
@@ -472,7 +486,7 @@ def mutant_row(mutant: Mutant, record: RunRecord | None, verdict: Verdict | None
     if record is not None:
         row.update(
             report=record.report, argv=record.argv, seconds=record.seconds, exit_code=record.exit_code,
-            run_id=record.run_id, headline=record.headline, leaks=asdict(record.leaks),
+            run_id=record.run_id, headline=record.headline, leaks=asdict(record.leaks), harness=record.harness,
         )  # fmt: skip
     if verdict is not None:
         row.update(
@@ -499,13 +513,15 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "survived, not reached, no result (`bench/mutate_vllm_cpu.py`'s docstring).",
         "",
     ]
-    control = doc.get("control")
-    if control:
+    for control in doc.get("controls") or []:
         failed = "; ".join(f"`{f['step']}`: {f['words']}" for f in control.get("failed", [])) or "none"
+        made_for = f" for {', '.join(control['for'])}" if control.get("for") else ""
         lines += [
-            f"**Control** (the unmutated checkout, the union of the selections `{' '.join(control['select'])}`): "
-            f"{control.get('headline') or 'no results.json'}, exit {control.get('exit_code')}, "
-            f"{control.get('seconds', 0):.0f} s. Failed steps (not counted as catches): {_cell(failed)}."
+            f"**Control `{control['name']}`**{made_for} (the unmutated checkout, the union of the selections "
+            f"`{' '.join(control['select'])}`): {control.get('headline') or 'no results.json'}, exit "
+            f"{control.get('exit_code')}, {control.get('seconds', 0):.0f} s"
+            + (f", harness {control['harness']['commit']}" if control.get("harness") else "")
+            + f". Failed steps (not counted as catches): {_cell(failed)}."
             + _cell(leak_words(control.get("leaks"))),
             "",
         ]
@@ -531,6 +547,11 @@ def markdown(doc: Mapping[str, Any]) -> str:
             outcome += " (not as predicted)"
         predicted = row["predicted"] + (f" (gap: {row['gap']})" if row.get("gap") else "")
         seconds = f"{row['seconds']:.0f} s" if "seconds" in row else ""
+        if row.get("harness"):
+            seconds += f" (harness {row['harness']['commit']}{', dirty' if row['harness'].get('dirty') else ''})"
+        for before in row.get("earlier", []):
+            actual += f" Earlier run (harness {before.get('harness', {}).get('commit', '?')}): {before.get('outcome')}"
+            actual += f", {before.get('detail', '')}."
         lines.append(
             "| "
             + " | ".join(
@@ -588,16 +609,129 @@ def choose(manifest: Manifest, wanted: str | None) -> list[Mutant]:
     return chosen
 
 
+def read_results(report: Path) -> dict[str, Any] | None:
+    """A run's ``results.json`` in its report folder, or the ``results.json.gz`` kept of it in committed evidence."""
+    plain, packed = report / "results.json", report / "results.json.gz"
+    if plain.exists():
+        return json.loads(plain.read_text())  # type: ignore[no-any-return]
+    if packed.exists():
+        return json.loads(gzip.decompress(packed.read_bytes()))  # type: ignore[no-any-return]
+    return None
+
+
+def merge_controls(parts: Iterable[Mapping[str, StepResult]]) -> dict[str, StepResult]:
+    """One control from several control runs (each the union of some mutants' selections, run one at a time): every
+    step any of them ran, a step that failed in one of them counted as failing in the control (a step one of them
+    skipped, its prerequisite failed, is the other's)."""
+    merged: dict[str, StepResult] = {}
+    for part in parts:
+        for label, step in part.items():
+            before = merged.get(label)
+            if before is None or before.outcome == "skipped" or (step.outcome, before.outcome) == ("failed", "passed"):
+                merged[label] = step
+    return merged
+
+
+def uncovered(mutants: Iterable[Mutant], control: Mapping[str, StepResult]) -> list[Mutant]:
+    """The mutants whose expected step the control runs so far did not run (their control is still to be run):
+    a step a control skipped (its prerequisite failed) was not run."""
+    return [m for m in mutants if m.step not in control or control[m.step].outcome == "skipped"]
+
+
+def _static_row(mutant: Mutant) -> dict[str, Any]:
+    return mutant_row(mutant, None, None)
+
+
+#: the fields of a row that a run wrote (the rest is the manifest's)
+_RUN_FIELDS = ("report", "argv", "seconds", "exit_code", "run_id", "headline", "leaks", "harness", "outcome", "detail",
+               "found", "met_prediction")  # fmt: skip
+
+
+def merge_doc(manifest: Manifest, old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The table so far: a row for every mutant of the manifest (its fields as the manifest says now), with what an
+    earlier run into the same folder recorded of it (its run, its verdict, and the runs before that in ``earlier``),
+    and the control runs made so far. A run of schema @1 (one ``control``) is read as one control run."""
+    rows = {r["id"]: r for r in (old or {}).get("mutants", [])}
+    mutants = []
+    for mutant in manifest.mutants:
+        row = _static_row(mutant)
+        before = rows.get(mutant.id, {})
+        row.update({k: before[k] for k in (*_RUN_FIELDS, "earlier") if k in before})
+        mutants.append(row)
+    controls = list((old or {}).get("controls") or [])
+    if old and old.get("control"):
+        controls.append(old["control"])
+    return {"schema": SCHEMA, "controls": controls, "mutants": mutants}
+
+
+def record_run(row: dict[str, Any], fresh: Mapping[str, Any]) -> None:
+    """A mutant's new run into its row; the run it replaces (a rerun after a harness fix) kept in ``earlier``."""
+    if "outcome" in row or "report" in row:
+        earlier = {k: row[k] for k in _RUN_FIELDS if k in row and k not in ("argv", "leaks")}
+        row.setdefault("earlier", []).append(earlier)
+    for key in _RUN_FIELDS:
+        row.pop(key, None)
+    row.update({k: fresh[k] for k in _RUN_FIELDS if k in fresh})
+
+
+def _links_from(folder: Path, text: str) -> str:
+    """A summary's links into this repository's ``docs/`` (a known finding's link, written relative to the
+    repository root) made relative to ``folder``, where the copy lies, when that is inside the repository."""
+    folder = folder.resolve()
+    if ROOT not in folder.parents:
+        return text
+    return text.replace("](docs/", f"]({os.path.relpath(ROOT, folder)}/docs/")
+
+
+def export(out: Path, where: Path) -> list[Path]:
+    """The table and what each of its runs wrote that a reader needs, small enough to commit: ``mutants.md``,
+    ``mutants.json``, and per run its report's ``summary.md`` (its links into ``docs/`` made relative to where it
+    lies) and ``results.json`` gzipped (as ``results.json.gz``, which :func:`read_results` reads), at the same
+    relative paths; not the logs. The files written."""
+    doc = json.loads((out / "mutants.json").read_text())
+    reports = [c["report"] for c in doc.get("controls") or []] + [r["report"] for r in doc["mutants"] if "report" in r]
+    where.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in ("mutants.md", "mutants.json"):
+        shutil.copyfile(out / name, where / name)
+        written.append(where / name)
+    for report in reports:
+        target = where / report
+        target.mkdir(parents=True, exist_ok=True)
+        if (out / report / "summary.md").exists():
+            (target / "summary.md").write_text(_links_from(target, (out / report / "summary.md").read_text()))
+            written.append(target / "summary.md")
+        results = read_results(out / report)
+        if results is not None:
+            packed = gzip.compress(json.dumps(results, indent=1).encode(), mtime=0)
+            (target / "results.json.gz").write_bytes(packed)
+            written.append(target / "results.json.gz")
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "mutate-vllm-cpu", help="output folder")
     parser.add_argument("--mutants", help="comma-separated numbers or ids (default: all)")
     parser.add_argument("--overlay", type=Path, help="the overlay checkout (default: the manifest's)")
     parser.add_argument("--no-control", action="store_true", help="no control run: every failure counts")
+    parser.add_argument(
+        "--control-only", action="store_true",
+        help="run only the control the chosen mutants still lack (a run of its own, e.g. under its own lock hold)",
+    )  # fmt: skip
+    parser.add_argument("--fresh", action="store_true", help="forget what an earlier run into --out recorded")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness run may take")
     parser.add_argument("--keep-checkouts", action="store_true", help="keep each mutant's clone")
     parser.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
+    parser.add_argument(
+        "--export", type=Path, metavar="DIR",
+        help="copy the table and each run's summary.md and results.json (gzipped) from --out to DIR; run nothing",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
+    if opts.export:
+        written = export(opts.out.resolve(), opts.export.resolve())
+        print(f"{len(written)} files, {sum(p.stat().st_size for p in written):,} bytes in {opts.export}")
+        return 0
     manifest = load_manifest()
     overlay = (opts.overlay or ROOT / manifest.overlay).resolve()
     if not (overlay / ".git").is_dir():
@@ -606,41 +740,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"the overlay checkout {overlay} has uncommitted changes: the mutants apply to its HEAD")
     mutants = choose(manifest, opts.mutants)
     out: Path = opts.out.resolve()
-    control_select = union_selection(m.select for m in mutants)
+    old_path = out / "mutants.json"
+    old = None if opts.fresh or not old_path.exists() else json.loads(old_path.read_text())
+    if old is not None and old.get("schema") not in (SCHEMA, "vsnap-qual/mutants@1"):
+        raise SystemExit(f"{old_path} is of schema {old.get('schema')!r}, not {SCHEMA}: --fresh, or another --out")
+    doc = merge_doc(manifest, old)
+    head = _git(overlay, "rev-parse", "--short", "HEAD").strip()
+    if old is not None and old.get("overlay", {}).get("head") not in (None, head):
+        raise SystemExit(f"{old_path} was run on overlay {old['overlay']['head']}, this checkout is at {head}: --fresh")
+    # every control run so far, read back from its report folder: a mutant run later is classified against them all
+    control: dict[str, StepResult] | None = None
+    if not opts.no_control:
+        parts = []
+        for ctl in doc["controls"]:
+            results = read_results(out / ctl["report"])
+            if results is None:
+                raise SystemExit(f"control {ctl['name']}: no results in {out / ctl['report']} (--fresh to start over)")
+            parts.append(steps_of(results))
+        control = merge_controls(parts)
+    missing = [] if opts.no_control else uncovered(mutants, control or {})
+    control_select = union_selection(m.select for m in missing) if missing else []
+    name = "control" if not doc["controls"] else f"control-{len(doc['controls']) + 1}"
     if opts.dry_run:
-        if not opts.no_control:
-            print("control:", shlex.join(harness_argv(manifest, overlay, control_select, out / "control" / "report")))
-        for m in mutants:
+        if missing:
+            print(f"{name}:", shlex.join(harness_argv(manifest, overlay, control_select, out / name / "report")))
+        for m in [] if opts.control_only else mutants:
             clone = out / m.id / "checkout"
             print(f"{m.id}:", shlex.join(harness_argv(manifest, clone, m.select, out / m.id / "report")))
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "harness": _harness_commit(),
-        "overlay": {"path": str(overlay), "head": _git(overlay, "rev-parse", "--short", "HEAD").strip()},
-        "profile_args": [manifest.profile, *manifest.args],
-        "control": None,
-        "mutants": [mutant_row(m, None, None) for m in mutants],
-    }
-    control: dict[str, StepResult] | None = None
-    if not opts.no_control:
-        record, results = run_harness(manifest, "control", overlay, control_select, out, opts.timeout)
-        control = steps_of(results) if results is not None else None
-        doc["control"] = {
-            **asdict(record),
-            "select": control_select,
-            "failed": [
-                {"step": s.label, "words": excerpt(s.message)}
-                for s in (control or {}).values()
-                if s.outcome == "failed"
-            ],
-        }
+    doc.update(
+        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), harness=_harness_commit(),
+        overlay={"path": str(overlay), "head": head}, profile_args=[manifest.profile, *manifest.args],
+    )  # fmt: skip
+    doc = {k: doc[k] for k in ("schema", "generated", "harness", "overlay", "profile_args", "controls", "mutants")}
+    if missing:
+        record, results = run_harness(manifest, name, overlay, control_select, out, opts.timeout)
+        steps = steps_of(results) if results is not None else None
+        doc["controls"].append(
+            {
+                **asdict(record),
+                "select": control_select,
+                "for": [m.id for m in missing],
+                "failed": [
+                    {"step": s.label, "words": excerpt(s.message)}
+                    for s in (steps or {}).values()
+                    if s.outcome == "failed"
+                ],
+            }  # fmt: skip
+        )
         write(out, doc)
-        if control is None:
-            raise SystemExit(f"the control wrote no results.json: see {out / 'control' / 'pytest.log'}")
-    for index, mutant in enumerate(mutants):
+        if steps is None:
+            raise SystemExit(f"the control wrote no results.json: see {out / name / 'pytest.log'}")
+        control = merge_controls([control or {}, steps])
+        if not_run := uncovered(missing, control):
+            raise SystemExit(f"the control did not run {', '.join(m.step for m in not_run)}: see {out / name}")
+    if opts.control_only:
+        write(out, doc)
+        print(f"{out / 'mutants.md'}")
+        return 0
+    by_id = {row["id"]: row for row in doc["mutants"]}
+    for mutant in mutants:
         clone = mutant_checkout(overlay, mutant, out / mutant.id / "checkout")
         try:
             record, results = run_harness(manifest, mutant.id, clone, mutant.select, out, opts.timeout)
@@ -648,7 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not opts.keep_checkouts:
                 shutil.rmtree(clone, ignore_errors=True)
         verdict = classify(mutant.step, mutant.words, steps_of(results) if results is not None else None, control)
-        doc["mutants"][index] = mutant_row(mutant, record, verdict)
+        record_run(by_id[mutant.id], mutant_row(mutant, record, verdict))
         write(out, doc)
         print(f"[{_now()}] {mutant.id}: {verdict.outcome} ({verdict.detail})", flush=True)
     print(f"{out / 'mutants.md'}")

@@ -275,6 +275,8 @@ class InspectExpectations:
     logprob_tolerance: float
     gpu_uuid: str | None = None
     reference_oracle: CanaryOutput | None = None  # the ordinary run's output for vLLM's canary prompt
+    #: the artifact's regular files but manifest.json, their sizes summed just after create (None: not read)
+    files_bytes: int | None = None
 
 
 def inspect_checks(manifest: Mapping[str, Any], expect: InspectExpectations) -> list[model.InspectCheck]:
@@ -304,6 +306,14 @@ def inspect_checks(manifest: Mapping[str, Any], expect: InspectExpectations) -> 
     add("oracle_logprob_finite_float", isinstance(logprob, float) and math.isfinite(logprob), logprob)
     size = manifest.get("artifact_bytes")
     add("artifact_bytes_positive_int", isinstance(size, int) and not isinstance(size, bool) and size > 0, size)
+    if expect.files_bytes is not None:
+        # the contract: the sum of the sizes of every regular file under the artifact at manifest time (every one
+        # but manifest.json, published after it); read just after create, before a restore could change one
+        add(
+            "artifact_bytes_equals_files_on_disk",
+            size == expect.files_bytes,
+            {"manifest": size, "files on disk but manifest.json": expect.files_bytes},
+        )
     tree = manifest.get("process_tree") or []
     add(
         "process_tree",

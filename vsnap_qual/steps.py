@@ -236,6 +236,7 @@ def create(lane: ServingLane, rec: StepEvidence[CreateResults]) -> None:
     if made:
         rec.results["link_remaps_made"] = made
     lane.state.kv_snapshot = lane.cli.snapshot_kv()
+    lane.state.files_bytes = lane.cli.files_bytes()  # before any restore appends to child.log
     lane.cli.keep_child_log(rec)
     audit = lane.servers.audit(list(manifest.get("process_tree") or []), [])
     rec.results.update(
@@ -275,6 +276,7 @@ def inspect_expectations(lane: ServingLane) -> checks.InspectExpectations:
         logprob_tolerance=cfg.logprob_tolerance,
         gpu_uuid=lane.environment.gpu_uuid,
         reference_oracle=CanaryOutput.of(oracle) if oracle else None,
+        files_bytes=lane.state.files_bytes,
     )
 
 

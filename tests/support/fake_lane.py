@@ -535,6 +535,9 @@ class FakeSnapshotCli:
     def snapshot_kv(self) -> int | None:
         return 4096
 
+    def files_bytes(self) -> int:
+        return int(manifest()["artifact_bytes"])
+
     def outside_files(self) -> list[str]:
         return list(self.lane.shm_named)
 

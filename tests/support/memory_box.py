@@ -482,12 +482,13 @@ class MemoryBox:
             "oracle_token_ids": first["token_ids"],
             "oracle_text": first["text"],
             "oracle_sampled_token_logprob": first["logprobs"]["token_logprobs"][0],
-            "artifact_bytes": 1234,
             "process_tree": tree,
             "cuda_holders": [tree[-1]],
         }
         self.files[f"{target}/{DEADLINE_FILE}"] = env.get("VLLM_SNAPSHOT_TIMEOUT_S", "900").encode()
         self.files[f"{target}/child.log.snapshot-size"] = f"{len(log)}\n".encode()
+        # vLLM's count: every regular file under the artifact at manifest time
+        manifest["artifact_bytes"] = sum(len(v) for k, v in self.files.items() if k.startswith(f"{target}/"))
         self.files[f"{target}/manifest.json"] = json.dumps(manifest, sort_keys=True).encode()  # published last
         return 0, "", ""
 

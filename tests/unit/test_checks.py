@@ -6,6 +6,7 @@ Run with DOCKER_HOST=tcp://127.0.0.1:1 (no engine reachable): nothing here needs
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -134,6 +135,19 @@ def test_inspect_checks_every_upstream_field_and_the_oracle() -> None:
         "oracle_equals_ordinary_text",
         "artifact_bytes_positive_int",
     }
+
+
+def test_inspect_compares_artifact_bytes_with_the_files_on_disk() -> None:
+    """The contract's artifact_bytes is every regular file under the artifact at manifest time: a count of part of
+    them (a glob for an rglob: 12 KB recorded of a 2.4 GB artifact, mutant 03 of real vLLM) is refused by name."""
+    on_disk = dataclasses.replace(EXPECT, files_bytes=123)
+    assert all(c["ok"] for c in checks.inspect_checks(_manifest(artifact_bytes=123), on_disk))
+    found = checks.inspect_checks(_manifest(artifact_bytes=12_288), dataclasses.replace(on_disk, files_bytes=2_400_000))
+    bad = [c for c in found if not c["ok"]]
+    assert [c["name"] for c in bad] == ["artifact_bytes_equals_files_on_disk"]
+    assert bad[0]["detail"] == {"manifest": 12_288, "files on disk but manifest.json": 2_400_000}
+    # not read (a lane that did not run create in this run): only the positive-integer check
+    assert "artifact_bytes_equals_files_on_disk" not in {c["name"] for c in checks.inspect_checks(_manifest(), EXPECT)}
 
 
 def test_restart_and_overlay_findings() -> None:

@@ -22,9 +22,13 @@ from bench.mutate_vllm_cpu import (
     classify,
     load_manifest,
     markdown,
+    merge_controls,
+    merge_doc,
     mutant_row,
     parse_manifest,
+    record_run,
     selection_terms,
+    uncovered,
     union_selection,
 )
 from vsnap_qual import procedure
@@ -298,7 +302,7 @@ def test_the_table_has_a_row_per_mutant_with_its_outcome() -> None:
     doc: dict[str, Any] = {
         "generated": "2026-12-08T00:00:00+00:00", "harness": {"commit": "abc1234", "dirty": False},
         "overlay": {"path": "build/vllm-overlay-0.32.0", "head": "bf5ed64"}, "profile_args": ["@p"],
-        "control": None, "mutants": [mutant_row(first, None, verdict), mutant_row(second, None, None)],
+        "controls": [], "mutants": [mutant_row(first, None, verdict), mutant_row(second, None, None)],
     }  # fmt: skip
     text = markdown(doc)
     rows = [ln for ln in text.splitlines() if ln.startswith(f"| `{first.id}`") or ln.startswith(f"| `{second.id}`")]
@@ -309,3 +313,45 @@ def test_the_table_has_a_row_per_mutant_with_its_outcome() -> None:
                                   "shm_not_ours": ["/dev/shm/sem.mp-x"]}  # fmt: skip
     row = next(ln for ln in markdown(doc).splitlines() if ln.startswith(f"| `{first.id}`"))
     assert "removed by the runner: /dev/shm/link_remap.7" in row and "(left in place): /dev/shm/sem.mp-x" in row
+
+
+# ---- runs one at a time, merged into one table ------------------------------------------------------------------
+def test_controls_run_apart_merge_into_one_where_a_failure_in_any_counts() -> None:
+    lifecycle = _steps((CREATE, "failed", LEAK), (INSPECT, "passed", ""), (RESTORE, "passed", ""))
+    faults = _steps((CREATE, "passed", ""), ("v1/head/fault:wake-raise", "passed", ""))
+    merged = merge_controls([lifecycle, faults])  # the create passed in the later one: it still counts as failed
+    assert set(merged) == {CREATE, INSPECT, RESTORE, "v1/head/fault:wake-raise"}
+    assert merged[CREATE].outcome == "failed"  # failed in one control: a failure of the mutant there is no catch
+    assert classify(CREATE, ["left in /dev/shm"], lifecycle, merged).outcome == "survived"
+    # a mutant whose expected step no control ran yet is the one a control must still be run for
+    wake = MUTANTS["12-restore-error-exits-zero"]
+    kv = MUTANTS["04-kv-pool-sized-by-model-len"]
+    assert uncovered([wake, kv], lifecycle) == [wake] and uncovered([wake, kv], merged) == []
+    # a control whose fault artifact failed (a create timed out) skipped the faults: they are still to be run
+    timed_out = _steps(("v1/head/fault-artifact", "failed", "x"), ("v1/head/fault:wake-raise", "skipped", "x"))
+    assert uncovered([wake], timed_out) == [wake]
+    assert merge_controls([timed_out, faults])["v1/head/fault:wake-raise"].outcome == "passed"
+
+
+def test_a_rerun_replaces_its_row_and_keeps_the_earlier_run_and_other_rows_stay() -> None:
+    first, second = MANIFEST.mutants[:2]
+    run = _steps((CREATE, "failed", LEAK), (INSPECT, "passed", ""))
+    old_control = {"name": "control", "report": "control/report", "select": ["-k", "test_create"], "failed": []}
+    old = {
+        "schema": "vsnap-qual/mutants@1", "control": old_control,
+        "mutants": [mutant_row(first, None, classify(first.step, first.words, run, CONTROL))],
+    }  # fmt: skip
+    doc = merge_doc(MANIFEST, old)
+    assert doc["controls"] == [old_control]  # the one control of schema @1 is the first control run
+    rows = {r["id"]: r for r in doc["mutants"]}
+    assert [r["id"] for r in doc["mutants"]] == [m.id for m in MANIFEST.mutants]  # every mutant, in order
+    assert rows[first.id]["outcome"] == "survived" and "outcome" not in rows[second.id]
+    caught = _steps((CREATE, "failed", " ".join(first.words)), (INSPECT, "passed", ""))
+    record_run(rows[first.id], mutant_row(first, None, classify(first.step, first.words, caught, CONTROL)))
+    assert rows[first.id]["outcome"] == "caught" and rows[first.id]["met_prediction"]
+    assert [e["outcome"] for e in rows[first.id]["earlier"]] == ["survived"]
+    text = markdown({**doc, "generated": "g", "harness": {"commit": "c"}, "overlay": {"path": "p", "head": "h"},
+                     "profile_args": ["@p"]})  # fmt: skip
+    row = next(ln for ln in text.splitlines() if ln.startswith(f"| `{first.id}`"))
+    assert "| caught |" in row and "Earlier run (harness ?): survived" in row
+    assert "**Control `control`**" in text and "**1 of 15 mutants run**: 1 caught" in text

@@ -206,6 +206,9 @@ class SnapshotCli(Protocol):
     def snapshot_kv(self) -> int | None:
         """KV capacity of a snapshot: profiled once at create, in ``child.log`` up to its snapshot size."""
 
+    def files_bytes(self) -> int:
+        """The sizes of the artifact's regular files summed, but ``manifest.json``'s (written after it counted)."""
+
     def outside_files(self) -> list[str]:
         """The ``/dev/shm`` files the artifact needs and does not carry."""
 

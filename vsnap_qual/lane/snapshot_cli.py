@@ -122,6 +122,12 @@ class LaneSnapshotCli:
             data = data[: int(size_text)]
         return client.kv_from_log(data.decode("utf-8", "replace"))
 
+    def files_bytes(self) -> int:
+        """What the manifest's ``artifact_bytes`` counts (the contract: every regular file under the artifact at
+        manifest time, i.e. every one but ``manifest.json``, written after it), as the box lists them now."""
+        entries = self.box.list_dir(ARTIFACT, depth=None)
+        return sum(e.size for e in entries if e.type == "f" and e.path != "manifest.json")
+
     def outside_files(self) -> list[str]:
         return artifact_deps.outside_files(self.box)
 

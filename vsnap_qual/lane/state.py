@@ -90,6 +90,9 @@ class LifecycleState(ArtifactState):
     #: the server the lane runs now (the restored one a later step stops), if any
     server: ServerHandle | None = None
     kv_snapshot: int | None = None
+    #: the artifact's regular files' sizes summed just after create, before anything touched it (the manifest's
+    #: ``artifact_bytes`` must say the same: ``checks.inspect_checks``)
+    files_bytes: int | None = None
 
 
 @dataclass
