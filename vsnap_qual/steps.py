@@ -712,7 +712,7 @@ def stop_restored(lane: ServingLane, rec: StepEvidence[RestoreResults], in_fligh
     if in_flight and look["alive"]:
         with InFlight(lane, handle.port) as flight:
             leftovers = lane.servers.stop(handle)
-        judged = boundaries.judge_stop(flight.record, boundaries.STOP_TOKENS)
+        judged = boundaries.judge_stop(flight.record, flight.tokens)
         rec.results["boundary_requests"] = [*rec.results.get("boundary_requests", []), flight.record]
         rec.results["boundary_judgements"] = [*rec.results.get("boundary_judgements", []), judged]
     else:
@@ -743,13 +743,16 @@ class InFlight:
 
     def __init__(self, lane: ServingLane, port: int) -> None:
         self.lane, self.port = lane, port
+        ordinary = lane.state.ordinary
+        measured = ordinary.decode if ordinary is not None else None
+        self.tokens = boundaries.stop_tokens(measured["median_tps"] if measured else None, lane.config.max_model_len)
         self.started = time.time()
         self.record = BoundaryRequest(boundary="stop", outcome="not sent")
         self._thread = threading.Thread(target=self._send, daemon=True)
 
     def _send(self) -> None:
         prompt = self.lane.config.prompts[0] if self.lane.config.prompts else VLLM_CANARY_PROMPT
-        record, _ = self.lane.api.boundary_request(self.port, prompt, boundaries.STOP_TOKENS, self.started)
+        record, _ = self.lane.api.boundary_request(self.port, prompt, self.tokens, self.started)
         self.record.update(record)
 
     def __enter__(self) -> InFlight:

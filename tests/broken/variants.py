@@ -106,14 +106,14 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "dies-later",
-            "the restored server dies about 12 s after `vllm snapshot restore` exited 0, long after a 3 s soak (a "
+            "the restored server dies about 25 s after `vllm snapshot restore` exited 0, long after a 3 s soak (a "
             "timer started when the restored session begins to serve kills its process group)",
             (
                 Patch(
                     "vllm.snapshot.server",
                     '            phase = "serve"\n',
-                    f"            import os, signal, threading  {MARK}: dies 12 s after restore\n"
-                    "            _t = threading.Timer(12.0, lambda: os.killpg(os.getpgrp(), signal.SIGKILL))\n"
+                    f"            import os, signal, threading  {MARK}: dies 25 s after restore\n"
+                    "            _t = threading.Timer(25.0, lambda: os.killpg(os.getpgrp(), signal.SIGKILL))\n"
                     "            _t.daemon = True\n"
                     "            _t.start()\n",
                 ),

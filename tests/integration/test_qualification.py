@@ -72,7 +72,13 @@ def test_every_step_and_fault_passes_on_both_runners_and_arms(full_run: Overlaid
             for step in ("ordinary", "create", "inspect", "restore-1", "restart", "restore-2"):
                 assert full_run.step(lane=lane, step=step)["outcome"] == "passed", (lane, step)
             faults = [s for s in full_run.steps(lane=lane) if s["step"].startswith("fault:")]
-            assert len(faults) >= 10 and all(f["outcome"] == "passed" for f in faults), (lane, faults)
+            # a kind refused before any engine starts runs once per image and arm (issue 45 item 4): on v1's lane,
+            # and v2's lane of the same arm records where it ran
+            ran = [f for f in faults if f["outcome"] == "passed"]
+            elsewhere = [f for f in faults if (f["results"] or {}).get("runs_once", {}).get("ran_on") == f"v1-{arm}"]
+            assert len(ran) >= 10 and len(ran) + len(elsewhere) == len(faults), (lane, faults)
+            assert not elsewhere if runner == "v1" else len(elsewhere) == 10, (lane, elsewhere)
+            assert all(f["outcome"] == "skipped" for f in elsewhere), elsewhere
 
 
 def test_restores_match_the_ordinary_reference(full_run: OverlaidRun) -> None:

@@ -475,7 +475,7 @@ class FakeEngineApi:
     ) -> tuple[BoundaryRequest, list[int] | None]:
         lane = self.lane
         lane.boundary_calls.append((port, prompt, max_tokens))
-        if max_tokens == boundaries.STOP_TOKENS:
+        if max_tokens >= boundaries.STOP_TOKENS:  # the stop's request (sized by the measured speed)
             outcome, status, tokens = lane.stop_answer
             record = BoundaryRequest(sent_s=0.0, ended_s=0.5, accepted=outcome != "refused")
             record["outcome"] = outcome  # type: ignore[typeddict-item]

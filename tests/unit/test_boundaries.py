@@ -5,6 +5,7 @@ and stop steps recording and judging them (on the unit tests' fake lane)."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import socket
@@ -20,7 +21,7 @@ from vsnap_qual import procedure, steps
 from vsnap_qual.engine import boundaries
 from vsnap_qual.lane.snapshot_cli import fired_at
 from vsnap_qual.lane.state import LifecycleState
-from vsnap_qual.model import BoundaryRequest
+from vsnap_qual.model import BoundaryRequest, DecodeSpeed
 from vsnap_qual.recorder import StepEvidence
 from vsnap_qual.runtimes.shell import parse_gpu_memory
 from vsnap_qual.vllm_words import StepFailed
@@ -190,3 +191,25 @@ def test_an_engine_without_metrics_has_the_series_not_applicable_and_passes() ->
     steps.restore(lane, rec)
     judged = rec.results["serving_judgement"]
     assert judged["status"] == "not applicable" and judged["detail"].startswith("GET /metrics: HTTP 404")
+
+
+def test_the_stop_request_lasts_about_a_second_of_the_ordinary_engines_decoding() -> None:
+    """48 tokens took the reference engine under 0.2 s, so at the stop of 3 of 4 lanes the request had ended before
+    the engine was first asked whether it ran and went unjudged: the request is sized by the measured speed."""
+    assert boundaries.stop_tokens(300.0, 512) == 256  # a fast engine: capped
+    assert boundaries.stop_tokens(120.0, 512) == 120  # about a second of it
+    assert boundaries.stop_tokens(20.0, 512) == boundaries.STOP_TOKENS  # a slow one: the floor
+    assert boundaries.stop_tokens(None, 512) == boundaries.STOP_TOKENS  # nothing measured
+    assert boundaries.stop_tokens(300.0, 160) == 80  # never more than half the model length
+
+
+def test_the_stop_request_asks_the_sized_count_and_judges_against_it() -> None:
+    config = dataclasses.replace(lifecycle_lane().config, max_model_len=512)
+    lane = _lane(stop_answer=("answered", 200, 150), config=config)
+    assert lane.state.ordinary is not None
+    lane.state.ordinary.decode = DecodeSpeed(tokens=64, runs_tps=[150.0], median_tps=150.0)
+    rec = StepEvidence.of(procedure.RESTORE_2)
+    steps.restore_then_stop(lane, rec)
+    assert lane.boundary_calls[-1][2] == 150
+    (judged,) = rec.results["boundary_judgements"]
+    assert judged == {"boundary": "stop", "ok": True, "detail": "completed (150 tokens) as it stopped"}
