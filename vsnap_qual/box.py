@@ -111,6 +111,13 @@ class Termination:
     #: the ``/dev/shm`` files the tree held (open or mapped, not yet unlinked) as it began: what its own cleanup
     #: must remove, whichever lane shares the box's ``/dev/shm``
     shm_held: tuple[str, ...] = ()
+    #: seconds from SIGTERM until no process of the tree was left (zombies count as gone); None: some outlived the
+    #: grace
+    gone_after_s: float | None = None
+    #: CPU ticks (``utime + stime`` of ``/proc/PID/stat``, USER_HZ) of each process of the tree as SIGTERM was sent,
+    #: and of each survivor at the grace's end: whether it was still working through the grace
+    ticks_at_term: Mapping[int, int] = field(default_factory=dict)
+    ticks_at_grace: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -358,9 +365,9 @@ class BoxProcesses(Protocol):
         """The start time of each of ``pids`` that exists."""
         ...
 
-    def terminate(self, pids: list[int], grace: float) -> Termination:
+    def terminate(self, pids: list[int], grace: float, *, kill: bool = True) -> Termination:
         """SIGTERM ``pids``; what is still alive (same PID and start time) ``grace`` seconds later is reported,
-        then SIGKILLed."""
+        then SIGKILLed (``kill=False``: left running, for the caller to judge and kill)."""
         ...
 
     def signal(self, pids: list[int], signame: str, *, strict: bool = False) -> bool:

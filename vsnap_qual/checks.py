@@ -201,6 +201,66 @@ def digest_findings(compare: model.DigestCompare, against: str = "the ordinary r
 
 
 # ---- cleanup audits ---------------------------------------------------------------------------------------------
+#: A strict stop's tree still alive at the grace but still exiting may be looked at until this many graces after
+#: SIGTERM in all (the bound of the extension; a tree that never exits is named there at the latest).
+STOP_CAP_GRACES = 3.0
+#: A survivor still works when the tree's CPU time moves at least this fast between two looks: ticks of
+#: ``/proc/PID/stat`` (USER_HZ, 100 a second) per second of wall time, i.e. 5% of one core. An idle tree that
+#: ignores SIGTERM (asleep in a poll or a wait) spends well under 1% of a core; an exiting one on a loaded machine
+#: gets its share of a core (at load 12 on 2 cores about 16%).
+PROGRESS_TICKS_PER_S = 5.0
+
+
+@dataclass(frozen=True)
+class StopLook:
+    """One look at a stopping tree: seconds after SIGTERM, and the CPU ticks so far of each of its processes still
+    alive (zombies count as gone)."""
+
+    at_s: float
+    ticks: Mapping[int, int]
+
+
+def stop_progress(before: StopLook, after: StopLook) -> str | None:
+    """What moved between two looks at a tree stopping after SIGTERM: a process that left, or CPU time spent (at
+    least :data:`PROGRESS_TICKS_PER_S`); None when nothing did: the tree is stalled, not slow."""
+    left = sorted(set(before.ticks) - set(after.ticks))
+    if left:
+        return f"at {after.at_s:.1f} s: pid {', '.join(map(str, left))} exited"
+    wall = after.at_s - before.at_s
+    spent = {p: t - before.ticks[p] for p, t in after.ticks.items() if p in before.ticks and t > before.ticks[p]}
+    if wall > 0 and sum(spent.values()) / wall >= PROGRESS_TICKS_PER_S:
+        each = ", ".join(f"pid {p} {n}" for p, n in sorted(spent.items()))
+        return f"at {after.at_s:.1f} s: CPU ticks spent in {wall:.2f} s: {each}"
+    return None
+
+
+def stop_stalled(before: StopLook, after: StopLook) -> str:
+    """Why an extension ends with the tree not gone: what the last two looks saw."""
+    wall = after.at_s - before.at_s
+    spent = sum(max(0, t - before.ticks.get(p, t)) for p, t in after.ticks.items())
+    return (
+        f"stopped progressing at {after.at_s:.1f} s: no process left and {spent} CPU ticks in {wall:.2f} s "
+        f"(under {PROGRESS_TICKS_PER_S:g} a second)"
+    )
+
+
+def stop_cap(grace: float) -> float:
+    """The latest a strict stop is judged, in seconds after SIGTERM, however long its tree keeps progressing."""
+    return grace * STOP_CAP_GRACES
+
+
+def stop_text(stop: Mapping[str, Any], grace: float) -> str:
+    """``still alive N s after SIGTERM``'s N and how it was reached: the grace, or the extension and why it ended."""
+    deadline = float(stop.get("deadline_s") or grace)
+    extension = list(stop.get("extension") or [])
+    if not extension:
+        return f"still alive {deadline:g} s after SIGTERM"
+    return (
+        f"still alive {deadline:.1f} s after SIGTERM (the {grace:g} s grace extended while the tree progressed: "
+        f"{'; '.join(extension)}; then {stop.get('stalled') or 'reached the cap'})"
+    )
+
+
 def audit_ok(pids_alive: Sequence[int], ports_open: Sequence[int], gpu_idle: bool | None, remaps_equal: bool) -> bool:
     """Nothing of the stopped engine left: PIDs gone, ports closed, GPU not busy (None: not checked), link
     remaps at their baseline."""
@@ -213,7 +273,8 @@ def audit_problems(audit: model.CleanupAudit) -> str:
     problems = []
     if audit.get("leftovers"):
         problems.append(
-            f"still alive {audit.get('grace_s', 0):g} s after SIGTERM (killed by the harness): "
+            stop_text(audit.get("stop") or {}, float(audit.get("grace_s", 0)))
+            + " (killed by the harness): "
             + "; ".join(leftover_text(p) for p in order_leftovers(audit.get("leftovers", [])))
         )
     if not audit.get("pids_gone"):

@@ -336,6 +336,24 @@ class DigestCompare(TypedDict):
     changed_buffers: NotRequired[list[str]]
 
 
+class StopRecord(TypedDict, total=False):
+    """A strict stop's timing: the grace (``--vsnap-cleanup-grace``), when the tree was gone, and, for a tree still
+    alive at the grace but still exiting (a process left, or CPU time moving), the bounded extension it was given:
+    each look after the grace and what moved, what ended it and the deadline the stop was judged at."""
+
+    grace_s: float
+    #: the most an extension may reach (seconds after SIGTERM)
+    cap_s: float
+    #: when the stop was judged (seconds after SIGTERM): the grace, or the end of the extension
+    deadline_s: float
+    #: seconds from SIGTERM until no process of the tree was left; absent while some outlived the deadline
+    gone_after_s: float
+    #: each look after the grace: ``"at 5.6 s: pid 8599 spent 9 CPU ticks in 0.52 s"``, ``"at 6.2 s: pid 8599 exited"``
+    extension: list[str]
+    #: why the extension ended without the tree gone: it stopped progressing (said how), or it reached the cap
+    stalled: str
+
+
 class CleanupAudit(TypedDict, total=False):
     pids: list[int]
     pids_alive: list[int]
@@ -361,6 +379,8 @@ class CleanupAudit(TypedDict, total=False):
     #: PIDs found alive that another process (a later start time) now holds: not leftovers
     pids_reused: list[int]
     grace_s: float
+    #: the strict stop's timing and any extension of its grace (a tree still exiting at the grace)
+    stop: StopRecord
     tree: list[LeftoverProcess]
     ok: bool
     detail: str

@@ -184,7 +184,9 @@ def strict_audit(lane: ServingLane, handle: ServerHandle, leftovers: list[Leftov
     command line; GPU holders first): any leftover fails the audit, even though the harness then killed it."""
     audit = lane.servers.audit(handle.pids, [handle.port])
     drop_reused(lane, audit, {int(t["pid"]): str(t["start_time"]) for t in handle.tree})
-    audit.update({"leftovers": leftovers, "grace_s": lane.config.cleanup_grace, "tree": handle.tree})
+    audit.update(
+        {"leftovers": leftovers, "grace_s": lane.config.cleanup_grace, "stop": handle.stop, "tree": handle.tree}
+    )
     if handle.shm_held:  # what the tree's own cleanup must have removed, but what an artifact of the lane needs
         there = [p for p in handle.shm_held if p not in set(lane.cli.absent_files(handle.shm_held))]
         audit["shm_held"] = list(handle.shm_held)

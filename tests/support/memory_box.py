@@ -643,7 +643,7 @@ class MemoryBox:
         live = {p["pid"] for p in self.processes()}
         return {p: "100" for p in pids if p in live}
 
-    def terminate(self, pids: list[int], grace: float) -> Termination:
+    def terminate(self, pids: list[int], grace: float, *, kill: bool = True) -> Termination:
         tree = tuple(TreeEntry(p, "100", "vllm") for p in pids if p in {r["pid"] for r in self.processes()})
         for pid in pids:
             self._signal(pid, "TERM")

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import cast
 
 from vsnap_qual import checks
-from vsnap_qual.box import Box, ProcessRow, ShmEntry
+from vsnap_qual.box import Box, ProcessRow, ShmEntry, Termination, TreeEntry
 from vsnap_qual.engine import client
-from vsnap_qual.model import CleanupAudit, LeftoverProcess
+from vsnap_qual.model import CleanupAudit, LeftoverProcess, StopRecord
 
 LINK_REMAP = "link_remap."
 
@@ -40,6 +40,8 @@ class ServerHandle:
     tree: list[LeftoverProcess] = field(default_factory=list)
     #: The /dev/shm files the tree held as it was stopped (open or mapped, still named).
     shm_held: list[str] = field(default_factory=list)
+    #: The strict stop's timing: the grace, when the tree was gone, any extension (:func:`strict_stop`).
+    stop: StopRecord = field(default_factory=lambda: StopRecord())
 
 
 @dataclass
@@ -85,30 +87,120 @@ def port_listening(box: Box, port: int, listening: set[int] | None = None) -> bo
 def strict_stop(box: Box, handle: ServerHandle, grace: float, cuda_holders: Sequence[int]) -> list[LeftoverProcess]:
     """SIGTERM the server's whole tree; what is still alive ``grace`` seconds later (same PID *and* start time)
     is a leftover: recorded with its command line and whether it holds the GPU, then SIGKILLed. The manifest's
-    CUDA holders count as GPU holders when the server is the snapshot's restored tree."""
+    CUDA holders count as GPU holders when the server is the snapshot's restored tree.
+
+    A tree still exiting at the grace is told from one that is not: it is looked at again and again while it
+    progresses (a process leaves, or its CPU time moves: :func:`checks.stop_progress`), up to
+    :func:`checks.stop_cap`; the first look at which nothing moved, or the cap, ends it, and what is alive then is
+    the leftover. A loaded machine slows an exit down; it does not stop it. ``handle.stop`` records the timing."""
     pids = sorted(set(handle.pids) | set(session_pids(box, handle.root_pid)))
+    handle.stop = StopRecord(grace_s=grace, cap_s=checks.stop_cap(grace), deadline_s=grace)
     if not pids:
         return []
-    seen = box.terminate(pids, grace)
+    seen = box.terminate(pids, grace, kill=False)
+    judged = time.monotonic()
     handle.pids = pids
     handle.shm_held = list(seen.shm_held)
     holders = set(seen.gpu_apps) | set(cuda_holders)
     tree = {t.pid: t for t in seen.tree}
-    leftovers: list[LeftoverProcess] = []
-    for pid, state, start in seen.survivors:
-        known = tree.get(pid)
-        if known is None or known.start_time != start or state == "Z":
-            continue  # gone (a zombie, or the PID reused by another process)
-        leftovers.append(
-            LeftoverProcess(
-                pid=pid, start_time=known.start_time, cmdline=known.cmdline, gpu_holder=pid in holders, state=state
-            )
+    survivors = {
+        pid: state
+        for pid, state, start in seen.survivors
+        if (known := tree.get(pid)) is not None and known.start_time == start and state != "Z"
+    }
+    if seen.gone_after_s is not None:
+        handle.stop["gone_after_s"] = seen.gone_after_s
+    if survivors:
+        through_grace = checks.stop_progress(
+            checks.StopLook(0.0, dict(seen.ticks_at_term)),
+            checks.StopLook(grace, {p: t for p, t in seen.ticks_at_grace.items() if p in survivors}),
         )
+        try:
+            if through_grace is None:
+                handle.stop["stalled"] = f"not progressing through the grace: {_grace_stall(seen, survivors, grace)}"
+            else:
+                survivors = _extend(box, handle.stop, tree, survivors, judged, through_grace)
+        finally:  # a look that failed leaves the survivors of the grace: killed all the same
+            box.signal(sorted(survivors), "KILL")
+    leftovers = [
+        LeftoverProcess(
+            pid=pid,
+            start_time=tree[pid].start_time,
+            cmdline=tree[pid].cmdline,
+            gpu_holder=pid in holders,
+            state=state,
+        )
+        for pid, state in survivors.items()
+    ]
     handle.tree = [
         LeftoverProcess(pid=t.pid, start_time=t.start_time, cmdline=t.cmdline, gpu_holder=t.pid in holders)
         for t in seen.tree
     ]
     return cast(list[LeftoverProcess], checks.order_leftovers(leftovers))
+
+
+#: seconds between two looks at a tree still exiting after the grace (each look is a round trip to the box)
+LOOK_PAUSE = 0.5
+
+
+def _grace_stall(seen: Termination, survivors: dict[int, str], grace: float) -> str:
+    """The survivors' CPU ticks spent through the grace, as a stalled stop's record says them."""
+    spent = {p: seen.ticks_at_grace.get(p, 0) - seen.ticks_at_term.get(p, 0) for p in sorted(survivors)}
+    each = ", ".join(f"pid {p} {n}" for p, n in spent.items())
+    return (
+        f"no process left and CPU ticks spent in {grace:g} s: {each} (under {checks.PROGRESS_TICKS_PER_S:g} a second)"
+    )
+
+
+def _extend(
+    box: Box,
+    stop: StopRecord,
+    tree: dict[int, TreeEntry],
+    survivors: dict[int, str],
+    judged: float,
+    through_grace: str,
+) -> dict[int, str]:
+    """Look at the survivors of the grace, which progressed through it (``through_grace`` says how), while they
+    progress, up to the cap; returns those alive at the end (PID and start time as recorded, not zombies) with
+    their states. Each look and what ended the extension go into ``stop``."""
+    grace, cap = stop["grace_s"], stop["cap_s"]
+
+    def look() -> tuple[checks.StopLook, dict[int, str]]:
+        at = grace + time.monotonic() - judged
+        states = {
+            p["pid"]: p["stat"] for p in box.processes() if p["pid"] in survivors and not p["stat"].startswith("Z")
+        }
+        started = box.identify(sorted(states))
+        alive = {pid: st for pid, st in states.items() if started.get(pid) == tree[pid].start_time}
+        ticks = {pid: w.ticks for pid, w in box.thread_waits(sorted(alive)).items() if pid in alive}
+        return checks.StopLook(at, ticks), {pid: alive[pid] for pid in ticks}
+
+    before, alive = look()
+    extension: list[str] = [through_grace]
+    while alive:
+        if before.at_s >= cap:
+            stop["stalled"] = f"reached the cap ({cap:g} s, {checks.STOP_CAP_GRACES:g} graces) still progressing"
+            break
+        time.sleep(LOOK_PAUSE)
+        after, alive = look()
+        moved = checks.stop_progress(before, after)
+        if not alive:
+            extension.append(moved or f"at {after.at_s:.1f} s: gone")
+            stop["gone_after_s"] = round(after.at_s, 3)
+        elif moved is None:
+            stop["stalled"] = checks.stop_stalled(before, after)
+        else:
+            extension.append(moved)
+        before = after
+        if moved is None:
+            break
+    if not alive and "gone_after_s" not in stop:  # gone by the first look
+        extension.append(f"at {before.at_s:.1f} s: gone")
+        stop["gone_after_s"] = round(before.at_s, 3)
+    stop["deadline_s"] = round(before.at_s, 3)
+    if extension:
+        stop["extension"] = extension
+    return alive
 
 
 def cleanup_audit(box: Box, scope: AuditScope, pids: list[int], ports: list[int]) -> CleanupAudit:

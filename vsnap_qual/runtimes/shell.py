@@ -33,6 +33,8 @@ from vsnap_qual.runtimes.procfs import parse_cpu_sample
 
 #: state and start time of process $p (after the comm field, which may hold spaces and parentheses)
 _IDENT = "sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1,20"
+#: process $p's CPU ticks so far, utime + stime (USER_HZ)
+_TICKS = "sed 's/.*) //' /proc/$p/stat | awk '{print $12 + $13}'"
 _GPU_APPS = "nvidia-smi --query-compute-apps=pid --format=csv,noheader"
 _GPU_MEMORY = "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits"
 _GPUS = "nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader"
@@ -140,15 +142,23 @@ def parse_gpus(csv: str) -> list[GpuRow]:
 
 def parse_termination(stdout: str) -> Termination:
     """The strict stop script's report: ``gpu PID`` lines (compute apps as it began), ``id PID STATE START
-    CMDLINE`` (the tree), ``shm PATH`` (a /dev/shm file the tree held), ``left PID STATE START`` (alive after the
-    grace, before SIGKILL)."""
+    CMDLINE`` (the tree), ``shm PATH`` (a /dev/shm file the tree held), ``gone MS`` (the tree was gone that many
+    milliseconds after SIGTERM), ``cpu PID TICKS`` (its CPU ticks as SIGTERM was sent), ``left PID STATE START
+    TICKS`` (alive after the grace, before any SIGKILL)."""
     gpu: set[int] = set()
     tree: dict[int, TreeEntry] = {}
     left: list[tuple[int, str, str]] = []
     held: set[str] = set()
+    gone: float | None = None
+    at_term: dict[int, int] = {}
+    at_grace: dict[int, int] = {}
     for line in stdout.splitlines():
         parts = line.split()
-        if parts[:1] == ["shm"] and len(parts) == 2 and parts[1].startswith("/dev/shm/"):
+        if parts[:1] == ["cpu"] and len(parts) == 3 and (parts[1] + parts[2]).isdigit():
+            at_term[int(parts[1])] = int(parts[2])
+        elif parts[:1] == ["gone"] and len(parts) == 2 and parts[1].isdigit():
+            gone = int(parts[1]) / 1000
+        elif parts[:1] == ["shm"] and len(parts) == 2 and parts[1].startswith("/dev/shm/"):
             held.add(parts[1])
         elif parts[:1] == ["gpu"] and len(parts) > 1 and parts[1].isdigit():
             gpu.add(int(parts[1]))
@@ -156,7 +166,9 @@ def parse_termination(stdout: str) -> Termination:
             tree[int(parts[1])] = TreeEntry(int(parts[1]), parts[3], " ".join(parts[4:]))
         elif parts[:1] == ["left"] and len(parts) >= 4 and parts[1].isdigit():
             left.append((int(parts[1]), parts[2], parts[3]))
-    return Termination(frozenset(gpu), tuple(tree.values()), tuple(left), tuple(sorted(held)))
+            if len(parts) == 5 and parts[4].isdigit():
+                at_grace[int(parts[1])] = int(parts[4])
+    return Termination(frozenset(gpu), tuple(tree.values()), tuple(left), tuple(sorted(held)), gone, at_term, at_grace)
 
 
 #: for each process $p: its CPU ticks (utime stime) and every thread's wchan, in one line (gone ones left out)
@@ -379,7 +391,7 @@ class ShellBox:
                 found[int(parts[0])] = parts[1]
         return found
 
-    def terminate(self, pids: list[int], grace: float) -> Termination:
+    def terminate(self, pids: list[int], grace: float, *, kill: bool = True) -> Termination:
         if not pids:
             return Termination(frozenset(), (), ())
         listed = _pids(pids)
@@ -388,12 +400,15 @@ class ShellBox:
             f"for p in {listed}; do [ -r /proc/$p/stat ] && echo \"id $p $({_IDENT}) $(tr '\\0' ' ' "
             '< /proc/$p/cmdline)"; done; '
             f"for p in {listed}; do {_SHM_OF_PROCESS}; done | sort -u | sed 's/^/shm /'; "
-            f"end=$(( $(date +%s%N) / 1000000 + {int(grace * 1000)} )); kill -TERM {listed} 2>/dev/null; "
+            f'for p in {listed}; do [ -r /proc/$p/stat ] && echo "cpu $p $({_TICKS})"; done; '
+            "t0=$(( $(date +%s%N) / 1000000 )); "
+            f"end=$(( t0 + {int(grace * 1000)} )); kill -TERM {listed} 2>/dev/null; "
             "while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do left=; "
             f'for p in {listed}; do [ -r /proc/$p/stat ] && [ "$({_IDENT} | cut -c1)" != Z ] && left=1; done; '
-            '[ -z "$left" ] && break; sleep 0.05; done; '
-            f'for p in {listed}; do [ -r /proc/$p/stat ] && echo "left $p $({_IDENT})"; done; '
-            f"kill -KILL {listed} 2>/dev/null; true"
+            '[ -z "$left" ] && { echo "gone $(( $(date +%s%N) / 1000000 - t0 ))"; break; }; sleep 0.05; done; '
+            f'for p in {listed}; do [ -r /proc/$p/stat ] && echo "left $p $({_IDENT}) $({_TICKS})"; done; '
+            + (f"kill -KILL {listed} 2>/dev/null; " if kill else "")
+            + "true"
         )
         return parse_termination(self.sh(script, grace + 30).stdout)
 
