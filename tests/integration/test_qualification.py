@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -149,7 +149,12 @@ def test_results_and_every_record_the_harness_wrote_validate_against_the_model(f
         assert not problems, f"{record['kind']}: {problems[0].message} at {list(problems[0].absolute_path)}"
     verdict = full_run.results["verdict"]
     assert verdict["status"] == "pass", verdict["reasons"]
-    assert verdict["coverage"]["required"] == len(verdict["coverage"]["passed"]) > 0
+    coverage = verdict["coverage"]
+    # the kinds refused before any engine starts ran once per image and arm: not applicable on v2's lanes (issue 45)
+    assert coverage["required"] == len(coverage["passed"]) + len(coverage["not_applicable"]) > 0
+    assert len(coverage["not_applicable"]) == 20 and all(
+        label.startswith("v2/") for label in coverage["not_applicable"]
+    )
 
 
 def test_nothing_is_left_behind(full_run: OverlaidRun, docker_client: DockerClient) -> None:
@@ -263,7 +268,21 @@ def test_make_qualify_concludes_as_recorded(full_run: OverlaidRun) -> None:
     the audit after the harness's sweep wherever vLLM's own is not judged, so a kill's item is there whatever
     moment it drew; then (issue 28) the weight-tamper fault, the decode-speed row and the LoRA adapter row (not
     run: no lane serves an adapter), then the prefix-cache row (its items those of the decode row: every restore),
-    then (issue 44) the API row: seven checks of the OpenAI API after every restore. A deliberate change of what
-    the qualification concludes updates the golden file in the same commit, saying why."""
+    then (issue 44) the API row: seven checks of the OpenAI API after every restore; then (issues 44, 45) the
+    serving and boundaries rows (the stop's items left out: ``_deterministic``), and the 10 kinds refused before
+    any engine starts run once per image and arm (not applicable on v2's lanes, `-n 4` with the lanes at once).
+    A deliberate change of what the qualification concludes updates the golden file in the same commit, saying
+    why."""
     assert full_run.returncode == 0, full_run.output[-6000:]
-    assert check_items(full_run.results) == json.loads(GOLDEN.read_text())
+    assert _deterministic(check_items(full_run.results)) == json.loads(GOLDEN.read_text())
+
+
+def _deterministic(items: dict[str, Any]) -> dict[str, Any]:
+    """The check items less ``boundaries.*.restore-2.stop``: on the reference engine the request in flight at the
+    stop is judged only where the engine reported it running before it finished, which the reference engine's
+    ``/metrics`` does at one lane in four runs or none (two runs of this module: v2/base once, v2/head once), so its
+    presence is a matter of timing here; the stop's judgement has its own tests (tests/unit/test_boundaries.py)."""
+    for check in items["checks"]:
+        if check["id"] == "boundaries":
+            check["items"] = [item for item in check["items"] if not item[0].endswith(".restore-2.stop")]
+    return items
