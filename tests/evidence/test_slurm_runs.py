@@ -15,7 +15,9 @@ from tests.integration.suite_helpers import check_items
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "evidence" / "slurm" / "2026-12-07-reference-shards-ab39f7d"
-GOLDEN = ROOT / "tests" / "integration" / "golden" / "make-qualify-check-items.json"
+#: the golden file as it was at the runs' commit (ab39f7d): the procedure's items moved since (issues 44, 45), the runs
+#: did not
+GOLDEN = ROOT / "evidence" / "slurm" / "2026-12-07-reference-shards-ab39f7d" / "golden-check-items-ab39f7d.json"
 #: each run's record (a folder of RUN) and the run.sh MODE that made it
 PARTS = {"four-shards-first": "four", "four-shards": "four", "cancelled": "cancel"}
 
