@@ -1,4 +1,4 @@
-"""The report page as a real browser lays it out: headless chromium renders the committed H100 run's report and a
+"""The report page as a real browser lays it out: headless chromium renders the committed H100 and H200 runs' reports and a
 real-vLLM run's with this checkout's templates, and its own layout (``getBoundingClientRect``, measured by a script
 added to a copy of the page; the report itself runs none) must show
 
@@ -27,6 +27,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = {
     "h100": ROOT / "evidence" / "gpu" / "2026-12-07-v1-full-d575706" / "results.json.gz",
+    "h200": ROOT / "evidence" / "gpu" / "2026-12-04-teardown-credit-9ffe76a" / "results.json",
     "real-vllm": ROOT / "evidence" / "real-vllm" / "2026-12-02-full-f7df29a" / "results.json",
 }
 VIEWPORT = (1280, 900)
