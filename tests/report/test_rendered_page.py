@@ -1,6 +1,6 @@
 """The report page as a real browser lays it out: headless chromium renders the committed H100 and H200 runs'
-reports and a real-vLLM run's with this checkout's templates, and its own layout (``getBoundingClientRect``, measured by a script
-added to a copy of the page; the report itself runs none) must show
+reports and a real-vLLM run's with this checkout's templates, and its own layout (``getBoundingClientRect``,
+measured by a script added to a copy of the page; the report itself runs none) must show
 
 - the KV chart's axis, its tick labels and its name, and a near-zero difference as a bar a few pixels wide at most
   (a fixed ±1 % scale, never autoscaled to the full width);
