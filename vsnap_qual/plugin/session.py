@@ -82,9 +82,11 @@ class VsnapSession(VsnapProcess):
 
     def _say_plan(self, labels: list[str], deselected: int) -> None:
         qual = self.qual
-        units = {label.split("/", 1)[0].split("+", 1)[0] for label in labels}  # a runner's lanes share a worker
-        if qual.overlap == "lanes" and qual.gpus == "none":  # each lane a worker of its own (issue 45)
+        overlap = self.session_record.get("overlap") if self.session_record else None
+        if overlap and overlap["scope"] == "lane":  # each lane a worker of its own, as the scheduler does (issue 45)
             units = {"/".join(label.split("/", 2)[:2]) for label in labels}
+        else:  # a runner's lanes share a worker
+            units = {label.split("/", 1)[0].split("+", 1)[0] for label in labels}
         parallel = min(max(1, xdist_workers(self.config)), max(1, len(units)))
         found = plan.estimate(qual.plan_history, qual.image, qual.cpu_smoke)
         line = plan.plan_line(labels, qual.fault_timeout, qual.observe_s, parallel, found, deselected=deselected)
