@@ -13,6 +13,19 @@ if TYPE_CHECKING:
 pytest_plugins = ["pytester"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Import the report's numeric libraries before any test runs.
+
+    pytester's in-process runs (``runpytest_inprocess``) restore ``sys.modules`` afterwards, dropping what the inner
+    run imported. A run that wrote a report imported pandas and numpy; numpy's C extension cannot load twice in one
+    process, so every later import of numpy (pandas, torch) raised "cannot load module more than once per process":
+    CI's one-process ``make test`` failed 118 tests after tests/plugin/test_bad_input_table.py. Modules imported
+    before the snapshot stay (tests/unit/test_inprocess_modules.py)."""
+    del config
+    import numpy  # noqa: F401
+    import pandas  # noqa: F401
+
+
 class VsnapRefused(Protocol):
     """The ``vsnap_refused`` fixture's check (tests name it in their signatures, imported under ``TYPE_CHECKING``)."""
 

@@ -6,6 +6,7 @@ runs kept before it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,9 +18,12 @@ REAL = ROOT / "evidence" / "real-vllm" / "2026-12-02-full-f7df29a" / "results.js
 
 def test_make_qualify_hands_the_kept_runs_to_the_plan_and_keeps_this_one_after(tmp_path: Path) -> None:
     report, history = tmp_path / "reports" / "latest", tmp_path / "reports" / "history"
+    # run under `make test` (CI), the inner make would inherit MAKELEVEL and print "make[1]: Leaving directory"
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
     done = subprocess.run(
-        ["make", "-n", "qualify", f"REPORT_DIR={report}", f"HISTORY_DIR={history}", f"VENV={tmp_path / 'venv'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        ["make", "--no-print-directory", "-n", "qualify", f"REPORT_DIR={report}", f"HISTORY_DIR={history}",
+         f"VENV={tmp_path / 'venv'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
