@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -14,7 +15,7 @@ pytest_plugins = ["pytester"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Import the report's numeric libraries before any test runs.
+    """Import the report's numeric libraries before any test runs; take SIGINT back where it came in ignored.
 
     pytester's in-process runs (``runpytest_inprocess``) restore ``sys.modules`` afterwards, dropping what the inner
     run imported. A run that wrote a report imported pandas and numpy; numpy's C extension cannot load twice in one
@@ -24,6 +25,13 @@ def pytest_configure(config: pytest.Config) -> None:
     del config
     import numpy  # noqa: F401
     import pandas  # noqa: F401
+
+    # A test command started in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored,
+    # and an ignored signal stays ignored across exec: every suite the tests start would then ignore the SIGINT (the
+    # user's Ctrl-C) that tests/integration/test_hardening.py and tests/plugin/test_non_runs.py send it. A handled
+    # signal is reset to its default in the child, so the tests' own process takes Python's usual handler back.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class VsnapRefused(Protocol):
