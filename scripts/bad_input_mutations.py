@@ -277,7 +277,6 @@ def scratch_copy(into: Path, table: Table) -> Path:
 def _env(tree: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree / "_site"), str(tree)])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a disabled module is never read back from a stale .pyc
     return env
 
 
@@ -323,15 +322,22 @@ def first_line(message: str) -> str:
     return line if len(line) <= 160 else line[:157] + "..."
 
 
+def _forget_bytecode(path: Path) -> None:
+    """Remove the module's cached bytecode: a disabled module is compiled from its text, and so is the original
+    after (a .pyc is judged by the source's mtime in seconds and its size, which a same-size edit could match)."""
+    Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
+
+
 def mutate_row(tree: Path, table: Table, row: str, runtime: str, scratch: Path, timeout: float) -> dict[str, str]:
     names = table.rows[row]
-    originals: dict[Path, str] = {}
+    originals: dict[Path, tuple[str, os.stat_result]] = {}
     try:
         for name in names:
             site = table.sites[name]
             path = source_path(tree, site)
-            originals.setdefault(path, path.read_text(encoding="utf-8"))
+            originals.setdefault(path, (path.read_text(encoding="utf-8"), path.stat()))
             path.write_text(disable(path.read_text(encoding="utf-8"), site), encoding="utf-8")
+            _forget_bytecode(path)
         for path in originals:
             py_compile.compile(str(path), cfile=str(scratch / "compiled.pyc"), doraise=True)
         node = _node(row, runtime)
@@ -339,8 +345,10 @@ def mutate_row(tree: Path, table: Table, row: str, runtime: str, scratch: Path, 
     except (SiteError, py_compile.PyCompileError) as exc:
         outcome, message = "error", str(exc)
     finally:
-        for path, text in originals.items():
+        for path, (text, stat) in originals.items():
             path.write_text(text, encoding="utf-8")
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            _forget_bytecode(path)
     verdict = {"failed": FAILED, "passed": PASSED}.get(outcome, outcome)
     return {"row": row, "sites": ", ".join(names), "outcome": verdict, "message": first_line(message)}
 
