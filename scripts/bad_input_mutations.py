@@ -306,20 +306,29 @@ def run_rows(tree: Path, nodes: Sequence[str], junit: Path, timeout: float) -> d
                 child = case.find(kind)
                 if child is not None:
                     outcome = {"failure": "failed"}.get(kind, kind)
-                    message = (child.get("message") or child.text or "").strip()
+                    message = (child.get("message") or "").strip() + "\n" + (child.text or "")
             results[found] = (outcome, message)
     for node in nodes:
         results.setdefault(node, ("error", f"not run (pytest rc {done.returncode}): {done.stdout[-400:]}"))
     return results
 
 
+#: what the run said instead, in a failure's report: an error line of pytest or a command, else an exception
+SAID = re.compile(r"^(?:ERROR: |vsnap-qual(?: [a-z-]+)?: |nothing selected|pytest\.main\(\): error)")
+RAISED = re.compile(r"^(?:INTERNALERROR> )?[A-Za-z_.]*(?:Error|Exception|Exit)\b:? ?")
+
+
 def first_line(message: str) -> str:
-    """The assertion's own words, first line, made table-safe."""
-    line = message.strip().splitlines()[0] if message.strip() else ""
-    line = re.sub(r"^AssertionError: ", "", line)
-    line = re.sub(r"/tmp/pytest-of-[^ ]*?/s/", "…/", line)
-    line = line.replace("|", "\\|")
-    return line if len(line) <= 160 else line[:157] + "..."
+    """The row's own assertion (its first line) and what the run said instead (its error line, or the exception
+    that ended it), made table-safe."""
+    lines = [re.sub(r"^(?:E\s+|\s+)", "", line) for line in message.strip().splitlines()]
+    first = re.sub(r"^AssertionError: ", "", lines[0]).rstrip(":") if lines else ""
+    said = next((line for line in lines[1:] if SAID.match(line)), "")
+    if not said and not first.startswith(("assert", "AssertionError")):
+        said = next((line for line in reversed(lines[1:]) if RAISED.match(line) and "Traceback" not in line), "")
+    text = f"{first}; it said: {said}" if said and said not in first else first
+    text = re.sub(r"/tmp/pytest-of-[^ '\"]*?/s/", "…/", text).replace("|", "\\|")
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 def _forget_bytecode(path: Path) -> None:
