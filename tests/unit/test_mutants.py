@@ -28,6 +28,7 @@ from bench.mutate_vllm_cpu import (
     parse_manifest,
     record_run,
     selection_terms,
+    to_control,
     uncovered,
     union_selection,
 )
@@ -331,6 +332,17 @@ def test_controls_run_apart_merge_into_one_where_a_failure_in_any_counts() -> No
     timed_out = _steps(("v1/head/fault-artifact", "failed", "x"), ("v1/head/fault:wake-raise", "skipped", "x"))
     assert uncovered([wake], timed_out) == [wake]
     assert merge_controls([timed_out, faults])["v1/head/fault:wake-raise"].outcome == "passed"
+
+
+def test_a_new_control_is_run_for_every_chosen_mutant_only_when_asked() -> None:
+    """After the harness changed, ``--new-control`` runs the chosen mutants' control although earlier ones ran their
+    steps; without it only the mutants no control covers get one."""
+    wake = MUTANTS["12-restore-error-exits-zero"]
+    kv = MUTANTS["04-kv-pool-sized-by-model-len"]
+    covered = _steps((CREATE, "passed", ""), (RESTORE, "passed", ""), ("v1/head/fault:wake-raise", "passed", ""))
+    assert to_control([wake, kv], covered) == []
+    assert to_control([wake, kv], covered, again=True) == [wake, kv]
+    assert to_control([wake, kv], _steps((RESTORE, "passed", ""))) == [wake]
 
 
 def test_a_rerun_replaces_its_row_and_keeps_the_earlier_run_and_other_rows_stay() -> None:
