@@ -508,7 +508,12 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         f"Generated {doc['generated']} by `bench/mutate_vllm_cpu.py` (harness commit {doc['harness']['commit']}"
         + (", with uncommitted changes" if doc["harness"].get("dirty") else "")
-        + f"); overlay checkout `{doc['overlay']['path']}` at {doc['overlay']['head']}. Each mutant is its patch as "
+        + f"); overlay checkout `{doc['overlay']['path']}` at {doc['overlay']['head']}"
+        + "".join(
+            f" (earlier runs: `{o['path']}` at {o['head']}, the same image's checkout made before)"
+            for o in doc.get("earlier_overlays") or []
+        )
+        + ". Each mutant is its patch as "
         "one commit on a fresh clone of that checkout, run with `--vsnap-overlay-ref=HEAD~1` and "
         f"`{' '.join(doc['profile_args'])}`. Outcomes: caught (the expected step, in its words), caught elsewhere, "
         "survived, not reached, no result (`bench/mutate_vllm_cpu.py`'s docstring).",
@@ -732,6 +737,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the chosen mutants' control again although earlier controls in --out ran their steps (the harness "
         "changed since them); every control run still counts",
     )  # fmt: skip
+    parser.add_argument(
+        "--overlay-rebuilt", action="store_true",
+        help="the overlay checkout was made again from the same image (a new HEAD commit): keep the runs in --out, "
+        "which name the head they ran on",
+    )  # fmt: skip
     parser.add_argument("--fresh", action="store_true", help="forget what an earlier run into --out recorded")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness run may take")
     parser.add_argument("--keep-checkouts", action="store_true", help="keep each mutant's clone")
@@ -759,8 +769,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"{old_path} is of schema {old.get('schema')!r}, not {SCHEMA}: --fresh, or another --out")
     doc = merge_doc(manifest, old)
     head = _git(overlay, "rev-parse", "--short", "HEAD").strip()
+    before = list((old or {}).get("earlier_overlays") or [])
     if old is not None and old.get("overlay", {}).get("head") not in (None, head):
-        raise SystemExit(f"{old_path} was run on overlay {old['overlay']['head']}, this checkout is at {head}: --fresh")
+        if not opts.overlay_rebuilt:
+            raise SystemExit(
+                f"{old_path} was run on overlay {old['overlay']['head']}, this checkout is at {head}: --fresh, or "
+                "--overlay-rebuilt where it is the same image's checkout made again (overlay-checkout.sh)"
+            )
+        before.append(old["overlay"])
     # every control run so far, read back from its report folder: a mutant run later is classified against them all
     control: dict[str, StepResult] | None = None
     if not opts.no_control:
@@ -786,7 +802,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), harness=_harness_commit(),
         overlay={"path": str(overlay), "head": head}, profile_args=[manifest.profile, *manifest.args],
     )  # fmt: skip
-    doc = {k: doc[k] for k in ("schema", "generated", "harness", "overlay", "profile_args", "controls", "mutants")}
+    if before:
+        doc["earlier_overlays"] = before
+    keys = ("schema", "generated", "harness", "overlay", "earlier_overlays", "profile_args", "controls", "mutants")
+    doc = {k: doc[k] for k in keys if k in doc}
     if missing:
         record, results = run_harness(manifest, name, overlay, control_select, out, opts.timeout)
         steps = steps_of(results) if results is not None else None
