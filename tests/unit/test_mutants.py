@@ -367,3 +367,7 @@ def test_a_rerun_replaces_its_row_and_keeps_the_earlier_run_and_other_rows_stay(
     row = next(ln for ln in text.splitlines() if ln.startswith(f"| `{first.id}`"))
     assert "| caught |" in row and "Earlier run (harness ?): survived" in row
     assert "**Control `control`**" in text and "**1 of 15 mutants run**: 1 caught" in text
+    # runs made on an earlier checkout of the same image (--overlay-rebuilt) keep their rows; the table names it
+    again = {**doc, "generated": "g", "harness": {"commit": "c"}, "overlay": {"path": "p2", "head": "h2"},
+             "earlier_overlays": [{"path": "p", "head": "h"}], "profile_args": ["@p"]}  # fmt: skip
+    assert "`p2` at h2 (earlier runs: `p` at h, the same image's checkout made before)" in markdown(again)
