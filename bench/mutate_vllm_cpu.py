@@ -25,7 +25,8 @@ host's ``/dev/shm`` that the run's evidence names, processes naming the run's pa
 
 Runs into the same ``--out`` add up: a run reads the ``mutants.json`` already there, keeps every control run and
 every mutant's row it holds, runs a control only for the chosen mutants whose expected step no control ran yet
-(``--control-only``: that and nothing else), and records each chosen mutant's run in its row, the run it replaces
+(``--new-control``: for all of them, after the harness changed since the controls there; ``--control-only``: that
+and nothing else), and records each chosen mutant's run in its row, the run it replaces
 (a re-run after a harness fix) kept in the row's ``earlier``. So the set can be run one harness run at a time (one
 lock hold each, on a shared machine), the control reused; ``--fresh`` forgets what was there.
 
@@ -507,7 +508,12 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         f"Generated {doc['generated']} by `bench/mutate_vllm_cpu.py` (harness commit {doc['harness']['commit']}"
         + (", with uncommitted changes" if doc["harness"].get("dirty") else "")
-        + f"); overlay checkout `{doc['overlay']['path']}` at {doc['overlay']['head']}. Each mutant is its patch as "
+        + f"); overlay checkout `{doc['overlay']['path']}` at {doc['overlay']['head']}"
+        + "".join(
+            f" (earlier runs: `{o['path']}` at {o['head']}, the same image's checkout made before)"
+            for o in doc.get("earlier_overlays") or []
+        )
+        + ". Each mutant is its patch as "
         "one commit on a fresh clone of that checkout, run with `--vsnap-overlay-ref=HEAD~1` and "
         f"`{' '.join(doc['profile_args'])}`. Outcomes: caught (the expected step, in its words), caught elsewhere, "
         "survived, not reached, no result (`bench/mutate_vllm_cpu.py`'s docstring).",
@@ -638,6 +644,13 @@ def uncovered(mutants: Iterable[Mutant], control: Mapping[str, StepResult]) -> l
     return [m for m in mutants if m.step not in control or control[m.step].outcome == "skipped"]
 
 
+def to_control(mutants: Iterable[Mutant], control: Mapping[str, StepResult], again: bool = False) -> list[Mutant]:
+    """The mutants a control is to be run for now: those whose expected step no control ran yet (:func:`uncovered`),
+    or with ``again`` (``--new-control``, after the harness changed since the controls there) every one of them:
+    a control counts for the harness it ran with, and a step failing in any control run still counts as failing."""
+    return list(mutants) if again else uncovered(mutants, control)
+
+
 def _static_row(mutant: Mutant) -> dict[str, Any]:
     return mutant_row(mutant, None, None)
 
@@ -719,6 +732,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--control-only", action="store_true",
         help="run only the control the chosen mutants still lack (a run of its own, e.g. under its own lock hold)",
     )  # fmt: skip
+    parser.add_argument(
+        "--new-control", action="store_true",
+        help="run the chosen mutants' control again although earlier controls in --out ran their steps (the harness "
+        "changed since them); every control run still counts",
+    )  # fmt: skip
+    parser.add_argument(
+        "--overlay-rebuilt", action="store_true",
+        help="the overlay checkout was made again from the same image (a new HEAD commit): keep the runs in --out, "
+        "which name the head they ran on",
+    )  # fmt: skip
     parser.add_argument("--fresh", action="store_true", help="forget what an earlier run into --out recorded")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness run may take")
     parser.add_argument("--keep-checkouts", action="store_true", help="keep each mutant's clone")
@@ -746,8 +769,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"{old_path} is of schema {old.get('schema')!r}, not {SCHEMA}: --fresh, or another --out")
     doc = merge_doc(manifest, old)
     head = _git(overlay, "rev-parse", "--short", "HEAD").strip()
+    before = list((old or {}).get("earlier_overlays") or [])
     if old is not None and old.get("overlay", {}).get("head") not in (None, head):
-        raise SystemExit(f"{old_path} was run on overlay {old['overlay']['head']}, this checkout is at {head}: --fresh")
+        if not opts.overlay_rebuilt:
+            raise SystemExit(
+                f"{old_path} was run on overlay {old['overlay']['head']}, this checkout is at {head}: --fresh, or "
+                "--overlay-rebuilt where it is the same image's checkout made again (overlay-checkout.sh)"
+            )
+        before.append(old["overlay"])
     # every control run so far, read back from its report folder: a mutant run later is classified against them all
     control: dict[str, StepResult] | None = None
     if not opts.no_control:
@@ -758,7 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise SystemExit(f"control {ctl['name']}: no results in {out / ctl['report']} (--fresh to start over)")
             parts.append(steps_of(results))
         control = merge_controls(parts)
-    missing = [] if opts.no_control else uncovered(mutants, control or {})
+    missing = [] if opts.no_control else to_control(mutants, control or {}, again=opts.new_control)
     control_select = union_selection(m.select for m in missing) if missing else []
     name = "control" if not doc["controls"] else f"control-{len(doc['controls']) + 1}"
     if opts.dry_run:
@@ -773,7 +802,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), harness=_harness_commit(),
         overlay={"path": str(overlay), "head": head}, profile_args=[manifest.profile, *manifest.args],
     )  # fmt: skip
-    doc = {k: doc[k] for k in ("schema", "generated", "harness", "overlay", "profile_args", "controls", "mutants")}
+    if before:
+        doc["earlier_overlays"] = before
+    keys = ("schema", "generated", "harness", "overlay", "earlier_overlays", "profile_args", "controls", "mutants")
+    doc = {k: doc[k] for k in keys if k in doc}
     if missing:
         record, results = run_harness(manifest, name, overlay, control_select, out, opts.timeout)
         steps = steps_of(results) if results is not None else None

@@ -25,8 +25,8 @@ from bench.mutate_vllm_cpu import (
 ROOT = Path(__file__).resolve().parents[2]
 REAL_VLLM = ROOT / "evidence" / "real-vllm"
 #: each committed folder and how many of its mutants were run and caught (the issue asks 8 or more of the latest)
-RUNS = {"2026-12-07-mutants-33ee8cf": 5, "2026-12-07-mutants-dad45ec": 7}
-LATEST = "2026-12-07-mutants-dad45ec"
+RUNS = {"2026-12-07-mutants-33ee8cf": 5, "2026-12-07-mutants-dad45ec": 7, "2026-12-07-mutants-489a048": 10}
+LATEST = "2026-12-07-mutants-489a048"
 #: mutants of the latest folder that survived, each a harness gap its README names (never dropped)
 GAPS: dict[str, str] = {}
 

@@ -28,6 +28,7 @@ from bench.mutate_vllm_cpu import (
     parse_manifest,
     record_run,
     selection_terms,
+    to_control,
     uncovered,
     union_selection,
 )
@@ -333,6 +334,17 @@ def test_controls_run_apart_merge_into_one_where_a_failure_in_any_counts() -> No
     assert merge_controls([timed_out, faults])["v1/head/fault:wake-raise"].outcome == "passed"
 
 
+def test_a_new_control_is_run_for_every_chosen_mutant_only_when_asked() -> None:
+    """After the harness changed, ``--new-control`` runs the chosen mutants' control although earlier ones ran their
+    steps; without it only the mutants no control covers get one."""
+    wake = MUTANTS["12-restore-error-exits-zero"]
+    kv = MUTANTS["04-kv-pool-sized-by-model-len"]
+    covered = _steps((CREATE, "passed", ""), (RESTORE, "passed", ""), ("v1/head/fault:wake-raise", "passed", ""))
+    assert to_control([wake, kv], covered) == []
+    assert to_control([wake, kv], covered, again=True) == [wake, kv]
+    assert to_control([wake, kv], _steps((RESTORE, "passed", ""))) == [wake]
+
+
 def test_a_rerun_replaces_its_row_and_keeps_the_earlier_run_and_other_rows_stay() -> None:
     first, second = MANIFEST.mutants[:2]
     run = _steps((CREATE, "failed", LEAK), (INSPECT, "passed", ""))
@@ -355,3 +367,7 @@ def test_a_rerun_replaces_its_row_and_keeps_the_earlier_run_and_other_rows_stay(
     row = next(ln for ln in text.splitlines() if ln.startswith(f"| `{first.id}`"))
     assert "| caught |" in row and "Earlier run (harness ?): survived" in row
     assert "**Control `control`**" in text and "**1 of 15 mutants run**: 1 caught" in text
+    # runs made on an earlier checkout of the same image (--overlay-rebuilt) keep their rows; the table names it
+    again = {**doc, "generated": "g", "harness": {"commit": "c"}, "overlay": {"path": "p2", "head": "h2"},
+             "earlier_overlays": [{"path": "p", "head": "h"}], "profile_args": ["@p"]}  # fmt: skip
+    assert "`p2` at h2 (earlier runs: `p` at h, the same image's checkout made before)" in markdown(again)
