@@ -195,6 +195,7 @@ def test_other_vsnap_variables_of_this_project_are_left_alone() -> None:
             ".",
             ":!tests/unit/test_options.py",
             ":!tests/**/*bad_input*",
+            ":!evidence/tests/**",  # the bad-input rows run with their checks removed quote the misspelt names
         ],
         cwd=root,
         capture_output=True,
