@@ -6,7 +6,6 @@ its site and a run of it, a row that still passed, or a site whose anchor is gon
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import sys
@@ -14,7 +13,6 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = ROOT / "tests" / "plugin" / "test_bad_input_table.py"
 RUNS = ROOT / "evidence" / "tests"
 SCRIPT = ROOT / "scripts" / "bad_input_mutations.py"
 #: a line of the run's table: | `row` | `site`, `site` | outcome | why it failed |
@@ -32,21 +30,8 @@ def _script() -> ModuleType:
 
 
 def _row_ids() -> list[str]:
-    """The ids of the table's rows, read from its source (``P("id", ...)``, ``C("id", ...)`` in ``ROWS``)."""
-    tree = ast.parse(TABLE.read_text())
-    rows = next(
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "ROWS"
-    )
-    assert isinstance(rows, ast.List)
-    ids = []
-    for call in rows.elts:
-        assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("P", "C")
-        first = call.args[0]
-        assert isinstance(first, ast.Constant) and isinstance(first.value, str)
-        ids.append(first.value)
-    return ids
+    """The ids of the table's rows, as the script reads them (its ``table_rows``: ``ROWS`` of the test module)."""
+    return [row for row, _runtime in _script().table_rows()]
 
 
 def _run() -> Path:
